@@ -1,0 +1,1 @@
+"""The `ratc` command line: one module per subcommand."""

@@ -1,0 +1,46 @@
+"""Reading inputs and writing outputs atomically for the CLI."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ratc.errors import RatcError
+
+
+def read_input(path: str) -> tuple[str, str]:
+    """Return (display name, text) of a file, or of stdin for '-'."""
+    if path == "-":
+        return "<stdin>", sys.stdin.read()
+    p = Path(path)
+    if not p.is_file():
+        raise RatcError(f"{path}: no such file")
+    try:
+        return path, p.read_text()
+    except UnicodeDecodeError:
+        raise RatcError(f"{path}: not a UTF-8 text file") from None
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write a file via a temporary sibling and rename, so readers never see half of it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = "wb" if isinstance(data, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode) as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_output(path: str | None, text: str) -> None:
+    """Write text to a file atomically, or to stdout when path is None or '-'."""
+    if path in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        write_atomic(path, text)

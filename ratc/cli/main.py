@@ -1,0 +1,59 @@
+"""Entry point of the `ratc` command: dispatches to one module per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ratc import __version__
+from ratc.errors import LocatedError, RatcError
+
+# Each module defines `register(subparsers)`, which adds its parser and sets `func`.
+# Heavy imports (torch, numpy) stay inside the handlers so `ratc --help` is instant.
+COMMAND_MODULES = [
+    "ratc.cli.opt",
+    "ratc.cli.passes",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="ratc",
+        description="Compile, plan, schedule and simulate LLM training for bandwidth-constrained accelerators.")
+    parser.add_argument("--version", action="version", version=f"ratc {__version__}")
+    parser.add_argument("--traceback", action="store_true",
+                        help="show the Python traceback on errors (for debugging ratc)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ratc; user errors print one message and exit 1 without a traceback."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 1
+    try:
+        return int(args.func(args) or 0)
+    except RatcError as exc:
+        if args.traceback:
+            raise
+        # Located errors already read 'file:line:col: error: ...'; others get a prefix.
+        text = str(exc)
+        print(text if isinstance(exc, LocatedError) else f"ratc: error: {text}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("ratc: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""`ratc opt`: parse an IR file, run a pass pipeline on it, print the result."""
+
+from __future__ import annotations
+
+import argparse
+
+from ratc.cli.io import read_input, write_output
+from ratc.cli.pass_options import add_pass_options, instrumentation
+
+
+def register(sub) -> None:
+    p = sub.add_parser("opt", help="run a pass pipeline on an IR file",
+                       description="Parse IR, verify it, run a pass pipeline and print the result.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="example:\n  ratc opt prog.ir -p 'cse,dce' --print-ir-after-change -o out.ir")
+    p.add_argument("file", help="IR file to read ('-' for stdin)")
+    p.add_argument("-p", "--pipeline", default="", help="pass pipeline, e.g. 'cse,dce' (see `ratc passes`)")
+    p.add_argument("-o", "--output", help="write the result here instead of stdout")
+    add_pass_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ratc.ir import parse_module, print_module
+    from ratc.passes import PassManager, parse_pipeline
+
+    name, text = read_input(args.file)
+    passes = parse_pipeline(args.pipeline) if args.pipeline.strip() else []
+    module = parse_module(text, name)
+    manager = PassManager(passes, verify_each=not args.no_verify, instrumentation=instrumentation(args, name))
+    module = manager.run(module)
+    write_output(args.output, print_module(module))
+    return 0

@@ -1,0 +1,40 @@
+"""The error types every ratc component raises for bad user input."""
+
+from __future__ import annotations
+
+
+class RatcError(Exception):
+    """An error caused by the user's input; the CLI prints it without a traceback."""
+
+
+class SourceLocation:
+    """A point in a text input: file, 1-based line and column, and the source text."""
+
+    __slots__ = ("filename", "line", "col", "text")
+
+    def __init__(self, filename: str, line: int, col: int, text: str | None = None):
+        self.filename, self.line, self.col, self.text = filename, line, col, text
+
+    def __repr__(self) -> str:
+        return f"{self.filename}:{self.line}:{self.col}"
+
+
+class LocatedError(RatcError):
+    """An error at a source location, rendered as 'file:line:col: error: msg' plus a caret."""
+
+    def __init__(self, message: str, loc: SourceLocation | None = None):
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+
+    def __str__(self) -> str:
+        if self.loc is None:
+            return f"error: {self.message}"
+        head = f"{self.loc.filename}:{self.loc.line}:{self.loc.col}: error: {self.message}"
+        if self.loc.text is None:
+            return head
+        lines = self.loc.text.splitlines()
+        if not 1 <= self.loc.line <= len(lines):
+            return head
+        src = lines[self.loc.line - 1]
+        return f"{head}\n{src}\n{' ' * (self.loc.col - 1)}^"

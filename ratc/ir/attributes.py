@@ -1,0 +1,99 @@
+"""Attribute values: Python ints, floats, strings, bools, lists and dicts, plus symbol refs and byte sizes."""
+
+from __future__ import annotations
+
+import json
+import math
+
+
+class SymbolRef:
+    """A reference to a symbol (an op with a sym_name), printed as @name."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"@{self.name}"
+
+    __repr__ = __str__
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SymbolRef) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(("@", self.name))
+
+
+class ByteSize:
+    """A byte count, printed in the largest unit that divides it exactly (e.g. 20GB, 64KiB, 7B)."""
+
+    __slots__ = ("n",)
+    UNITS = (("TiB", 2**40), ("TB", 10**12), ("GiB", 2**30), ("GB", 10**9),
+             ("MiB", 2**20), ("MB", 10**6), ("KiB", 2**10), ("KB", 10**3))
+
+    def __init__(self, n: int):
+        self.n = int(n)
+
+    def __str__(self) -> str:
+        for unit, scale in self.UNITS:
+            if self.n and self.n % scale == 0:
+                return f"{self.n // scale}{unit}"
+        return f"{self.n}B"
+
+    __repr__ = __str__
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ByteSize) and other.n == self.n
+
+    def __hash__(self) -> int:
+        return hash(("B", self.n))
+
+    def __int__(self) -> int:
+        return self.n
+
+
+def format_attr(value) -> str:
+    """Print an attribute value in the IR's text form."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    t = type(value)
+    if t is int:
+        return str(value)
+    if t is str:
+        return json.dumps(value, ensure_ascii=False)
+    if t is float:
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if t is list or t is tuple:
+        return "[" + ", ".join(format_attr(v) for v in value) + "]"
+    if t is dict:
+        return "{" + ", ".join(f"{k} = {format_attr(value[k])}" for k in sorted(value)) + "}"
+    if t is SymbolRef or t is ByteSize:
+        return str(value)
+    raise TypeError(f"unsupported attribute value {value!r} of type {t.__name__}")
+
+
+def attr_kind(value) -> str:
+    """The kind name of an attribute value, as used in op definitions."""
+    if isinstance(value, bool):
+        return "bool"
+    return {int: "int", float: "float", str: "str", list: "list", tuple: "list", dict: "dict",
+            SymbolRef: "symref", ByteSize: "bytes"}.get(type(value), type(value).__name__)
+
+
+def freeze(value):
+    """A hashable form of an attribute value (for CSE keys)."""
+    if isinstance(value, (list, tuple)):
+        return ("[", tuple(freeze(v) for v in value))
+    if isinstance(value, dict):
+        return ("{", tuple((k, freeze(value[k])) for k in sorted(value)))
+    if isinstance(value, float):
+        return ("f", repr(value))
+    return (type(value).__name__, value)

@@ -1,0 +1,89 @@
+"""The deterministic MLIR-like text printer, driven only by the ops' data."""
+
+from __future__ import annotations
+
+from ratc.ir.attributes import format_attr
+from ratc.ir.core import Module, Operation, Value
+
+
+class _Namer:
+    """Assigns each value a module-unique printed name, keeping unique name hints."""
+
+    def __init__(self):
+        self.names: dict[Value, str] = {}
+        self.taken: set[str] = set()
+        self.counter = 0
+
+    def name(self, v: Value) -> str:
+        got = self.names.get(v)
+        if got is not None:
+            return got
+        hint = v.name
+        if hint is None:
+            while str(self.counter) in self.taken:
+                self.counter += 1
+            hint = str(self.counter)
+            self.counter += 1
+        elif hint in self.taken:
+            i = 1
+            while f"{hint}_{i}" in self.taken:
+                i += 1
+            hint = f"{hint}_{i}"
+        self.taken.add(hint)
+        self.names[v] = hint
+        return hint
+
+    def use(self, v: Value) -> str:
+        # An operand defined nowhere in the printed text (a malformed module) still prints.
+        return self.names.get(v) or self.name(v)
+
+
+def _attr_dict(attrs: dict) -> str:
+    return "{" + ", ".join(f"{k} = {format_attr(attrs[k])}" for k in sorted(attrs)) + "}"
+
+
+def _print_ops(ops, namer: _Namer, indent: str, out: list[str]) -> None:
+    for op in ops:
+        parts = [indent]
+        if op.results:
+            parts.append(", ".join("%" + namer.name(r) for r in op.results))
+            parts.append(" = ")
+        parts.append(op.name)
+        if op.sym_name is not None:
+            parts.append(" @" + op.sym_name)
+        if op.operands:
+            parts.append("(" + ", ".join("%" + namer.use(v) for v in op.operands) + ")")
+        if op.attributes:
+            parts.append(" " + _attr_dict(op.attributes))
+        if op.results:
+            if len(op.results) == 1:
+                parts.append(f" : {op.results[0].type}")
+            else:
+                parts.append(" : (" + ", ".join(str(r.type) for r in op.results) + ")")
+        if op.region is not None:
+            parts.append(" {")
+            out.append("".join(parts))
+            _print_ops(op.region.ops, namer, indent + "  ", out)
+            out.append(indent + "}")
+        else:
+            out.append("".join(parts))
+
+
+def print_module(module: Module) -> str:
+    """The module's complete text form, ending in a newline."""
+    head = "module"
+    if module.name is not None:
+        head += " @" + module.name
+    if module.attributes:
+        head += " " + _attr_dict(module.attributes)
+    out = [head + " {"]
+    _print_ops(module.body.ops, _Namer(), "  ", out)
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def print_op(op: Operation) -> str:
+    """One op (and its region) in text form, for messages and debugging."""
+    out: list[str] = []
+    _print_ops([op], _Namer(), "", out)
+    return "\n".join(out)

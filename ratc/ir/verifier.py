@@ -1,0 +1,118 @@
+"""The verifier: structural checks driven by the op registry, then each op's own check."""
+
+from __future__ import annotations
+
+from ratc.errors import LocatedError
+from ratc.ir.attributes import SymbolRef
+from ratc.ir.core import Module, Operation
+from ratc.ir.registry import OpDef, lookup
+from ratc.ir.types import DTYPE_BYTES, TensorType
+
+
+class VerifyError(LocatedError):
+    """An IR that violates a structural rule or an op's own invariant."""
+
+    def __init__(self, message: str, op: Operation | None = None):
+        super().__init__(message, op.loc if op is not None else None)
+        self.op = op
+
+
+def _arity(specs, n: int, what: str, opdef: OpDef, op: Operation) -> None:
+    fixed = len(specs) - (1 if specs and specs[-1].variadic else 0)
+    if (n != fixed) if not (specs and specs[-1].variadic) else (n < fixed):
+        want = f"{fixed}" if len(specs) == fixed else f"at least {fixed}"
+        raise VerifyError(f"'{op.name}' expects {want} {what}(s), got {n}", op)
+
+
+def _check_types(specs, values, what: str, op: Operation) -> None:
+    for i, v in enumerate(values):
+        spec = specs[min(i, len(specs) - 1)]
+        if not spec.accepts(v.type):
+            raise VerifyError(f"'{op.name}' {what} #{i} ('{spec.name}') must be {spec.constraint}, "
+                              f"got {v.type}", op)
+
+
+def verify_op(op: Operation) -> None:
+    """Check one op against its registered definition (not its region's ops)."""
+    opdef = lookup(op.name)
+    if opdef is None:
+        raise VerifyError(f"unknown op '{op.name}'", op)
+    _arity(opdef.operands, len(op.operands), "operand", opdef, op)
+    _arity(opdef.results, len(op.results), "result", opdef, op)
+    _check_types(opdef.operands, op.operands, "operand", op)
+    _check_types(opdef.results, op.results, "result", op)
+    for v in op.results:
+        if isinstance(v.type, TensorType) and v.type.dtype not in DTYPE_BYTES:
+            raise VerifyError(f"'{op.name}' result has unknown element type '{v.type.dtype}'", op)
+    for key in op.attributes:
+        if key not in opdef.attrs:
+            raise VerifyError(f"'{op.name}' has unknown attribute '{key}' "
+                              f"(known: {', '.join(sorted(opdef.attrs)) or 'none'})", op)
+    for key, spec in opdef.attrs.items():
+        if key not in op.attributes:
+            if spec.required:
+                raise VerifyError(f"'{op.name}' requires attribute '{key}'", op)
+            continue
+        problem = spec.check(op.attributes[key])
+        if problem:
+            raise VerifyError(f"'{op.name}': {problem}", op)
+    if opdef.symbol and op.sym_name is None:
+        raise VerifyError(f"'{op.name}' requires a symbol name (@name)", op)
+    if not opdef.symbol and op.sym_name is not None:
+        raise VerifyError(f"'{op.name}' does not take a symbol name", op)
+    if opdef.region and op.region is None:
+        raise VerifyError(f"'{op.name}' requires a region", op)
+    if not opdef.region and op.region is not None:
+        raise VerifyError(f"'{op.name}' does not take a region", op)
+    if opdef.verify is not None:
+        opdef.verify(op)
+
+
+def verify(module: Module, check_symbols: bool = True) -> None:
+    """Raise VerifyError at the first violation: dominance, symbols, then per-op rules."""
+    defined: set = set()
+    symbols: dict[str, Operation] = {}
+
+    def walk(ops, scope_values: list) -> None:
+        sym_here: set[str] = set()
+        for op in ops:
+            for i, v in enumerate(op.operands):
+                if v not in defined:
+                    raise VerifyError(f"'{op.name}' operand #{i} is used before its definition "
+                                      f"or outside its region", op)
+            if op.sym_name is not None:
+                if op.sym_name in sym_here:
+                    raise VerifyError(f"redefinition of symbol '@{op.sym_name}'", op)
+                sym_here.add(op.sym_name)
+                symbols.setdefault(op.sym_name, op)
+            verify_op(op)
+            if op.region is not None:
+                inner: list = []
+                walk(op.region.ops, inner)
+                defined.difference_update(inner)
+            for v in op.results:
+                if v in defined:
+                    raise VerifyError(f"'{op.name}' redefines a value", op)
+                defined.add(v)
+                scope_values.append(v)
+
+    walk(module.body.ops, [])
+    if not check_symbols:
+        return
+    for op in module.walk():
+        for key, value in op.attributes.items():
+            for ref in _symbol_refs(value):
+                if ref.name not in symbols:
+                    raise VerifyError(f"'{op.name}' attribute '{key}' refers to undefined symbol "
+                                      f"'@{ref.name}'", op)
+
+
+def _symbol_refs(value):
+    if isinstance(value, SymbolRef):
+        yield value
+    elif isinstance(value, list):
+        for v in value:
+            yield from _symbol_refs(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _symbol_refs(v)

@@ -1,0 +1,127 @@
+"""The pass manager: runs a pipeline, verifies after each pass, prints and dumps IR, times passes."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from ratc.errors import RatcError
+from ratc.ir.core import Module
+from ratc.ir.printer import print_module
+from ratc.ir.verifier import VerifyError, verify
+from ratc.passes.base import Pass, PassContext
+
+
+@dataclass
+class Instrumentation:
+    """What to print or dump around passes (the --print-ir-* family, --dump-dir, --time-passes)."""
+
+    print_before: set[str] = field(default_factory=set)
+    print_after: set[str] = field(default_factory=set)
+    print_after_all: bool = False
+    print_after_change: bool = False
+    print_after_failure: bool = False
+    dump_dir: Path | None = None
+    time_passes: bool = False
+    input_name: str = "<input>"
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+
+
+class PassFailure(RatcError):
+    """A pass (or the verifier after it) failed; names the pass and carries the cause."""
+
+    def __init__(self, pass_: Pass, cause: Exception, after_verify: bool):
+        what = "verification failed after pass" if after_verify else "pass failed"
+        super().__init__(f"{what} '{pass_.spec()}':\n{cause}")
+        self.pass_ = pass_
+        self.cause = cause
+
+
+def dump_header(kind: str, p: Pass) -> str:
+    """MLIR's greppable dump header, e.g. '// -----// IR Dump After dce (dce) //----- //'."""
+    return f"// -----// IR Dump {kind} {p.name} ({p.spec()}) //----- //\n"
+
+
+def pipeline_text(passes: list[Pass]) -> str:
+    """The canonical text of a pipeline (every option spelled out)."""
+    return ",".join(p.spec() for p in passes)
+
+
+class PassManager:
+    """Runs passes in order with verification and instrumentation."""
+
+    def __init__(self, passes: list[Pass], *, verify_each: bool = True,
+                 instrumentation: Instrumentation | None = None, ctx: PassContext | None = None):
+        self.passes = passes
+        self.verify_each = verify_each
+        self.inst = instrumentation or Instrumentation()
+        self.ctx = ctx or PassContext()
+        self.timings: list[tuple[str, float]] = []
+
+    def run(self, module: Module) -> Module:
+        """Run every pass; raises PassFailure naming the pass that failed."""
+        inst = self.inst
+        if self.verify_each:
+            verify(module)
+        if inst.dump_dir is not None:
+            inst.dump_dir.mkdir(parents=True, exist_ok=True)
+            _write(inst.dump_dir / "00_input.ir", print_module(module))
+        for i, p in enumerate(self.passes, 1):
+            before = print_module(module) if inst.print_after_change else None
+            if p.name in inst.print_before:
+                inst.stream.write(dump_header("Before", p) + print_module(module))
+            start = time.perf_counter()
+            try:
+                result = p.run(module, self.ctx)
+                module = result if result is not None else module
+            except RatcError as exc:
+                self._on_failure(p, module)
+                raise PassFailure(p, exc, after_verify=False) from exc
+            self.timings.append((p.spec(), time.perf_counter() - start))
+            if self.verify_each:
+                try:
+                    verify(module)
+                except VerifyError as exc:
+                    self._on_failure(p, module)
+                    raise PassFailure(p, exc, after_verify=True) from exc
+            text = None
+            if inst.print_after_all or p.name in inst.print_after:
+                text = print_module(module)
+                inst.stream.write(dump_header("After", p) + text)
+            elif inst.print_after_change:
+                text = print_module(module)
+                if text != before:
+                    inst.stream.write(dump_header("After", p) + text)
+            if inst.dump_dir is not None:
+                text = text or print_module(module)
+                prefix = pipeline_text(self.passes[:i])
+                repro = f"// reproduce: ratc opt {inst.input_name} -p '{prefix}'\n"
+                _write(inst.dump_dir / f"{i:02d}_after_{p.name}.ir", dump_header("After", p) + repro + text)
+        if inst.time_passes:
+            inst.stream.write(self.timing_report())
+        return module
+
+    def _on_failure(self, p: Pass, module: Module) -> None:
+        if self.inst.print_after_failure:
+            self.inst.stream.write(dump_header("After", p).replace("After", "After Failed", 1)
+                                   + print_module(module))
+
+    def timing_report(self) -> str:
+        """A table of wall time per pass, like MLIR's -mlir-timing."""
+        total = sum(t for _, t in self.timings) or 1e-12
+        width = max([len(n) for n, _ in self.timings] + [len("Total")])
+        lines = ["===" + "-" * 60 + "===", "  Pass execution timing report",
+                 "===" + "-" * 60 + "===",
+                 f"  {'Wall Time':>12}  {'(%)':>7}  Name"]
+        for name, t in self.timings:
+            lines.append(f"  {t:>10.4f} s  {100 * t / total:6.1f}%  {name}")
+        lines.append(f"  {total:>10.4f} s  {100.0:6.1f}%  {'Total'.ljust(width)}")
+        return "\n".join(lines) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    from ratc.cli.io import write_atomic
+    write_atomic(path, text)

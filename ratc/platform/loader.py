@@ -1,0 +1,108 @@
+"""Load and validate platform profiles (TOML) into typed, frozen sections."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ratc import units
+from ratc.errors import RatcError
+from ratc.platform.schema import PARSERS, SECTIONS, section_fields
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+
+
+class PlatformError(RatcError):
+    """A platform profile that is missing, malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A validated platform profile; each TOML section is a typed attribute."""
+
+    name: str
+    description: str
+    source: str
+    text: str
+    sections: dict
+
+    def __getattr__(self, item):
+        sections = self.__dict__.get("sections", {})
+        if item in sections:
+            return sections[item]
+        raise AttributeError(item)
+
+    def with_overrides(self, **overrides: str) -> "Platform":
+        """A copy with 'section.key' (or unique bare key) values replaced, parsed like TOML."""
+        sections = dict(self.sections)
+        for key, raw in overrides.items():
+            sec_name, field_name = _resolve_key(key)
+            kind = section_fields(SECTIONS[sec_name])[field_name]
+            value = _parse(self.source, sec_name, field_name, kind, raw)
+            sections[sec_name] = dataclasses.replace(sections[sec_name], **{field_name: value})
+        return dataclasses.replace(self, sections=sections)
+
+
+def _resolve_key(key: str) -> tuple[str, str]:
+    if "." in key:
+        sec, name = key.split(".", 1)
+        if sec in SECTIONS and name in section_fields(SECTIONS[sec]):
+            return sec, name
+    else:
+        owners = [s for s, cls in SECTIONS.items() if key in section_fields(cls)]
+        if len(owners) == 1:
+            return owners[0], key
+    raise PlatformError(f"unknown platform parameter {key!r}")
+
+
+def _parse(source: str, section: str, key: str, kind: str, raw):
+    try:
+        return PARSERS[kind](raw)
+    except units.UnitError as exc:
+        raise PlatformError(f"{source}: [{section}].{key}: {exc}") from None
+
+
+def list_platforms() -> list[str]:
+    """Names of the profiles shipped with ratc."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+
+
+def load_platform(name_or_path: str | Path = "mt3000") -> Platform:
+    """Load a shipped profile by name or a TOML file by path, validating every key."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PROFILE_DIR / f"{name_or_path}.toml"
+        if not path.exists():
+            raise PlatformError(
+                f"unknown platform {str(name_or_path)!r} (shipped: {', '.join(list_platforms())})")
+    if not path.exists():
+        raise PlatformError(f"{path}: no such platform profile")
+    text = path.read_text()
+    source = str(path)
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PlatformError(f"{source}: invalid TOML: {exc}") from None
+    meta = raw.pop("platform", {})
+    if not isinstance(meta, dict) or "name" not in meta:
+        raise PlatformError(f"{source}: missing [platform] table with a 'name'")
+    unknown = sorted(set(raw) - set(SECTIONS))
+    if unknown:
+        raise PlatformError(f"{source}: unknown section [{unknown[0]}] (known: {', '.join(SECTIONS)})")
+    sections = {}
+    for sec_name, cls in SECTIONS.items():
+        table = raw.get(sec_name)
+        if table is None:
+            raise PlatformError(f"{source}: missing section [{sec_name}]")
+        kinds = section_fields(cls)
+        extra = sorted(set(table) - set(kinds))
+        if extra:
+            raise PlatformError(f"{source}: [{sec_name}]: unknown key {extra[0]!r} (known: {', '.join(kinds)})")
+        missing = [k for k in kinds if k not in table]
+        if missing:
+            raise PlatformError(f"{source}: [{sec_name}]: missing key {missing[0]!r}")
+        sections[sec_name] = cls(**{k: _parse(source, sec_name, k, kind, table[k]) for k, kind in kinds.items()})
+    return Platform(name=str(meta["name"]), description=str(meta.get("description", "")),
+                    source=source, text=text, sections=sections)

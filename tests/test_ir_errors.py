@@ -1,0 +1,87 @@
+"""Malformed inputs: each gives one located, readable error, exit code 1 and no traceback."""
+
+import pytest
+
+from ratc.cli.main import main
+
+GOOD_HEAD = "module @m {\n"
+
+# (name, file text, pipeline, expected 'line:col', expected message fragment)
+CASES = [
+    ("missing-brace", GOOD_HEAD + '  %a = test.const {value = 1.0} : tensor<2xf32>\n', "",
+     "2:48", "unexpected end of input"),
+    ("bad-character", GOOD_HEAD + "  %a = test.const {value = 1.0} : tensor<2xf32> ?\n}\n", "",
+     "2:49", "unexpected character '?'"),
+    ("unknown-op", GOOD_HEAD + "  %a = test.nope : tensor<2xf32>\n}\n", "", "2:3", "unknown op 'test.nope'"),
+    ("use-before-def", GOOD_HEAD + "  %b = test.add(%a, %a) : tensor<2xf32>\n"
+     "  %a = test.const {value = 1.0} : tensor<2xf32>\n}\n", "", "2:17", "use of undefined value '%a'"),
+    ("duplicate-value", GOOD_HEAD + "  %a = test.const {value = 1.0} : tensor<2xf32>\n"
+     "  %a = test.const {value = 2.0} : tensor<2xf32>\n}\n", "", "3:3", "redefinition of value '%a'"),
+    ("duplicate-symbol", GOOD_HEAD + "  test.func @f {\n  }\n  test.func @f {\n  }\n}\n", "",
+     "4:3", "redefinition of symbol '@f'"),
+    ("wrong-attr-type", GOOD_HEAD + '  %a = test.const {value = "one"} : tensor<2xf32>\n}\n', "",
+     "2:3", "attribute 'value' must be a float"),
+    ("missing-attr", GOOD_HEAD + "  %a = test.const : tensor<2xf32>\n}\n", "", "2:3",
+     "requires attribute 'value'"),
+    ("unknown-attr", GOOD_HEAD + "  %a = test.const {value = 1.0, colour = 1} : tensor<2xf32>\n}\n", "",
+     "2:3", "unknown attribute 'colour'"),
+    ("wrong-operand-type", GOOD_HEAD + "  %t = test.token : !test.tok\n  %b = test.add(%t, %t) : tensor<2xf32>\n}\n",
+     "", "3:3", "operand #0 ('a') must be tensor"),
+    ("op-verifier", GOOD_HEAD + "  %a = test.const {value = 1.0} : tensor<2xf32>\n"
+     "  %b = test.const {value = 1.0} : tensor<3xf32>\n  %c = test.add(%a, %b) : tensor<2xf32>\n}\n",
+     "", "4:3", "needs operands and result of one type"),
+    ("arity", GOOD_HEAD + "  %a = test.const {value = 1.0} : tensor<2xf32>\n  %b = test.add(%a) : tensor<2xf32>\n}\n",
+     "", "3:3", "expects 2 operand(s), got 1"),
+    ("types-count", GOOD_HEAD + "  %a, %b = test.split : tensor<2xf32>\n}\n", "", "2:12",
+     "defines 2 result(s) but lists 1 type(s)"),
+    ("bad-dtype", GOOD_HEAD + "  %a = test.const {value = 1.0} : tensor<2xq7>\n}\n", "", "2:3",
+     "unknown element type 'q7'"),
+    ("undefined-symbol", GOOD_HEAD + "  test.call {callee = @ghost}\n}\n", "", "2:3",
+     "undefined symbol '@ghost'"),
+    ("duplicate-attr-key", GOOD_HEAD + "  %a = test.const {value = 1.0, value = 2.0} : tensor<2xf32>\n}\n",
+     "", "2:33", "duplicate attribute 'value'"),
+    ("enum-choice", GOOD_HEAD + '  test.attrs {e = "medium"}\n}\n', "", "2:3", "must be one of 'fast', 'slow'"),
+    ("region-not-allowed", GOOD_HEAD + "  test.print {\n  }\n}\n", "", "2:3", "expects 1 operand(s), got 0"),
+    ("bad-pass-name", GOOD_HEAD + "}\n", "cse,frobnicate", "<pipeline>:1:5", "unknown pass 'frobnicate'"),
+    ("bad-option-value", GOOD_HEAD + "}\n", "verify{symbols=maybe}", "<pipeline>:1:16",
+     "option 'symbols' must be true or false"),
+    ("unknown-option", GOOD_HEAD + "}\n", "verify{colour=red}", "<pipeline>:1:8", "has no option 'colour'"),
+    ("unclosed-options", GOOD_HEAD + "}\n", "verify{symbols=true", "<pipeline>:1:20", "missing '}'"),
+]
+
+
+@pytest.mark.parametrize("name,text,pipeline,where,message", CASES, ids=[c[0] for c in CASES])
+def test_malformed_input_is_located(tmp_path, capsys, name, text, pipeline, where, message):
+    path = tmp_path / f"{name}.ir"
+    path.write_text(text)
+    out = tmp_path / "out.ir"
+    argv = ["opt", str(path), "-o", str(out)] + (["-p", pipeline] if pipeline else [])
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert message in err
+    if where.startswith("<pipeline>"):
+        assert f"{where}: error:" in err
+    else:
+        assert f"{path}:{where}: error:" in err
+        line, col = map(int, where.split(":"))
+        src_line = text.splitlines()[line - 1] if line <= len(text.splitlines()) else ""
+        # The source line and a caret under the column follow the message.
+        assert f"\n{src_line}\n{' ' * (col - 1)}^" in err
+    assert not out.exists(), "nothing may be written on error"
+
+
+def test_at_least_fifteen_cases():
+    assert len(CASES) >= 15
+
+
+def test_traceback_flag_shows_the_python_error(tmp_path):
+    path = tmp_path / "bad.ir"
+    path.write_text("module {\n  %a = test.nope : tensor<2xf32>\n}\n")
+    with pytest.raises(Exception, match="unknown op"):
+        main(["--traceback", "opt", str(path)])
+
+
+def test_missing_file_is_a_clear_error(capsys):
+    assert main(["opt", "/nonexistent/prog.ir"]) == 1
+    assert "no such file" in capsys.readouterr().err
