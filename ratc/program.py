@@ -1,0 +1,117 @@
+"""A compiled program on disk: a directory of files plus a manifest of their content hashes.
+
+`ratc compile` writes one; `ratc run` and `ratc report` read one back and refuse any
+directory whose files do not match the manifest (an edited kernel, a missing plan).
+The directory is written next to its final place and renamed into it, so a reader never
+sees half a program.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ratc import __version__
+from ratc.errors import RatcError
+
+MANIFEST = "manifest.json"
+FORMAT = "ratc-program/1"
+
+
+class ProgramError(RatcError):
+    """A program directory that is missing, incomplete or tampered with."""
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_program(outdir: str | Path, files: dict[str, str | bytes], meta: dict | None = None) -> Path:
+    """Write files (relative path -> content) and their manifest to outdir, replacing it whole."""
+    outdir = Path(outdir)
+    outdir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
+    try:
+        hashes = {}
+        for rel in sorted(files):
+            if rel == MANIFEST or Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise ValueError(f"bad program file name {rel!r}")
+            data = files[rel].encode() if isinstance(files[rel], str) else files[rel]
+            path = tmp / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            hashes[rel] = _digest(data)
+        manifest = {"format": FORMAT, "ratc": __version__, "meta": meta or {}, "files": hashes}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        if outdir.exists():
+            # Only ever replace something that is itself a ratc program (or empty).
+            if any(outdir.iterdir()) and not (outdir / MANIFEST).exists():
+                raise ProgramError(f"{outdir}: exists and is not a ratc program directory; "
+                                   f"refusing to overwrite it")
+            old = outdir.with_name(f".{outdir.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(outdir, old)
+            os.replace(tmp, outdir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, outdir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return outdir
+
+
+class Program:
+    """A verified program directory: its manifest and byte-exact file contents."""
+
+    def __init__(self, root: Path, manifest: dict, files: dict[str, bytes]):
+        self.root = root
+        self.manifest = manifest
+        self.files = files
+
+    @property
+    def meta(self) -> dict:
+        return self.manifest.get("meta", {})
+
+    def text(self, rel: str) -> str:
+        """A file's content as text; ProgramError if the program has no such file."""
+        if rel not in self.files:
+            raise ProgramError(f"{self.root}: the program has no file '{rel}'")
+        return self.files[rel].decode()
+
+    def names(self, prefix: str = "") -> list[str]:
+        """The program's file names under a prefix, sorted."""
+        return sorted(n for n in self.files if n.startswith(prefix))
+
+
+def load_program(root: str | Path) -> Program:
+    """Read a program directory, checking every file against the manifest."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ProgramError(f"{root}: no such program directory (create one with `ratc compile`)")
+    mpath = root / MANIFEST
+    if not mpath.is_file():
+        raise ProgramError(f"{root}: not a ratc program (no {MANIFEST})")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProgramError(f"{mpath}: unreadable manifest: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ProgramError(f"{mpath}: unknown program format {manifest.get('format') if isinstance(manifest, dict) else None!r} "
+                           f"(expected {FORMAT!r})")
+    files = {}
+    for rel, want in sorted(manifest.get("files", {}).items()):
+        path = root / rel
+        if not path.is_file():
+            raise ProgramError(f"{root}: file '{rel}' listed in the manifest is missing; "
+                               f"recompile with `ratc compile`")
+        data = path.read_bytes()
+        if _digest(data) != want:
+            raise ProgramError(f"{path}: content does not match the manifest (edited after "
+                               f"compilation?); recompile with `ratc compile`")
+        files[rel] = data
+    return Program(root, manifest, files)
