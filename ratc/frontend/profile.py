@@ -27,6 +27,8 @@ class OpProfile:
     saved_bytes: int                # bytes this op keeps for backward under full-save
     gemm: tuple[int, int, int] | None = None   # (M, N, K) of the forward GEMM, if a matmul
     attention: tuple[int, int, int, int] | None = None  # (heads, kv_heads, seq, head_dim)
+    # operands: an op of the same layer by name, a layer parameter by name, or "$i" for args[i]
+    inputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class LayerProfile:
     param_count: int                # parameters of ONE instance
     param_bytes: int                # their bytes in the training dtype
     input_bytes: int                # bytes of the layer's input (the checkpoint under FSR/ckpt)
+    params: tuple[tuple[str, tuple[int, ...], str], ...] = ()   # (name in layer, shape, dtype)
+    args: tuple[tuple[tuple[int, ...], str], ...] = ()          # tensors from outside: (shape, dtype)
 
     @property
     def fwd_flops(self) -> int:

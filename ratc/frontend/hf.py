@@ -1,0 +1,74 @@
+"""Hugging Face configs (config.json) to ModelProfiles, with no weights and no network."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ratc.errors import RatcError
+from ratc.frontend.profile import ModelProfile
+
+# torch dtype names as config.json spells them; ratc trains in fp16 unless told otherwise.
+TRAIN_DTYPE = "float16"
+
+
+def load_hf_config(path_or_dict, display: str | None = None) -> dict:
+    """Read and check a config.json (or a dict already parsed from one)."""
+    if isinstance(path_or_dict, dict):
+        return dict(path_or_dict)
+    path = Path(path_or_dict)
+    display = display or str(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RatcError(f"{display}: no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RatcError(f"{display}: malformed config.json: {exc}") from None
+    if not isinstance(data, dict):
+        raise RatcError(f"{display}: malformed config.json: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost cause's message: transformers wraps validation errors."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
+def build_hf_model(config: dict, display: str = "<config>"):
+    """The causal-LM module for a config, built on the meta device in the training dtype."""
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        raise RatcError("--hf-config needs the optional 'transformers' package: pip install 'ratc[hf]'") from None
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str):
+        raise RatcError(f"{display}: malformed config.json: missing string field 'model_type'")
+    try:
+        cfg = transformers.AutoConfig.for_model(**{**config, "use_cache": False})
+    except Exception as exc:  # noqa: BLE001 - transformers validates with its own exception types
+        raise RatcError(f"{display}: cannot read config: {_cause(exc)}") from None
+    try:
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, TRAIN_DTYPE))
+    except Exception as exc:  # noqa: BLE001 - transformers raises many types for bad configs
+        raise RatcError(f"{display}: cannot build a causal LM for model_type '{model_type}': "
+                        f"{_cause(exc)}") from None
+    return model.eval()
+
+
+def trace_hf_config(path_or_dict, seq_len: int, *, name: str | None = None) -> ModelProfile:
+    """Trace a Hugging Face causal LM described by a config.json via torch.export."""
+    from ratc.frontend.trace import trace_model
+
+    display = "<config>" if isinstance(path_or_dict, dict) else str(path_or_dict)
+    config = load_hf_config(path_or_dict, display)
+    model = build_hf_model(config, display)
+    try:
+        profile = trace_model(model, seq_len, name=name or config.get("model_type", "hf"), method="export")
+    except RatcError as exc:
+        raise RatcError(f"{display}: {exc}") from None
+    profile.meta["source"] = display
+    return profile

@@ -1,0 +1,135 @@
+"""The model-file protocol of `ratc compile model.py` and its loader.
+
+A model file is a Python file defining
+
+    PRESETS: dict[str, dict]          named configurations (keyword arguments)
+    build_model(**config) -> nn.Module   forward(input_ids, labels) -> scalar loss
+    input_spec(**config) -> dict         {"seq_len": int, "vocab": int, "batch": int (optional)}
+
+and optionally DEFAULT_PRESET. ratc builds the module on the meta device (no memory for
+weights) in the training dtype, so build_model must not read tensor values.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from ratc.errors import RatcError
+
+TRAIN_DTYPE = "float16"
+
+
+@dataclass
+class ModelSpec:
+    """A model built from a model file: module on meta plus the inputs it expects."""
+
+    path: str
+    preset: str
+    config: dict
+    module: object                   # torch.nn.Module on the meta device
+    seq_len: int
+    vocab: int
+    batch: int = 1
+
+
+def _where(exc: BaseException, path: Path) -> str:
+    """' (line N)' for the innermost frame of the model file in a traceback."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
+    return f" (line {frames[-1].lineno})" if frames else ""
+
+
+def import_model_file(path: str):
+    """Execute a model file as a fresh module; errors name the file and the cause."""
+    p = Path(path)
+    if not p.is_file():
+        raise RatcError(f"{path}: no such file")
+    name = f"_ratc_model_{abs(hash(str(p.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, p)
+    if spec is None or spec.loader is None:
+        raise RatcError(f"{path}: not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod     # dataclasses and pickling look modules up by name
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as exc:  # noqa: BLE001 - anything the user's file raises is reported
+        sys.modules.pop(name, None)
+        where = _where(exc, p.resolve())
+        raise RatcError(f"{path}: raised {type(exc).__name__} while loading{where}: {exc}") from None
+    return mod
+
+
+def _check_protocol(mod, path: str) -> None:
+    missing = [n for n in ("PRESETS", "build_model", "input_spec") if not hasattr(mod, n)]
+    if missing:
+        raise RatcError(f"{path}: not a ratc model file: missing {', '.join(missing)} "
+                        "(see docs/frontend.md, 'Model-file protocol')")
+    if not isinstance(mod.PRESETS, dict) or not all(isinstance(v, dict) for v in mod.PRESETS.values()):
+        raise RatcError(f"{path}: PRESETS must be a dict of name -> dict of build_model arguments")
+    for fn in ("build_model", "input_spec"):
+        if not callable(getattr(mod, fn)):
+            raise RatcError(f"{path}: {fn} must be a function")
+
+
+def _choose_preset(mod, path: str, preset: str | None) -> str:
+    if preset is None:
+        preset = getattr(mod, "DEFAULT_PRESET", None)
+        if preset is None and len(mod.PRESETS) == 1:
+            preset = next(iter(mod.PRESETS))
+        if preset is None:
+            raise RatcError(f"{path}: several presets and no DEFAULT_PRESET; choose one with --preset "
+                            f"({', '.join(sorted(mod.PRESETS))})")
+    if preset not in mod.PRESETS:
+        raise RatcError(f"{path}: unknown preset '{preset}' (available: {', '.join(sorted(mod.PRESETS))})")
+    return preset
+
+
+def _call(fn, config: dict, path: str, what: str):
+    try:
+        return fn(**config)
+    except Exception as exc:  # noqa: BLE001
+        where = _where(exc, Path(path).resolve())
+        raise RatcError(f"{path}: {what} raised {type(exc).__name__}{where}: {exc}") from None
+
+
+def load_model_file(path: str, preset: str | None = None, seq_len: int | None = None) -> ModelSpec:
+    """Build a model file's module on the meta device for one preset (and sequence length)."""
+    import torch
+
+    mod = import_model_file(path)
+    _check_protocol(mod, path)
+    preset = _choose_preset(mod, path, preset)
+    config = dict(mod.PRESETS[preset])
+    if seq_len is not None:
+        if seq_len < 2:
+            raise RatcError(f"sequence length must be at least 2, got {seq_len}")
+        config["seq_len"] = seq_len
+    spec = _call(mod.input_spec, dict(config), path, "input_spec")
+    if not isinstance(spec, dict) or not isinstance(spec.get("seq_len"), int) or not isinstance(spec.get("vocab"), int):
+        raise RatcError(f"{path}: input_spec must return a dict with integer 'seq_len' and 'vocab', got {spec!r}")
+    with torch.device("meta"):
+        module = _call(mod.build_model, dict(config), path, "build_model")
+    if not isinstance(module, torch.nn.Module):
+        raise RatcError(f"{path}: build_model must return a torch.nn.Module, got {type(module).__name__}")
+    module = module.to(dtype=getattr(torch, TRAIN_DTYPE)).eval()
+    return ModelSpec(path=path, preset=preset, config=config, module=module,
+                     seq_len=spec["seq_len"], vocab=spec["vocab"], batch=int(spec.get("batch", 1)))
+
+
+def trace_model_file(path: str, preset: str | None = None, seq_len: int | None = None,
+                     method: str = "auto"):
+    """load_model_file + trace_model, with errors naming the file."""
+    from ratc.frontend.trace import trace_model
+
+    spec = load_model_file(path, preset, seq_len)
+    try:
+        profile = trace_model(spec.module, spec.seq_len, name=spec.preset, method=method)
+    except RatcError as exc:
+        raise RatcError(f"{path}: {exc}") from None
+    if profile.vocab != spec.vocab:
+        raise RatcError(f"{path}: input_spec says vocab={spec.vocab} but the embedding has {profile.vocab} rows")
+    profile.meta["source"] = path
+    return profile
