@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "ratc.cli.compile",
     "ratc.cli.opt",
     "ratc.cli.passes",
+    "ratc.cli.plan",
 ]
 
 

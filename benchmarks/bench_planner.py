@@ -1,0 +1,62 @@
+"""Planner speed: candidates evaluated per second, and planning LLaMA-2-70B on 1024 clusters.
+
+    python benchmarks/bench_planner.py [--repeat 5]
+
+Profiles are traced once beforehand (tracing is the frontend's cost, not the planner's).
+"cold" builds a fresh Planner per run, so unit costs and per-P stage tables are recomputed
+(the end-to-end planning time); "warm" plans again on the same Planner, which measures the
+candidate costing alone (what --min-clusters and repeated queries pay per cluster count).
+Times are process CPU seconds (time.process_time), so other jobs sharing the machine do
+not inflate them; --wall reports wall-clock seconds instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ratc.frontend.presets import trace_preset  # noqa: E402
+from ratc.planner.search import Planner  # noqa: E402
+from ratc.platform import load_platform  # noqa: E402
+
+CASES = [  # (model, clusters, global batch, strategy)
+    ("llama2-70b", 1024, 1024, "any"),
+    ("llama2-70b", 1024, 1024, "ratrain"),
+    ("llama2-13b", 256, 4096, "any"),
+    ("qwen2.5-32b", 512, 4096, "any"),
+]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--wall", action="store_true", help="measure wall-clock instead of CPU time")
+    args = ap.parse_args(argv)
+    clock = time.perf_counter if args.wall else time.process_time
+    platform = load_platform("mt3000")
+    profiles = {name: trace_preset(name) for name in {c[0] for c in CASES}}
+    print(f"{'model':12s} {'clusters':>8s} {'batch':>6s} {'strategy':9s} {'candidates':>10s} "
+          f"{'cold s':>8s} {'cold cand/s':>11s} {'warm s':>8s} {'warm cand/s':>11s}")
+    for name, clusters, batch, strategy in CASES:
+        cold, warm, n = [], [], 0
+        for _ in range(args.repeat):
+            planner = Planner(profiles[name], platform)
+            start = clock()
+            res = planner.plan(clusters, batch, strategy)
+            cold.append(clock() - start)
+            start = clock()
+            planner.plan(clusters, batch, strategy)
+            warm.append(clock() - start)
+            n = res.evaluated
+        c, w = statistics.median(cold), statistics.median(warm)
+        print(f"{name:12s} {clusters:8d} {batch:6d} {strategy:9s} {n:10d} {c:8.3f} {n / c:11.0f} {w:8.3f} {n / w:11.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

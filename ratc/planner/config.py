@@ -1,0 +1,94 @@
+"""The candidate configuration c = (P, D, T, Z, b, A, act, pref) and the training recipe."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ACT_POLICIES = ("full", "ckpt", "fsr")
+# bulk: GradSync, UpdateShard and PrefetchW all at the accumulation boundary (conventional
+# DP/ZeRO); layerwise: per-layer GradSync overlapped with backward (the layer-wise state
+# pipeline) but bulk update and prefetch; deadline: layer-wise pipeline plus deadline-aware
+# update-prefetch scheduling (paper Eq. 2-4).
+PREF_POLICIES = ("bulk", "layerwise", "deadline")
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    """One training configuration (paper Eq. 8 plus the tensor-parallel degree T)."""
+
+    P: int          # pipeline stages
+    D: int          # data-parallel replicas
+    T: int          # tensor-parallel degree
+    Z: int          # ZeRO stage
+    b: int          # sequences per micro-batch
+    A: int          # micro-batches (gradient-accumulation steps) per replica per step
+    act: str        # activation policy: full | ckpt | fsr
+    pref: str       # state/prefetch policy: bulk | layerwise | deadline
+    balance: str = "time"   # how layers are split into stages: time | memory
+
+    @property
+    def clusters(self) -> int:
+        return self.P * self.D * self.T
+
+    @property
+    def global_batch(self) -> int:
+        return self.D * self.b * self.A
+
+    def label(self) -> str:
+        """Compact text as the paper's tables write configurations."""
+        parts = [f"P={self.P}", f"D={self.D}"]
+        if self.T > 1:
+            parts.append(f"T={self.T}")
+        parts += [f"Z={self.Z}", f"b={self.b}", f"A={self.A}", {"full": "Full", "ckpt": "Ckpt", "fsr": "FSR"}[self.act],
+                  self.pref]
+        if self.balance != "time":
+            parts.append(f"balance={self.balance}")
+        return ",".join(parts)
+
+    def as_dict(self) -> dict:
+        return {"P": self.P, "D": self.D, "T": self.T, "Z": self.Z, "b": self.b, "A": self.A,
+                "act": self.act, "pref": self.pref, "balance": self.balance}
+
+
+@dataclass(frozen=True)
+class TrainingRecipe:
+    """Bytes per parameter of mixed-precision Adam and of its update (ZeRO paper, Sec. 3.1).
+
+    Rajbhandari et al. 2020: fp16 parameters (2 B) and gradients (2 B), and K = 12 B of
+    optimizer state (fp32 master weights, Adam momentum and variance, 4 B each).
+    """
+
+    param_bytes: int = 2
+    grad_bytes: int = 2
+    optimizer_bytes: int = 12
+    # One Adam step per parameter shard: read the fp16 gradient (2), read and write the fp32
+    # master weight, momentum and variance (2 x 12), write the fp16 parameter (2).
+    update_traffic_bytes: int = 28
+
+
+RECIPE = TrainingRecipe()
+
+
+@dataclass(frozen=True)
+class CandidateBatch:
+    """Candidates sharing P: the other dimensions as [C, 1] numpy columns."""
+
+    P: int
+    T: object
+    D: object
+    Z: object
+    b: object
+    M: object       # micro-batches per step per replica (= A)
+    act: object     # index into ACT_POLICIES
+    pref: object    # index into PREF_POLICIES
+
+    @classmethod
+    def of(cls, cands: list) -> "CandidateBatch":
+        """Columns of a list of Candidates that all share P."""
+        import numpy as np
+        col = lambda xs: np.array(xs, dtype=float)[:, None]  # noqa: E731
+        return cls(P=cands[0].P, T=col([c.T for c in cands]), D=col([c.D for c in cands]), Z=col([c.Z for c in cands]),
+                   b=col([c.b for c in cands]), M=col([c.A for c in cands]),
+                   act=col([ACT_POLICIES.index(c.act) for c in cands]),
+                   pref=col([PREF_POLICIES.index(c.pref) for c in cands]))

@@ -1,0 +1,92 @@
+"""Execution profiles: how fast the backend runs one GEMM (pluggable; default from paper Table 5)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ratc.errors import RatcError
+
+# The paper's measured FP16 GEMM backend (review, Table 5, "at sequence length 2048"):
+# shape N x K with M = 2048 rows, and the MAC utilization it sustained. The latencies of
+# that table equal M*N*K / (utilization * 8.1e12 MAC/s), which is how the shape is read.
+PAPER_TABLE5 = (
+    ((2048, 4096, 4096), 0.6496),
+    ((2048, 4096, 11008), 0.6616),
+    ((2048, 11008, 4096), 0.6513),
+    ((2048, 6656, 6656), 0.6735),
+    ((2048, 8192, 8192), 0.6813),
+)
+
+
+class ExecutionProfile:
+    """What the planner asks of a backend: sustained GEMM time and DDR-bound op time."""
+
+    def gemm_time(self, m: int, n: int, k: int) -> float:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def gemm_efficiency(self, m: int, n: int, k: int) -> float:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class TableExecProfile(ExecutionProfile):
+    """GEMM utilization from measured (shape, utilization) points, as a trend in GEMM size.
+
+    The paper reports that larger GEMMs sustain slightly higher utilization; the trend is a
+    least-squares line of utilization against ln(M*N*K) through the measured points,
+    clamped to the measured range so no shape is credited beyond what was measured.
+    """
+
+    peak_mac_rate: float
+    points: tuple = PAPER_TABLE5
+
+    def gemm_efficiency(self, m: int, n: int, k: int) -> float:
+        return _trend(self.points, m * n * k)
+
+    def gemm_time(self, m: int, n: int, k: int) -> float:
+        """Seconds for an (m, n, k) GEMM, compute side only (DDR is bounded by the caller)."""
+        return m * n * k / (self.peak_mac_rate * self.gemm_efficiency(m, n, k))
+
+
+@lru_cache(maxsize=65536)
+def _trend(points: tuple, macs: int) -> float:
+    xs = [math.log(a * b * c) for (a, b, c), _ in points]
+    ys = [u for _, u in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    util = my + slope * (math.log(max(macs, 1)) - mx)
+    return min(max(util, min(ys)), max(ys))
+
+
+@dataclass(frozen=True)
+class KernelVMExecProfile(ExecutionProfile):
+    """GEMM times measured by ratc's kernel VM (ratc.codegen.exec_profile.gemm_time)."""
+
+    platform: object
+
+    def gemm_time(self, m: int, n: int, k: int) -> float:
+        from ratc.codegen.exec_profile import gemm_time
+        return gemm_time(self.platform, m, n, k)
+
+    def gemm_efficiency(self, m: int, n: int, k: int) -> float:
+        return m * n * k / (self.platform.cluster.peak_mac_rate * self.gemm_time(m, n, k))
+
+
+EXEC_PROFILES = ("paper-table5", "kernel-vm")
+
+
+def load_exec_profile(platform, name: str = "paper-table5") -> ExecutionProfile:
+    """The named execution profile for a platform."""
+    if name == "paper-table5":
+        return TableExecProfile(peak_mac_rate=platform.cluster.peak_mac_rate)
+    if name == "kernel-vm":
+        try:
+            import ratc.codegen.exec_profile  # noqa: F401
+        except ImportError:
+            raise RatcError("execution profile 'kernel-vm' needs ratc.codegen.exec_profile, "
+                            "which this build does not have; use 'paper-table5'") from None
+        return KernelVMExecProfile(platform)
+    raise RatcError(f"unknown execution profile {name!r} (known: {', '.join(EXEC_PROFILES)})")

@@ -1,0 +1,117 @@
+"""Per-layer costs for one sequence on one TP rank: op rooflines, parameters, activations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ratc.errors import RatcError
+from ratc.frontend.profile import LayerProfile, ModelProfile, OpProfile
+
+DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i64": 8, "i32": 4, "bool": 1}
+
+# Ops Megatron-style tensor parallelism splits across the T ranks (by heads or by the FFN
+# dimension); the rest (norms, residual adds on the hidden stream) run replicated.
+_TP_SPLIT_KINDS = frozenset({"matmul", "attention", "rope", "softmax"})
+
+# Megatron tensor parallelism (Shoeybi et al. 2019, Sec. 3): one all-reduce of the hidden
+# stream after attention and one after the MLP in forward, two more in backward.
+TP_ALLREDUCES_PER_LAYER = 2
+
+
+@dataclass(frozen=True)
+class UnitCost:
+    """One layer (embedding, decoder layer or head) for ONE sequence on one TP rank."""
+
+    name: str
+    decoder: bool           # decoder layers are checkpointed and recomputed; pre/post are not
+    fwd: float              # forward seconds (sum of per-op rooflines)
+    fwd_compute: float      # seconds the compute units are busy in forward
+    fwd_ddr: float          # seconds DDR is busy in forward
+    bwd: float
+    bwd_compute: float
+    bwd_ddr: float
+    params: float           # parameters held by this rank
+    saved_bytes: float      # full-save activations kept for backward
+    ckpt_bytes: float       # the layer input (the checkpoint under ckpt / FSR)
+    workspace: float        # the largest non-attention op output: operator scratch in DDR
+
+
+def elem_bytes(dtype: str) -> int:
+    """Bytes per element of a profile dtype name."""
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise RatcError(f"unknown dtype {dtype!r} in model profile (known: {', '.join(DTYPE_BYTES)})") from None
+
+
+def op_split(op: OpProfile, hidden: int) -> bool:
+    """Whether tensor parallelism divides this op's work across ranks."""
+    if op.kind in _TP_SPLIT_KINDS:
+        return True
+    return op.kind == "elementwise" and bool(op.out_shape) and op.out_shape[-1] != hidden
+
+
+def op_times(op: OpProfile, exec_profile, platform, tp: int, split: bool, dtype_bytes: int):
+    """(fwd compute, fwd ddr, bwd compute, bwd ddr) seconds of one op for one sequence.
+
+    GEMMs run at the execution profile's sustained rate; every other op at the peak
+    vector rate (2 FLOPs per MAC). DDR time is bytes / bandwidth. Backward re-reads each
+    forward input and writes its gradient, and reads the output gradient once:
+    2 * bytes_read + bytes_written.
+    """
+    div = tp if split else 1
+    peak = platform.cluster.peak_mac_rate
+    ddr = platform.cluster.ddr_bandwidth
+    fwd_macs = op.fwd_flops / 2 / div
+    bwd_macs = (op.bwd_input_flops + op.bwd_weight_flops) / 2 / div
+    if op.gemm is not None:
+        m, n, k = op.gemm
+        eff = exec_profile.gemm_efficiency(m, max(1, n // div), k)
+        rate = peak * eff
+    else:
+        rate = peak
+    read, written = op.bytes_read / div, op.bytes_written / div
+    fwd_ddr_bytes = read + written
+    bwd_ddr_bytes = 2 * read + written
+    if op.kind == "attention" and op.attention is not None:
+        # The paper's attention backward (Alg. 1, line 5) reloads the saved probability
+        # tiles P_ij from DDR, so the forward writes heads x s x s of them once.
+        heads, _, seq, _ = op.attention
+        probs = heads * seq * seq * dtype_bytes / div
+        fwd_ddr_bytes += probs
+        bwd_ddr_bytes += probs
+    return fwd_macs / rate, fwd_ddr_bytes / ddr, bwd_macs / rate, bwd_ddr_bytes / ddr
+
+
+def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, tp: int,
+              decoder: bool) -> UnitCost:
+    """Costs of one layer for one sequence at tensor-parallel degree tp."""
+    eb = elem_bytes(model.dtype)
+    f = fc = fd = b = bc = bd = 0.0
+    saved = workspace = 0.0
+    for op in layer.ops:
+        split = op_split(op, model.hidden)
+        c1, d1, c2, d2 = op_times(op, exec_profile, platform, tp, split, eb)
+        f += max(c1, d1)
+        fc += c1
+        fd += d1
+        b += max(c2, d2)
+        bc += c2
+        bd += d2
+        saved += op.saved_bytes / (tp if split else 1)
+        if op.kind != "attention":
+            # The attention backward keeps its score-gradient tiles in AM/SM (paper Alg. 1),
+            # so only other ops need DDR scratch of their output size.
+            workspace = max(workspace, op.bytes_written / (tp if split else 1))
+    return UnitCost(name=layer.name, decoder=decoder, fwd=f, fwd_compute=fc, fwd_ddr=fd,
+                    bwd=b, bwd_compute=bc, bwd_ddr=bd, params=layer.param_count / tp,
+                    saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
+                    workspace=workspace)
+
+
+def model_units(model: ModelProfile, exec_profile, platform, tp: int) -> list[UnitCost]:
+    """The model as a list of unit costs in forward order: pre, decoder layers, post."""
+    pre = unit_cost(model.pre, model, exec_profile, platform, tp, decoder=False)
+    post = unit_cost(model.post, model, exec_profile, platform, tp, decoder=False)
+    templates = {id(t): unit_cost(t, model, exec_profile, platform, tp, decoder=True) for t in model.layers}
+    return [pre] + [templates[id(t)] for t in model.decoder_layers()] + [post]

@@ -1,0 +1,63 @@
+"""Layer-to-stage partitioning: contiguous stages, embedding first, head last, balanced."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from itertools import accumulate
+
+from ratc.errors import RatcError
+
+BALANCES = ("time", "memory")
+
+
+def unit_weight(unit, balance: str) -> float:
+    """What a balanced partition equalizes: compute time or parameter count."""
+    return unit.fwd + unit.bwd if balance == "time" else unit.params
+
+
+def partition(units, P: int, balance: str = "time") -> list[tuple[int, int]]:
+    """Split units [pre, layer_1..layer_L, post] into P contiguous (start, end) ranges.
+
+    Every stage owns at least one decoder layer; the embedding joins the first stage and the
+    head the last. The maximum stage weight is minimized (bisection on the bottleneck with
+    a greedy packer), then stages are split further until there are exactly P.
+    """
+    L = len(units) - 2
+    if not 1 <= P <= L:
+        raise RatcError(f"pipeline degree P={P} needs 1 <= P <= {L} (the number of decoder layers)")
+    w = [unit_weight(u, balance) for u in units[1:-1]]
+    w[0] += unit_weight(units[0], balance)
+    w[-1] += unit_weight(units[-1], balance)
+    prefix = [0.0, *accumulate(w)]
+    lo, hi = max(w), prefix[-1]
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if len(_pack(prefix, mid, P + 1)) <= P:
+            hi = mid
+        else:
+            lo = mid
+    groups = _pack(prefix, hi)
+    while len(groups) < P:
+        i = max((g for g in range(len(groups)) if groups[g][1] - groups[g][0] > 1),
+                key=lambda g: prefix[groups[g][1]] - prefix[groups[g][0]])
+        s, e = groups[i]
+        # cut where the first half of the group's weight ends, keeping both parts non-empty
+        mid = (prefix[s] + prefix[e]) / 2
+        cut = min(max(bisect_right(prefix, mid, s, e), s + 1), e - 1)
+        groups[i:i + 1] = [(s, cut), (cut, e)]
+    # block j is unit j + 1; the first block also holds unit 0 and the last unit L + 1
+    ranges = [(s + 1, e + 1) for s, e in groups]
+    ranges[0] = (0, ranges[0][1])
+    ranges[-1] = (ranges[-1][0], L + 2)
+    return ranges
+
+
+def _pack(prefix: list[float], limit: float, cap: int | None = None) -> list[tuple[int, int]]:
+    """Greedy: each group takes as many blocks as fit under limit (at least one); stops at cap groups."""
+    groups, start, n = [], 0, len(prefix) - 1
+    slack = limit * (1 + 1e-12)
+    while start < n and (cap is None or len(groups) < cap):
+        end = max(start + 1, min(n, bisect_right(prefix, prefix[start] + slack) - 1))
+        groups.append((start, end))
+        start = end
+    return groups

@@ -1,0 +1,90 @@
+"""Text and JSON renderings of a planning result."""
+
+from __future__ import annotations
+
+import json
+
+from ratc.units import format_bytes
+
+
+def tokens_per_second(result, ev, seq_len: int) -> float:
+    """Training throughput of a candidate: global batch tokens per step time."""
+    return result.global_batch * seq_len / ev.t_step
+
+
+def _row(result, ev, seq_len: int) -> str:
+    return (f"{ev.cand.label():58s} {ev.t_step:10.2f} s {tokens_per_second(result, ev, seq_len):10.1f} tok/s  "
+            f"peak {format_bytes(ev.peak_mem):>9s} (stage {ev.peak_stage})")
+
+
+def breakdown(ev) -> str:
+    """Eq. 12 terms and Eq. 9 terms of one candidate."""
+    return (f"    T_1F1B {ev.t_1f1b:.2f} s + E_comm {ev.e_comm:.2f} + E_upd {ev.e_upd:.2f} + E_pref {ev.e_pref:.2f}"
+            f" + E_rec {ev.e_rec:.2f} = {ev.t_step:.2f} s\n"
+            f"    memory at stage {ev.peak_stage}: state {format_bytes(ev.mem_state)} + activations "
+            f"{format_bytes(ev.mem_act)} + buffers {format_bytes(ev.mem_buf)} = {format_bytes(ev.peak_mem)}")
+
+
+def explain(result, limit: int = 8) -> list[str]:
+    """Why the runners-up lost (per dimension value) and why pruned candidates did not fit."""
+    lines = []
+    best = result.best if result.feasible else None
+    if best is not None:
+        lines.append("best per choice (what each alternative costs against the winner):")
+        for dim in ("P", "Z", "T", "b", "act", "pref", "balance"):
+            seen = {}
+            for ev in result.feasible:
+                seen.setdefault(getattr(ev.cand, dim), ev)
+            for value, ev in sorted(seen.items(), key=lambda kv: kv[1].t_step):
+                if value == getattr(best.cand, dim):
+                    continue
+                lines.append(f"  {dim}={value}: {ev.cand.label()} is {ev.t_step / best.t_step:.3f}x "
+                             f"(+{ev.t_step - best.t_step:.2f} s: {_why(best, ev)})")
+    if result.infeasible:
+        lines.append(f"pruned {len(result.infeasible)} candidates over the {format_bytes(result.budget)} budget "
+                     "(Eq. 10); the leanest per pipeline degree:")
+        per_p = {}
+        for ev in result.infeasible:
+            per_p.setdefault(ev.cand.P, ev)
+        for P, ev in sorted(per_p.items())[:limit]:
+            lines.append(f"  P={P}: {ev.cand.label()} needs {format_bytes(ev.peak_mem)} on stage {ev.peak_stage} "
+                         f"(state {format_bytes(ev.mem_state)}, activations {format_bytes(ev.mem_act)}, "
+                         f"buffers {format_bytes(ev.mem_buf)})")
+    return lines
+
+
+def _why(best, ev) -> str:
+    terms = {"1F1B main path": ev.t_1f1b - best.t_1f1b, "exposed comm": ev.e_comm - best.e_comm,
+             "exposed update": ev.e_upd - best.e_upd, "exposed prefetch": ev.e_pref - best.e_pref,
+             "exposed recovery": ev.e_rec - best.e_rec}
+    top = [(k, v) for k, v in sorted(terms.items(), key=lambda kv: -kv[1])[:2] if v > 0.005]
+    return ", ".join(f"{k} {v:+.2f} s" for k, v in top) or "a tie within 0.01 s"
+
+
+def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False) -> str:
+    """The ranked table with breakdowns, and optionally the explanation."""
+    head = (f"plan for {result.model} on {result.clusters} x {result.platform} clusters, global batch "
+            f"{result.global_batch} x {seq_len} tokens, strategy {result.strategy}, budget {format_bytes(result.budget)}\n"
+            f"evaluated {result.evaluated} candidates in {result.seconds:.3f} s: {len(result.feasible)} fit, "
+            f"{len(result.infeasible)} pruned by memory\n")
+    lines = [head]
+    for i, ev in enumerate(result.feasible[:top], 1):
+        lines.append(f"{i:2d}. {_row(result, ev, seq_len)}")
+        lines.append(breakdown(ev))
+    if with_explain:
+        lines.append("")
+        lines += explain(result)
+    return "\n".join(lines) + "\n"
+
+
+def render_json(result, seq_len: int, top: int = 5, with_explain: bool = False) -> str:
+    """Machine-readable result (deterministic key order)."""
+    data = {"model": result.model, "platform": result.platform, "clusters": result.clusters,
+            "global_batch": result.global_batch, "seq_len": seq_len, "strategy": result.strategy,
+            "memory_budget_bytes": result.budget, "evaluated": result.evaluated,
+            "feasible_count": len(result.feasible), "pruned_count": len(result.infeasible),
+            "top": [dict(ev.as_dict(), tokens_per_s=tokens_per_second(result, ev, seq_len))
+                    for ev in result.feasible[:top]]}
+    if with_explain:
+        data["explain"] = explain(result)
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"

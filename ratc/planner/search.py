@@ -1,0 +1,253 @@
+"""Algorithm 2: enumerate candidates, prune by memory (Eq. 10), rank by step time (Eq. 12/13)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ratc.errors import RatcError
+from ratc.planner.collectives import check_algorithm
+from ratc.planner.config import RECIPE, Candidate, CandidateBatch
+from ratc.planner.exec_profile import load_exec_profile
+from ratc.planner.memory import stage_memory
+from ratc.planner.opcost import elem_bytes, model_units
+from ratc.planner.stages import UnitTable, stack, stage_costs
+from ratc.planner.strategies import Strategy, get_strategy
+from ratc.units import format_bytes
+
+MAX_MICRO_BATCH = 16   # largest micro-batch (sequences) enumerated
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """One candidate with its predicted step time (Eq. 12) and peak stage memory (Eq. 9)."""
+
+    cand: Candidate
+    t_step: float
+    t_1f1b: float
+    e_comm: float
+    e_upd: float
+    e_pref: float
+    e_rec: float
+    peak_mem: float
+    peak_stage: int
+    mem_state: float
+    mem_act: float
+    mem_buf: float
+    feasible: bool
+
+    def as_dict(self) -> dict:
+        return {"config": self.cand.as_dict(), "label": self.cand.label(), "feasible": self.feasible,
+                "step_time_s": self.t_step, "t_1f1b_s": self.t_1f1b, "e_comm_s": self.e_comm,
+                "e_upd_s": self.e_upd, "e_pref_s": self.e_pref, "e_rec_s": self.e_rec,
+                "peak_memory_bytes": self.peak_mem, "peak_stage": self.peak_stage,
+                "memory_at_peak_stage": {"state": self.mem_state, "activations": self.mem_act,
+                                         "buffers": self.mem_buf}}
+
+
+@dataclass
+class PlanResult:
+    """The ranked feasible candidates and what was pruned."""
+
+    model: str
+    platform: str
+    clusters: int
+    global_batch: int
+    strategy: str
+    budget: float
+    feasible: list = field(default_factory=list)     # sorted by step time
+    infeasible: list = field(default_factory=list)   # sorted by peak memory
+    evaluated: int = 0
+    seconds: float = 0.0
+
+    @property
+    def best(self) -> Evaluated:
+        return self.feasible[0]
+
+
+class Planner:
+    """Plans one model on one platform; caches per-TP unit costs and per-P stage tables."""
+
+    def __init__(self, model, platform, exec_profile=None, budget: float | None = None, recipe=RECIPE,
+                 micro_batches: tuple = tuple(range(1, MAX_MICRO_BATCH + 1))):
+        check_algorithm(platform)
+        self.micro_batches = tuple(micro_batches)
+        self.model = model
+        self.platform = platform
+        self.exec_profile = exec_profile or load_exec_profile(platform)
+        self.budget = float(budget if budget is not None else platform.cluster.memory_budget)
+        self.recipe = recipe
+        self.elem = elem_bytes(model.dtype)
+        self._units: dict = {}
+        self._stages: dict = {}
+
+    @property
+    def layers(self) -> int:
+        return self.model.num_layers
+
+    def units(self, T: int):
+        if T not in self._units:
+            self._units[T] = UnitTable.of(model_units(self.model, self.exec_profile, self.platform, T))
+        return self._units[T]
+
+    def stages(self, P: int, T: int, balance: str):
+        key = (P, T, balance)
+        if key not in self._stages:
+            self._stages[key] = stage_costs(self.units(T), P, T, balance)
+        return self._stages[key]
+
+    # -- the search space ------------------------------------------------------------
+    def space(self, clusters: int, global_batch: int, strategy: Strategy) -> dict:
+        """Candidates grouped by P (costed together); every cluster is used: P * D * T = clusters."""
+        micro = self.micro_batches
+        groups: dict = {}
+        for T in strategy.tp:
+            for P in range(1, self.layers + 1):
+                if clusters % (P * T):
+                    continue
+                D = clusters // (P * T)
+                if global_batch % D:
+                    continue
+                per_replica = global_batch // D
+                zeros = strategy.zero if D > 1 else strategy.zero[:1]
+                for balance in strategy.balance:
+                    if balance != strategy.balance[0] and self._same_partition(P, T, strategy.balance[0], balance):
+                        continue
+                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance)
+                             for b in micro if b <= per_replica and per_replica % b == 0
+                             for Z in zeros for act in strategy.act for pref in strategy.pref]
+                    if cands:
+                        groups.setdefault(P, []).extend(cands)
+        return groups
+
+    def _same_partition(self, P: int, T: int, a: str, b: str) -> bool:
+        return self.stages(P, T, a).ranges == self.stages(P, T, b).ranges
+
+    def check_request(self, clusters: int, global_batch: int, strategy: Strategy) -> None:
+        """Explain, with alternatives, why a request has no candidate at all."""
+        shapes = [(P, clusters // (P * T), T) for T in strategy.tp for P in range(1, self.layers + 1)
+                  if clusters % (P * T) == 0]
+        if not shapes:
+            near = [n for n in range(max(1, clusters - 64), clusters + 65)
+                    if any(n % (P * T) == 0 for T in strategy.tp for P in range(1, self.layers + 1))]
+            raise RatcError(f"{clusters} clusters cannot be split into P x D x T with T in {list(strategy.tp)} "
+                            f"and P <= {self.layers} layers; nearby cluster counts that can: "
+                            f"{', '.join(map(str, sorted(near, key=lambda n: (abs(n - clusters), n))[:6]))}")
+        ds = sorted({D for _, D, _ in shapes})
+        per_replica = sorted({global_batch // D for D in ds if global_batch % D == 0})
+        if per_replica:
+            raise RatcError(f"no micro-batch size in {list(self.micro_batches)} divides the per-replica batch "
+                            f"({', '.join(map(str, per_replica))} sequences for D in {ds}); allow micro-batch 1")
+        fits = [g for g in range(global_batch + 1, global_batch + 1 + ds[-1] * 4) if any(g % D == 0 for D in ds)]
+        raise RatcError(f"global batch {global_batch} is not divisible by any data-parallel degree D "
+                        f"possible on {clusters} clusters (D in {ds}); the next batches that are: "
+                        f"{', '.join(map(str, fits[:4]))}")
+
+    # -- costing -------------------------------------------------------------------
+    def _stacked(self, cands: list):
+        keys = sorted({(c.T, c.balance) for c in cands})
+        index = {k: i for i, k in enumerate(keys)}
+        tables = [self.stages(cands[0].P, T, balance) for T, balance in keys]
+        return stack(tables, np.array([index[(c.T, c.balance)] for c in cands]))
+
+    def evaluate_group(self, cands: list) -> list:
+        """Memory and step time for candidates sharing P, vectorized over all of them."""
+        from ratc.planner.timing import step_time
+        sc = self._stacked(cands)
+        batch = CandidateBatch.of(cands)
+        m = self.model
+        mem = stage_memory(sc, batch, m.seq_len * m.hidden * self.elem, self.recipe)
+        total = mem.total
+        peak_stage = total.argmax(axis=1)
+        rows = np.arange(len(cands))
+        peak = total[rows, peak_stage]
+        st = step_time(sc, batch, self.platform, m.seq_len, m.hidden, self.elem, self.recipe)
+        t_step = st.t_step
+        state = mem.state[rows, peak_stage]
+        act = mem.activations[rows, peak_stage]
+        buf = mem.buffers[rows, peak_stage]
+        columns = (t_step, st.t_1f1b, st.e_comm, st.e_upd, st.e_pref, st.e_rec, peak, peak_stage,
+                   state, act, buf, peak <= self.budget)
+        return [Evaluated(c, *row) for c, row in zip(cands, zip(*(col.tolist() for col in columns)))]
+
+    def detail(self, cand: Candidate):
+        """(stage costs, per-stage memory, timing pieces) of one candidate, for reports and the VM."""
+        from ratc.planner.timing import step_time
+        sc = self.stages(cand.P, cand.T, cand.balance)
+        batch = CandidateBatch.of([cand])
+        m = self.model
+        mem = stage_memory(sc, batch, m.seq_len * m.hidden * self.elem, self.recipe)
+        st = step_time(sc, batch, self.platform, m.seq_len, m.hidden, self.elem, self.recipe)
+        return sc, mem, st
+
+    def plan(self, clusters: int, global_batch: int, strategy: str | Strategy = "ratrain",
+             progress: bool = False) -> PlanResult:
+        """Algorithm 2 over the strategy's space at one cluster count."""
+        strat = get_strategy(strategy) if isinstance(strategy, str) else strategy
+        if clusters < 1 or global_batch < 1:
+            raise RatcError(f"clusters ({clusters}) and global batch ({global_batch}) must be positive")
+        start = time.perf_counter()
+        groups = self.space(clusters, global_batch, strat)
+        if not groups:
+            self.check_request(clusters, global_batch, strat)
+        result = PlanResult(self.model.name, self.platform.name, clusters, global_batch, strat.name, self.budget)
+        items = list(groups.values())
+        if progress:
+            from tqdm import tqdm
+            items = tqdm(items, desc=f"planning {clusters} clusters", unit="group", leave=False, disable=None)
+        for cands in items:
+            for ev in self.evaluate_group(cands):
+                (result.feasible if ev.feasible else result.infeasible).append(ev)
+                result.evaluated += 1
+        # ties (equivalent configurations) keep enumeration order, which is deterministic
+        result.feasible.sort(key=lambda e: e.t_step)
+        result.infeasible.sort(key=lambda e: e.peak_mem)
+        result.seconds = time.perf_counter() - start
+        return result
+
+    def require_feasible(self, result: PlanResult) -> PlanResult:
+        """The result, or an error saying what would fit instead."""
+        if result.feasible:
+            return result
+        least = result.infeasible[0]
+        hint = ""
+        fit = self.min_clusters(result.global_batch, result.strategy, limit=max(4 * result.clusters, 1024))
+        if fit is not None:
+            hint = (f"; the smallest cluster count that fits is {fit.clusters} "
+                    f"({fit.best.cand.label()}, peak {format_bytes(fit.best.peak_mem)})")
+        raise RatcError(
+            f"no configuration of {result.model} fits the {format_bytes(result.budget)} memory budget on "
+            f"{result.clusters} clusters (strategy {result.strategy}); the leanest, {least.cand.label()}, needs "
+            f"{format_bytes(least.peak_mem)} on stage {least.peak_stage}, so a budget of at least "
+            f"{format_bytes(least.peak_mem)} would fit{hint}")
+
+    def cluster_ladder(self, limit: int) -> list[int]:
+        """Cluster counts tried by --min-clusters: whole nodes (multiples of clusters_per_node).
+
+        Counts below the state-only bound are skipped: however P, D, T and Z split it, the
+        training state totals (2 + 2 + 12) bytes per parameter, so N * budget must hold it.
+        """
+        step = self.platform.network.clusters_per_node
+        r = self.recipe
+        floor = self.model.param_count * (r.param_bytes + r.grad_bytes + r.optimizer_bytes) / self.budget
+        first = max(step, step * math.ceil(floor / step))
+        return list(range(first, limit + 1, step))
+
+    def min_clusters(self, global_batch: int, strategy: str | Strategy = "ratrain", limit: int = 4096,
+                     progress: bool = False):
+        """The first cluster count on the ladder with a feasible plan (or None up to limit)."""
+        strat = get_strategy(strategy) if isinstance(strategy, str) else strategy
+        ladder = self.cluster_ladder(limit)
+        if progress:
+            from tqdm import tqdm
+            ladder = tqdm(ladder, desc="min clusters", unit="count", leave=False, disable=None)
+        for n in ladder:
+            if not self.space(n, global_batch, strat):
+                continue
+            res = self.plan(n, global_batch, strat)
+            if res.feasible:
+                return res
+        return None

@@ -1,0 +1,97 @@
+"""Per-stage cost tables for one (P, T, balance): what memory and timing read per candidate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ratc.planner.partition import partition
+
+_SUM_FIELDS = ("fwd", "fwd_compute", "fwd_ddr", "bwd", "bwd_compute", "bwd_ddr", "params", "saved_bytes")
+
+
+@dataclass(frozen=True)
+class UnitTable:
+    """The model's units (pre, decoder layers, post) as numpy columns, for fast stage sums."""
+
+    units: tuple
+    cols: dict            # field -> [n_units] array
+    decoder: np.ndarray   # bool [n_units]
+
+    @classmethod
+    def of(cls, units) -> "UnitTable":
+        cols = {f: np.array([getattr(u, f) for u in units], dtype=float) for f in _SUM_FIELDS + ("ckpt_bytes", "workspace")}
+        return cls(tuple(units), cols, np.array([u.decoder for u in units]))
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """Stage sums for ONE sequence per micro-batch (shape [P]) and per-unit rows ([P, U])."""
+
+    P: int
+    T: int
+    balance: str
+    ranges: tuple                  # (start, end) unit indices of each stage
+    names: tuple                   # unit names per stage
+    fwd: np.ndarray                # forward seconds
+    fwd_c: np.ndarray              # ... of which compute-busy
+    fwd_d: np.ndarray              # ... of which DDR-busy
+    bwd: np.ndarray
+    bwd_c: np.ndarray
+    bwd_d: np.ndarray
+    rec: np.ndarray                # recomputation (forward of the stage's decoder layers)
+    rec_c: np.ndarray
+    rec_d: np.ndarray
+    params: np.ndarray             # parameters on the stage (per TP rank)
+    n_dec: np.ndarray              # decoder layers on the stage
+    max_layer_params: np.ndarray   # the stage's largest single layer (gradient bucket, ZeRO-3 view)
+    saved_full: np.ndarray         # full-save activation bytes
+    ckpt: np.ndarray               # checkpoint bytes: decoder inputs + embedding/head activations
+    rec_buf: np.ndarray            # one recovery buffer: the largest decoder layer's activations
+    workspace: np.ndarray          # largest non-attention op output
+    u_params: np.ndarray           # [P, U] per unit, forward order, zero padded
+    u_fwd: np.ndarray
+    u_bwd: np.ndarray
+
+
+def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> StageCosts:
+    """Aggregate unit costs into P stages."""
+    ranges = partition(table.units, P, balance)
+    starts = np.array([s for s, _ in ranges])
+    n = len(table.units)
+    U = max(e - s for s, e in ranges)
+    # [P, U] gather of each stage's units, padded with a zero unit
+    idx = starts[:, None] + np.arange(U)[None, :]
+    valid = idx < np.array([e for _, e in ranges])[:, None]
+    idx = np.where(valid, idx, n)
+    pad = lambda a: np.append(a, 0.0)[idx]  # noqa: E731
+    c, dec = table.cols, table.decoder.astype(float)
+    ssum = lambda a: np.add.reduceat(a, starts)  # noqa: E731
+    dec_pad = pad(dec) > 0
+    saved = pad(c["saved_bytes"])
+    return StageCosts(
+        P=P, T=T, balance=balance, ranges=tuple(ranges),
+        names=tuple(tuple(u.name for u in table.units[s:e]) for s, e in ranges),
+        fwd=ssum(c["fwd"]), fwd_c=ssum(c["fwd_compute"]), fwd_d=ssum(c["fwd_ddr"]),
+        bwd=ssum(c["bwd"]), bwd_c=ssum(c["bwd_compute"]), bwd_d=ssum(c["bwd_ddr"]),
+        rec=ssum(c["fwd"] * dec), rec_c=ssum(c["fwd_compute"] * dec), rec_d=ssum(c["fwd_ddr"] * dec),
+        params=ssum(c["params"]), n_dec=ssum(dec), max_layer_params=pad(c["params"]).max(axis=1),
+        saved_full=ssum(c["saved_bytes"]), ckpt=ssum(np.where(dec > 0, c["ckpt_bytes"], c["saved_bytes"])),
+        rec_buf=np.where(dec_pad, saved, 0.0).max(axis=1), workspace=pad(c["workspace"]).max(axis=1),
+        u_params=pad(c["params"]), u_fwd=pad(c["fwd"]), u_bwd=pad(c["bwd"]))
+
+
+_ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "params", "n_dec",
+           "max_layer_params", "saved_full", "ckpt", "rec_buf", "workspace")
+_UNIT_ARRAYS = ("u_params", "u_fwd", "u_bwd")
+
+
+def stack(tables: list, which) -> StageCosts:
+    """Tables of one P stacked per candidate: row i is tables[which[i]] ([C, P] and [C, P, U])."""
+    U = max(t.u_params.shape[1] for t in tables)
+    arrays = {f: np.stack([getattr(t, f) for t in tables])[which] for f in _ARRAYS}
+    for f in _UNIT_ARRAYS:
+        padded = [np.pad(getattr(t, f), ((0, 0), (0, U - t.u_params.shape[1]))) for t in tables]
+        arrays[f] = np.stack(padded)[which]
+    return StageCosts(P=tables[0].P, T=0, balance="mixed", ranges=(), names=(), **arrays)

@@ -1,0 +1,50 @@
+"""Strategy modes: the search spaces that reproduce the paper's Table 2 rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ratc.errors import RatcError
+from ratc.planner.config import ACT_POLICIES, PREF_POLICIES, ZERO_STAGES
+from ratc.planner.partition import BALANCES
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """Which values each configuration dimension may take.
+
+    By default ZeRO is "lightweight" (0-2): the paper's response to intra-layer collectives
+    is PP + DP + lightweight ZeRO (review Fig. 1, R1), and its baselines other than
+    ZeRO-3-heavy all run ZeRO-2 (Table 2).
+    """
+
+    name: str
+    doc: str
+    tp: tuple = (1,)
+    zero: tuple = (0, 1, 2)
+    act: tuple = ACT_POLICIES
+    pref: tuple = PREF_POLICIES
+    balance: tuple = BALANCES
+
+
+STRATEGIES = {s.name: s for s in (
+    Strategy("ratrain", "RATrain: PP x DP x lightweight ZeRO (0-2), FSR, layer-wise state pipeline, "
+                        "deadline-aware update-prefetch"),
+    Strategy("tp-heavy", "Megatron-style tensor parallelism (T >= 2) inside each stage",
+             tp=(2, 4, 8)),
+    Strategy("zero3-heavy", "ZeRO-3: parameters sharded and gathered per layer", zero=(3,)),
+    Strategy("backward-ckpt", "classical checkpointing: recomputation on the backward path",
+             act=("ckpt",)),
+    Strategy("full-save", "every activation kept for backward, no recomputation", act=("full",)),
+    Strategy("tuned-pp-dp-zero", "P, D, Z, b, A searched; no FSR, no state pipeline, no update-prefetch",
+             act=("full", "ckpt"), pref=("bulk",)),
+    Strategy("any", "every dimension free, including TP and ZeRO-3", tp=(1, 2, 4, 8), zero=ZERO_STAGES),
+)}
+
+
+def get_strategy(name: str) -> Strategy:
+    """A strategy by name."""
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        raise RatcError(f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})") from None

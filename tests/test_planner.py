@@ -1,0 +1,164 @@
+"""The planner (Algorithm 2): partitioning, search, strategy modes, errors and the CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ratc.cli.main import main
+from ratc.errors import RatcError
+from ratc.frontend.presets import trace_preset
+from ratc.planner.partition import partition
+from ratc.planner.search import Planner
+from ratc.platform import load_platform
+
+
+def unit(name, t, params=1.0, decoder=True):
+    return SimpleNamespace(name=name, fwd=t / 3, bwd=2 * t / 3, params=params, decoder=decoder)
+
+
+def best_bottleneck(w, P):
+    """Oracle: the smallest possible maximum stage weight over every contiguous split."""
+    L = len(w)
+    best = float("inf")
+    for cuts in itertools.combinations(range(1, L), P - 1):
+        bounds = (0, *cuts, L)
+        best = min(best, max(sum(w[a:b]) for a, b in zip(bounds, bounds[1:])))
+    return best
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.floats(0.1, 10), min_size=1, max_size=9), st.floats(0, 5), st.floats(0, 5), st.data())
+def test_partition_is_contiguous_balanced_and_keeps_embedding_and_head(times, pre, post, data):
+    units = [unit("pre", pre, decoder=False)] + [unit(f"l{i}", t) for i, t in enumerate(times)] + \
+            [unit("post", post, decoder=False)]
+    P = data.draw(st.integers(1, len(times)))
+    ranges = partition(units, P)
+    assert len(ranges) == P
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(units)
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    assert all(any(u.decoder for u in units[s:e]) for s, e in ranges)
+    w = list(times)
+    w[0] += pre
+    w[-1] += post
+    got = max(sum(u.fwd + u.bwd for u in units[s:e]) for s, e in ranges)
+    assert got == pytest.approx(best_bottleneck(w, P), rel=1e-6)
+
+
+def test_partition_rejects_too_many_stages():
+    units = [unit("pre", 0, decoder=False), unit("l0", 1), unit("post", 0, decoder=False)]
+    with pytest.raises(RatcError, match="P=2 needs 1 <= P <= 1"):
+        partition(units, 2)
+
+
+@pytest.fixture(scope="module")
+def mt3000():
+    return load_platform("mt3000")
+
+
+@pytest.fixture(scope="module")
+def table2(mt3000):
+    """Paper Table 2 setting: 256 clusters, global batch 4096, b = 1."""
+    out = {}
+    for name in ("llama2-13b", "qwen2.5-32b"):
+        planner = Planner(trace_preset(name), mt3000, micro_batches=(1,))
+        out[name] = {s: planner.plan(256, 4096, s) for s in ("ratrain", "backward-ckpt", "full-save",
+                                                             "tuned-pp-dp-zero")}
+    return out
+
+
+@pytest.mark.parametrize("name,P,D", [("llama2-13b", 2, 128), ("qwen2.5-32b", 8, 32)])
+def test_ratrain_picks_the_papers_configuration(table2, name, P, D):
+    best = table2[name]["ratrain"].best.cand
+    assert (best.P, best.D, best.T, best.Z, best.act) == (P, D, 1, 2, "fsr")
+
+
+@pytest.mark.parametrize("name", ["llama2-13b", "qwen2.5-32b"])
+def test_table2_baselines(table2, name):
+    res = table2[name]
+    assert not res["full-save"].feasible                      # paper: Full-save OOM
+    base = res["ratrain"].best.t_step
+    # paper: Backward Ckpt 1.36x, Tuned PP/DP/ZeRO 1.36-1.37x
+    assert res["backward-ckpt"].best.t_step / base == pytest.approx(1.36, abs=0.10)
+    assert res["tuned-pp-dp-zero"].best.t_step / base == pytest.approx(1.365, abs=0.10)
+    assert res["tuned-pp-dp-zero"].best.t_step >= res["backward-ckpt"].best.t_step
+
+
+def test_ranking_is_sorted_and_feasible(table2):
+    res = table2["llama2-13b"]["ratrain"]
+    times = [e.t_step for e in res.feasible]
+    assert times == sorted(times)
+    assert all(e.peak_mem <= res.budget for e in res.feasible)
+    assert all(e.peak_mem > res.budget for e in res.infeasible)
+    assert res.evaluated == len(res.feasible) + len(res.infeasible)
+
+
+def test_budget_too_small_says_what_fits(mt3000):
+    planner = Planner(trace_preset("llama2-13b"), mt3000, budget=4e9, micro_batches=(1,))
+    with pytest.raises(RatcError, match=r"4.00 GB memory budget.*budget of at least .*smallest cluster count that fits is \d+"):
+        planner.require_feasible(planner.plan(64, 256))
+
+
+def test_clusters_that_cannot_factor(mt3000):
+    planner = Planner(trace_preset("tiny"), mt3000)
+    with pytest.raises(RatcError, match=r"7 clusters cannot be split .* nearby cluster counts that can: 6, 8"):
+        planner.plan(7, 64, "tp-heavy")
+
+
+def test_batch_not_divisible(mt3000):
+    planner = Planner(trace_preset("tiny"), mt3000)
+    with pytest.raises(RatcError, match=r"global batch 7 is not divisible .*\(D in \[3, 4, 6, 12\]\); the next batches that are: 8, 9, 12, 15"):
+        planner.plan(12, 7)
+
+
+def test_min_clusters_matches_table3_for_llama2_7b(mt3000):
+    # Paper Table 3: LLaMA-2-7B trains on 8 clusters at global batch 512.
+    res = Planner(trace_preset("llama2-7b"), mt3000, micro_batches=(1,)).min_clusters(512, limit=64)
+    assert res.clusters == 8
+    assert res.best.cand.P * res.best.cand.D == 8
+
+
+def run_cli(capsys, *args):
+    code = main(["plan", "--preset", "tiny", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_text_and_explain(capsys):
+    code, out, _ = run_cli(capsys, "--clusters", "8", "--global-batch", "64", "--top", "2", "--explain")
+    assert code == 0
+    assert out.count("T_1F1B") == 2 and "best per choice" in out
+
+
+def test_cli_json_is_deterministic(capsys):
+    args = ("--clusters", "4", "--global-batch", "32", "--json", "--strategy", "any")
+    _, first, _ = run_cli(capsys, *args)
+    _, second, _ = run_cli(capsys, *args)
+    assert first == second
+    data = json.loads(first)
+    top = data["top"][0]
+    assert data["clusters"] == 4 and top["config"]["P"] * top["config"]["D"] * top["config"]["T"] == 4
+    assert top["step_time_s"] == pytest.approx(top["t_1f1b_s"] + top["e_comm_s"] + top["e_upd_s"]
+                                               + top["e_pref_s"] + top["e_rec_s"])
+
+
+def test_cli_min_clusters_and_errors(capsys):
+    code, out, _ = run_cli(capsys, "--min-clusters", "--global-batch", "32", "--json")
+    assert code == 0 and json.loads(out)["clusters"] == 4
+    code, _, err = run_cli(capsys, "--clusters", "4", "--global-batch", "32", "--memory-budget", "1MB")
+    assert code == 1 and "memory budget" in err and "Traceback" not in err
+    code, _, err = run_cli(capsys, "--clusters", "4", "--global-batch", "32", "--strategy", "nope")
+    assert code == 1 and "unknown strategy 'nope'" in err
+    code, _, err = run_cli(capsys, "--clusters", "4", "--global-batch", "32", "--memory-budget", "lots")
+    assert code == 1 and "--memory-budget" in err
+
+
+def test_micro_batch_that_divides_nothing(mt3000):
+    planner = Planner(trace_preset("tiny"), mt3000, micro_batches=(4,))
+    with pytest.raises(RatcError, match=r"no micro-batch size in \[4\] divides the per-replica batch"):
+        planner.plan(4, 6)
