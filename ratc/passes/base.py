@@ -103,7 +103,7 @@ def type_name(cls: type[Pass], f: dataclasses.Field) -> str:
 PASSES: dict[str, type[Pass]] = {}
 
 # Modules whose import registers passes; later components append theirs.
-PASS_MODULES = ["ratc.passes.generic"]
+PASS_MODULES = ["ratc.passes.generic", "ratc.passes.lifecycle"]
 
 
 def register_pass(cls: type[Pass]) -> type[Pass]:

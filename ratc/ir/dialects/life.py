@@ -1,0 +1,125 @@
+"""The life dialect: per-stage training programs whose state objects are SSA values.
+
+    life.plan @plan {P = 2, M = 4, Z = 2, act = "fsr", ...} { life.unit {index = 1, ...} ... }
+    life.pipeline @step {plan = @plan, schedule = "1f1b", ...} {
+      life.stage @s0 {stage = 0, units = [0, 1, 2]} {
+        %w1 = life.param {unit = 1, sizes = [...]} : !life.param
+        %x1_m0 = life.fwd(%w1) ... ; %dx = life.bwd(...) ; %g1 = life.grad_sync(...) ...
+        life.step_end(%v0, %v1, %v2)
+      }
+    }
+
+Ops inside a stage are in issue order; each task carries its duration (`dur`, seconds), its
+resource (`res`), its priority (`prio`, 0 = most urgent) and the bytes of each result
+(`sizes`). A task with `inplace = true` writes its last result into its last operand's
+buffer. memory-plan adds each result's lifetime tier (`tier`) and buffer slot (`buf`), and
+on the op that reads a buffer last, the slots freed after it (`frees`). Op verify hooks
+check that each task has exactly the dependencies its role needs (so dropping one is an
+error); the stage and pipeline hooks check ordering, completeness,
+send/recv matching and that the stages cannot deadlock (ratc.lifecycle.checks).
+"""
+
+from __future__ import annotations
+
+from ratc.ir.registry import Dialect
+from ratc.ir.verifier import VerifyError
+
+LIFE = Dialect("life", "training-state lifecycles: per-stage scheduled programs")
+
+# Attributes every task may carry: cost inputs, scheduling and memory-plan results.
+_TASK = {"dur": "float", "res": "compute|ddr|link", "prio": "int", "sizes": "list<int>",
+         "inplace": "bool?", "tier": "list<str>?", "buf": "list<int>?", "frees": "list<int>?"}
+_COSTED = {"dc": "float", "dd": "float", "ws": "bytes"}
+_PLACED = {"placement": "fwd-side|idle|bwd?", "window": "float?", "exposed": "float?"}
+_DEADLINE = {"release": "float?", "deadline": "float?", "start": "float?", "exposed": "float?"}
+
+
+def _check(op):
+    from ratc.lifecycle import checks
+    return checks.check_task(op)
+
+
+def _check_stage(op):
+    from ratc.lifecycle import checks
+    return checks.check_stage(op)
+
+
+def _check_pipeline(op):
+    from ratc.lifecycle import checks
+    return checks.check_pipeline(op)
+
+
+def _check_unit(op):
+    a = op.attributes
+    for key in ("fwd", "bwd", "sync", "reduce", "update", "prefetch", "gather", "fwd_c", "fwd_d",
+                "bwd_c", "bwd_d"):
+        if a[key] < 0:
+            raise VerifyError(f"'{op.name}' attribute '{key}' must not be negative", op)
+    if op.block is None or op.block.parent is None or op.block.parent.name != "life.plan":
+        raise VerifyError(f"'{op.name}' must be inside life.plan", op)
+
+
+LIFE.op("plan", "a training configuration and its per-unit costs: the lowering's input",
+        symbol=True, region=True, attrs={
+            "model": "str", "platform": "str", "P": "int", "D": "int", "T": "int", "Z": "int", "b": "int",
+            "M": "int", "act": "full|ckpt|fsr", "pref": "bulk|layerwise|deadline", "seq_len": "int",
+            "p2p": "float", "budget": "bytes"})
+LIFE.op("unit", "one layer (embedding, decoder layer or head) with its costs per micro-batch",
+        verify=_check_unit, attrs={
+            "index": "int", "name": "str", "stage": "int", "decoder": "bool",
+            "fwd": "float", "fwd_c": "float", "fwd_d": "float", "bwd": "float", "bwd_c": "float",
+            "bwd_d": "float", "in_bytes": "bytes", "saved": "bytes", "ws": "bytes", "param": "bytes",
+            "opt": "bytes", "grad": "bytes", "shard": "bytes", "bucket": "bytes", "view": "bytes", "sync": "float",
+            "sync_kind": "all-reduce|reduce-scatter", "reduce": "float", "update": "float",
+            "prefetch": "float", "gather": "float"})
+LIFE.op("pipeline", "one training step of all pipeline stages", symbol=True, region=True,
+        verify=_check_pipeline, attrs={
+            "plan": "symref", "P": "int", "M": "int", "Z": "int", "act": "full|ckpt|fsr", "units": "int",
+            "schedule": "gpipe|1f1b", "state": "bulk|layerwise?", "update": "bulk|eager|deadline?",
+            "fsr": "bool?", "peak": "list<int>?", "peak_at": "list<int>?", "budget": "bytes?"})
+LIFE.op("stage", "the ordered program of one pipeline stage", symbol=True, region=True,
+        verify=_check_stage, attrs={
+            "stage": "int", "units": "list<int>", "peak": "bytes?", "peak_at": "int?",
+            "tiers": "dict?", "buffers": "int?"})
+
+# Long-lived state defined at the step start.
+LIFE.op("param", "a layer's parameters held by this rank (ZeRO-3: its shard)", results=["w:!life.param"],
+        attrs={"unit": "int", **_TASK}, verify=_check)
+LIFE.op("opt", "a layer's optimizer-state shard (fp32 master, Adam moments)", results=["s:!life.opt"],
+        attrs={"unit": "int", **_TASK}, verify=_check)
+
+# The main path.
+LIFE.op("recv", "receive a boundary activation (fwd) or its gradient (bwd) from a peer stage",
+        results=["x:!life.act"], verify=_check,
+        attrs={"mb": "int", "dir": "fwd|bwd", "peer": "int", **_TASK})
+LIFE.op("send", "send a boundary activation (fwd) or its gradient (bwd) to a peer stage",
+        operands=["x:!life.act"], results=["t:!life.token"], verify=_check,
+        attrs={"mb": "int", "dir": "fwd|bwd", "peer": "int", **_TASK})
+LIFE.op("gather", "ZeRO-3: all-gather a layer's parameter view for one use",
+        operands=["w:!life.param"], results=["v:!life.view"], verify=_check,
+        attrs={"unit": "int", "mb": "int", "phase": "fwd|rec|bwd", **_TASK})
+LIFE.op("fwd", "Forward(l, m): activation out, and saved activations under full-save",
+        operands=["args*"], results=["outs*"], verify=_check,
+        attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED})
+LIFE.op("recover", "Recover(l, m): recompute a layer's saved activations from its checkpoint",
+        operands=["ckpt:!life.act", "w"], results=["r:!life.rec"], verify=_check,
+        attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED, **_PLACED})
+LIFE.op("bwd", "Backward(l, m): input gradient out, and the layer's gradient accumulated",
+        operands=["args*"], results=["outs*"], verify=_check,
+        attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED})
+
+# The state chain (paper Eq. 2): GradSync -> UpdateShard -> PrefetchW per layer.
+LIFE.op("reduce", "ZeRO >= 2: reduce-scatter one micro-batch's gradient bucket into the shard",
+        operands=["args*"], results=["g:!life.grad"], verify=_check,
+        attrs={"unit": "int", "mb": "int", **_TASK})
+LIFE.op("grad_sync", "GradSync(l): the collective completing a layer's accumulated gradient",
+        operands=["args*"], results=["g:!life.grad"], verify=_check,
+        attrs={"unit": "int", "kind": "all-reduce|reduce-scatter", **_TASK})
+LIFE.op("update", "UpdateShard(l): the optimizer step on this rank's shard",
+        operands=["g:!life.grad", "s:!life.opt", "w:!life.param"], results=["w:!life.param"],
+        verify=_check, attrs={"unit": "int", **_TASK, **_DEADLINE})
+LIFE.op("prefetch", "PrefetchW(l): all-gather the updated shards into the next step's view",
+        operands=["w:!life.param"], results=["v:!life.view"], verify=_check,
+        attrs={"unit": "int", **_TASK, **_DEADLINE})
+LIFE.op("step_end", "the step boundary: hands each layer's parameter view to the next step",
+        operands=["views*"], verify=_check)

@@ -1,0 +1,307 @@
+"""Verifier rules of the scheduled program (called from the life dialect's verify hooks).
+
+Per task: its operands are exactly the values its role depends on (Forward before its
+Backward, Recover before its Backward, GradSync after the layer's last Backward,
+UpdateShard after GradSync, PrefetchW feeding the next step's Forward), so removing any
+dependency edge fails. Per stage: every task exists once, in-place writes come after the
+last read of the value they overwrite. Per pipeline: sends and receives match one to one
+and the stages, each issuing in order with buffered sends and blocking receives, all
+finish (no cross-stage deadlock).
+"""
+
+from __future__ import annotations
+
+from ratc.ir.verifier import VerifyError, verify_op
+
+ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW = ("!life.act", "!life.saved", "!life.rec", "!life.grad",
+                                          "!life.param", "!life.opt", "!life.view")
+TASK_OPS = frozenset({"life.param", "life.opt", "life.recv", "life.send", "life.gather", "life.fwd",
+                      "life.recover", "life.bwd", "life.reduce", "life.grad_sync", "life.update",
+                      "life.prefetch", "life.step_end"})
+
+
+class _Ctx:
+    """What a task's rules need: plan-wide numbers and its stage's units."""
+
+    __slots__ = ("P", "M", "Z", "act", "head", "p", "units", "first", "last")
+
+    def __init__(self, pipe, stage):
+        a = pipe.attributes
+        self.P, self.M, self.Z, self.act, self.head = a["P"], a["M"], a["Z"], a["act"], a["units"] - 1
+        self.p = stage.attributes["stage"]
+        self.units = stage.attributes["units"]
+        self.first, self.last = self.units[0], self.units[-1]
+
+    def recovers(self, i: int) -> bool:
+        """Decoder layers are recomputed under ckpt and fsr; embedding and head never."""
+        return self.act != "full" and 0 < i < self.head
+
+
+def _context(op) -> _Ctx:
+    stage = op.block.parent if op.block is not None else None
+    pipe = stage.block.parent if stage is not None and stage.block is not None else None
+    if stage is None or stage.name != "life.stage" or pipe is None or pipe.name != "life.pipeline":
+        raise VerifyError(f"'{op.name}' must be inside a life.stage of a life.pipeline", op)
+    return _Ctx(pipe, stage)
+
+
+def key(value) -> tuple:
+    """The role of a value: (producer op, unit, micro-batch, direction/phase, type)."""
+    a = value.owner.attributes
+    return (value.owner.name, a.get("unit"), a.get("mb"), a.get("dir", a.get("phase")), str(value.type))
+
+
+def _weights(c: _Ctx, i: int, m: int, phase: str) -> tuple:
+    return ("life.param", i, None, None, PARAM) if c.Z < 3 else ("life.gather", i, m, phase, VIEW)
+
+
+def _layer_input(c: _Ctx, i: int, m: int):
+    if i == 0:
+        return None
+    if i == c.first:
+        return ("life.recv", None, m, "fwd", ACT)
+    return ("life.fwd", i - 1, m, None, ACT)
+
+
+def expected(op, c: _Ctx) -> tuple[list, list, bool]:
+    """(operand roles, result types, inplace) that the op's role requires."""
+    a = op.attributes
+    name, i, m = op.name, a.get("unit"), a.get("mb")
+    if name in ("life.param", "life.opt"):
+        return [], [PARAM if name == "life.param" else OPT], False
+    if name == "life.recv":
+        return [], [ACT], False
+    if name == "life.send":
+        if a["dir"] == "fwd":
+            return [("life.fwd", c.last, m, None, ACT)], ["!life.token"], False
+        return [("life.bwd", c.first, m, None, ACT)], ["!life.token"], False
+    if name == "life.gather":
+        return [("life.param", i, None, None, PARAM)], [VIEW], False
+    if name == "life.fwd":
+        x = _layer_input(c, i, m)
+        results = ([ACT] if i != c.head else []) + ([SAVED] if not c.recovers(i) else [])
+        return ([x] if x else []) + [_weights(c, i, m, "fwd")], results, False
+    if name == "life.recover":
+        return [_layer_input(c, i, m), _weights(c, i, m, "rec")], [REC], False
+    if name == "life.bwd":
+        dy = None if i == c.head else (("life.recv", None, m, "bwd", ACT) if i == c.last
+                                       else ("life.bwd", i + 1, m, None, ACT))
+        saved = ("life.recover", i, m, None, REC) if c.recovers(i) else ("life.fwd", i, m, None, SAVED)
+        acc = ("life.bwd", i, m - 1, None, GRAD) if c.Z < 2 and m > 0 else None
+        operands = ([dy] if dy else []) + [saved, _weights(c, i, m, "bwd")] + ([acc] if acc else [])
+        return operands, ([ACT] if i != 0 else []) + [GRAD], acc is not None
+    if name == "life.reduce":
+        prev = [("life.reduce", i, m - 1, None, GRAD)] if m > 0 else []
+        return [("life.bwd", i, m, None, GRAD)] + prev, [GRAD], bool(prev)
+    if name == "life.grad_sync":
+        last = [("life.bwd", i, c.M - 1, None, GRAD)]
+        if c.Z >= 2 and c.M > 1:
+            return last + [("life.reduce", i, c.M - 2, None, GRAD)], [GRAD], True
+        return last, [GRAD], c.Z == 0
+    if name == "life.update":
+        return [("life.grad_sync", i, None, None, GRAD), ("life.opt", i, None, None, OPT),
+                ("life.param", i, None, None, PARAM)], [PARAM], True
+    if name == "life.prefetch":
+        return [("life.update", i, None, None, PARAM)], [VIEW], True
+    if name == "life.step_end":
+        if c.Z in (1, 2):
+            return [("life.prefetch", j, None, None, VIEW) for j in c.units], [], False
+        return [("life.update", j, None, None, PARAM) for j in c.units], [], False
+    raise VerifyError(f"'{name}' is not a task of a stage program", op)
+
+
+def _fmt(role) -> str:
+    name, unit, mb, extra, ty = role
+    parts = [f"unit {unit}" if unit is not None else "", f"mb {mb}" if mb is not None else "", extra or ""]
+    return f"{name}({', '.join(p for p in parts if p)}) : {ty}"
+
+
+def check_task(op) -> None:
+    """The op's operands and results are exactly those its role needs."""
+    c = _context(op)
+    a = op.attributes
+    i, m = a.get("unit"), a.get("mb")
+    if i is not None and i not in c.units:
+        raise VerifyError(f"'{op.name}' unit {i} is not on stage {c.p} (units {c.units})", op)
+    if m is not None and not 0 <= m < c.M:
+        raise VerifyError(f"'{op.name}' micro-batch {m} is outside 0..{c.M - 1}", op)
+    if op.name == "life.recv" or op.name == "life.send":
+        peer = c.p - 1 if (a["dir"] == "fwd") == (op.name == "life.recv") else c.p + 1
+        if not 0 <= peer < c.P:
+            raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p} has no peer stage", op)
+        if a["peer"] != peer:
+            raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p} must have peer {peer}, got {a['peer']}", op)
+    if op.name == "life.recover" and not c.recovers(i):
+        raise VerifyError(f"'{op.name}' of unit {i}: no recovery under act policy '{c.act}' for this unit", op)
+    if op.name == "life.gather" and c.Z < 3:
+        raise VerifyError(f"'{op.name}': parameter gathers exist only under ZeRO-3 (Z = {c.Z})", op)
+    if op.name == "life.prefetch" and c.Z not in (1, 2):
+        raise VerifyError(f"'{op.name}': PrefetchW exists only under ZeRO-1/2 (Z = {c.Z})", op)
+    if op.name == "life.reduce" and (c.Z < 2 or m == c.M - 1):
+        raise VerifyError(f"'{op.name}': per-micro-batch reduction exists only under ZeRO >= 2 "
+                          f"before the last micro-batch", op)
+    if op.name == "life.grad_sync" and a["kind"] != ("all-reduce" if c.Z == 0 else "reduce-scatter"):
+        raise VerifyError(f"'{op.name}' kind must match ZeRO-{c.Z}", op)
+    want, results, inplace = expected(op, c)
+    got = [key(v) for v in op.operands]
+    if got != want:
+        missing = [r for r in want if r not in got]
+        extra = [r for r in got if r not in want]
+        what = (f"missing dependency {_fmt(missing[0])}" if missing else
+                f"unexpected operand {_fmt(extra[0])}" if extra else "operands out of order")
+        raise VerifyError(f"'{op.name}'{_where(a)}: {what}", op)
+    types = [str(r.type) for r in op.results]
+    if types != results:
+        raise VerifyError(f"'{op.name}'{_where(a)}: results must be ({', '.join(results)}), "
+                          f"got ({', '.join(types)})", op)
+    if op.name != "life.step_end":
+        if a.get("inplace", False) != inplace:
+            raise VerifyError(f"'{op.name}'{_where(a)}: inplace must be {str(inplace).lower()}", op)
+        if len(a["sizes"]) != len(op.results) or any(s < 0 for s in a["sizes"]):
+            raise VerifyError(f"'{op.name}'{_where(a)}: sizes needs one non-negative byte count per result", op)
+        if a["dur"] < 0:
+            raise VerifyError(f"'{op.name}'{_where(a)}: negative duration", op)
+
+
+def _where(a: dict) -> str:
+    parts = [f"unit {a['unit']}" if "unit" in a else "", f"mb {a['mb']}" if "mb" in a else ""]
+    text = ", ".join(p for p in parts if p)
+    return f" ({text})" if text else ""
+
+
+def task_id(op) -> tuple:
+    """What makes a task unique within its stage."""
+    a = op.attributes
+    return (op.name, a.get("unit"), a.get("mb"), a.get("dir", a.get("phase")))
+
+
+def required_tasks(c: _Ctx) -> set:
+    """Every task a complete stage program holds."""
+    need = set()
+    for i in c.units:
+        need |= {("life.param", i, None, None), ("life.opt", i, None, None), ("life.grad_sync", i, None, None),
+                 ("life.update", i, None, None)}
+        if c.Z in (1, 2):
+            need.add(("life.prefetch", i, None, None))
+        for m in range(c.M):
+            need |= {("life.fwd", i, m, None), ("life.bwd", i, m, None)}
+            phases = ["fwd", "bwd"]
+            if c.recovers(i):
+                need.add(("life.recover", i, m, None))
+                phases.append("rec")
+            if c.Z >= 3:
+                need |= {("life.gather", i, m, ph) for ph in phases}
+            if c.Z >= 2 and m < c.M - 1:
+                need.add(("life.reduce", i, m, None))
+    for m in range(c.M):
+        if c.p > 0:
+            need |= {("life.recv", None, m, "fwd"), ("life.send", None, m, "bwd")}
+        if c.p < c.P - 1:
+            need |= {("life.send", None, m, "fwd"), ("life.recv", None, m, "bwd")}
+    need.add(("life.step_end", None, None, None))
+    return need
+
+
+def check_stage(stage) -> None:
+    """Completeness, step_end last, and no read of a buffer after an in-place overwrite."""
+    pipe = stage.block.parent if stage.block is not None else None
+    if pipe is None or pipe.name != "life.pipeline":
+        raise VerifyError("'life.stage' must be inside a life.pipeline", stage)
+    ops = stage.region.ops
+    for op in ops:
+        if op.name not in TASK_OPS:
+            raise VerifyError(f"'{op.name}' cannot appear in a stage program", op)
+    c = _Ctx(pipe, stage)
+    seen: dict = {}
+    for op in ops:
+        tid = task_id(op)
+        if tid in seen:
+            raise VerifyError(f"stage {c.p}: task {tid[0]}{_where(op.attributes)} appears twice", op)
+        seen[tid] = op
+    missing = required_tasks(c) - seen.keys()
+    if missing:
+        name, unit, mb, extra = sorted(missing, key=str)[0]
+        where = _where({k: v for k, v in (("unit", unit), ("mb", mb)) if v is not None})
+        raise VerifyError(f"stage {c.p}: missing task {name}{where}{' ' + extra if extra else ''} "
+                          f"({len(missing)} missing)", stage)
+    if not ops or ops[-1].name != "life.step_end":
+        raise VerifyError(f"stage {c.p}: life.step_end must be the last op", stage)
+    last_use: dict = {}
+    for pos, op in enumerate(ops):
+        for v in op.operands:
+            last_use[v] = pos
+    for pos, op in enumerate(ops):
+        if op.attributes.get("inplace") and op.operands:   # (no operands: the task check reports it)
+            v = op.operands[-1]
+            if last_use[v] != pos:
+                later = ops[last_use[v]]
+                raise VerifyError(f"stage {c.p}: '{op.name}'{_where(op.attributes)} overwrites a buffer that "
+                                  f"'{later.name}'{_where(later.attributes)} still reads later", op)
+
+
+def check_pipeline(pipe) -> None:
+    """Stages 0..P-1 partitioning the units, sends matching receives, and no deadlock."""
+    a = pipe.attributes
+    stages = pipe.region.ops
+    if [s.name for s in stages] != ["life.stage"] * a["P"]:
+        raise VerifyError(f"'life.pipeline' must hold exactly P = {a['P']} life.stage ops", pipe)
+    units = []
+    for p, s in enumerate(stages):
+        if s.attributes.get("stage") != p:
+            raise VerifyError(f"stage #{p} is numbered {s.attributes.get('stage')}", s)
+        units += s.attributes.get("units", [])
+    if units != list(range(a["units"])):
+        raise VerifyError(f"the stages' units must be 0..{a['units'] - 1} in order, got {units}", pipe)
+    simulate_issue(stages)
+
+
+def simulate_issue(stages) -> None:
+    """Run every stage in issue order (buffered sends, blocking receives); raise on deadlock."""
+    sent: set = set()
+    recvs: dict = {}
+    sends: dict = {}
+    for p, s in enumerate(stages):
+        for op in s.region.ops:
+            if op.name in ("life.send", "life.recv"):
+                a = op.attributes
+                if not {"peer", "mb", "dir"} <= a.keys():
+                    verify_op(op)   # reports the missing attribute
+                src, dst = (p, a["peer"]) if op.name == "life.send" else (a["peer"], p)
+                k = (src, dst, a["mb"], a["dir"])
+                table = sends if op.name == "life.send" else recvs
+                if k in table:
+                    raise VerifyError(f"duplicate {op.name} {a['dir']} mb {a['mb']} between stages {src} and {dst}", op)
+                table[k] = op
+    for k, op in sends.items():
+        if k not in recvs:
+            raise VerifyError(f"send {k[3]} mb {k[2]} from stage {k[0]} has no matching recv on stage {k[1]}", op)
+    for k, op in recvs.items():
+        if k not in sends:
+            raise VerifyError(f"recv {k[3]} mb {k[2]} on stage {k[1]} has no matching send on stage {k[0]}", op)
+    pos = [0] * len(stages)
+    lists = [s.region.ops for s in stages]
+    waiting: dict = {}
+    ready = list(range(len(stages)))
+    while ready:
+        p = ready.pop()
+        ops = lists[p]
+        while pos[p] < len(ops):
+            op = ops[pos[p]]
+            if op.name == "life.recv":
+                a = op.attributes
+                k = (a["peer"], p, a["mb"], a["dir"])
+                if k not in sent:
+                    waiting[k] = p
+                    break
+            elif op.name == "life.send":
+                a = op.attributes
+                k = (p, a["peer"], a["mb"], a["dir"])
+                sent.add(k)
+                if k in waiting:
+                    ready.append(waiting.pop(k))
+            pos[p] += 1
+    stuck = [p for p in range(len(stages)) if pos[p] < len(lists[p])]
+    if stuck:
+        blocked = ", ".join(f"stage {p} at recv {lists[p][pos[p]].attributes['dir']} mb "
+                            f"{lists[p][pos[p]].attributes['mb']} (op #{pos[p]})" for p in stuck)
+        raise VerifyError(f"the stages deadlock: {blocked}", lists[stuck[0]][pos[stuck[0]]])

@@ -1,0 +1,36 @@
+"""compile_program: a model profile and a planned candidate to a scheduled, memory-planned module."""
+
+from __future__ import annotations
+
+from ratc.ir.core import Module
+from ratc.lifecycle.plan_ir import plan_module
+
+# The planner's state/prefetch policy (ratc.planner.config.PREF_POLICIES) as pass modes:
+# bulk = both mechanisms off; layerwise = layer-wise GradSync but step-end update and
+# prefetch; deadline = both on.
+PREF_MODES = {"bulk": ("bulk", "bulk"), "layerwise": ("layerwise", "bulk"), "deadline": ("layerwise", "deadline")}
+
+
+def default_pipeline(pref: str, rec_buffers: int = 1, budget: str = "plan") -> str:
+    """The full lifecycle pipeline for a plan's prefetch policy, as pipeline text."""
+    state, update = PREF_MODES[pref]
+    return (f"lower-to-life,schedule-1f1b,state-pipeline{{mode={state}}},update-prefetch{{mode={update}}},"
+            f"fsr{{rec-buffers={rec_buffers}}},memory-plan{{budget={budget}}}")
+
+
+def compile_program(profile, cand, platform, options: dict | None = None) -> Module:
+    """Run the lifecycle pipeline on one candidate (a ratc.planner.config.Candidate).
+
+    options: `pipeline` (text; default from the candidate's pref policy), `rec_buffers`,
+    `budget` ('plan', 'none' or a size), `instrumentation` (a PassManager Instrumentation),
+    `verify_each` (default True), `planner` (a Planner to reuse its cost caches).
+    """
+    from ratc.passes import PassContext, PassManager, parse_pipeline
+
+    options = dict(options or {})
+    text = options.get("pipeline") or default_pipeline(cand.pref, options.get("rec_buffers", 1),
+                                                        options.get("budget", "plan"))
+    module = plan_module(profile, cand, platform, options.get("planner"))
+    pm = PassManager(parse_pipeline(text), verify_each=options.get("verify_each", True),
+                     instrumentation=options.get("instrumentation"), ctx=PassContext(platform=platform))
+    return pm.run(module)

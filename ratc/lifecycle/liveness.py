@@ -1,0 +1,154 @@
+"""Memory planning of a stage program: live ranges, lifetime tiers, buffer reuse, peak.
+
+Per-stage memory is register pressure over the issue order. Each result with a size is a
+buffer; an `inplace` op's last result continues its last operand's buffer. A buffer is
+allocated when its op issues and freed after its last use, except step state (parameters,
+optimizer state, and what step_end hands to the next step), which persists. While an op
+runs its inputs, outputs and operator workspace (`ws`) coexist.
+
+Tiers fall out of live-range length (review, "Explicit lifetime-tiered memory
+management"): long = persists across steps; medium = spans more than one main task
+(checkpoints, gradient accumulators); short = dies within the next main task (recovery
+buffers, buckets, boundary transfers). Short buffers of the same kind reuse freed ones
+(best fit), so e.g. every recovery of a stage runs in one recovery buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ratc.lifecycle.schedule import group_starts
+
+LONG_OPS = frozenset({"life.param", "life.opt"})
+
+
+@dataclass
+class Buffer:
+    """One allocation: its first defining op, size, last use, tier and reuse slot."""
+
+    name: str
+    kind: str
+    size: int
+    born: int
+    dies: int              # index of the last op that reads it (len(ops) if it persists)
+    tier: str = ""
+    slot: int = -1
+
+
+@dataclass
+class StagePlan:
+    """The memory plan of one stage."""
+
+    stage: int
+    buffers: list = field(default_factory=list)
+    peak: int = 0
+    peak_at: int = 0
+    live_at_peak: list = field(default_factory=list)   # buffers live at the peak, largest first
+    tiers: dict = field(default_factory=dict)          # tier -> bytes live at the peak
+    slots: int = 0
+
+
+def value_name(v) -> str:
+    """A readable name for a value: its hint, or producer and result index."""
+    return v.name or f"{v.owner.name}#{v.index}"
+
+
+def plan_stage(stage) -> StagePlan:
+    """Live ranges and the peak of one stage program; annotates `tier` and `buf` on ops."""
+    ops = stage.region.ops
+    n = len(ops)
+    for op in ops:
+        op.attributes.pop("frees", None)   # a re-run plans from scratch
+    buf_of: dict = {}
+    buffers: list[Buffer] = []
+    for i, op in enumerate(ops):
+        sizes = op.attributes.get("sizes", [])
+        for j, v in enumerate(op.results):
+            if op.attributes.get("inplace") and j == len(op.results) - 1 and op.operands[-1] in buf_of:
+                buf_of[v] = buf_of[op.operands[-1]]
+            elif sizes[j] > 0:
+                b = Buffer(value_name(v), str(v.type), sizes[j], i, i)
+                buffers.append(b)
+                buf_of[v] = b
+        for v in op.operands:
+            b = buf_of.get(v)
+            if b is not None:
+                b.dies = n if op.name == "life.step_end" else max(b.dies, i)
+    for op in ops:
+        if op.name in LONG_OPS:
+            buf_of[op.result].dies = n
+    starts = group_starts(ops)
+    slot_of = [0] * (n + 1)
+    k = 0
+    for i in range(n + 1):
+        while k < len(starts) and starts[k] <= i:
+            k += 1
+        slot_of[i] = k
+    for b in buffers:
+        if b.dies == n:
+            b.tier = "long"
+        elif slot_of[b.dies] - slot_of[b.born] <= 1:
+            b.tier = "short"
+        else:
+            b.tier = "medium"
+    plan = StagePlan(stage.attributes["stage"], buffers)
+    _assign_slots(buffers, plan)
+    _peak(ops, buffers, plan)
+    freed: dict = {}
+    for b in buffers:
+        if b.dies < n:
+            freed.setdefault(b.dies, []).append(b.slot)
+    for i, op in enumerate(ops):
+        if i in freed:
+            op.attributes["frees"] = sorted(freed[i])
+        mine = [buf_of.get(v) for v in op.results]
+        if any(b is not None for b in mine):
+            op.attributes["tier"] = [b.tier if b else "none" for b in mine]
+            op.attributes["buf"] = [b.slot if b else -1 for b in mine]
+    return plan
+
+
+def _assign_slots(buffers: list[Buffer], plan: StagePlan) -> None:
+    """Reuse: a short buffer takes a freed slot of its kind that is large enough (best fit)."""
+    free: dict = {}       # kind -> [(size, slot)]
+    events = sorted(buffers, key=lambda b: b.born)
+    releases: list = []   # (dies, kind, size, slot)
+    sizes: dict = {}
+    for b in events:
+        for r in [r for r in releases if r[0] < b.born]:
+            free.setdefault(r[1], []).append((r[2], r[3]))
+            releases.remove(r)
+        fits = [s for s in free.get(b.kind, []) if s[0] >= b.size] if b.tier == "short" else []
+        if fits:
+            best = min(fits)
+            free[b.kind].remove(best)
+            b.slot = best[1]
+        else:
+            b.slot = len(sizes)
+            sizes[b.slot] = b.size
+        if b.tier == "short":
+            releases.append((b.dies, b.kind, sizes[b.slot], b.slot))
+    plan.slots = len(sizes)
+
+
+def _peak(ops, buffers: list[Buffer], plan: StagePlan) -> None:
+    """Peak bytes over the order: buffers live at op i plus op i's workspace."""
+    n = len(ops)
+    delta = [0] * (n + 2)
+    for b in buffers:
+        delta[b.born] += b.size
+        delta[b.dies + 1] -= b.size
+    live = 0
+    best, best_at = -1, 0
+    for i, op in enumerate(ops):
+        live += delta[i]
+        ws = op.attributes.get("ws")
+        total = live + (int(ws) if ws is not None else 0)
+        if total > best:
+            best, best_at = total, i
+    plan.peak, plan.peak_at = max(best, 0), best_at
+    at = [b for b in buffers if b.born <= best_at <= b.dies]
+    plan.live_at_peak = sorted(at, key=lambda b: (-b.size, b.name))
+    plan.tiers = {t: sum(b.size for b in at if b.tier == t) for t in ("long", "medium", "short")}
+    ws = ops[best_at].attributes.get("ws") if ops else None
+    plan.tiers["workspace"] = int(ws) if ws is not None else 0

@@ -1,0 +1,262 @@
+"""Lower a `life.plan` into a `life.pipeline`: one stage program of per-layer tasks each.
+
+The lowered program is in GPipe order (every forward, then every backward, then the state
+chain at the step end): a valid, deadlock-free issue order that `schedule-1f1b` reorders.
+Recover(l, m) sits right before Backward(l, m) (backward-time recovery) until `fsr`
+moves it.
+"""
+
+from __future__ import annotations
+
+from ratc.errors import RatcError
+from ratc.ir.attributes import SymbolRef
+from ratc.ir.core import Block, Module, Operation
+from ratc.ir.types import OpaqueType
+
+ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = (
+    OpaqueType("life", n) for n in ("act", "saved", "rec", "grad", "param", "opt", "view", "token"))
+
+# Issue priorities (0 = most urgent). Stage-boundary transfers beat all background traffic
+# (review, "Contention-aware communication prioritization").
+PRIO_MAIN, PRIO_GATHER, PRIO_REDUCE, PRIO_SYNC, PRIO_STATE = 0, 1, 2, 3, 4
+
+
+def find_plan(module: Module) -> Operation:
+    """The module's `life.plan` op."""
+    plans = [op for op in module.body.ops if op.name == "life.plan"]
+    if len(plans) != 1:
+        raise RatcError(f"module @{module.name} needs exactly one life.plan op, found {len(plans)}")
+    return plans[0]
+
+
+def find_pipeline(module: Module) -> Operation:
+    """The module's `life.pipeline` op (after lower-to-life)."""
+    pipes = [op for op in module.body.ops if op.name == "life.pipeline"]
+    if len(pipes) != 1:
+        raise RatcError(f"module @{module.name} needs exactly one life.pipeline op (run lower-to-life "
+                        f"first), found {len(pipes)}")
+    return pipes[0]
+
+
+def _task(name, operands, types, attrs, names):
+    """A task op with named results."""
+    return Operation(name, operands, types, attrs, result_names=names)
+
+
+class _StageLowering:
+    """Builds one stage's ops; `env` maps (kind, unit, mb) to the SSA value of that role."""
+
+    def __init__(self, plan: Operation, p: int, units: list[Operation], act: str):
+        a = plan.attributes
+        self.P, self.M, self.Z, self.p, self.act = a["P"], a["M"], a["Z"], p, act
+        self.p2p = a["p2p"]
+        self.units = units
+        self.head = len(plan.region.ops) - 1
+        self.all_units = plan.region.ops
+        self.env: dict = {}
+        self.ops: list[Operation] = []
+
+    def emit(self, op: Operation) -> Operation:
+        """Append an op to the stage program."""
+        self.ops.append(op)
+        return op
+
+    def u(self, i: int) -> dict:
+        """Unit i's attributes (its costs)."""
+        return self.all_units[i].attributes
+
+    def recovers(self, i: int) -> bool:
+        """Whether unit i keeps only its input (checkpoint) and is recomputed before backward."""
+        return self.act != "full" and self.u(i)["decoder"]
+
+    def weights(self, i: int, mb: int, phase: str, before: list):
+        """The parameter value a task of unit i uses; under ZeRO-3 a fresh gather."""
+        w = self.env["w", i]
+        if self.Z < 3:
+            return w
+        u = self.u(i)
+        g = _task("life.gather", [w], [VIEW], {"unit": i, "mb": mb, "phase": phase, "dur": u["gather"],
+                                               "res": "link", "prio": PRIO_GATHER, "sizes": [int(u["view"])]},
+                  [f"v{i}_{phase}{mb}"])
+        before.append(g)
+        return g.result
+
+    def state(self) -> None:
+        """The step state every unit starts with: parameters and optimizer shard."""
+        for uop in self.units:
+            u, i = uop.attributes, uop.attributes["index"]
+            self.env["w", i] = self.emit(_task("life.param", [], [PARAM], {
+                "unit": i, "dur": 0.0, "res": "ddr", "prio": PRIO_MAIN, "sizes": [int(u["param"])]},
+                [f"w{i}"])).result
+            self.env["s", i] = self.emit(_task("life.opt", [], [OPT], {
+                "unit": i, "dur": 0.0, "res": "ddr", "prio": PRIO_MAIN, "sizes": [int(u["opt"])]},
+                [f"opt{i}"])).result
+
+    def interleave(self, tasks: list[tuple[list, Operation, list]]) -> None:
+        """Emit (gathers, task, followers) with each ZeRO-3 gather issued one task ahead of its use."""
+        for k, (gathers, op, followers) in enumerate(tasks):
+            if k == 0:
+                self.ops += gathers
+            self.ops.append(op)
+            if k + 1 < len(tasks):
+                self.ops[-1:-1] = tasks[k + 1][0]
+            self.ops += followers
+
+    def forward(self, m: int) -> None:
+        """Forward(l, m) of every unit of the stage, with the boundary receive and send."""
+        first, last = self.units[0].attributes["index"], self.units[-1].attributes["index"]
+        x = None
+        if self.p > 0:
+            x = self.emit(_task("life.recv", [], [ACT], {
+                "mb": m, "dir": "fwd", "peer": self.p - 1, "dur": 0.0, "res": "link", "prio": PRIO_MAIN,
+                "sizes": [int(self.u(first)["in_bytes"])]}, [f"x{first}_{m}"])).result
+        tasks = []
+        for i in range(first, last + 1):
+            u = self.u(i)
+            self.env["x", i, m] = x
+            before: list = []
+            w = self.weights(i, m, "fwd", before)
+            types, sizes, names = [], [], []
+            if i != self.head:
+                types.append(ACT), sizes.append(int(self.u(i + 1)["in_bytes"])), names.append(f"x{i + 1}_{m}")
+            if not self.recovers(i):
+                types.append(SAVED), sizes.append(int(u["saved"])), names.append(f"saved{i}_{m}")
+            op = _task("life.fwd", ([x] if x is not None else []) + [w], types, {
+                "unit": i, "mb": m, "dur": u["fwd"], "dc": u["fwd_c"], "dd": u["fwd_d"], "ws": u["ws"],
+                "res": "compute", "prio": PRIO_MAIN, "sizes": sizes}, names)
+            tasks.append((before, op, []))
+            x = op.results[0] if i != self.head else None
+            if not self.recovers(i):
+                self.env["saved", i, m] = op.results[-1]
+        self.interleave(tasks)
+        if self.p < self.P - 1:
+            self.emit(_task("life.send", [x], [TOKEN], {
+                "mb": m, "dir": "fwd", "peer": self.p + 1, "dur": self.p2p, "res": "link", "prio": PRIO_MAIN,
+                "sizes": [0]}, [f"sendf{self.p}_{m}"]))
+
+    def backward(self, m: int) -> None:
+        """Backward(l, m) in reverse unit order, each preceded by its Recover when checkpointed."""
+        first, last = self.units[0].attributes["index"], self.units[-1].attributes["index"]
+        dy = None
+        if self.p < self.P - 1:
+            dy = self.emit(_task("life.recv", [], [ACT], {
+                "mb": m, "dir": "bwd", "peer": self.p + 1, "dur": 0.0, "res": "link", "prio": PRIO_MAIN,
+                "sizes": [int(self.u(last + 1)["in_bytes"])]}, [f"dy{last + 1}_{m}"])).result
+        tasks = []
+        for i in range(last, first - 1, -1):
+            u = self.u(i)
+            if self.recovers(i):
+                before: list = []
+                w = self.weights(i, m, "rec", before)
+                rec = _task("life.recover", [self.env["x", i, m], w], [REC], {
+                    "unit": i, "mb": m, "dur": u["fwd"], "dc": u["fwd_c"], "dd": u["fwd_d"], "ws": u["ws"],
+                    "res": "compute", "prio": PRIO_MAIN, "sizes": [int(u["saved"])], "placement": "bwd"},
+                    [f"rec{i}_{m}"])
+                tasks.append((before, rec, []))
+                saved = rec.result
+            else:
+                saved = self.env["saved", i, m]
+            before = []
+            w = self.weights(i, m, "bwd", before)
+            acc = self.env.get(("g", i, m - 1)) if self.Z < 2 else None
+            types, sizes, names = [], [], []
+            if i != 0:
+                types.append(ACT), sizes.append(int(u["in_bytes"])), names.append(f"dx{i}_{m}")
+            types.append(GRAD)
+            sizes.append(int(u["grad"] if self.Z < 2 else u["bucket"]))
+            names.append(f"g{i}_{m}" if self.Z < 2 else f"bucket{i}_{m}")
+            attrs = {"unit": i, "mb": m, "dur": u["bwd"], "dc": u["bwd_c"], "dd": u["bwd_d"], "ws": u["ws"],
+                     "res": "compute", "prio": PRIO_MAIN, "sizes": sizes}
+            if acc is not None:
+                attrs["inplace"] = True
+            op = _task("life.bwd", ([dy] if dy is not None else []) + [saved, w] + ([acc] if acc else []),
+                       types, attrs, names)
+            self.env["g", i, m] = op.results[-1]
+            dy = op.results[0] if i != 0 else None
+            tasks.append((before, op, [self.reduce(i, m)] if self.Z >= 2 and m < self.M - 1 else []))
+        self.interleave(tasks)
+        if self.p > 0:
+            self.emit(_task("life.send", [dy], [TOKEN], {
+                "mb": m, "dir": "bwd", "peer": self.p - 1, "dur": self.p2p, "res": "link", "prio": PRIO_MAIN,
+                "sizes": [0]}, [f"sendb{self.p}_{m}"]))
+
+    def reduce(self, i: int, m: int) -> Operation:
+        """ZeRO >= 2: micro-batch m's bucket goes into the shard right after Backward(i, m);
+        the last micro-batch's bucket is reduced by GradSync itself."""
+        u = self.u(i)
+        prev = self.env.get(("acc", i, m - 1))
+        attrs = {"unit": i, "mb": m, "dur": u["reduce"], "res": "link", "prio": PRIO_REDUCE,
+                 "sizes": [int(u["grad"])]}
+        if prev is not None:
+            attrs["inplace"] = True
+        op = _task("life.reduce", [self.env["g", i, m]] + ([prev] if prev else []), [GRAD], attrs, [f"acc{i}_{m}"])
+        self.env["acc", i, m] = op.result
+        return op
+
+    def state_chain(self) -> None:
+        """GradSync, UpdateShard, PrefetchW of every layer at the step end (bulk), then step_end."""
+        M, Z = self.M, self.Z
+        order = [uop.attributes["index"] for uop in reversed(self.units)]
+        for i in order:
+            u = self.u(i)
+            operands = [self.env["g", i, M - 1]]
+            if Z >= 2 and M > 1:
+                operands.append(self.env["acc", i, M - 2])
+            attrs = {"unit": i, "kind": u["sync_kind"], "dur": u["sync"], "res": "link", "prio": PRIO_SYNC,
+                     "sizes": [int(u["grad"] if Z != 1 else u["shard"])]}
+            if Z == 0 or len(operands) == 2:
+                attrs["inplace"] = True
+            self.env["gs", i] = self.emit(_task("life.grad_sync", operands, [GRAD], attrs, [f"gs{i}"])).result
+        for i in order:
+            u = self.u(i)
+            self.env["w'", i] = self.emit(_task("life.update", [self.env["gs", i], self.env["s", i],
+                                                                self.env["w", i]], [PARAM], {
+                "unit": i, "dur": u["update"], "res": "ddr", "prio": PRIO_STATE, "sizes": [int(u["param"])],
+                "inplace": True}, [f"w{i}_next"])).result
+        views = {}
+        for i in order:
+            u = self.u(i)
+            if Z in (1, 2):
+                views[i] = self.emit(_task("life.prefetch", [self.env["w'", i]], [VIEW], {
+                    "unit": i, "dur": u["prefetch"], "res": "link", "prio": PRIO_STATE,
+                    "sizes": [int(u["param"])], "inplace": True}, [f"view{i}"])).result
+            else:
+                views[i] = self.env["w'", i]
+        self.emit(Operation("life.step_end", [views[i] for i in sorted(views)]))
+
+
+def lower(module: Module, act_policy: str | None = None) -> Operation:
+    """Append a `life.pipeline` lowered from the module's plan; return it."""
+    plan = find_plan(module)
+    if any(op.name == "life.pipeline" for op in module.body.ops):
+        raise RatcError(f"module @{module.name} is already lowered (it has a life.pipeline)")
+    a = plan.attributes
+    act = act_policy or a["act"]
+    P, M = a["P"], a["M"]
+    units = plan.region.ops
+    if len(units) < 3:
+        raise RatcError("life.plan needs at least three units (embedding, a decoder layer, head)")
+    for i, u in enumerate(units):
+        if u.attributes["index"] != i:
+            raise RatcError(f"life.plan unit #{i} has index {u.attributes['index']}; units must be numbered 0..")
+    by_stage = [[u for u in units if u.attributes["stage"] == p] for p in range(P)]
+    for p, us in enumerate(by_stage):
+        idx = [u.attributes["index"] for u in us]
+        if not us or idx != list(range(idx[0], idx[0] + len(idx))):
+            raise RatcError(f"life.plan: stage {p} must own a non-empty contiguous range of units, got {idx}")
+    stages = []
+    for p, us in enumerate(by_stage):
+        low = _StageLowering(plan, p, us, act)
+        low.state()
+        for m in range(M):
+            low.forward(m)
+        for m in range(M):
+            low.backward(m)
+        low.state_chain()
+        stages.append(Operation("life.stage", attributes={"stage": p, "units": [u.attributes["index"] for u in us]},
+                                sym_name=f"s{p}", region=Block(low.ops)))
+    pipe = Operation("life.pipeline", attributes={
+        "plan": SymbolRef(plan.sym_name), "P": P, "M": M, "Z": a["Z"], "act": act, "units": len(units),
+        "schedule": "gpipe"}, sym_name="step", region=Block(stages))
+    module.body.append(pipe)
+    return pipe

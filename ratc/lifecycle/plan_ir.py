@@ -1,0 +1,82 @@
+"""The lowering's input as IR: a `life.plan` op holding a candidate and its per-unit costs.
+
+Every number comes from the planner's own cost model (ratc.planner): unit times and
+bytes from `Planner.units`, the layer-to-stage partition from `Planner.stages`, the
+collectives from `ratc.planner.collectives` with the same links and training recipe the
+planner's Eq. 9 / Eq. 12 use. So a lowered program and the planner read the same numbers.
+"""
+
+from __future__ import annotations
+
+from ratc.errors import RatcError
+from ratc.ir.attributes import ByteSize
+from ratc.ir.core import Block, Module, Operation
+
+
+def plan_op(profile, cand, platform, planner=None) -> Operation:
+    """A `life.plan @plan` op for one candidate (a ratc.planner.config.Candidate)."""
+    from ratc.planner.collectives import all_gather, all_reduce, link_for, reduce_scatter
+    from ratc.planner.opcost import TP_ALLREDUCES_PER_LAYER, elem_bytes
+    from ratc.planner.search import Planner
+
+    planner = planner or Planner(profile, platform)
+    recipe = planner.recipe
+    P, D, T, Z, b, M = cand.P, cand.D, cand.T, cand.Z, cand.b, cand.A
+    if min(P, D, T, b, M) < 1 or Z not in (0, 1, 2, 3):
+        raise RatcError(f"invalid configuration {cand.label()}: P, D, T, b, A must be >= 1 and Z in 0..3")
+    units = planner.units(T).units
+    ranges = planner.stages(P, T, cand.balance).ranges
+    elem = elem_bytes(profile.dtype)
+    act_bytes = b * profile.seq_len * profile.hidden * elem
+    # Rank layout as in the planner: TP innermost, then DP, then PP.
+    tp_link, dp_link, pp_link = (link_for(platform, n) for n in (T, D * T, D * T + 1))
+    tp = TP_ALLREDUCES_PER_LAYER * float(all_reduce(T, act_bytes, tp_link))
+    p2p = float(pp_link.send(act_bytes)) if P > 1 else 0.0
+    ddr = platform.cluster.ddr_bandwidth
+    stage_of = [p for p, (s, e) in enumerate(ranges) for _ in range(s, e)]
+
+    ops = []
+    for i, u in enumerate(units):
+        extra = tp if u.decoder else 0.0
+        grads = u.params * recipe.grad_bytes
+        views = u.params * recipe.param_bytes
+        sync = all_reduce(D, grads, dp_link) if Z == 0 else reduce_scatter(D, grads, dp_link)
+        attrs = {
+            "index": i, "name": u.name, "stage": stage_of[i], "decoder": u.decoder,
+            "fwd": b * u.fwd + extra, "fwd_c": b * u.fwd_compute, "fwd_d": b * u.fwd_ddr,
+            "bwd": b * u.bwd + extra, "bwd_c": b * u.bwd_compute, "bwd_d": b * u.bwd_ddr,
+            "in_bytes": _b(b * u.ckpt_bytes), "saved": _b(b * u.saved_bytes), "ws": _b(b * u.workspace),
+            "param": _b(views / (D if Z >= 3 else 1)),
+            "opt": _b(u.params * recipe.optimizer_bytes / (D if Z >= 1 else 1)),
+            "grad": _b(grads / (D if Z >= 2 else 1)),
+            "shard": _b(grads / (D if Z >= 1 else 1)),
+            "bucket": _b(grads if Z >= 2 else 0), "view": _b(views if Z >= 3 else 0),
+            "sync": float(sync), "sync_kind": "all-reduce" if Z == 0 else "reduce-scatter",
+            "reduce": float(reduce_scatter(D, grads, dp_link)) if Z >= 2 else 0.0,
+            "update": u.params / (D if Z >= 1 else 1) * recipe.update_traffic_bytes / ddr,
+            "prefetch": float(all_gather(D, views, dp_link)) if Z in (1, 2) else 0.0,
+            "gather": float(all_gather(D, views, dp_link)) if Z >= 3 else 0.0,
+        }
+        ops.append(Operation("life.unit", attributes={k: _num(v) for k, v in attrs.items()}))
+    attrs = {"model": profile.name, "platform": platform.name, "P": P, "D": D, "T": T, "Z": Z, "b": b,
+             "M": M, "act": cand.act, "pref": cand.pref, "seq_len": profile.seq_len, "p2p": p2p,
+             "budget": ByteSize(int(planner.budget))}
+    return Operation("life.plan", attributes=attrs, sym_name="plan", region=Block(ops))
+
+
+def plan_module(profile, cand, platform, planner=None) -> Module:
+    """A module holding only the plan: the input of `lower-to-life`."""
+    name = f"{profile.name}_P{cand.P}_D{cand.D}"
+    return Module(name, {}, [plan_op(profile, cand, platform, planner)])
+
+
+def _b(x) -> ByteSize:
+    # Byte counts from per-sequence profiles times b are whole; sharding over D may not be.
+    return ByteSize(int(round(float(x))))
+
+
+def _num(v):
+    """Plain Python numbers (the planner's collectives return numpy scalars)."""
+    if isinstance(v, (bool, str, ByteSize, int)):
+        return v
+    return float(v)

@@ -1,0 +1,59 @@
+"""Reorder stage programs into the 1F1B main-path order, and find main tasks in an order."""
+
+from __future__ import annotations
+
+from ratc.errors import RatcError
+from ratc.lifecycle.onefoneb import stage_order
+
+HEADER_OPS = frozenset({"life.param", "life.opt"})
+STATE_OPS = frozenset({"life.grad_sync", "life.update", "life.prefetch"})
+
+
+def main_task(op) -> tuple[str, int] | None:
+    """The main-path task an op belongs to: ("F", m), ("B", m), or None for state ops."""
+    a = op.attributes
+    name = op.name
+    if name == "life.fwd":
+        return ("F", a["mb"])
+    if name in ("life.bwd", "life.recover", "life.reduce"):
+        return ("B", a["mb"])
+    if name in ("life.recv", "life.send"):
+        return ("F" if a["dir"] == "fwd" else "B", a["mb"])
+    if name == "life.gather":
+        return ("F" if a["phase"] == "fwd" else "B", a["mb"])
+    return None
+
+
+def reorder_stage(stage, P: int, M: int) -> None:
+    """Issue the stage's ops as: state allocations, 1F1B main tasks, the state chain, step_end."""
+    ops = stage.region.ops
+    header = [op for op in ops if op.name in HEADER_OPS]
+    groups: dict = {}
+    rest = []
+    for op in ops:
+        if op.name in HEADER_OPS:
+            continue
+        task = main_task(op)
+        if task is None:
+            rest.append(op)
+        else:
+            groups.setdefault(task, []).append(op)
+    body = header
+    for task in stage_order(P, M, stage.attributes["stage"]):
+        body += groups.pop(task, [])
+    if groups:
+        raise RatcError(f"stage {stage.attributes['stage']}: tasks outside micro-batches 0..{M - 1}: "
+                        f"{', '.join(f'{k}{m}' for k, m in sorted(groups))}")
+    ends = [op for op in rest if op.name == "life.step_end"]
+    ops[:] = body + [op for op in rest if op.name != "life.step_end"] + ends
+
+
+def group_starts(ops) -> list[int]:
+    """Positions where a new main task begins (the op list's main-task boundaries)."""
+    starts, prev = [], None
+    for i, op in enumerate(ops):
+        task = main_task(op)
+        if task is not None and task != prev:
+            starts.append(i)
+            prev = task
+    return starts

@@ -1,0 +1,67 @@
+"""A quick timing estimate of a stage program, for placement decisions (not a simulator).
+
+Each stage has three resources (compute, DDR, link). Every op issues in list order on its
+own resource and starts when that resource is free, its operands are done, and (for a
+recv) the matching send is done; sends take `dur` seconds on the sender's link. This is
+the non-preemptive, in-order reading of the program that the placement passes reason
+with (Eq. 3's t_sync and t_use, Eq. 7's windows); the system VM measures the real thing
+with contention and priorities.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ratc.errors import RatcError
+
+
+@dataclass
+class Timeline:
+    """Start and end of every op of the pipeline, and the step's main-path makespan."""
+
+    start: dict        # op -> seconds
+    end: dict          # op -> seconds
+    makespan: float    # last compute op to finish, over all stages
+
+
+def estimate(pipe, skip=frozenset()) -> Timeline:
+    """Estimate op times; ops in `skip` take zero time (e.g. recoveries assumed hidden)."""
+    stages = [s.region.ops for s in pipe.region.ops]
+    start: dict = {}
+    end: dict = {}
+    send_end: dict = {}
+    pos = [0] * len(stages)
+    free = [{"compute": 0.0, "ddr": 0.0, "link": 0.0} for _ in stages]
+    waiting: dict = {}
+    ready = list(range(len(stages)))[::-1]
+    while ready:
+        p = ready.pop()
+        ops, res = stages[p], free[p]
+        while pos[p] < len(ops):
+            op = ops[pos[p]]
+            a = op.attributes
+            t = max((end[v.owner] for v in op.operands), default=0.0)
+            if op.name == "life.recv":
+                k = (a["peer"], p, a["mb"], a["dir"])
+                if k not in send_end:
+                    waiting[k] = p
+                    break
+                t = max(t, send_end[k])
+            r = a.get("res")
+            if r is not None:
+                t = max(t, res[r])
+            dur = 0.0 if op in skip else a.get("dur", 0.0)
+            start[op], end[op] = t, t + dur
+            if r is not None:
+                res[r] = t + dur
+            if op.name == "life.send":
+                k = (p, a["peer"], a["mb"], a["dir"])
+                send_end[k] = t + dur
+                if k in waiting:
+                    ready.append(waiting.pop(k))
+            pos[p] += 1
+    if any(pos[p] < len(stages[p]) for p in range(len(stages))):
+        raise RatcError("cannot estimate the timeline: the stage programs deadlock")
+    makespan = max((end[op] for ops in stages for op in ops if op.attributes.get("res") == "compute"),
+                   default=0.0)
+    return Timeline(start, end, makespan)

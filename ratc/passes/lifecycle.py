@@ -1,0 +1,142 @@
+"""The lifecycle passes: plan -> per-stage life programs -> 1F1B -> state chain -> FSR -> memory."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ratc.errors import RatcError
+from ratc.ir.core import Module
+from ratc.lifecycle import liveness, lowering, placement
+from ratc.lifecycle.schedule import reorder_stage
+from ratc.passes.base import Pass, PassContext, PassError, option, register_pass
+
+ACT_OPTIONS = {"plan": None, "full-save": "full", "checkpoint": "ckpt", "fsr": "fsr"}
+
+
+def _pipeline(module: Module):
+    try:
+        return lowering.find_pipeline(module)
+    except RatcError as exc:
+        raise PassError(str(exc)) from None
+
+
+@register_pass
+class LowerToLife(Pass):
+    """Lower the life.plan into per-stage programs of Forward/Backward/Recover and state tasks."""
+
+    name = "lower-to-life"
+    act_policy: Literal["plan", "full-save", "checkpoint", "fsr"] = option(
+        "plan", "activation policy: the plan's, or full-save | checkpoint | fsr")
+
+    def run(self, module: Module, ctx: PassContext) -> None:
+        try:
+            lowering.lower(module, ACT_OPTIONS[self.act_policy])
+        except RatcError as exc:
+            raise PassError(str(exc)) from None
+
+
+@register_pass
+class Schedule1F1B(Pass):
+    """Order each stage's main path as non-interleaved 1F1B (warm-up, steady state, cool-down)."""
+
+    name = "schedule-1f1b"
+
+    def run(self, module: Module, ctx: PassContext) -> None:
+        pipe = _pipeline(module)
+        a = pipe.attributes
+        for stage in pipe.region.ops:
+            reorder_stage(stage, a["P"], a["M"])
+        a["schedule"] = "1f1b"
+
+
+@register_pass
+class StatePipeline(Pass):
+    """Issue each layer's GradSync when its gradient accumulation completes (Eq. 2)."""
+
+    name = "state-pipeline"
+    mode: Literal["layerwise", "bulk"] = option("layerwise", "layerwise, or bulk: the step-end baseline")
+
+    def run(self, module: Module, ctx: PassContext) -> None:
+        placement.state_pipeline(_pipeline(module), self.mode)
+
+
+@register_pass
+class UpdatePrefetch(Pass):
+    """Place UpdateShard/PrefetchW inside [t_sync(l), t_use(l)) by earliest deadline (Eq. 3, 4)."""
+
+    name = "update-prefetch"
+    mode: Literal["deadline", "eager", "bulk"] = option(
+        "deadline", "deadline (EDF), eager (right after each GradSync), or bulk (step end)")
+
+    def run(self, module: Module, ctx: PassContext) -> None:
+        placement.update_prefetch(_pipeline(module), self.mode)
+
+
+@register_pass
+class Fsr(Pass):
+    """Forward-side recovery: move Recover(l, m) into idle or forward-side windows (Eq. 7)."""
+
+    name = "fsr"
+    rec_buffers: int = option(1, "layer-sized recovery buffers (recoveries that may run ahead)")
+
+    def run(self, module: Module, ctx: PassContext) -> None:
+        if self.rec_buffers < 1:
+            raise PassError(f"fsr: rec-buffers must be at least 1, got {self.rec_buffers}")
+        pipe = _pipeline(module)
+        if pipe.attributes["act"] == "fsr":
+            placement.fsr(pipe, self.rec_buffers)
+
+
+@register_pass
+class MemoryPlan(Pass):
+    """Live ranges, lifetime tiers, buffer reuse and per-stage peak; fail over budget."""
+
+    name = "memory-plan"
+    budget: str = option("plan", "per-stage budget: 'plan' (the plan's), 'none', or a size such as 20GB")
+
+    def run(self, module: Module, ctx: PassContext) -> None:
+        from ratc.ir.attributes import ByteSize
+        from ratc.units import format_bytes, parse_bytes
+
+        pipe = _pipeline(module)
+        plans = [liveness.plan_stage(stage) for stage in pipe.region.ops]
+        for stage, sp in zip(pipe.region.ops, plans):
+            stage.attributes.update(peak=ByteSize(sp.peak), peak_at=sp.peak_at, buffers=sp.slots,
+                                    tiers={k: ByteSize(v) for k, v in sp.tiers.items()})
+        pipe.attributes["peak"] = [sp.peak for sp in plans]
+        if self.budget == "none":
+            return
+        if self.budget == "plan":
+            budget = int(lowering.find_plan(module).attributes["budget"])
+        else:
+            try:
+                budget = int(parse_bytes(self.budget))
+            except (RatcError, ValueError) as exc:
+                raise PassError(f"memory-plan: bad budget '{self.budget}': {exc}") from None
+        pipe.attributes["budget"] = ByteSize(budget)
+        worst = max(plans, key=lambda sp: sp.peak)
+        if worst.peak <= budget:
+            return
+        stage = pipe.region.ops[worst.stage]
+        op = stage.region.ops[worst.peak_at]
+        at = _moment(stage, worst.peak_at)
+        live = ", ".join(f"%{b.name} {format_bytes(b.size)} ({b.tier})" for b in worst.live_at_peak[:8])
+        more = len(worst.live_at_peak) - 8
+        raise PassError(
+            f"stage {worst.stage} needs {format_bytes(worst.peak)}, over the {format_bytes(budget)} budget, "
+            f"at op #{worst.peak_at} ({op.name}{_task_label(op)} {at}); live there: {live}"
+            + (f", and {more} more" if more > 0 else ""))
+
+
+def _moment(stage, index: int) -> str:
+    """The action token of the task running at op `index` (e.g. 'during 0B3')."""
+    from ratc.lifecycle.actions import tokens
+    toks = tokens(stage.region.ops[:index + 1], stage.attributes["stage"])
+    return f"during {toks[-1]}" if toks else "before the first task"
+
+
+def _task_label(op) -> str:
+    a = op.attributes
+    parts = [f"unit {a['unit']}" if "unit" in a else "", f"mb {a['mb']}" if "mb" in a else ""]
+    text = ", ".join(p for p in parts if p)
+    return f" ({text})" if text else ""

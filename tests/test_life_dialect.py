@@ -1,0 +1,141 @@
+"""The life dialect: text round trip and the scheduled-program verifier rules."""
+
+import functools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ratc.ir import parse_module, print_module, verify
+from ratc.ir.verifier import VerifyError
+from ratc.lifecycle.lowering import find_pipeline
+from test_lifecycle_support import compile_tiny
+
+CONFIGS = [dict(Z=z, act=a, P=p, A=m, pref=pref) for z in (0, 1, 2, 3) for a in ("full", "ckpt", "fsr")
+           for p, m, pref in ((2, 4, "deadline"), (3, 2, "bulk"))]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_print_parse_print_round_trip(cfg):
+    module = compile_tiny(budget="plan", **cfg)
+    text = print_module(module)
+    again = parse_module(text, "roundtrip.ir")
+    verify(again)
+    assert print_module(again) == text
+
+
+def _ops(module):
+    return [op for stage in find_pipeline(module).region.ops for op in stage.region.ops]
+
+
+@functools.lru_cache(maxsize=None)
+def _programs():
+    """Texts of a few scheduled programs (each test re-parses, so mutation is private)."""
+    return {z: print_module(compile_tiny(Z=z, P=2, A=3, act="fsr" if z != 1 else "full")) for z in (0, 1, 2, 3)}
+
+
+@pytest.fixture
+def programs():
+    return _programs()
+
+
+@pytest.mark.parametrize("cfg", [dict(Z=0, act="ckpt"), dict(Z=1, act="full"), dict(Z=2, act="fsr"),
+                                 dict(Z=3, act="fsr")], ids=lambda c: f"Z{c['Z']}-{c['act']}")
+def test_removing_any_dependency_edge_is_caught(cfg):
+    module = compile_tiny(P=2, A=2, **cfg)
+    edges = 0
+    for op in _ops(module):
+        for i in range(len(op.operands)):
+            v = op.operands.pop(i)
+            with pytest.raises(VerifyError):
+                verify(module)
+            op.operands.insert(i, v)
+            edges += 1
+    verify(module)
+    assert edges > 100
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_redirecting_a_dependency_to_another_value_of_the_same_type_is_caught(data):
+    module = parse_module(_programs()[2])
+    ops = _ops(module)
+    op, i = data.draw(st.sampled_from([(op, i) for op in ops for i in range(len(op.operands))]))
+    old = op.operands[i]
+    stage_ops = op.block.ops
+    earlier = [r for o in stage_ops[:stage_ops.index(op)] for r in o.results if r.type == old.type and r is not old]
+    if not earlier:
+        return
+    op.operands[i] = data.draw(st.sampled_from(earlier))
+    with pytest.raises(VerifyError):
+        verify(module)
+
+
+def test_every_rule_names_what_is_wrong(programs):
+    def mutated(fn, z=2):
+        module = parse_module(programs[z])
+        fn(module)
+        with pytest.raises(VerifyError) as info:
+            verify(module)
+        return str(info.value)
+
+    def drop_saved(m):
+        bwd = next(op for op in _ops(m) if op.name == "life.bwd" and op.attributes["unit"] == 2)
+        bwd.operands.remove(next(v for v in bwd.operands if str(v.type) == "!life.rec"))
+    assert "missing dependency life.recover(unit 2, mb 0)" in mutated(drop_saved)
+
+    def drop_task(m):
+        stage = find_pipeline(m).region.ops[1]
+        sync = next(op for op in stage.region.ops if op.name == "life.grad_sync")
+        stage.region.ops.remove(sync)
+        for op in stage.region.ops:
+            if sync.result in op.operands:
+                op.operands.remove(sync.result)
+    assert "missing" in mutated(drop_task)
+
+    def recv_before_send(m):
+        # Stage 0 waits for micro-batch 0's gradient before sending micro-batch 0 forward.
+        s0 = find_pipeline(m).region.ops[0].region.ops
+        recv = next(op for op in s0 if op.name == "life.recv" and op.attributes["mb"] == 0)
+        s0.remove(recv)
+        s0.insert(s0.index(next(op for op in s0 if op.name == "life.fwd")), recv)
+    assert "the stages deadlock: stage 0 at recv bwd mb 0" in mutated(recv_before_send)
+
+    def duplicate(m):
+        s0 = find_pipeline(m).region.ops[0].region.ops
+        s0.insert(len(s0) - 1, s0[-2])
+    assert "appears twice" in mutated(duplicate)
+
+
+def test_inplace_write_before_last_read_is_caught(programs):
+    module = parse_module(programs[0])
+    s0 = find_pipeline(module).region.ops[0].region.ops
+    # ZeRO-0 GradSync all-reduces the accumulated gradient in place; give it a later reader.
+    sync = next(op for op in s0 if op.name == "life.grad_sync")
+    upd = next(op for op in s0 if op.name == "life.update" and op.attributes["unit"] == sync.attributes["unit"])
+    s0.remove(sync)
+    s0.insert(s0.index(sync.operands[0].owner) + 1, sync)
+    upd.operands[0] = sync.operands[0]     # reads the buffer GradSync overwrote
+    with pytest.raises(VerifyError):
+        verify(module)
+
+
+def test_wrong_peer_and_micro_batch_range(programs):
+    module = parse_module(programs[2])
+    send = next(op for op in _ops(module) if op.name == "life.send")
+    send.attributes["peer"] = 5
+    with pytest.raises(VerifyError, match="no matching recv on stage 5"):
+        verify(module)
+    module = parse_module(programs[2])
+    fwd = next(op for op in _ops(module) if op.name == "life.fwd")
+    fwd.attributes["mb"] = 9
+    with pytest.raises(VerifyError, match=r"missing task life.fwd \(unit 0, mb 0\)"):
+        verify(module)
+
+
+def test_parse_error_points_at_the_bad_op(programs):
+    text = programs[2].replace('true, kind = "reduce-scatter"', 'true, kind = "all-reduce"', 1)
+    with pytest.raises(VerifyError, match="kind must match ZeRO-2") as info:
+        verify(parse_module(text, "bad.ir"))
+    line = next(n for n, t in enumerate(text.splitlines(), 1) if 'kind = "all-reduce"' in t and "life.grad_sync" in t)
+    assert f"bad.ir:{line}:" in str(info.value)

@@ -1,0 +1,229 @@
+"""The lifecycle passes on the tiny model: random plans, placement rules, memory plan."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ratc.ir import verify
+from ratc.lifecycle.lowering import find_pipeline
+from ratc.lifecycle.schedule import main_task
+from ratc.passes import PassFailure
+from test_lifecycle_support import compile_tiny
+
+PLANS = st.fixed_dictionaries({
+    "P": st.integers(1, 4), "D": st.integers(1, 3), "T": st.sampled_from([1, 2]), "Z": st.integers(0, 3),
+    "b": st.integers(1, 2), "A": st.integers(1, 7), "act": st.sampled_from(["full", "ckpt", "fsr"]),
+    "pref": st.sampled_from(["bulk", "layerwise", "deadline"]), "rec_buffers": st.integers(1, 3)})
+
+
+def _intervals(ops, values) -> list[tuple[int, int]]:
+    """[definition, last use] positions of values in one stage's op list."""
+    pos = {op: i for i, op in enumerate(ops)}
+    last = {}
+    for i, op in enumerate(ops):
+        for v in op.operands:
+            last[v] = i
+    return [(pos[v.owner], last.get(v, pos[v.owner])) for v in values]
+
+
+def _max_overlap(intervals) -> int:
+    events = sorted([(a, 1) for a, _ in intervals] + [(b + 1, -1) for _, b in intervals], key=lambda e: (e[0], e[1]))
+    best = cur = 0
+    for _, d in events:
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+@settings(max_examples=40, deadline=None)
+@given(plan=PLANS)
+def test_random_plans_compile_to_verified_programs_obeying_the_placement_rules(plan):
+    rec_buffers = plan.pop("rec_buffers")
+    module = compile_tiny(rec_buffers=rec_buffers, **plan)
+    verify(module)
+    pipe = find_pipeline(module)
+    P, M = plan["P"], plan["A"]
+    for stage in pipe.region.ops:
+        ops = stage.region.ops
+        p = stage.attributes["stage"]
+        units = stage.attributes["units"]
+        for op in ops:
+            a = op.attributes
+            if op.name == "life.recover":
+                assert a["placement"] in (("bwd", "fwd-side", "idle") if plan["act"] == "fsr" else ("bwd",))
+                if plan["act"] == "fsr":   # Eq. 7
+                    assert a["exposed"] == pytest.approx(max(0.0, a["dur"] - a["window"]))
+            if op.name in ("life.update", "life.prefetch"):
+                assert a["start"] >= a["release"] - 1e-15
+            if op.name == "life.update":   # Eq. 4
+                assert a["exposed"] == pytest.approx(max(0.0, a["start"] + a["dur"] - a["deadline"]))
+        # 1F1B keeps N_act(p) = P - p micro-batches' checkpoints (or saved activations) in flight.
+        dec = next((u for u in units if u not in (0, pipe.attributes["units"] - 1)), None)
+        if dec is not None:
+            if plan["act"] == "full":
+                held = [op.results[-1] for op in ops if op.name == "life.fwd" and op.attributes["unit"] == dec]
+            else:
+                held = [op.operands[0] for op in ops if op.name == "life.fwd" and op.attributes["unit"] == dec]
+            assert _max_overlap(_intervals(ops, held)) == min(P - p, M)
+        recs = [op.result for op in ops if op.name == "life.recover"]
+        if recs:
+            assert _max_overlap(_intervals(ops, recs)) <= rec_buffers
+            assert len({op.attributes["buf"][0] for op in ops if op.name == "life.recover"}) <= rec_buffers
+
+
+def _stage(module, p=0):
+    return find_pipeline(module).region.ops[p].region.ops
+
+
+def test_state_pipeline_issues_gradsync_when_accumulation_ends():
+    module = compile_tiny(P=2, A=4, Z=1, pipeline="lower-to-life,schedule-1f1b,state-pipeline{mode=layerwise}")
+    ops = _stage(module)
+    for i, op in enumerate(ops):
+        if op.name == "life.grad_sync":
+            prev = ops[i - 1]
+            assert (prev.name, prev.attributes["unit"], prev.attributes["mb"]) == ("life.bwd", op.attributes["unit"], 3)
+    bulk = _stage(compile_tiny(P=2, A=4, Z=1, pipeline="lower-to-life,schedule-1f1b,state-pipeline{mode=bulk}"))
+    last_main = max(i for i, op in enumerate(bulk) if main_task(op) is not None)
+    assert all(i > last_main for i, op in enumerate(bulk) if op.name == "life.grad_sync")
+
+
+def _edf_ok(ops, name):
+    """Non-preemptive EDF: when a task starts, no released, unstarted task has an earlier deadline."""
+    tasks = [op.attributes for op in ops if op.name == name]
+    for t in tasks:
+        for other in tasks:
+            if other is t or other["start"] <= t["start"]:
+                continue
+            if other["release"] <= t["start"] + 1e-15:
+                assert other["deadline"] >= t["deadline"] - 1e-15
+    return bool(tasks)
+
+
+@pytest.mark.parametrize("Z", [0, 1, 2, 3])
+def test_update_prefetch_deadline_mode_is_earliest_deadline_first(Z):
+    module = compile_tiny(P=2, A=4, Z=Z, pref="deadline")
+    for p in (0, 1):
+        ops = _stage(module, p)
+        assert _edf_ok(ops, "life.update")
+        if Z in (1, 2):
+            assert _edf_ok(ops, "life.prefetch")
+        # Each layer's chain comes after its GradSync, and the view feeds the step boundary.
+        for op in ops:
+            if op.name == "life.update":
+                sync = op.operands[0].owner
+                assert ops.index(sync) < ops.index(op)
+                assert op.attributes["release"] == pytest.approx(op.attributes["start"]) or \
+                    op.attributes["start"] > op.attributes["release"]
+
+
+def test_update_prefetch_modes_differ_in_placement_and_bulk_waits_for_every_sync():
+    def chain(pref):
+        ops = _stage(compile_tiny(P=2, A=4, Z=2, pref=pref))
+        return ops, [(op.name, op.attributes["unit"]) for op in ops if op.name in ("life.update", "life.prefetch")]
+    bulk_ops, bulk = chain("bulk")
+    last_sync = max(i for i, op in enumerate(bulk_ops) if op.name == "life.grad_sync")
+    assert all(i > last_sync for i, op in enumerate(bulk_ops) if op.name in ("life.update", "life.prefetch"))
+    releases = {op.attributes["release"] for op in bulk_ops if op.name == "life.update"}
+    assert len(releases) == 1
+    _, deadline = chain("deadline")
+    assert sorted(deadline) == sorted(bulk)
+
+
+def test_fsr_moves_recovery_before_the_backward_and_uses_one_buffer():
+    fsr = _stage(compile_tiny(P=2, A=4, act="fsr"))
+    early = [op for op in fsr if op.name == "life.recover" and op.attributes["placement"] != "bwd"]
+    assert early, "stage 0 of a 2-stage pipeline has idle time before each backward"
+    for op in early:
+        i = fsr.index(op)
+        m = op.attributes["mb"]
+        # It sits before the stage's receive of micro-batch m's gradient (the paper's F7+R1).
+        recv = next(o for o in fsr
+                    if o.name == "life.recv" and o.attributes["dir"] == "bwd" and o.attributes["mb"] == m)
+        assert i < fsr.index(recv)
+    assert len({op.attributes["buf"][0] for op in fsr if op.name == "life.recover"}) == 1
+    two = _stage(compile_tiny(P=2, A=4, act="fsr", rec_buffers=2))
+    assert sum(op.attributes["placement"] != "bwd" for op in two if op.name == "life.recover") > len(early)
+    ckpt = _stage(compile_tiny(P=2, A=4, act="ckpt"))
+    for op in ckpt:
+        if op.name == "life.recover":
+            nxt = ckpt[ckpt.index(op) + 1]
+            assert (nxt.name, nxt.attributes["unit"], nxt.attributes["mb"]) == ("life.bwd", op.attributes["unit"],
+                                                                               op.attributes["mb"])
+
+
+def test_memory_plan_tiers_and_peaks():
+    module = compile_tiny(P=2, A=4, act="fsr", Z=2)
+    pipe = find_pipeline(module)
+    for stage in pipe.region.ops:
+        tiers = {}
+        for op in stage.region.ops:
+            for t in op.attributes.get("tier", []):
+                tiers.setdefault(op.name, set()).add(t)
+        assert tiers["life.param"] == {"long"} and tiers["life.opt"] == {"long"}
+        assert tiers["life.recover"] == {"short"}
+        assert tiers["life.reduce"] == {"medium"}          # the gradient shard accumulator
+        assert stage.attributes["peak"].n == pipe.attributes["peak"][stage.attributes["stage"]]
+        assert stage.attributes["peak"].n >= sum(v.n for v in stage.attributes["tiers"].values()) - 1
+
+
+def test_full_save_needs_more_memory_than_fsr():
+    full = find_pipeline(compile_tiny(P=2, A=4, act="full")).attributes["peak"]
+    fsr = find_pipeline(compile_tiny(P=2, A=4, act="fsr")).attributes["peak"]
+    assert all(f > r for f, r in zip(full, fsr))
+
+
+def test_budget_overflow_names_stage_moment_and_live_values():
+    with pytest.raises(PassFailure) as info:
+        compile_tiny(P=2, A=4, budget="1MB")
+    msg = str(info.value)
+    assert "memory-plan" in msg and "stage 0 needs" in msg and "over the 1.00 MB budget" in msg
+    assert "at op #" in msg and "during 0" in msg and "live there: %opt" in msg
+    with pytest.raises(PassFailure, match="bad budget 'lots'"):
+        compile_tiny(P=2, A=4, budget="lots")
+
+
+def test_passes_need_a_lowered_module_and_refuse_to_lower_twice():
+    from ratc.ir import Module
+    from ratc.passes import PassManager, parse_pipeline
+    with pytest.raises(PassFailure, match="run lower-to-life first"):
+        PassManager(parse_pipeline("schedule-1f1b")).run(Module("empty"))
+    with pytest.raises(PassFailure, match="already lowered"):
+        compile_tiny(P=2, A=2, pipeline="lower-to-life,lower-to-life")
+    with pytest.raises(PassFailure, match="rec-buffers must be at least 1"):
+        compile_tiny(P=2, A=2, pipeline="lower-to-life,fsr{rec-buffers=0}")
+
+
+def test_serve_is_non_preemptive_earliest_deadline_first():
+    from ratc.lifecycle.placement import _serve
+    tasks = lambda: [{"unit": 0, "release": 0.0, "deadline": 10.0, "dur": 5.0},  # noqa: E731
+                     {"unit": 1, "release": 1.0, "deadline": 30.0, "dur": 1.0},
+                     {"unit": 2, "release": 2.0, "deadline": 7.0, "dur": 1.0},
+                     {"unit": 3, "release": 9.0, "deadline": 9.5, "dur": 1.0}]
+    edf, fifo = tasks(), tasks()
+    _serve(edf, edf=True)
+    _serve(fifo, edf=False)
+    assert [t["start"] for t in edf] == [0.0, 6.0, 5.0, 9.0]     # unit 2 overtakes unit 1; idle until 9
+    assert [t["start"] for t in fifo] == [0.0, 5.0, 6.0, 9.0]
+
+
+def _lower_text(text):
+    from ratc.ir import parse_module
+    from ratc.passes import PassManager, parse_pipeline
+    return PassManager(parse_pipeline("lower-to-life")).run(parse_module(text, "plan.ir"))
+
+
+def test_bad_plans_are_clear_errors():
+    from ratc.ir import print_module
+    from test_lifecycle_support import tiny_plan
+    text = print_module(tiny_plan(P=2, A=2))
+    _lower_text(text)
+    lines = text.splitlines()
+    unit1 = next(i for i, line in enumerate(lines) if "index = 1," in line)
+    lines[unit1] = lines[unit1].replace("stage = 0", "stage = 1")
+    with pytest.raises(PassFailure, match=r"stage 0 must own a non-empty contiguous range of units, got \[0, 2\]"):
+        _lower_text("\n".join(lines))
+    with pytest.raises(PassFailure, match="unit #1 has index 7"):
+        _lower_text(text.replace("index = 1,", "index = 7,", 1))
+    from ratc.ir.verifier import VerifyError
+    with pytest.raises(VerifyError, match="'fwd' must not be negative"):
+        _lower_text(text.replace("fwd = ", "fwd = -", 1))

@@ -1,0 +1,36 @@
+"""Shared helpers of the lifecycle tests (no tests here): compile the tiny preset."""
+
+import functools
+
+from ratc.frontend import trace_preset
+from ratc.lifecycle.compile import compile_program
+from ratc.lifecycle.plan_ir import plan_module
+from ratc.planner.config import Candidate
+from ratc.platform import load_platform
+
+TINY_SEQ = 64
+
+
+@functools.lru_cache(maxsize=None)
+def tiny():
+    return trace_preset("tiny", TINY_SEQ)
+
+
+@functools.lru_cache(maxsize=None)
+def mt3000():
+    return load_platform("mt3000")
+
+
+def candidate(P=2, D=2, T=1, Z=2, b=1, A=4, act="fsr", pref="deadline"):
+    return Candidate(P=P, D=D, T=T, Z=Z, b=b, A=A, act=act, pref=pref)
+
+
+def tiny_plan(**kw):
+    """The tiny model's life.plan module for a candidate."""
+    return plan_module(tiny(), candidate(**kw), mt3000())
+
+
+def compile_tiny(pipeline=None, rec_buffers=1, budget="none", verify_each=True, **kw):
+    """The tiny model through the lifecycle pipeline (default: the plan's full pipeline)."""
+    return compile_program(tiny(), candidate(**kw), mt3000(), {
+        "pipeline": pipeline, "rec_buffers": rec_buffers, "budget": budget, "verify_each": verify_each})
