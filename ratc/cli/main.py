@@ -12,6 +12,8 @@ from ratc.errors import LocatedError, RatcError
 # Each module defines `register(subparsers)`, which adds its parser and sets `func`.
 # Heavy imports (torch, numpy) stay inside the handlers so `ratc --help` is instant.
 COMMAND_MODULES = [
+    "ratc.cli.asm",
+    "ratc.cli.kernel",
     "ratc.cli.compile",
     "ratc.cli.opt",
     "ratc.cli.passes",

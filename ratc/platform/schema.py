@@ -71,11 +71,41 @@ class DSPSpec:
     am_size: int = quantity("bytes", "array memory per DSP")
 
 
+@dataclass(frozen=True)
+class VLIWSpec:
+    """The DSP's 8-slot VLIW core as the kernel VM models it (latencies in cycles)."""
+
+    vector_lanes: int = quantity("int", "FP32 lanes per vector register (FP16 elements per vector load)")
+    vmac_rows: int = quantity("int", "rows one VMAC updates: MACs per VMAC = vmac_rows * vector_lanes")
+    scalar_registers: int = quantity("int", "integer registers r0..")
+    quad_registers: int = quantity("int", "registers q0.. holding vmac_rows FP16 left-operand values")
+    vector_registers: int = quantity("int", "vector registers v0..")
+    vmac_latency: int = quantity("int", "cycles from VMAC issue until its accumulators are readable")
+    alu_latency: int = quantity("int", "cycles of an integer ALU op (SMAC1/SMAC2/SIEU)")
+    sld_latency: int = quantity("int", "cycles of a scalar (quad) load from SM")
+    vld_latency: int = quantity("int", "cycles of a vector load from AM")
+    branch_penalty: int = quantity("int", "bubble cycles after a taken loop branch (SBR)")
+    barrier_latency: int = quantity("int", "cycles for the cluster barrier to release after the last arrival")
+
+
+@dataclass(frozen=True)
+class DMASpec:
+    """Per-DSP DMA engines; the DDR engine gets an equal share of the cluster's DDR bandwidth."""
+
+    ddr_latency: float = quantity("time", "startup latency of a DMA touching DDR")
+    gsm_bandwidth: float = quantity("bandwidth", "per-DSP port bandwidth of GSM <-> SM/AM transfers")
+    gsm_latency: float = quantity("time", "startup latency of a GSM <-> SM/AM transfer")
+    local_bandwidth: float = quantity("bandwidth", "AM <-> SM transfer bandwidth inside one DSP")
+    local_latency: float = quantity("time", "startup latency of an AM <-> SM transfer")
+
+
 SECTIONS: dict[str, type] = {
     "cluster": ClusterSpec,
     "network": NetworkSpec,
     "collective": CollectiveSpec,
     "dsp": DSPSpec,
+    "vliw": VLIWSpec,
+    "dma": DMASpec,
 }
 
 

@@ -1,0 +1,63 @@
+"""`ratc kernel gemm M N K` / `ratc kernel attention-backward ...`: generate (and run) kernels."""
+
+from __future__ import annotations
+
+from ratc.errors import RatcError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("kernel", help="generate a GEMM or attention-backward kernel (.rasm)",
+                              description="Generate a kernel for one cluster; print its .rasm, or --run it "
+                                          "on the kernel VM and print the report.")
+    p.add_argument("op", choices=("gemm", "attention-backward", "attention-backward-ddr"),
+                   help="gemm: M N K (C[M,N] = A[M,K] B[K,N]); attention-backward[-ddr]: HEADS SEQ HEAD_DIM")
+    p.add_argument("dims", nargs="+", type=int, help="shape")
+    p.add_argument("--kv-heads", type=int, help="key/value heads for attention (default: HEADS)")
+    p.add_argument("--tile", action="append", default=[], metavar="NAME=VALUE",
+                   help="fix a tile option (gemm: gm, gn, md, nd, kt, groups, unroll; attention: br, bc)")
+    p.add_argument("--platform", default="mt3000", help="platform profile name or TOML path (default mt3000)")
+    p.add_argument("--run", action="store_true", help="execute and print the kernel report")
+    p.add_argument("--mode", choices=("full", "timing"), default="timing",
+                   help="with --run: timing (default, fast) or full (numerics on every DSP)")
+    p.add_argument("--random-inputs", type=int, metavar="SEED", default=None,
+                   help="with --mode full: fill the DDR inputs with N(0,1) values from this seed")
+    p.add_argument("-o", "--output", help="write the .rasm here (default stdout when not running)")
+    p.set_defaults(func=run, input=[], save=[])
+
+
+def run(args) -> int:
+    from ratc.cli.asm import run_and_report
+    from ratc.cli.io import write_output
+    from ratc.platform import load_platform
+
+    platform = load_platform(args.platform)
+    options = {}
+    for spec in args.tile:
+        key, _, value = spec.partition("=")
+        try:
+            options[key] = int(value)
+        except ValueError:
+            raise RatcError(f"--tile {spec!r}: expected NAME=INTEGER") from None
+    kernel = _generate(platform, args, options)
+    if args.output or not args.run:
+        write_output(args.output, kernel.text)
+    if args.run:
+        print(run_and_report(kernel.program, platform, args, kernel.macs, kernel.min_ddr_bytes))
+    return 0
+
+
+def _generate(platform, args, options):
+    if args.op == "gemm":
+        if len(args.dims) != 3:
+            raise RatcError(f"kernel gemm takes M N K, got {len(args.dims)} numbers")
+        from ratc.codegen.gemm import generate_gemm
+
+        return generate_gemm(platform, *args.dims, **options)
+    if len(args.dims) != 3:
+        raise RatcError(f"kernel {args.op} takes HEADS SEQ HEAD_DIM, got {len(args.dims)} numbers")
+    from ratc.codegen.attention import generate_attention_backward
+
+    heads, seq, head_dim = args.dims
+    staged = args.op.endswith("-ddr")
+    return generate_attention_backward(platform, heads, seq, head_dim, args.kv_heads or heads,
+                                       ddr_staged=staged, **options)
