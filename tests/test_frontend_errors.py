@@ -49,7 +49,7 @@ def write_model(tmp_path, body="pass", build="pass", extra=""):
 
 
 def run(capsys, *argv):
-    rc = main(["compile", *argv])
+    rc = main(["compile", *argv, "--emit=graph"])
     err = capsys.readouterr().err
     assert "Traceback" not in err
     return rc, err
@@ -57,7 +57,7 @@ def run(capsys, *argv):
 
 def test_valid_model_file_compiles(tmp_path, capsys):
     path = write_model(tmp_path)
-    rc = main(["compile", path, "--seq-len", "8", "-o", str(tmp_path / "out.ir")])
+    rc = main(["compile", path, "--seq-len", "8", "--emit=graph", "-o", str(tmp_path / "out.ir")])
     assert rc == 0
     text = (tmp_path / "out.ir").read_text()
     assert "graph.layer @decoder" in text and "repeat = 2" in text

@@ -33,7 +33,7 @@ def test_compile_emits_the_preset_graph(tmp_path):
     verify(module)
     assert profile_from_module(module) == dataclasses.replace(trace_preset("tiny", 64), meta={})
     second = tmp_path / "again.ir"
-    main(["compile", EXAMPLE, "--preset", "tiny", "--seq-len", "64", "-o", str(second)])
+    main(["compile", EXAMPLE, "--preset", "tiny", "--seq-len", "64", "--emit=graph", "-o", str(second)])
     assert second.read_text() == text          # deterministic
 
 

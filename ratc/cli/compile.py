@@ -1,4 +1,10 @@
-"""`ratc compile`: a model file or Hugging Face config through the frontend to IR."""
+"""`ratc compile`: a model through the frontend, the planner and the lifecycle passes to a program.
+
+With `--emit=graph` it prints the traced graph IR and stops. Otherwise it plans the
+configuration (or takes `--plan`), runs the lifecycle pipeline, writes the program
+directory (graph IR, scheduled IR, plan, platform profile, manifest) and, unless
+`--no-run`, simulates one training step on the system VM.
+"""
 
 from __future__ import annotations
 
@@ -36,8 +42,21 @@ def register(sub) -> None:
                    help="trace a Hugging Face causal LM from its config.json instead (needs ratc[hf])")
     p.add_argument("--trace", choices=("auto", "fx", "export"), default="auto",
                    help="tracer for model files: torch.fx, torch.export, or fx then export (default)")
-    p.add_argument("--emit", choices=sorted(EMITTERS), default="graph", help="what to print (default: graph)")
-    p.add_argument("-o", "--output", help="write here instead of stdout")
+    p.add_argument("--emit", choices=sorted(EMITTERS),
+                   help="print this stage's IR and stop (default: compile the whole program)")
+    p.add_argument("-o", "--output",
+                   help="program directory to write (default out/<model>); with --emit, the IR file")
+    from ratc.cli.pass_options import add_pass_options
+    from ratc.cli.plan import add_planning_arguments
+
+    add_planning_arguments(p, global_batch_required=False)
+    p.add_argument("--plan", metavar="CONFIG",
+                   help="compile this configuration instead of planning one, even if it does not fit "
+                        "(e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline'); the VM then reports out-of-memory")
+    p.add_argument("--no-run", action="store_true", help="do not simulate the program on the system VM")
+    p.add_argument("--json", action="store_true", help="print the VM's results as JSON")
+    p.add_argument("--trace-out", metavar="FILE", help="write the VM's Chrome-trace timeline here")
+    add_pass_options(p)
     p.set_defaults(func=run)
 
 
@@ -65,6 +84,8 @@ def _header(command: str, profile) -> str:
 def run(args: argparse.Namespace) -> int:
     from ratc.cli.io import write_output
 
+    if args.emit is None and args.clusters is None and not args.plan:
+        raise RatcError("ratc compile: give --clusters N (or --plan CONFIG), or --emit=graph to stop after tracing")
     profile = trace_inputs(args)
     unmodeled = profile.meta.get("unmodeled_ops") or []
     if unmodeled:
@@ -72,6 +93,65 @@ def run(args: argparse.Namespace) -> int:
               "costed as generic elementwise ops", file=sys.stderr)
     source = args.hf_config and f"--hf-config {args.hf_config}" or args.model
     extra = "".join(f" --{flag} {v}" for flag, v in (("preset", args.preset), ("seq-len", args.seq_len)) if v)
-    text = _header(f"ratc compile {source}{extra} --emit={args.emit}", profile) + EMITTERS[args.emit](profile)
-    write_output(args.output, text)
-    return 0
+    if args.emit is not None:
+        text = _header(f"ratc compile {source}{extra} --emit={args.emit}", profile) + EMITTERS[args.emit](profile)
+        write_output(args.output, text)
+        return 0
+    outdir = compile_to_directory(args, profile, f"ratc compile {source}{extra}")
+    if args.no_run:
+        print(f"wrote {outdir}; simulate it with `ratc run {outdir}`", file=sys.stderr)
+        return 0
+    from ratc.cli import run as run_command
+
+    return run_command.handler(argparse.Namespace(
+        outdir=str(outdir), plan=None, platform=None, steps=2, explicit_replicas=False,
+        no_memory_limit=False, json=args.json, trace=args.trace_out, output=None))
+
+
+def choose_candidate(args: argparse.Namespace, planner):
+    """(candidate, plan result or None): the forced --plan, or the planner's best."""
+    from ratc.planner.strategies import get_strategy
+    from ratc.vm.system.driver import parse_config
+
+    if args.plan:
+        return parse_config(args.plan), None
+    global_batch = args.global_batch or 64 * args.clusters
+    result = planner.require_feasible(planner.plan(args.clusters, global_batch, get_strategy(args.strategy),
+                                                   progress=True))
+    return result.feasible[0].cand, result
+
+
+def compile_to_directory(args: argparse.Namespace, profile, command: str):
+    """Plan, schedule and write the program directory; returns its path."""
+    import json
+    from pathlib import Path
+
+    from ratc.cli.pass_options import instrumentation
+    from ratc.cli.plan import make_planner
+    from ratc.ir import print_module
+    from ratc.lifecycle import compile_program, format_pipeline
+    from ratc.lifecycle.lowering import find_pipeline
+    from ratc.planner.report import render_json
+    from ratc.program import write_program
+
+    planner = make_planner(args, profile)
+    cand, result = choose_candidate(args, planner)
+    module = compile_program(profile, cand, planner.platform, {
+        "planner": planner, "verify_each": not args.no_verify,
+        "instrumentation": instrumentation(args, command),
+        # A forced plan may not fit; the VM, not the compiler, reports that.
+        "budget": "none" if args.plan else "plan"})
+    outdir = Path(args.output or Path("out") / profile.name)
+    files = {
+        "model.ir": _header(command + " --emit=graph", profile) + _emit_graph(profile),
+        "program.ir": print_module(module),
+        "schedule.txt": format_pipeline(find_pipeline(module)) + "\n",
+        "platform.toml": planner.platform.text,
+    }
+    if result is not None:
+        files["plan.json"] = render_json(result, profile.seq_len, top=20, with_explain=True)
+    meta = {"command": command, "model": profile.name, "config": cand.label(),
+            "platform": planner.platform.name}
+    write_program(outdir, files, meta)
+    print(f"compiled {profile.name}: {cand.label()} -> {outdir}", file=sys.stderr)
+    return outdir

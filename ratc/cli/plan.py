@@ -15,17 +15,8 @@ def register(subparsers) -> None:
     p.add_argument("model", nargs="?", help="model file (python, see examples/llama.py); "
                                             "omit to use the bundled example with --preset")
     p.add_argument("--preset", help="model preset, e.g. llama2-13b, qwen2.5-32b, tiny")
-    p.add_argument("--clusters", type=int, help="clusters to use (P x D x T must equal it)")
-    p.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
     p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
-    p.add_argument("--platform", default="mt3000", help="platform profile name or TOML file (default mt3000)")
-    p.add_argument("--memory-budget", help="override the per-cluster memory budget, e.g. 30GB")
-    p.add_argument("--strategy", default="ratrain", help="search space: ratrain, tp-heavy, zero3-heavy, "
-                   "backward-ckpt, full-save, tuned-pp-dp-zero, any (default ratrain)")
-    p.add_argument("--micro-batch", type=int, action="append", metavar="B",
-                   help="allowed micro-batch size (repeatable; default 1..16)")
-    p.add_argument("--exec-profile", default="paper-table5", help="GEMM execution profile: paper-table5 "
-                   "(the paper's measured Table 5) or kernel-vm")
+    add_planning_arguments(p, global_batch_required=True)
     p.add_argument("--min-clusters", action="store_true",
                    help="find the smallest cluster count (whole nodes) with a feasible plan")
     p.add_argument("--max-clusters", type=int, default=4096, help="search limit for --min-clusters")
@@ -34,6 +25,45 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("-o", "--output", help="write the report to a file instead of stdout")
     p.set_defaults(func=handler)
+
+
+def add_planning_arguments(p: argparse.ArgumentParser, global_batch_required: bool) -> None:
+    """The options shared by `ratc plan` and `ratc compile`: clusters, batch, platform, strategy."""
+    p.add_argument("--clusters", type=int, help="clusters to use (P x D x T must equal it)")
+    p.add_argument("--global-batch", type=int, required=global_batch_required,
+                   help="sequences per optimizer step" + ("" if global_batch_required
+                                                          else " (default: 64 per cluster)"))
+    p.add_argument("--platform", default="mt3000", help="platform profile name or TOML file (default mt3000)")
+    p.add_argument("--memory-budget", help="override the per-cluster memory budget, e.g. 30GB")
+    p.add_argument("--strategy", default="ratrain", help="search space: ratrain, tp-heavy, zero3-heavy, "
+                   "backward-ckpt, full-save, tuned-pp-dp-zero, any (default ratrain)")
+    p.add_argument("--micro-batch", type=int, action="append", metavar="B",
+                   help="allowed micro-batch size (repeatable; default 1..16)")
+    p.add_argument("--exec-profile", default="paper-table5", help="GEMM execution profile: paper-table5 "
+                   "(the paper's measured Table 5) or kernel-vm")
+
+
+def make_planner(args: argparse.Namespace, model):
+    """The Planner the shared planning options describe, for a traced model."""
+    from ratc import units
+    from ratc.planner.exec_profile import load_exec_profile
+    from ratc.planner.search import Planner
+    from ratc.platform import load_platform
+
+    platform = load_platform(args.platform)
+    budget = None
+    if args.memory_budget is not None:
+        try:
+            budget = units.parse_bytes(args.memory_budget)
+        except units.UnitError as exc:
+            raise RatcError(f"--memory-budget: {exc}") from None
+        if budget <= 0:
+            raise RatcError(f"--memory-budget must be positive, got {args.memory_budget!r}")
+    micro = tuple(sorted(set(args.micro_batch))) if args.micro_batch else None
+    if micro and micro[0] < 1:
+        raise RatcError(f"--micro-batch must be at least 1, got {micro[0]}")
+    kwargs = {"micro_batches": micro} if micro else {}
+    return Planner(model, platform, load_exec_profile(platform, args.exec_profile), budget, **kwargs)
 
 
 def load_model(args: argparse.Namespace):
@@ -50,32 +80,16 @@ def load_model(args: argparse.Namespace):
 def handler(args: argparse.Namespace) -> int:
     from ratc import units
     from ratc.cli.io import write_output
-    from ratc.planner.exec_profile import load_exec_profile
     from ratc.planner.report import render_json, render_text
-    from ratc.planner.search import Planner
     from ratc.planner.strategies import get_strategy
-    from ratc.platform import load_platform
 
     if args.top < 1:
         raise RatcError(f"--top must be at least 1, got {args.top}")
     if not args.min_clusters and args.clusters is None:
         raise RatcError("ratc plan: give --clusters N (or --min-clusters)")
     strategy = get_strategy(args.strategy)
-    platform = load_platform(args.platform)
-    budget = None
-    if args.memory_budget is not None:
-        try:
-            budget = units.parse_bytes(args.memory_budget)
-        except units.UnitError as exc:
-            raise RatcError(f"--memory-budget: {exc}") from None
-        if budget <= 0:
-            raise RatcError(f"--memory-budget must be positive, got {args.memory_budget!r}")
-    micro = tuple(sorted(set(args.micro_batch))) if args.micro_batch else None
-    if micro and micro[0] < 1:
-        raise RatcError(f"--micro-batch must be at least 1, got {micro[0]}")
     model = load_model(args)
-    kwargs = {"micro_batches": micro} if micro else {}
-    planner = Planner(model, platform, load_exec_profile(platform, args.exec_profile), budget, **kwargs)
+    planner = make_planner(args, model)
     if args.min_clusters:
         result = planner.min_clusters(args.global_batch, strategy, limit=args.max_clusters, progress=True)
         if result is None:

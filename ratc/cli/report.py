@@ -1,0 +1,89 @@
+"""`ratc report OUTDIR`: a self-contained HTML report of a plan and its simulated schedule."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ratc.errors import RatcError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "report", help="write an HTML report: pipeline diagram, memory, plan ranking, kernels",
+        description="Simulate the compiled program in OUTDIR (written by `ratc compile`) on the system VM, rank "
+                    "the planner's candidates for the same model, clusters and batch, simulate the best few, and "
+                    "write OUTDIR/report.html with the pictures beside it. The page embeds every image and "
+                    "style, so it opens without network access. Without a compiled program, give a model "
+                    "(--preset or a model file) with --clusters and --global-batch and the best plan is compiled "
+                    "in memory.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+               "  ratc report out/\n"
+               "  ratc report out/ --preset llama2-7b --clusters 8 --global-batch 512")
+    p.add_argument("outdir", help="program directory of `ratc compile`, or where to write the report")
+    p.add_argument("model", nargs="?", help="model file, when OUTDIR holds no compiled program")
+    p.add_argument("--preset", help="model preset, when OUTDIR holds no compiled program (e.g. llama2-7b)")
+    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
+    p.add_argument("--clusters", type=int, help="clusters (default: the compiled plan's P x D x T)")
+    p.add_argument("--global-batch", type=int, help="sequences per step (default: the compiled plan's)")
+    p.add_argument("--platform", default="mt3000", help="platform when there is no compiled program (default mt3000)")
+    p.add_argument("--strategy", default="ratrain", help="planner search space for the ranking (default ratrain)")
+    p.add_argument("--top", type=int, default=10, help="ranked candidates listed (default 10)")
+    p.add_argument("--simulate-top", type=int, default=3,
+                   help="how many of the best candidates the VM simulates for predicted vs simulated (default 3)")
+    p.add_argument("--format", choices=("png", "svg"), default="png", help="image format (default png)")
+    p.add_argument("-o", "--output", default="report.html",
+                   help="HTML file name, relative to OUTDIR unless absolute (default report.html)")
+    p.set_defaults(func=handler)
+
+
+def handler(args: argparse.Namespace) -> int:
+    from ratc.planner.search import Planner
+    from ratc.program import MANIFEST
+    from ratc.report.build import build_report, kernel_rows, plan_candidate, write_report
+    from ratc.report.summary import report_summary
+
+    if args.top < 1 or args.simulate_top < 0:
+        raise RatcError(f"--top must be >= 1 and --simulate-top >= 0 (got {args.top}, {args.simulate_top})")
+    start = time.perf_counter()
+    say = lambda msg: print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr)  # noqa: E731
+    module, kernels = None, []
+    if (Path(args.outdir) / MANIFEST).is_file():
+        from ratc.lifecycle.lowering import find_plan
+        from ratc.report.inputs import load_inputs
+
+        if args.model or args.preset:
+            raise RatcError(f"{args.outdir} holds a compiled program; its model is the one reported "
+                            "(drop the model file / --preset)")
+        say(f"reading {args.outdir}")
+        inputs = load_inputs(args.outdir)
+        module, platform, model = inputs.module, inputs.platform, inputs.profile
+        kernels = kernel_rows(inputs.kernels) if inputs.kernels else []
+        cand = plan_candidate(module)
+        planner = Planner(model, platform, budget=int(find_plan(module).attributes["budget"]))
+        clusters = args.clusters or cand.clusters
+        batch = args.global_batch or cand.global_batch
+    else:
+        from ratc.cli.plan import load_model
+        from ratc.platform import load_platform
+
+        if not (args.model or args.preset) or args.clusters is None or args.global_batch is None:
+            raise RatcError(f"{args.outdir} holds no compiled program (no {MANIFEST}); compile one with "
+                            "`ratc compile`, or give a model (--preset NAME or a model file) with --clusters N "
+                            "and --global-batch G")
+        say("tracing the model")
+        model = load_model(args)
+        planner = Planner(model, load_platform(args.platform))
+        clusters, batch = args.clusters, args.global_batch
+    say(f"planning {clusters} clusters, global batch {batch}")
+    result = planner.plan(clusters, batch, args.strategy)
+    if module is None:
+        result = planner.require_feasible(result)
+    report, images = build_report(planner, result, module, top=args.top, simulate_top=args.simulate_top,
+                                  fmt=args.format, kernels=kernels, progress=say)
+    paths = write_report(args.outdir, report, images, args.output)
+    print(report_summary(report, str(paths[0]), time.perf_counter() - start).render(), end="")
+    return 0

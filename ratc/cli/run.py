@@ -1,0 +1,116 @@
+"""`ratc run OUTDIR`: simulate a compiled training program on the system VM."""
+
+from __future__ import annotations
+
+import argparse
+
+from ratc.errors import RatcError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "run", help="simulate a compiled program on the system VM (step time, memory, trace)",
+        description="Run every task of the compiled program in OUTDIR as a discrete-event simulation on "
+                    "P x D modeled clusters (compute engine, DDR, link ports) and report step time, "
+                    "tokens/s, MAC utilization, bubbles, per-stage peak memory and the exposed terms. "
+                    "Exceeding the memory budget stops the run with an out-of-memory report.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+               "  ratc run out/ --trace step.json\n"
+               "  ratc run out/ --json\n"
+               "  ratc run out/ --plan 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline'")
+    p.add_argument("outdir", help="program directory written by `ratc compile`")
+    p.add_argument("--plan", metavar="CONFIG",
+                   help="simulate this configuration of the program's model instead of the compiled one, "
+                        "even if it does not fit (e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline')")
+    p.add_argument("--platform", help="platform profile name or TOML file (default: the program's)")
+    p.add_argument("--steps", type=int, default=2,
+                   help="consecutive steps simulated; the last is measured (default 2)")
+    p.add_argument("--explicit-replicas", action="store_true",
+                   help="simulate all D replicas instead of one by symmetry")
+    p.add_argument("--no-memory-limit", action="store_true", help="report peaks instead of stopping over budget")
+    p.add_argument("--json", action="store_true", help="print JSON (stable keys) instead of text")
+    p.add_argument("--trace", metavar="FILE", help="write a Chrome-trace timeline (open in Perfetto)")
+    p.add_argument("-o", "--output", help="write the report to a file instead of stdout")
+    p.set_defaults(func=handler)
+
+
+def _find(program, dialect_op: str):
+    """The parsed module of the program file holding `dialect_op`, or None."""
+    from ratc.ir import parse_module
+
+    for name in program.names():
+        if not name.endswith((".ir", ".mlir")):
+            continue
+        text = program.text(name)
+        if dialect_op in text:
+            return parse_module(text, str(program.root / name))
+    return None
+
+
+def handler(args: argparse.Namespace) -> int:
+    import json
+
+    from ratc.cli.io import write_output
+    from ratc.ir import verify
+    from ratc.ir.dialects.graph import profile_from_module
+    from ratc.lifecycle.lowering import find_plan
+    from ratc.planner.config import Candidate
+    from ratc.planner.search import Planner
+    from ratc.platform import load_platform
+    from ratc.program import load_program
+    from ratc.vm.system.driver import compile_candidate, model_macs, parse_config, run_module
+    from ratc.vm.system.memory import OutOfMemory
+    from ratc.vm.system.trace import trace_json
+
+    if args.steps < 1:
+        raise RatcError(f"--steps must be at least 1, got {args.steps}")
+    program = load_program(args.outdir)
+    graph = _find(program, "graph.layer")
+    profile = profile_from_module(graph) if graph is not None else None
+    if args.plan:
+        if profile is None:
+            raise RatcError(f"{args.outdir}: --plan needs the model's graph IR in the program, and there is none")
+        cand = parse_config(args.plan)
+        module = _find(program, "life.plan")
+        platform = load_platform(args.platform or (find_plan(module).attributes["platform"] if module else "mt3000"))
+        module = compile_candidate(profile, cand, platform)
+    else:
+        module = _find(program, "life.pipeline")
+        if module is None:
+            raise RatcError(f"{args.outdir}: no scheduled life program (a file with a life.pipeline); "
+                            "compile one with `ratc compile`")
+        verify(module)
+        platform = load_platform(args.platform or find_plan(module).attributes["platform"])
+    plan = find_plan(module).attributes
+    cand = Candidate(plan["P"], plan["D"], plan["T"], plan["Z"], plan["b"], plan["M"], plan["act"], plan["pref"])
+    macs = model_macs(profile) * cand.global_batch if profile is not None else 0.0
+    try:
+        tl, res = run_module(module, platform, macs, steps=args.steps, symmetric=not args.explicit_replicas,
+                             budget=None if args.no_memory_limit else "plan")
+    except OutOfMemory as exc:
+        if args.json:
+            write_output(args.output, json.dumps({"config": cand.label(), "out_of_memory": exc.as_dict()},
+                                                 indent=2, sort_keys=True) + "\n")
+            return 1
+        raise
+    predicted = None
+    if profile is not None:
+        (ev,) = Planner(profile, platform).evaluate_group([cand])
+        predicted = ev.t_step
+    if args.trace:
+        from ratc.cli.io import write_atomic
+        write_atomic(args.trace, trace_json(tl))
+    if args.json:
+        out = {"config": cand.label(), "results": res.as_dict(), "predicted_step_time_s": predicted,
+               "prediction_error": None if predicted is None else (predicted - res.step_seconds) / res.step_seconds}
+        write_output(args.output, json.dumps(out, indent=2, sort_keys=True) + "\n")
+        return 0
+    text = f"{plan['model']} on {plan['P'] * plan['D'] * plan['T']} clusters, {cand.label()}\n" + res.text()
+    if predicted is not None:
+        text += (f"planner (Eq. 12) predicted {predicted:.6g} s; error "
+                 f"{100 * (predicted - res.step_seconds) / res.step_seconds:+.2f} % against the VM\n")
+    if not macs:
+        text += "MAC utilization needs the model's graph IR in the program\n"
+    write_output(args.output, text)
+    return 0

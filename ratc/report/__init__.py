@@ -1,0 +1,1 @@
+"""Pictures and reports: pipeline diagrams, memory timelines, the HTML compile report, summaries."""

@@ -1,0 +1,195 @@
+"""Assemble a report: simulate the compiled plan (and the runners-up) and draw the pictures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ratc.errors import RatcError
+from ratc.report.data import KernelRow, ReportData
+from ratc.units import format_bytes, format_time
+
+# `ratc diagram --policy`: the paper's Fig. 6 panels. Standard 1F1B recomputes at backward
+# time (checkpointing, panel a); FSR recovers in forward-side and idle windows (panel b).
+DIAGRAM_POLICIES = {"standard": "ckpt", "fsr": "fsr"}
+
+
+@dataclass
+class Simulation:
+    """A simulated life program: the VM timeline and results; `oom` is set when the budget
+    was exceeded (the timeline is then the same program run without the budget stop, so
+    the pictures show where memory overflows)."""
+
+    timeline: object
+    results: object
+    oom: object = None
+
+
+def plan_candidate(module, planner=None):
+    """The Candidate a compiled module was planned for (its life.plan attributes); with a
+    planner, its layer balance is the one whose partition matches the module's units."""
+    from ratc.lifecycle.lowering import find_plan
+    from ratc.planner.config import Candidate
+    from ratc.planner.partition import BALANCES
+
+    plan = find_plan(module)
+    a = plan.attributes
+    cand = Candidate(a["P"], a["D"], a["T"], a["Z"], a["b"], a["M"], a["act"], a["pref"])
+    if planner is None:
+        return cand
+    stage_of = [u.attributes["stage"] for u in sorted(plan.region.ops, key=lambda u: u.attributes["index"])]
+    ranges = tuple((stage_of.index(p), len(stage_of) - stage_of[::-1].index(p)) for p in range(a["P"]))
+    for balance in BALANCES:
+        if tuple(planner.stages(a["P"], a["T"], balance).ranges) == ranges:
+            return Candidate(a["P"], a["D"], a["T"], a["Z"], a["b"], a["M"], a["act"], a["pref"], balance)
+    return cand
+
+
+def simulate_module(module, platform, macs_per_step: float = 0.0) -> Simulation:
+    """Run a scheduled life module on the system VM against its plan's memory budget."""
+    from ratc.vm.system.driver import run_module
+    from ratc.vm.system.memory import OutOfMemory
+
+    try:
+        tl, res = run_module(module, platform, macs_per_step, budget="plan")
+        return Simulation(tl, res)
+    except OutOfMemory as exc:
+        tl, res = run_module(module, platform, macs_per_step, budget=None)
+        return Simulation(tl, res, exc)
+
+
+def compile_quietly(planner, cand):
+    """A candidate's scheduled module for timing only: the lifecycle passes without
+    verification after each pass (the program `ratc compile` writes is verified)."""
+    from ratc.lifecycle.compile import compile_program
+    from ratc.passes.base import PassError
+
+    try:
+        return compile_program(planner.model, cand, planner.platform,
+                               {"budget": "none", "planner": planner, "verify_each": False})
+    except PassError as exc:
+        raise RatcError(f"{cand.label()}: {exc}") from None
+
+
+def build_report(planner, result, module=None, top: int = 10, simulate_top: int = 3, fmt: str = "png",
+                 kernels: list = (), progress=None) -> tuple:
+    """(ReportData, images) for a planning result and the compiled module of the chosen plan
+    (compiled here from the best candidate when `module` is None).
+
+    `simulate_top` of the ranked candidates are simulated for predicted-vs-simulated;
+    `progress(message)` is called before each slow step.
+    """
+    from ratc.report import diagram, memory_plot
+    from ratc.report.from_planner import breakdown, candidate_rows
+    from ratc.report.from_vm import memory_from_timeline, pipeline_from_timeline
+    from ratc.vm.system.driver import model_macs
+
+    say = progress or (lambda msg: None)
+    model, platform = planner.model, planner.platform
+    macs = model_macs(model)
+    if module is None:
+        if not result.feasible:
+            raise RatcError(f"no feasible plan for {result.model} on {result.clusters} clusters to report on")
+        say(f"compiling {result.best.cand.label()}")
+        module = compile_quietly(planner, result.best.cand)
+    cand = plan_candidate(module, planner)
+    say(f"simulating {cand.label()}")
+    sim = simulate_module(module, platform, macs * cand.global_batch)
+    runs = {cand.label(): sim}
+    notes = []
+    for ev in result.feasible[:simulate_top]:
+        label = ev.cand.label()
+        if label in runs:
+            continue
+        say(f"simulating {label}")
+        try:
+            other = compile_quietly(planner, ev.cand)
+            runs[label] = simulate_module(other, platform, macs * ev.cand.global_batch)
+        except RatcError as exc:
+            notes.append(f"{label} not simulated: {str(exc).splitlines()[0]}")
+    _, mem, _ = planner.detail(cand)
+    (ev,) = planner.evaluate_group([cand])
+    res = sim.results
+    facts = [("model", f"{model.name}, {model.num_layers} layers, sequence length {model.seq_len}"),
+             ("platform", f"{result.clusters} x {platform.name} clusters, budget "
+                          f"{format_bytes(planner.budget)} per cluster"),
+             ("global batch", f"{result.global_batch} sequences"),
+             ("plan", cand.label()),
+             ("predicted step (Eq. 12)", format_time(ev.t_step)),
+             ("simulated step", format_time(res.step_seconds)),
+             ("prediction error", f"{100 * (ev.t_step - res.step_seconds) / res.step_seconds:+.2f} %"),
+             ("tokens/s (simulated)", f"{res.tokens_per_second:,.1f}"),
+             ("MAC utilization", f"{100 * res.mac_utilization:.2f} %"),
+             ("bubble fraction", f"{100 * res.bubble_fraction:.2f} %"),
+             ("exposed tail", format_time(res.tail_seconds)),
+             ("peak memory", f"{format_bytes(max(res.stage_peak_bytes))} simulated, "
+                             f"{format_bytes(ev.peak_mem)} by Eq. 9 (stage {ev.peak_stage})")]
+    if sim.oom is not None:
+        notes.insert(0, "the simulation exceeded the memory budget; the pictures show the run without the "
+                        f"budget stop. {str(sim.oom).splitlines()[0]}")
+    if cand.label() not in {e.cand.label() for e in result.feasible[:top]}:
+        notes.append(f"the compiled plan {cand.label()} is not among the planner's top {top} candidates")
+    report = ReportData(title=f"ratc report: {model.name} on {result.clusters} x {platform.name}",
+                        facts=facts, notes=notes, budget=planner.budget, breakdown=breakdown(mem),
+                        candidates=candidate_rows(result, top, runs), kernels=list(kernels))
+    say("drawing")
+    title = f"{model.name}, {cand.label()}"
+    report.pipelines.append(pipeline_from_timeline(sim.timeline, title))
+    report.memory = memory_from_timeline(sim.timeline, f"memory per stage, {title}", budget=planner.budget)
+    images = {
+        "pipeline": (diagram.render(report.pipelines[0], fmt), fmt, "pipeline diagram"),
+        "memory": (memory_plot.render_timeline(report.memory, fmt), fmt, "memory over time"),
+        "breakdown": (memory_plot.render_breakdown(report.breakdown, planner.budget,
+                                                   f"Eq. 9 per stage, {title}", fmt), fmt, "memory breakdown"),
+    }
+    return report, images
+
+
+def policy_diagram(planner, P: int, M: int, policy: str, D: int = 2, Z: int = 2, b: int = 1,
+                   pref: str = "deadline") -> tuple:
+    """(PipelineData, VM results) of one configuration compiled through the lifecycle passes,
+    simulated without the memory stop (a diagram shows the schedule; `ratc run` enforces
+    the budget)."""
+    from ratc.planner.config import Candidate
+    from ratc.report.from_vm import pipeline_from_timeline
+    from ratc.vm.system.driver import compile_candidate, run_module
+
+    if policy not in DIAGRAM_POLICIES:
+        raise RatcError(f"unknown policy {policy!r} (known: {', '.join(DIAGRAM_POLICIES)})")
+    if min(P, M, D, b) < 1:
+        raise RatcError(f"--pp, --microbatches, --dp and --micro-batch must be at least 1 (got P={P}, M={M}, "
+                        f"D={D}, b={b})")
+    cand = Candidate(P=P, D=D, T=1, Z=Z, b=b, A=M, act=DIAGRAM_POLICIES[policy], pref=pref)
+    module = compile_candidate(planner.model, cand, planner.platform, planner)
+    tl, res = run_module(module, planner.platform, budget=None)
+    title = f"{planner.model.name}: {policy} 1F1B, P={P}, M={M} ({cand.label()})"
+    return pipeline_from_timeline(tl, title), res
+
+
+def kernel_rows(table: dict) -> list:
+    """Kernel table rows from an execution-profile JSON (ratc.codegen.exec_profile)."""
+    rows = []
+    for e in table.get("gemm", []):
+        rows.append(KernelRow(e["kernel"], f"{e['m']}x{e['n']}x{e['k']}", int(e["cycles"]),
+                              float(e["mac_utilization"]), ddr_bytes=e.get("ddr_bytes")))
+    for e in table.get("attention_backward", []):
+        rows.append(KernelRow(e["kernel"], f"heads {e['heads']}, seq {e['seq']}, head dim {e['head_dim']}, "
+                                           f"kv heads {e['kv_heads']}", int(e["cycles"]),
+                              float(e["mac_utilization"]), ddr_bytes=e.get("ddr_bytes")))
+    return rows
+
+
+def write_report(outdir, report, images: dict, html_name: str = "report.html") -> list:
+    """Write the HTML page and each picture beside it; returns the paths written."""
+    from ratc.cli.io import write_atomic
+    from ratc.report import html
+
+    out = Path(outdir)
+    written = []
+    for key, (data, fmt, _) in sorted(images.items()):
+        path = out / f"{key}.{fmt}"
+        write_atomic(path, data)
+        written.append(path)
+    page = Path(html_name) if Path(html_name).is_absolute() else out / html_name
+    write_atomic(page, html.render(report, images))
+    return [page, *written]

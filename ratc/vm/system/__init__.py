@@ -1,0 +1,1 @@
+"""The system VM: a discrete-event simulation of scheduled training steps on P x D clusters."""

@@ -1,0 +1,313 @@
+"""Interpret a scheduled `life.pipeline` as the VM's task graph: one handler per op name.
+
+Scheduled order per stage: compute ops and receives form one in-order stream (a compute
+op also waits for the receives scheduled before it). DDR and link ops wait for the
+compute-stream op scheduled before them (so a bulk GradSync placed after the last
+Backward stays there) and issue in scheduled order within their (resource, `prio`)
+queue; across queues a contended port goes to the lower `prio` first (0: stage-boundary
+transfers), without preemption. A collective (GradSync, the ZeRO-2 reduce, PrefetchW, the ZeRO-3 gather) runs as a ring
+over the D replicas (collectives.py), its `dur` split evenly over the ring's steps.
+
+Values live from their producer's start until their last reader ends; an `inplace` op's
+last result reuses its last operand's buffer; parameters, optimizer state and whatever
+`life.step_end` hands over stay live. `steps` consecutive steps are simulated: step k+1's
+uses of a layer's parameters wait for step k's view of that layer.
+"""
+
+from __future__ import annotations
+
+import gc
+
+from ratc.errors import RatcError
+from ratc.lifecycle.lowering import find_pipeline, find_plan
+from ratc.vm.system.collectives import ring_of_steps
+from ratc.vm.system.program import Program, ProgramError
+
+HANDLERS: dict = {}
+
+# Priorities from the IR are scaled so the stage's scheduled order breaks ties among them.
+_ORDER_BITS = 24
+
+_COLLECTIVE = {"life.grad_sync": None, "life.reduce": "reduce_scatter", "life.prefetch": "all_gather",
+               "life.gather": "all_gather"}
+_KIND = {"life.fwd": "forward", "life.bwd": "backward", "life.recover": "recover", "life.send": "send",
+         "life.recv": "send", "life.grad_sync": "grad_sync", "life.reduce": "grad_sync", "life.update": "update",
+         "life.prefetch": "prefetch", "life.gather": "gather", "life.param": "marker", "life.opt": "marker",
+         "life.step_end": "marker"}
+
+
+def handler(*names):
+    """Register a function as the VM's handler of the named life ops."""
+    def register(fn):
+        for n in names:
+            HANDLERS[n] = fn
+        return fn
+    return register
+
+
+def action_name(op, p: int) -> str:
+    """The op's task name in action notation (ratc.lifecycle.actions)."""
+    a = op.attributes
+    n = op.name
+    if n in ("life.fwd", "life.bwd", "life.recover"):
+        return f"{p}{'FBR'[('life.fwd', 'life.bwd', 'life.recover').index(n)]}{a['mb']}"
+    if n in ("life.send", "life.recv"):
+        return f"{p}{n[5:].upper()}_{'F' if a['dir'] == 'fwd' else 'B'}{a['mb']}"
+    if n in ("life.grad_sync", "life.update", "life.prefetch"):
+        return f"{p}{'GUP'[('life.grad_sync', 'life.update', 'life.prefetch').index(n)]}{a['unit']}"
+    if n in ("life.reduce", "life.gather"):
+        return f"{p}{'RS' if n == 'life.reduce' else 'AG'}{a['unit']}.{a['mb']}"
+    if n in ("life.param", "life.opt"):
+        return f"{p}{n[5:].upper()}{a['unit']}"
+    return f"{p}{n[5:].upper()}"
+
+
+class _Translation:
+    """State while laying out the stages' ops as tasks."""
+
+    def __init__(self, module, platform, steps: int, symmetric: bool, macs_per_step: float, budget):
+        self.plan = find_plan(module)
+        self.pipe = find_pipeline(module)
+        a = self.plan.attributes
+        if a["T"] != 1:
+            raise RatcError(f"the system VM runs T = 1 programs only (this plan has T = {a['T']})")
+        self.D = a["D"]
+        self.clock = platform.dsp.clock
+        self.prog = Program(
+            stages=a["P"], replicas=a["D"], symmetric=symmetric, steps=steps, clock=self.clock,
+            memory_budget=int(a["budget"]) if budget == "plan" else budget,
+            tokens_per_step=a["D"] * a["b"] * a["M"] * a["seq_len"], macs_per_step=macs_per_step,
+            peak_mac_rate=platform.cluster.peak_mac_rate)
+        self.R = self.prog.simulated_replicas
+        self.done: dict = {}         # (step, Value) -> per replica: tasks after which it is available
+        self.buffer: dict = {}       # (step, Value) -> buffer name on its stage
+        self.pinned: set = set()     # buffers that live across the step boundary
+        self.views: dict = {}        # (step, stage, unit) -> the Value handed to the next step
+        self.sends: dict = {}        # (src, dst, mb, dir, step) -> per replica send task
+        self.recvs: list = []        # (key, per replica recv task)
+        self.producer: dict = {}     # buffer -> per replica producing task
+        self.allocs: dict = {}       # (step, Value) -> (bytes, per replica producing task)
+        self.reads: list = []        # (step, op, per replica task) of every op, for the frees
+        self.chains = [[None] * self.R for _ in range(a["P"])]   # last compute task per stage
+        self.queues: dict = {}       # (stage, res, prio) -> per replica: the queue's last op's end
+        self.state: dict = {}        # (stage, op name, unit) -> the first step's param / opt value
+
+    def cycles(self, seconds: float) -> int:
+        return int(round(seconds * self.clock))
+
+    def add(self, op, p, k, resources, duration, deps, pos):
+        """One task per simulated replica; deps(r) gives replica r's dependencies."""
+        a = op.attributes
+        prio = (a.get("prio", 0) << _ORDER_BITS) | pos
+        ids = []
+        for r in range(self.R):
+            res = tuple((s, r, x) for s, x in resources)
+            ids.append(self.prog.add(action_name(op, p), _KIND[op.name], p, res, duration,
+                                     deps=tuple(dict.fromkeys(deps(r))), replica=r,
+                                     priority=prio, layer=a.get("unit", -1), micro_batch=a.get("mb", -1), step=k,
+                                     template=ids[0] if ids else -1))
+        return ids
+
+    def operand_deps(self, op, k):
+        deps = [self.done[(k, v)] for v in op.operands]
+        return lambda r: tuple(d for per in deps for d in per[r])
+
+    def background(self, op, p, k):
+        """Deps of a DDR or link op: its operands, the compute-stream op scheduled before it,
+        and the previous op of its (resource, priority) queue, which issues in scheduled order."""
+        operands = self.operand_deps(op, k)
+        chain = list(self.chains[p])
+        queue = self.queues.get(self.queue_key(op, p))
+        return lambda r: (operands(r) + ((chain[r],) if chain[r] is not None else ())
+                          + (tuple(queue[r]) if queue else ()))
+
+    def queue_key(self, op, p):
+        return p, op.attributes["res"], op.attributes.get("prio", 0)
+
+    def run(self):
+        stages = self.pipe.region.ops
+        for k in range(self.prog.steps):
+            for stage in stages:
+                self.stage(stage, k)
+        for key, recv in self.recvs:
+            if key not in self.sends:
+                raise ProgramError(f"life.recv on stage {key[1]} (micro-batch {key[2]}, {key[3]}) has no matching "
+                                   f"life.send on stage {key[0]}")
+            for r in range(self.R):
+                t = self.prog.tasks[recv[r]]
+                t.deps = t.deps + tuple(self.sends[key][r])
+        self.memory()
+        return self.prog
+
+    def stage(self, stage, k):
+        p = stage.attributes["stage"]
+        for pos, op in enumerate(stage.region.ops):
+            fn = HANDLERS.get(op.name)
+            if fn is None:
+                raise ProgramError(f"{op.name} on stage {p} (op #{pos}): the system VM has no handler for this op")
+            try:
+                fn(self, op, p, k, pos)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ProgramError(f"{op.name} on stage {p} (op #{pos}): malformed op ({exc!r})") from None
+
+    def produce(self, op, k, ids):
+        """Record the op's results as available after `ids` (per replica)."""
+        for v in op.results:
+            self.done[(k, v)] = [(i,) if isinstance(i, int) else tuple(i) for i in ids]
+
+    def memory(self):
+        """Allocations at each producer's start; frees at each reader's end; pinned values kept."""
+        readers: dict = {name: [] for name in self.producer}
+        for k, op, ids in self.reads:
+            for v in op.operands:
+                name = self.buffer.get((k, v))
+                if name is not None and op.name != "life.step_end":
+                    readers[name].append(ids)
+        for (k, v), (size, ids) in self.allocs.items():
+            name = self.buffer[(k, v)]
+            for r in range(self.R):
+                t = self.prog.tasks[ids[r]]
+                t.allocs = t.allocs + ((name, size),)
+        for name, lists in readers.items():
+            if name in self.pinned:
+                continue
+            owners = lists or [self.producer[name]]
+            for ids in owners:
+                for r in range(self.R):
+                    t = self.prog.tasks[ids[r]]
+                    t.frees = t.frees + (name,)
+
+
+def _buffers(tr, op, p, k, ids):
+    """Name the op's result buffers (new, or its last operand's when inplace) and note reads."""
+    sizes = op.attributes.get("sizes", [])
+    for j, v in enumerate(op.results):
+        if op.attributes.get("inplace") and j == len(op.results) - 1 and op.operands:
+            tr.buffer[(k, v)] = tr.buffer.get((k, op.operands[-1]))
+            continue
+        size = int(sizes[j]) if j < len(sizes) else 0
+        if size <= 0:
+            continue
+        name = f"s{k}.{v.name or 'v'}"
+        while name in tr.producer:
+            name += "'"
+        tr.buffer[(k, v)] = name
+        tr.producer[name] = ids
+        tr.allocs[(k, v)] = (size, ids)
+    tr.reads.append((k, op, ids))
+
+
+@handler("life.param", "life.opt")
+def _state(tr, op, p, k, pos):
+    """Long-lived state: made at the first step's start, carried over by later steps."""
+    unit = op.attributes["unit"]
+    (v,) = op.results
+    if k == 0:
+        ids = tr.add(op, p, k, (), 0, lambda r: (), pos)
+        tr.produce(op, k, ids)
+        _buffers(tr, op, p, k, ids)
+        tr.pinned.add(tr.buffer.get((k, v)))
+        tr.state[(p, op.name, unit)] = v
+        return
+    prev = tr.views.get((k - 1, p, unit)) if op.name == "life.param" else None
+    tr.done[(k, v)] = tr.done[(k - 1, prev)] if prev is not None else [() for _ in range(tr.R)]
+    tr.buffer[(k, v)] = tr.buffer.get((0, tr.state[(p, op.name, unit)]))
+
+
+@handler("life.fwd", "life.bwd", "life.recover")
+def _compute(tr, op, p, k, pos):
+    """Main-path and recovery work: the stage's compute engine, in scheduled order."""
+    deps = tr.operand_deps(op, k)
+    chain = tr.chains[p]
+    ids = tr.add(op, p, k, [(p, "compute")], tr.cycles(op.attributes["dur"]),
+                 lambda r: deps(r) + ((chain[r],) if chain[r] is not None else ()), pos)
+    tr.chains[p] = list(ids)
+    tr.produce(op, k, ids)
+    _buffers(tr, op, p, k, ids)
+
+
+@handler("life.update")
+def _ddr(tr, op, p, k, pos):
+    """DDR-bound state work (the optimizer step)."""
+    ids = tr.add(op, p, k, [(p, "ddr")], tr.cycles(op.attributes["dur"]), tr.background(op, p, k), pos)
+    tr.queues[tr.queue_key(op, p)] = [(i,) for i in ids]
+    tr.produce(op, k, ids)
+    _buffers(tr, op, p, k, ids)
+
+
+@handler("life.send")
+def _send(tr, op, p, k, pos):
+    """A stage-boundary transfer on this stage's transmit and the peer's receive port."""
+    a = op.attributes
+    ids = tr.add(op, p, k, [(p, "tx"), (a["peer"], "rx")], tr.cycles(a["dur"]), tr.background(op, p, k), pos)
+    tr.queues[tr.queue_key(op, p)] = [(i,) for i in ids]
+    tr.sends[(p, a["peer"], a["mb"], a["dir"], k)] = [(i,) for i in ids]
+    tr.produce(op, k, ids)
+    _buffers(tr, op, p, k, ids)
+
+
+@handler("life.recv")
+def _recv(tr, op, p, k, pos):
+    """The arrival of a peer's send, awaited in the compute stream's order: compute ops
+    scheduled after it start only once the message is here (so a Recover placed after
+    the gradient's recv is backward-time, one placed before it can fill the wait)."""
+    a = op.attributes
+    chain = tr.chains[p]
+    ids = tr.add(op, p, k, (), 0, lambda r: (chain[r],) if chain[r] is not None else (), pos)
+    tr.chains[p] = list(ids)
+    tr.recvs.append(((a["peer"], p, a["mb"], a["dir"], k), ids))
+    tr.produce(op, k, ids)
+    _buffers(tr, op, p, k, ids)
+
+
+@handler(*_COLLECTIVE)
+def _collective(tr, op, p, k, pos):
+    """A ring collective over the stage's D replicas; `dur` is the whole collective."""
+    a = op.attributes
+    kind = _COLLECTIVE[op.name] or a["kind"].replace("-", "_")
+    n_steps = (2 if kind == "all_reduce" else 1) * (tr.D - 1)
+    deps = tr.background(op, p, k)
+    if n_steps == 0:
+        ids = tr.add(op, p, k, (), 0, deps, pos)
+        done = [(i,) for i in ids]
+    else:
+        prio = (a.get("prio", 0) << _ORDER_BITS) | pos
+        inputs = [tuple(dict.fromkeys(deps(r))) for r in range(tr.R)]
+        done = ring_of_steps(tr.prog, kind, p, tr.cycles(a["dur"] / n_steps), inputs, action_name(op, p),
+                             _KIND[op.name], layer=a.get("unit", -1), step=k, priority=prio)
+        ids = [d[0] for d in done]
+    tr.queues[tr.queue_key(op, p)] = done
+    tr.produce(op, k, done)
+    _buffers(tr, op, p, k, ids)
+    if op.name == "life.prefetch":
+        tr.views[(k, p, a["unit"])] = op.results[0]
+
+
+@handler("life.step_end")
+def _step_end(tr, op, p, k, pos):
+    """The stage's step boundary: its operands are the views the next step starts from."""
+    ids = tr.add(op, p, k, (), 0, tr.operand_deps(op, k), pos)
+    for v in op.operands:
+        unit = v.owner.attributes.get("unit")
+        tr.views.setdefault((k, p, unit), v)
+        tr.pinned.add(tr.buffer.get((k, v)))
+    tr.reads.append((k, op, ids))
+
+
+def translate(module, platform, steps: int = 2, symmetric: bool = True, macs_per_step: float = 0.0,
+              budget="plan") -> Program:
+    """The VM program of a module holding a scheduled life.pipeline (and its life.plan).
+
+    budget: 'plan' (the plan's per-cluster budget), None (no limit) or bytes.
+    """
+    if steps < 1:
+        raise RatcError(f"steps must be at least 1, got {steps}")
+    # Like the engine, this builds many long-lived small objects; cyclic GC over them
+    # costs more than the translation itself and frees nothing.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _Translation(module, platform, steps, symmetric, macs_per_step, budget).run()
+    finally:
+        if enabled:
+            gc.enable()

@@ -1,0 +1,134 @@
+"""Step-level results of a simulation: times, rates, bubbles, memory and exposed terms."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ratc.units import format_bytes, format_time
+from ratc.vm.system.engine import Timeline
+from ratc.vm.system.program import KIND_TERM
+
+TERMS = ("main", "comm", "update", "prefetch", "recovery")
+
+
+@dataclass(frozen=True)
+class Results:
+    """What `ratc run` reports; `as_dict` keys are stable."""
+
+    step_cycles: int
+    step_seconds: float
+    tokens_per_second: float
+    mac_utilization: float
+    bubble_fraction: float
+    stage_bubble: tuple
+    stage_peak_bytes: tuple
+    tail_cycles: int
+    tail_seconds: float
+    critical_cycles: dict          # term -> cycles of the critical path spent in that term
+    exposed_seconds: dict          # comm / update / prefetch / recovery on the critical path
+    tasks: int
+    stages: int
+    replicas: int
+    symmetric: bool
+
+    def as_dict(self) -> dict:
+        return {
+            "step_time_s": self.step_seconds,
+            "step_cycles": self.step_cycles,
+            "tokens_per_s": self.tokens_per_second,
+            "mac_utilization": self.mac_utilization,
+            "bubble_fraction": self.bubble_fraction,
+            "stage_bubble_fraction": list(self.stage_bubble),
+            "stage_peak_memory_bytes": list(self.stage_peak_bytes),
+            "exposed_tail_s": self.tail_seconds,
+            "exposed_s": dict(self.exposed_seconds),
+            "critical_path_cycles": dict(self.critical_cycles),
+            "tasks": self.tasks,
+            "stages": self.stages,
+            "replicas": self.replicas,
+            "replicas_simulated": "symmetric" if self.symmetric else "explicit",
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2, sort_keys=True) + "\n"
+
+    def text(self) -> str:
+        lines = [
+            f"step time         {format_time(self.step_seconds)} ({self.step_cycles} cycles)",
+            f"tokens/s          {self.tokens_per_second:.2f}",
+            f"MAC utilization   {100 * self.mac_utilization:.2f} %",
+            f"bubble fraction   {100 * self.bubble_fraction:.2f} % (compute idle, mean over stages)",
+            f"finalization tail {format_time(self.tail_seconds)} (last Backward -> step end)",
+            "exposed (critical path): " + ", ".join(f"{k} {format_time(v)}" for k, v in self.exposed_seconds.items()),
+            "per-stage peak memory: "
+            + ", ".join(f"s{s} {format_bytes(b)}" for s, b in enumerate(self.stage_peak_bytes)),
+            f"simulated {self.tasks} tasks on {self.stages} stages x {self.replicas} replicas "
+            f"({'by symmetry' if self.symmetric else 'explicitly'})",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def step_window(tl: Timeline) -> tuple:
+    """(start, end) cycles of the measured step: the last one, from the previous step's end."""
+    prog = tl.program
+    if prog.steps < 2:
+        return 0, tl.makespan
+    ends = [0] * prog.steps
+    for i, t in enumerate(prog.tasks):
+        ends[t.step] = max(ends[t.step], tl.end[i])
+    return ends[-2], ends[-1]
+
+
+def critical_path(tl: Timeline) -> list:
+    """Task indices up to the last task to end, each started by its predecessor's end."""
+    if not tl.end:
+        return []
+    i = max(range(len(tl.end)), key=lambda i: (tl.end[i], i))
+    path = []
+    while i >= 0:
+        path.append(i)
+        i = tl.binding[i]
+    path.reverse()
+    return path
+
+
+def summarize(tl: Timeline) -> Results:
+    """Results of the measured step."""
+    prog = tl.program
+    tasks = prog.tasks
+    w0, w1 = step_window(tl)
+    span = w1 - w0
+    clock = prog.clock
+    step_s = span / clock
+    clip = lambda i: max(0, min(tl.end[i], w1) - max(tl.start[i], w0))  # noqa: E731
+    crit = {t: 0 for t in TERMS}
+    for i in critical_path(tl):
+        crit[KIND_TERM[tasks[i].kind]] += clip(i)
+    busy = [0] * prog.stages
+    for i, t in enumerate(tasks):
+        if any(r[2] == "compute" for r in t.resources):
+            busy[t.stage] += clip(i)
+    per_cluster = prog.simulated_replicas * span
+    stage_bubble = tuple(1.0 - b / per_cluster if span else 0.0 for b in busy)
+    last = prog.steps - 1
+    last_bwd = max((tl.end[i] for i, t in enumerate(tasks) if t.kind == "backward" and t.step == last), default=w1)
+    clusters = prog.stages * prog.replicas
+    return Results(
+        step_cycles=span,
+        step_seconds=step_s,
+        tokens_per_second=prog.tokens_per_step / step_s if span else 0.0,
+        mac_utilization=prog.macs_per_step / (clusters * prog.peak_mac_rate * step_s)
+        if span and prog.peak_mac_rate else 0.0,
+        bubble_fraction=sum(stage_bubble) / len(stage_bubble) if stage_bubble else 0.0,
+        stage_bubble=stage_bubble,
+        stage_peak_bytes=tuple(tl.memory.stage_peaks()),
+        tail_cycles=w1 - last_bwd,
+        tail_seconds=(w1 - last_bwd) / clock,
+        critical_cycles=crit,
+        exposed_seconds={t: crit[t] / clock for t in TERMS if t != "main"},
+        tasks=len(tasks),
+        stages=prog.stages,
+        replicas=prog.replicas,
+        symmetric=prog.symmetric,
+    )

@@ -1,0 +1,128 @@
+"""`ratc report OUTDIR` on a compiled program directory, and the report of the bundled
+LLaMA-2-7B example in headless Chromium, offline, with every image loaded (skipped where
+Chromium, Debian package `chromium`, is not installed)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from ratc.cli.main import main
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--enable-logging=stderr",
+         # Offline: no host name resolves, so any request the page made would fail and be counted.
+         "--host-resolver-rules=MAP * ~NOTFOUND",
+         # Let the page's load handler run before the DOM is dumped.
+         "--virtual-time-budget=10000"]
+
+
+def compiled_program(outdir, preset: str, seq_len: int, clusters: int, batch: int, kernels: dict | None = None):
+    """A program directory as `ratc compile` writes it: the graph IR and the scheduled life
+    program of the planner's best candidate (and optionally an execution-profile table)."""
+    from ratc.frontend.presets import trace_preset
+    from ratc.ir import print_module
+    from ratc.ir.dialects.graph import module_from_profile
+    from ratc.planner.search import Planner
+    from ratc.platform import load_platform
+    from ratc.program import write_program
+    from ratc.vm.system.driver import compile_candidate
+
+    profile = trace_preset(preset, seq_len)
+    planner = Planner(profile, load_platform("mt3000"))
+    best = planner.plan(clusters, batch).best.cand
+    files = {"graph.ir": print_module(module_from_profile(profile)),
+             "program.ir": print_module(compile_candidate(profile, best, planner.platform, planner))}
+    if kernels:
+        files["exec_profile.json"] = json.dumps(kernels)
+    write_program(outdir, files)
+    return best
+
+
+KERNELS = {"platform": "mt3000", "clock_hz": 1.0e9, "peak_mac_rate": 8.1e12, "attention_backward": [],
+           "gemm": [{"m": 64, "n": 128, "k": 128, "kernel": "gemm_64x128x128_f16", "cycles": 5000,
+                     "mac_utilization": 0.5, "ddr_bytes": 65536, "seconds": 5e-6}]}
+
+
+def test_report_of_a_compiled_program(tmp_path, capsys):
+    out = tmp_path / "prog"
+    best = compiled_program(out, "tiny", 64, 4, 16, KERNELS)
+    assert main(["report", str(out), "--simulate-top", "2"]) == 0
+    summary = capsys.readouterr().out
+    assert len(summary.splitlines()) <= 24
+    assert f"plan                     {best.label()}" in summary
+    page = (out / "report.html").read_text()
+    assert {p.name for p in out.iterdir()} >= {"report.html", "pipeline.png", "memory.png", "breakdown.png",
+                                               "manifest.json"}
+    assert page.count("<img ") == 3
+    assert "gemm_64x128x128_f16" in page and "50.00 %" in page
+    # the compiled plan is the planner's best, and it was simulated
+    row = re.search(r'<tr class="best">(.*?)</tr>', page).group(1)
+    assert best.label() in row and "not simulated" not in row
+    # the program directory is still a valid program after the report was added to it
+    from ratc.program import load_program
+    load_program(out)
+
+
+def test_report_needs_a_program_or_a_model(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "empty")]) == 1
+    err = capsys.readouterr().err
+    assert "holds no compiled program" in err and "--global-batch" in err
+    out = tmp_path / "prog"
+    compiled_program(out, "tiny", 64, 4, 16)
+    assert main(["report", str(out), "--preset", "tiny"]) == 1
+    assert "holds a compiled program" in capsys.readouterr().err
+    (out / "graph.ir").write_text("edited\n")
+    assert main(["report", str(out)]) == 1
+    assert "does not match the manifest" in capsys.readouterr().err
+
+
+def dom_check(dom: str, name: str) -> str:
+    m = re.search(rf'id="ratc-image-check"[^>]*\b{name}="([^"]*)"', dom)
+    assert m, f"the page's self-check did not run ({name} missing)"
+    return m.group(1)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed")
+def test_llama2_7b_report_opens_offline_and_every_image_loads(tmp_path):
+    out = tmp_path / "llama2-7b"
+    compiled_program(out, "llama2-7b", 2048, 8, 32)
+    assert main(["report", str(out), "--simulate-top", "1"]) == 0
+    proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                           (out / "report.html").as_uri()], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = proc.stdout
+    assert int(dom_check(dom, "data-total")) == 3
+    assert dom_check(dom, "data-loaded") == "3"
+    assert dom_check(dom, "data-errors") == ""
+    assert dom_check(dom, "data-fetched") == "0"
+    assert "Uncaught" not in proc.stderr
+
+
+def test_plan_candidate_recovers_the_layer_balance():
+    """life.plan does not name the balance; the report infers it from the units' stages."""
+    from types import SimpleNamespace
+
+    from ratc.frontend.presets import trace_preset
+    from ratc.planner.config import Candidate
+    from ratc.platform import load_platform
+    from ratc.report.build import plan_candidate
+    from ratc.vm.system.driver import compile_candidate
+
+    cand = Candidate(P=2, D=2, T=1, Z=2, b=1, A=4, act="fsr", pref="deadline")
+    module = compile_candidate(trace_preset("tiny", 64), cand, load_platform("mt3000"))   # 6 units, 3 + 3
+
+    def planner(split):
+        return SimpleNamespace(stages=lambda P, T, balance: SimpleNamespace(ranges=split[balance]))
+
+    assert plan_candidate(module) == cand
+    match_memory = {"time": ((0, 2), (2, 6)), "memory": ((0, 3), (3, 6))}
+    assert plan_candidate(module, planner(match_memory)).balance == "memory"
+    match_none = {"time": ((0, 2), (2, 6)), "memory": ((0, 4), (4, 6))}
+    assert plan_candidate(module, planner(match_none)) == cand

@@ -1,0 +1,203 @@
+"""System VM on lifecycle-compiled programs: closed forms, symmetry, memory, CLI, errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ratc.ir import print_module
+from ratc.ir.attributes import ByteSize
+from ratc.ir.core import Block, Module, Operation
+from ratc.ir.dialects.graph import module_from_profile
+from ratc.platform import load_platform
+from ratc.program import write_program
+from ratc.vm.system.driver import compile_candidate, kendall_tau, parse_config, run_module
+from ratc.vm.system.engine import simulate
+from ratc.vm.system.life import translate
+from ratc.vm.system.program import ProgramError
+
+ROOT = Path(__file__).resolve().parents[1]
+MT3000 = load_platform("mt3000")
+CLOCK = MT3000.dsp.clock
+
+
+def _unit(i, stage, fwd, bwd, decoder=True):
+    zero = ByteSize(0)
+    return Operation("life.unit", attributes={
+        "index": i, "name": f"u{i}", "stage": stage, "decoder": decoder, "fwd": fwd, "fwd_c": fwd, "fwd_d": 0.0,
+        "bwd": bwd, "bwd_c": bwd, "bwd_d": 0.0, "in_bytes": ByteSize(64), "saved": ByteSize(128), "ws": zero,
+        "param": ByteSize(32), "opt": ByteSize(96), "grad": ByteSize(32), "shard": ByteSize(32), "bucket": zero,
+        "view": zero, "sync": 0.0, "sync_kind": "all-reduce", "reduce": 0.0, "update": 0.0, "prefetch": 0.0,
+        "gather": 0.0})
+
+
+def uniform_module(P, M, per_stage, tf, tb):
+    """A plan of P identical stages (free embedding and head), D = 1, zero-cost communication."""
+    L = P * per_stage
+    units = [_unit(0, 0, 0.0, 0.0, decoder=False)]
+    units += [_unit(1 + j, j // per_stage, tf / CLOCK, tb / CLOCK) for j in range(L)]
+    units.append(_unit(L + 1, P - 1, 0.0, 0.0, decoder=False))
+    plan = Operation("life.plan", attributes={
+        "model": "uniform", "platform": "mt3000", "P": P, "D": 1, "T": 1, "Z": 0, "b": 1, "M": M, "act": "full",
+        "pref": "deadline", "seq_len": 16, "p2p": 0.0, "budget": ByteSize(10**12)}, sym_name="plan",
+        region=Block(units))
+    return Module("uniform", {}, [plan])
+
+
+def lowered(module, pipeline="lower-to-life,schedule-1f1b,state-pipeline,update-prefetch,fsr"):
+    from ratc.passes import PassContext, PassManager, parse_pipeline
+    return PassManager(parse_pipeline(pipeline), ctx=PassContext(platform=MT3000)).run(module)
+
+
+@settings(max_examples=12, deadline=None)
+@given(P=st.integers(1, 4), extra=st.integers(0, 4), per_stage=st.integers(1, 2), tf=st.integers(1, 500),
+       tb=st.integers(1, 900))
+def test_compiled_uniform_pipeline_makespan_is_closed_form(P, extra, per_stage, tf, tb):
+    M = P + extra
+    module = lowered(uniform_module(P, M, per_stage, tf, tb))
+    for steps in (1, 2):
+        _, res = run_module(module, MT3000, steps=steps, budget=None)
+        assert res.step_cycles == (M + P - 1) * (tf + tb) * per_stage
+        assert res.bubble_fraction == pytest.approx((P - 1) / (M + P - 1), abs=1e-12)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from ratc.frontend.presets import trace_preset
+    return trace_preset("tiny", 128)
+
+
+@pytest.mark.parametrize("config", ["P=2,D=3,Z=2,b=1,A=4,FSR,deadline", "P=2,D=2,Z=0,b=2,A=3,Ckpt,bulk",
+                                    "P=3,D=2,Z=1,b=1,A=5,Full,layerwise"])
+def test_symmetric_replicas_equal_explicit_on_compiled_programs(tiny, config):
+    module = compile_candidate(tiny, parse_config(config), MT3000)
+    sym, exp = (translate(module, MT3000, symmetric=s, budget=None) for s in (True, False))
+    ts, te = simulate(sym), simulate(exp)
+    assert te.makespan == ts.makespan
+    want = sorted((t.step, t.stage, t.name, ts.start[i], ts.end[i]) for i, t in enumerate(sym.tasks))
+    for r in range(exp.replicas):
+        got = sorted((t.step, t.stage, t.name, te.start[i], te.end[i]) for i, t in enumerate(exp.tasks)
+                     if t.replica == r)
+        assert got == want
+    assert ts.memory.stage_peaks() == te.memory.stage_peaks()
+
+
+def test_vm_peak_memory_tracks_the_lifecycle_memory_plan(tiny):
+    # Both count the same values; the VM over simulated time, the memory plan over the
+    # issue order, so they may differ only by values whose lifetimes overlap differently.
+    module = compile_candidate(tiny, parse_config("P=2,D=2,Z=2,b=1,A=4,FSR,deadline"), MT3000)
+    planned = module.body.ops[-1].attributes
+    _, res = run_module(module, MT3000, budget=None)
+    for vm, plan in zip(res.stage_peak_bytes, planned["peak"]):
+        assert abs(vm - plan) <= 0.05 * plan
+
+
+def test_trace_of_compiled_program_uses_action_notation(tiny):
+    from ratc.vm.system.trace import chrome_trace
+    module = compile_candidate(tiny, parse_config("P=2,D=2,Z=2,b=1,A=2,FSR,deadline"), MT3000)
+    tl, _ = run_module(module, MT3000, steps=1, budget=None)
+    names = {e["name"] for e in chrome_trace(tl)["traceEvents"] if e["ph"] == "X"}
+    assert {"0F0", "0F1", "1B0", "0B1", "0SEND_F0", "1SEND_B1", "0G1#0", "0U1", "0P1#0"} <= names
+
+
+def test_op_without_handler_is_named():
+    module = lowered(uniform_module(1, 1, 1, 5, 5))
+    stage = module.body.ops[-1].region.ops[0]
+    stage.region.append(_unit(9, 0, 0.0, 0.0))
+    with pytest.raises(ProgramError, match=r"life\.unit on stage 0 \(op #\d+\): the system VM has no handler"):
+        translate(module, MT3000)
+
+
+def test_parse_config_reads_planner_labels_and_rejects_junk():
+    c = parse_config("P=2,D=4,Z=2,b=1,A=128,FSR,deadline")
+    assert (c.P, c.D, c.T, c.Z, c.b, c.A, c.act, c.pref) == (2, 4, 1, 2, 1, 128, "fsr", "deadline")
+    assert parse_config(c.label()) == c
+    assert parse_config("P=8,D=32,A=128,checkpoint,bulk").act == "ckpt"
+    for bad in ("P=2,D=4", "P=2,D=4,A=8,turbo", "P=x,D=4,A=8", "P=0,D=1,A=1"):
+        with pytest.raises(Exception, match="--plan"):
+            parse_config(bad)
+
+
+def test_kendall_tau_matches_scipy():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    xs = [3.0, 1.0, 2.0, 5.0, 4.0, 4.0, 7.0]
+    ys = [2.5, 1.5, 1.0, 6.0, 4.0, 3.0, 3.0]
+    assert kendall_tau(xs, ys) == pytest.approx(scipy_stats.kendalltau(xs, ys)[0])
+
+
+def _ratc(capsys, *args):
+    from ratc.cli.main import main
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def program_dir(tiny, tmp_path_factory):
+    module = compile_candidate(tiny, parse_config("P=2,D=2,Z=2,b=1,A=4,FSR,deadline"), MT3000)
+    out = tmp_path_factory.mktemp("prog") / "tiny"
+    write_program(out, {"model.graph.ir": print_module(module_from_profile(tiny)),
+                        "program.life.ir": print_module(module)})
+    return out
+
+
+def test_cli_run_json_has_stable_keys_and_trace(program_dir, tmp_path, capsys):
+    trace = tmp_path / "t.json"
+    code, stdout, stderr = _ratc(capsys, "run", str(program_dir), "--json", "--trace", str(trace))
+    assert code == 0, stderr
+    out = json.loads(stdout)
+    assert set(out) == {"config", "results", "predicted_step_time_s", "prediction_error"}
+    assert set(out["results"]) == {
+        "step_time_s", "step_cycles", "tokens_per_s", "mac_utilization", "bubble_fraction",
+        "stage_bubble_fraction", "stage_peak_memory_bytes", "exposed_tail_s", "exposed_s",
+        "critical_path_cycles", "tasks", "stages", "replicas", "replicas_simulated"}
+    r = out["results"]
+    assert 0 < r["mac_utilization"] < 1
+    assert r["tokens_per_s"] == pytest.approx(2 * 4 * 128 / r["step_time_s"])
+    assert json.loads(trace.read_text())["traceEvents"]
+
+
+def test_cli_over_budget_plan_stops_with_out_of_memory_report(program_dir, tmp_path, capsys):
+    small = tmp_path / "small.toml"
+    text = (ROOT / "ratc/platform/profiles/mt3000.toml").read_text()
+    small.write_text(text.replace('memory_budget = "20GB"', 'memory_budget = "4MB"'))
+    code, _, stderr = _ratc(capsys, "run", str(program_dir), "--platform", str(small), "--plan", "P=2,D=2,A=4,full")
+    assert code == 1
+    assert "out of memory on stage 0" in stderr and "live values:" in stderr and "s0.opt1" in stderr
+    code, stdout, _ = _ratc(capsys, "run", str(program_dir), "--platform", str(small), "--plan", "P=2,D=2,A=4,full",
+                            "--json")
+    assert code == 1
+    oom = json.loads(stdout)["out_of_memory"]
+    assert oom["stage"] == 0 and sum(v["bytes"] for v in oom["live"]) > oom["budget_bytes"] == 4 * 10**6
+
+
+def test_cli_run_rejects_a_directory_without_a_program(tmp_path, capsys):
+    code, _, stderr = _ratc(capsys, "run", str(tmp_path))
+    assert code == 1 and "not a ratc program" in stderr
+
+
+def test_state_and_recovery_placements_show_in_simulated_time(tiny):
+    runs = {}
+    for config in ("P=2,D=2,A=4,FSR,deadline", "P=2,D=2,A=4,Ckpt,deadline", "P=2,D=2,A=4,FSR,layerwise",
+                   "P=2,D=2,A=4,FSR,bulk"):
+        runs[config] = run_module(compile_candidate(tiny, parse_config(config), MT3000), MT3000, budget=None)
+
+    def first_sync_vs_last_bwd(tl, stage=0, step=1):
+        idx = [i for i, t in enumerate(tl.program.tasks) if t.stage == stage and t.step == step]
+        syncs = min(tl.start[i] for i in idx if tl.program.tasks[i].kind == "grad_sync"
+                    and "G" in tl.program.tasks[i].name)
+        return syncs, max(tl.end[i] for i in idx if tl.program.tasks[i].kind == "backward")
+
+    sync, last_bwd = first_sync_vs_last_bwd(runs["P=2,D=2,A=4,FSR,bulk"][0])
+    assert sync >= last_bwd                       # bulk: GradSync only after the whole backward
+    sync, last_bwd = first_sync_vs_last_bwd(runs["P=2,D=2,A=4,FSR,layerwise"][0])
+    assert sync < last_bwd                        # layer-wise: overlapped with the remaining backward
+    tail = {c: r.tail_cycles for c, (_, r) in runs.items()}
+    assert tail["P=2,D=2,A=4,FSR,bulk"] > tail["P=2,D=2,A=4,FSR,layerwise"] > tail["P=2,D=2,A=4,FSR,deadline"]
+    step = {c: r.step_cycles for c, (_, r) in runs.items()}
+    # backward-time recovery waits for the gradient; FSR recovers while the stage waits for it
+    assert step["P=2,D=2,A=4,Ckpt,deadline"] > step["P=2,D=2,A=4,FSR,deadline"]
+    ckpt = runs["P=2,D=2,A=4,Ckpt,deadline"][1].critical_cycles["recovery"]
+    assert ckpt > runs["P=2,D=2,A=4,FSR,deadline"][1].critical_cycles["recovery"]
