@@ -54,6 +54,8 @@ def register(sub) -> None:
                    help="compile this configuration instead of planning one, even if it does not fit "
                         "(e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline'); the VM then reports out-of-memory")
     p.add_argument("--no-run", action="store_true", help="do not simulate the program on the system VM")
+    p.add_argument("--report", action="store_true",
+                   help="also write the HTML report (OUTDIR/report.html, see `ratc report`)")
     p.add_argument("--json", action="store_true", help="print the VM's results as JSON")
     p.add_argument("--trace-out", metavar="FILE", help="write the VM's Chrome-trace timeline here")
     add_pass_options(p)
@@ -98,14 +100,23 @@ def run(args: argparse.Namespace) -> int:
         write_output(args.output, text)
         return 0
     outdir = compile_to_directory(args, profile, f"ratc compile {source}{extra}")
+    status = 0
     if args.no_run:
         print(f"wrote {outdir}; simulate it with `ratc run {outdir}`", file=sys.stderr)
-        return 0
-    from ratc.cli import run as run_command
+    else:
+        from ratc.cli import run as run_command
 
-    return run_command.handler(argparse.Namespace(
-        outdir=str(outdir), plan=None, platform=None, steps=2, explicit_replicas=False,
-        no_memory_limit=False, json=args.json, trace=args.trace_out, output=None))
+        status = run_command.handler(argparse.Namespace(
+            outdir=str(outdir), plan=None, platform=None, steps=2, explicit_replicas=False,
+            no_memory_limit=False, json=args.json, trace=args.trace_out, output=None))
+    if args.report:
+        from ratc.cli import report as report_command
+
+        report_command.handler(argparse.Namespace(
+            outdir=str(outdir), model=None, preset=None, seq_len=None, clusters=None, global_batch=None,
+            platform=args.platform, strategy=args.strategy, top=10, simulate_top=3, format="png",
+            output="report.html"))
+    return status
 
 
 def choose_candidate(args: argparse.Namespace, planner):
