@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "ratc.cli.opt",
     "ratc.cli.passes",
     "ratc.cli.plan",
+    "ratc.cli.train",
     "ratc.cli.report",
     "ratc.cli.run",
     "ratc.cli.diagram",

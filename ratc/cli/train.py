@@ -1,0 +1,146 @@
+"""`ratc train`: train a small model by following the compiled schedule, against plain PyTorch."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ratc.errors import RatcError
+
+ACT_CHOICES = ("fsr", "checkpoint", "full-save")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "train", help="train a model with real tensors by executing ratc's schedule; compare with PyTorch",
+        description="Compile the model's training step for P pipeline stages x D replicas, run every task of "
+                    "the scheduled life program on CPU tensors (per-layer Forward/Recover/Backward, GradSync, "
+                    "sharded AdamW UpdateShard, PrefetchW), and train the same model with plain PyTorch on "
+                    "the same batches. Prints both losses per step and their relative deviation.")
+    p.add_argument("model", help="model file (see examples/llama.py)")
+    p.add_argument("--preset", help="model preset (default: the file's DEFAULT_PRESET)")
+    p.add_argument("--steps", type=int, required=True, help="optimizer steps")
+    p.add_argument("--pp", type=int, default=1, metavar="P", help="pipeline stages (default 1)")
+    p.add_argument("--dp", type=int, default=1, metavar="D", help="data-parallel replicas (default 1)")
+    p.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), metavar="Z", help="ZeRO stage 0-3 (default 0)")
+    p.add_argument("--act-policy", default="fsr", choices=ACT_CHOICES, help="activation policy (default fsr)")
+    p.add_argument("--no-state-pipeline", action="store_true",
+                   help="GradSync, UpdateShard and PrefetchW at the step end instead of layer-wise/deadline")
+    p.add_argument("--micro-batches", type=int, default=4, metavar="M", help="micro-batches per replica per step (default 4)")
+    p.add_argument("--micro-batch-size", type=int, default=2, metavar="B", help="sequences per micro-batch (default 2)")
+    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the synthetic data")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--csv", help="write step, ratc loss, reference loss, relative deviation to this CSV")
+    p.add_argument("--plot", help="write a PNG of both loss curves and their relative deviation")
+    p.add_argument("--no-reference", action="store_true", help="train with ratc only (no comparison)")
+    p.add_argument("--program", metavar="FILE.ir",
+                   help="execute this scheduled life program (e.g. one written by --emit-program) instead of "
+                        "compiling one; its plan fixes P, D, Z, M, b and the activation policy")
+    p.add_argument("--emit-program", metavar="FILE.ir", help="write the executed life program here")
+    p.set_defaults(func=handler)
+
+
+def _csv(rows: list[tuple]) -> str:
+    lines = ["step,ratc_loss,reference_loss,relative_deviation"]
+    lines += [f"{s},{a!r},{'' if b is None else repr(b)},{'' if d is None else repr(d)}" for s, a, b, d in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _plot(rows: list[tuple], path: str, title: str) -> None:
+    import io
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ratc.cli.io import write_atomic
+
+    steps = [r[0] for r in rows]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, height_ratios=(3, 1))
+    top.plot(steps, [r[1] for r in rows], label="ratc (scheduled program)", lw=2)
+    if rows[0][2] is not None:
+        top.plot(steps, [r[2] for r in rows], "--", label="PyTorch reference", lw=1.5)
+        # log scale: exact matches (deviation 0) are drawn at the floor
+        bottom.semilogy(steps, [max(r[3], 1e-10) for r in rows], ".-", color="C3")
+        bottom.axhline(1e-5, color="gray", ls=":", label="1e-5")
+        bottom.set_ylabel("rel. deviation")
+        bottom.legend(loc="upper left")
+    top.set_ylabel("training loss")
+    top.set_title(title, fontsize=9)
+    top.legend()
+    bottom.set_xlabel("step")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    write_atomic(path, buf.getvalue())
+
+
+def _load_program(path: str, cfg):
+    """Parse a life program; the run's P, D, Z, M, b and policy come from its plan."""
+    import dataclasses
+
+    from ratc.cli.io import read_input
+    from ratc.ir import parse_module
+    from ratc.lifecycle.lowering import find_pipeline, find_plan
+
+    name, text = read_input(path)
+    module = parse_module(text, name)
+    plan = find_plan(module).attributes
+    pipe = find_pipeline(module).attributes
+    return module, dataclasses.replace(cfg, P=plan["P"], D=plan["D"], Z=plan["Z"], M=plan["M"], b=plan["b"],
+                                       act=pipe["act"], state_pipeline=pipe.get("state") == "layerwise")
+
+
+def handler(args: argparse.Namespace) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from ratc.cli.io import write_atomic
+    from ratc.vm.functional.session import ACT_NAMES, Session, TrainConfig, relative_deviation
+    from ratc.vm.functional.shards import AdamW
+
+    if args.steps < 1:
+        raise RatcError(f"--steps must be at least 1, got {args.steps}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise RatcError(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    if not args.lr > 0:
+        raise RatcError(f"--lr must be positive, got {args.lr}")
+    cfg = TrainConfig(model=args.model, preset=args.preset, P=args.pp, D=args.dp, Z=args.zero,
+                      act=ACT_NAMES[args.act_policy], state_pipeline=not args.no_state_pipeline,
+                      M=args.micro_batches, b=args.micro_batch_size, seed=args.seed, opt=AdamW(lr=args.lr),
+                      reference=not args.no_reference)
+    module = None
+    if args.program:
+        module, cfg = _load_program(args.program, cfg)
+    session = Session(cfg, module)
+    if args.emit_program:
+        from ratc.ir import print_module
+        write_atomic(args.emit_program, print_module(session.module))
+    policy = {v: k for k, v in ACT_NAMES.items()}[cfg.act]
+    label = (f"P={cfg.P} D={cfg.D} Z={cfg.Z} {policy} "
+             f"state-pipeline={'on' if cfg.state_pipeline else 'off'} M={cfg.M} b={cfg.b}")
+    print(f"ratc train: {args.model} [{session.preset}] {label}, global batch {cfg.global_batch} x "
+          f"{session.seq_len} tokens, {sum(u.numel for u in session.units.units):,} parameters")
+    rows = []
+    bar = tqdm(range(args.steps), desc="training", unit="step", disable=None)
+    for i in bar:
+        ours, ref = session.step(i)
+        dev = None if ref is None else relative_deviation(ours, ref)
+        rows.append((i, ours, ref, dev))
+        bar.set_postfix(loss=f"{ours:.4f}", **({} if dev is None else {"dev": f"{dev:.1e}"}))
+        line = f"step {i:4d}  loss {ours:.6f}" + ("" if ref is None else f"  pytorch {ref:.6f}  rel.dev {dev:.2e}")
+        tqdm.write(line)
+    bar.close()
+    if cfg.reference:
+        worst = max(r[3] for r in rows)
+        print(f"max per-step relative loss deviation {worst:.2e}; "
+              f"final parameter deviation {session.parameter_deviation():.2e} (relative L2, worst unit)")
+    if args.csv:
+        write_atomic(args.csv, _csv(rows))
+    if args.plot:
+        _plot(rows, args.plot, f"{Path(args.model).name} [{session.preset}] {label}")
+    return 0

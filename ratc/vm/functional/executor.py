@@ -1,0 +1,316 @@
+"""The functional executor: trains a real model by interpreting a scheduled life program.
+
+All P stages and D replicas live in one process. Each stage's ops run in their scheduled
+order, one handler per life op; stages are interleaved round-robin and a stage waits only
+at a `life.recv` whose message has not been sent yet. The D replicas of a stage run each op
+together, which is where collectives happen. Gradients come from per-unit autograd: a
+unit's forward runs on detached inputs, and its Backward calls `torch.autograd.grad` on
+that unit's outputs only; nothing calls the whole model's backward.
+
+Runtime values per SSA value and replica: `!life.act` a dict of boundary tensors (or of
+their gradients), `!life.saved`/`!life.rec` a unit's autograd graph, `!life.grad` a flat
+gradient (full or this replica's shard), `!life.view` a flat parameter vector,
+`!life.param`/`!life.opt` the replica's `UnitState` of that unit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ratc.errors import RatcError
+from ratc.ir.core import Module, Operation
+from ratc.vm.functional.boundary import live_in
+from ratc.vm.functional.shards import AdamW, UnitState, all_gather, all_reduce_mean, reduce_scatter_mean
+from ratc.vm.functional.units import UnitSet
+
+
+class ExecutionError(RatcError):
+    """A task could not run; the message names the op, its stage and its unit/micro-batch."""
+
+
+class _Saved:
+    """A unit's forward kept for its Backward: detached input leaves, parameter leaves, outputs."""
+
+    __slots__ = ("leaves", "params", "outs")
+
+    def __init__(self, leaves, params, outs):
+        self.leaves, self.params, self.outs = leaves, params, outs
+
+
+def describe(op: Operation) -> str:
+    """`%x2_0 = life.fwd {unit = 1, mb = 0}`: how errors name an op."""
+    a = op.attributes
+    keys = [k for k in ("unit", "mb", "dir", "peer", "phase", "kind") if k in a]
+    attrs = ", ".join(f"{k} = {a[k]!r}" if isinstance(a[k], str) else f"{k} = {a[k]}" for k in keys)
+    res = ", ".join(f"%{v.name}" for v in op.results)
+    return f"{res + ' = ' if res else ''}{op.name} {{{attrs}}}"
+
+
+def _kind(value) -> str:
+    """The life type name of a value: act, saved, rec, grad, param, opt, view, token."""
+    return str(value.type).removeprefix("!life.")
+
+
+class FunctionalExecutor:
+    """Runs a verified life program step after step on real tensors; `step(batch)` is the loss."""
+
+    def __init__(self, module: Module, units: UnitSet, init_params: list[torch.Tensor], opt: AdamW = AdamW()):
+        from ratc.ir import verify
+        from ratc.lifecycle.lowering import find_pipeline, find_plan
+
+        verify(module)     # a corrupted schedule is rejected here, before any tensor is touched
+        pipe, plan = find_pipeline(module), find_plan(module)
+        a = pipe.attributes
+        self.P, self.M, self.Z = a["P"], a["M"], a["Z"]
+        self.D, self.b = plan.attributes["D"], plan.attributes["b"]
+        if a["units"] != len(units.units):
+            raise RatcError(f"the program has {a['units']} units, the model splits into {len(units.units)}")
+        self.units = units
+        self.stages = [s.region.ops for s in pipe.region.ops]
+        self.live = live_in(units)
+        self.head = len(units.units) - 1
+        self.state = [[UnitState(init_params[u.index], r, self.D, self.Z, opt) for u in units.units]
+                      for r in range(self.D)]
+        # Each value is dropped after its last reader, as the memory plan assumes.
+        self.last_use = []
+        for ops in self.stages:
+            last = {}
+            for k, op in enumerate(ops):
+                for v in op.results:
+                    last.setdefault(v, k)
+                for v in op.operands:
+                    last[v] = k
+            self.last_use.append(last)
+        self.handlers = {
+            "life.param": self._param, "life.opt": self._param, "life.fwd": self._fwd,
+            "life.recover": self._recover, "life.bwd": self._bwd, "life.send": self._send,
+            "life.recv": self._recv, "life.gather": self._gather, "life.reduce": self._reduce,
+            "life.grad_sync": self._grad_sync, "life.update": self._update,
+            "life.prefetch": self._gather, "life.step_end": self._step_end,
+        }
+
+    # ---- driver -------------------------------------------------------------------------------
+
+    def step(self, batch: dict[str, torch.Tensor]) -> float:
+        """One training step on a global batch ({input name: [D*M*b, ...]}); the mean loss."""
+        M, D = self.M, self.D
+        rows = next(iter(batch.values())).shape[0]
+        if rows != D * M * self.b:
+            raise RatcError(f"the program trains D={D} x M={M} micro-batches of b={self.b} sequences, "
+                            f"the global batch has {rows}")
+        self.data = {name: t.chunk(D * M) for name, t in batch.items()}
+        self.vals: list[dict] = [{} for _ in range(self.P)]
+        self.mailbox: dict = {}
+        self.losses: dict = {}
+        pcs = [0] * self.P
+        while any(pc < len(ops) for pc, ops in zip(pcs, self.stages)):
+            progressed = False
+            for p, ops in enumerate(self.stages):
+                while pcs[p] < len(ops):
+                    op = ops[pcs[p]]
+                    if op.name == "life.recv" and self._mail_key(p, op) not in self.mailbox:
+                        break
+                    self._run(p, pcs[p], op)
+                    pcs[p] += 1
+                    progressed = True
+            if not progressed:
+                blocked = "; ".join(f"stage {p}: {describe(ops[pc])}"
+                                    for p, (pc, ops) in enumerate(zip(pcs, self.stages)) if pc < len(ops))
+                raise ExecutionError(f"deadlock: every unfinished stage waits for a message never sent ({blocked})")
+        if len(self.losses) != M * D:
+            raise ExecutionError(f"the step produced {len(self.losses)} micro-batch losses, expected {M * D}")
+        return sum(self.losses[k] for k in sorted(self.losses)) / (M * D)
+
+    def _run(self, p: int, k: int, op: Operation) -> None:
+        handler = self.handlers.get(op.name)
+        if handler is None:
+            raise ExecutionError(f"stage {p}: no handler for '{op.name}' ({describe(op)})")
+        vals = self.vals[p]
+        try:
+            missing = [v for v in op.operands if v not in vals]
+            if missing:
+                raise RatcError(f"operand %{missing[0].name} has not been computed (or was already consumed)")
+            results = handler(p, op, [vals[v] for v in op.operands])
+        except ExecutionError:
+            raise
+        except RatcError as exc:
+            raise ExecutionError(f"stage {p}: {describe(op)}: {exc}") from None
+        for v, r in zip(op.results, results or ()):
+            vals[v] = r
+        last = self.last_use[p]
+        for v in list(op.operands) + list(op.results):
+            if last.get(v) == k:
+                vals.pop(v, None)
+
+    def parameters(self) -> list[torch.Tensor]:
+        """Each unit's current flat parameters, assembled from the replicas' shards."""
+        return [all_gather([self.state[r][u] for r in range(self.D)]) for u in range(len(self.units.units))]
+
+    # ---- helpers -----------------------------------------------------------------------------
+
+    def _mail_key(self, p: int, op: Operation) -> tuple:
+        a = op.attributes
+        return (a["peer"], p, a["dir"], a["mb"]) if op.name == "life.recv" else (p, a["peer"], a["dir"], a["mb"])
+
+    def _operands(self, op: Operation, ins: list) -> dict:
+        """Operands by life type name (each op has at most one of each, plus a trailing grad)."""
+        by = {}
+        for v, x in zip(op.operands, ins):
+            by.setdefault(_kind(v), []).append(x)
+        return by
+
+    def _weights(self, by: dict, r: int) -> torch.Tensor:
+        if "view" in by:
+            return by["view"][0][r]
+        state = by["param"][0][r]
+        if state.view is None:
+            raise RatcError("the parameter view is stale: UpdateShard ran and no PrefetchW materialized the new one")
+        return state.view
+
+    def _args(self, unit, env: dict, r: int, m: int) -> list:
+        args = []
+        for name in unit.inputs:
+            if name in env:
+                args.append(env[name])
+            elif name in self.data:
+                args.append(self.data[name][r * self.M + m])
+            else:
+                raise RatcError(f"unit {unit.index} reads '{name}', which is not in its input activation")
+        return args
+
+    def _forward(self, unit, flat: torch.Tensor, args: list) -> _Saved:
+        leaves = [a.detach().requires_grad_(True) if g and a.dtype.is_floating_point else a
+                  for a, g in zip(args, unit.input_grad)]
+        # One leaf per parameter tensor: slicing a single flat leaf would make every slice's
+        # backward materialize a gradient of the whole vector.
+        params = [v.requires_grad_(True) for v in unit.views(flat.detach())]
+        with torch.enable_grad():
+            outs = unit.run(params, leaves)
+        return _Saved(leaves, params, outs)
+
+    # ---- handlers: the main path -------------------------------------------------------------
+
+    def _param(self, p: int, op: Operation, ins: list) -> list:
+        u = op.attributes["unit"]
+        return [[self.state[r][u] for r in range(self.D)]]
+
+    def _fwd(self, p: int, op: Operation, ins: list) -> list:
+        i, m = op.attributes["unit"], op.attributes["mb"]
+        unit = self.units.units[i]
+        by = self._operands(op, ins)
+        kinds = [_kind(v) for v in op.results]
+        acts, saves = [], []
+        for r in range(self.D):
+            env = by["act"][0][r] if "act" in by else {}
+            args = self._args(unit, env, r, m)
+            flat = self._weights(by, r)
+            if "saved" in kinds:
+                saved = self._forward(unit, flat, args)
+                outs = saved.outs
+                saves.append(saved)
+            else:
+                with torch.no_grad():       # the Recover task rebuilds this graph later
+                    outs = unit.run(unit.views(flat), args)
+            produced = dict(zip(unit.outputs, outs))
+            if i == self.head:
+                self.losses[(r, m)] = float(produced[self.units.loss].detach())
+            else:
+                acts.append({n: (produced[n] if n in produced else env[n]).detach() for n in self.live[i + 1]})
+        return [acts if k == "act" else saves for k in kinds]
+
+    def _recover(self, p: int, op: Operation, ins: list) -> list:
+        i, m = op.attributes["unit"], op.attributes["mb"]
+        unit = self.units.units[i]
+        by = self._operands(op, ins)
+        return [[self._forward(unit, self._weights(by, r), self._args(unit, by["act"][0][r], r, m))
+                 for r in range(self.D)]]
+
+    def _bwd(self, p: int, op: Operation, ins: list) -> list:
+        i = op.attributes["unit"]
+        unit = self.units.units[i]
+        by = self._operands(op, ins)
+        saved_all = by.get("saved", by.get("rec"))[0]
+        acc_all = by["grad"][0] if "grad" in by else None
+        dxs, grads = [], []
+        for r in range(self.D):
+            saved = saved_all[r]
+            dy = by["act"][0][r] if "act" in by else {}
+            outs, seeds = [], []
+            for name, o in zip(unit.outputs, saved.outs):
+                if not (isinstance(o, torch.Tensor) and o.requires_grad):
+                    continue
+                g = torch.full_like(o, 1.0 / self.M) if i == self.head and name == self.units.loss else dy.get(name)
+                if g is not None:       # the loss of each micro-batch weighs 1/M of the step
+                    outs.append(o)
+                    seeds.append(g)
+            inputs = [a for a in saved.leaves if isinstance(a, torch.Tensor) and a.requires_grad]
+            wrt = inputs + saved.params
+            got = list(torch.autograd.grad(outs, wrt, seeds, allow_unused=True)) if outs else [None] * len(wrt)
+            g_param = unit.flat_grad(got[len(inputs):])
+            dx = {n: dy[n] for n in self.live[i] if n in dy}      # values passing through unit i
+            it = iter(got[:len(inputs)])
+            for name, a in zip(unit.inputs, saved.leaves):
+                if isinstance(a, torch.Tensor) and a.requires_grad:
+                    g = next(it)
+                    if g is not None and name in self.live[i]:
+                        dx[name] = dx[name] + g if name in dx else g
+            dxs.append(dx)
+            if acc_all is not None:
+                acc_all[r].add_(g_param)        # in-place accumulation into the layer's gradient
+                g_param = acc_all[r]
+            grads.append(g_param)
+        return [dxs if _kind(v) == "act" else grads for v in op.results]
+
+    def _send(self, p: int, op: Operation, ins: list) -> list:
+        key = self._mail_key(p, op)
+        if key in self.mailbox:
+            raise RatcError("the same message was sent twice")
+        self.mailbox[key] = ins[0]
+        return [[None] * self.D]
+
+    def _recv(self, p: int, op: Operation, ins: list) -> list:
+        return [self.mailbox.pop(self._mail_key(p, op))]
+
+    # ---- handlers: the state chain -----------------------------------------------------------
+
+    def _states(self, op: Operation) -> list[UnitState]:
+        return [self.state[r][op.attributes["unit"]] for r in range(self.D)]
+
+    def _gather(self, p: int, op: Operation, ins: list) -> list:
+        """PrefetchW / ZeRO-3 gather: all-gather the replicas' shards into a full view."""
+        view = all_gather(self._states(op))
+        return [[view] * self.D]      # uses only read views, so the replicas' copies can share storage
+
+    def _scatter(self, states: list[UnitState], buckets: list[torch.Tensor], acc: list | None) -> list:
+        padded = [torch.nn.functional.pad(b, (0, s.c * s.D - s.N)) for s, b in zip(states, buckets)]
+        shards = reduce_scatter_mean(padded)
+        return [sh.clone() if acc is None else acc[r].add_(sh) for r, sh in enumerate(shards)]
+
+    def _reduce(self, p: int, op: Operation, ins: list) -> list:
+        """ZeRO >= 2: reduce-scatter one micro-batch's gradient into the shard accumulator."""
+        return [self._scatter(self._states(op), ins[0], ins[1] if len(ins) > 1 else None)]
+
+    def _grad_sync(self, p: int, op: Operation, ins: list) -> list:
+        """ZeRO-0: all-reduce (mean); ZeRO >= 1: reduce-scatter (mean) plus the shard accumulator."""
+        if op.attributes["kind"] == "all-reduce":
+            mean = all_reduce_mean(ins[0])
+            return [[mean] * self.D]     # UpdateShard reads it without writing
+        return [self._scatter(self._states(op), ins[0], ins[1] if len(ins) > 1 else None)]
+
+    def _update(self, p: int, op: Operation, ins: list) -> list:
+        """UpdateShard: AdamW on this replica's shard; ZeRO >= 1 views are stale until PrefetchW."""
+        grads, _opt, params = ins
+        for s, g in zip(params, grads):
+            if g.numel() != s.c:
+                raise RatcError(f"gradient of {g.numel()} elements for a shard of {s.c}")
+            s.step(g.clone())
+            s.view = s.master.detach()[:s.N] if s.Z == 0 else None
+        return [params]
+
+    def _step_end(self, p: int, op: Operation, ins: list) -> list:
+        """Hand each unit's view to the next step (ZeRO-3 keeps none; it gathers per use)."""
+        for v, per_replica in zip(op.operands, ins):
+            if _kind(v) == "view":
+                for s, view in zip(self._states(v.owner), per_replica):
+                    s.view = view
+        return []

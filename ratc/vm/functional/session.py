@@ -1,0 +1,118 @@
+"""A training session: the model file built for real, split into units, run by ratc and by PyTorch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ratc.errors import RatcError
+from ratc.vm.functional.data import SyntheticData
+from ratc.vm.functional.executor import FunctionalExecutor
+from ratc.vm.functional.reference import Reference
+from ratc.vm.functional.shards import AdamW
+from ratc.vm.functional.units import UnitSet, flat_params, split_model
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines one training run (ratc's and the reference's)."""
+
+    model: str = "examples/llama.py"
+    preset: str | None = "tiny"
+    P: int = 1
+    D: int = 1
+    Z: int = 0
+    act: str = "fsr"
+    state_pipeline: bool = True
+    M: int = 4                          # micro-batches per replica per step
+    b: int = 2                          # sequences per micro-batch
+    seed: int = 0
+    platform: str = "mt3000"            # only task durations (placement) depend on it
+    reference: bool = True              # also train the plain-PyTorch reference
+    opt: AdamW = field(default_factory=AdamW)
+
+    @property
+    def global_batch(self) -> int:
+        return self.M * self.b * self.D
+
+
+def build_model(path: str, preset: str | None, seed: int):
+    """The model file's module for real (CPU, float32, seeded init) and its input spec."""
+    from ratc.frontend.modelfile import import_model_file, load_model_file
+
+    spec = load_model_file(path, preset)       # validates the protocol and the preset
+    mod = import_model_file(path)
+    torch.manual_seed(seed)
+    try:
+        with torch.device("cpu"):
+            model = mod.build_model(**dict(spec.config))
+    except Exception as exc:  # noqa: BLE001 - anything the user's file raises is reported
+        raise RatcError(f"{path}: build_model raised {type(exc).__name__}: {exc}") from None
+    return model.float().train(), spec
+
+
+ACT_NAMES = {"fsr": "fsr", "checkpoint": "ckpt", "full-save": "full"}
+
+
+def compile_for(cfg: TrainConfig):
+    """ratc's scheduled life program for the run: plan IR -> lifecycle passes (verified after each).
+
+    The state pipeline on means layer-wise GradSync plus deadline-placed UpdateShard and
+    PrefetchW (the planner's `deadline` policy); off means all three at the step end (`bulk`).
+    """
+    from ratc.frontend.modelfile import trace_model_file
+    from ratc.lifecycle.compile import compile_program
+    from ratc.planner.config import Candidate
+    from ratc.platform import load_platform
+
+    if cfg.act not in ACT_NAMES.values():
+        raise RatcError(f"activation policy must be one of {', '.join(ACT_NAMES.values())}, got '{cfg.act}'")
+    profile = trace_model_file(cfg.model, cfg.preset)
+    cand = Candidate(P=cfg.P, D=cfg.D, T=1, Z=cfg.Z, b=cfg.b, A=cfg.M, act=cfg.act,
+                     pref="deadline" if cfg.state_pipeline else "bulk")
+    return compile_program(profile, cand, load_platform(cfg.platform), {"budget": "none"})
+
+
+class Session:
+    """ratc's executor and (optionally) the PyTorch reference, fed the same batches."""
+
+    def __init__(self, cfg: TrainConfig, module=None):
+        for name, v in (("P", cfg.P), ("D", cfg.D), ("M", cfg.M), ("b", cfg.b)):
+            if v < 1:
+                raise RatcError(f"{name} must be at least 1, got {v}")
+        self.cfg = cfg
+        model, spec = build_model(cfg.model, cfg.preset, cfg.seed)
+        self.preset, self.seq_len = spec.preset, spec.seq_len
+        self.units: UnitSet = split_model(model)
+        self.module = module if module is not None else compile_for(cfg)
+        self.executor = FunctionalExecutor(self.module, self.units,
+                                           [flat_params(u, model) for u in self.units.units], cfg.opt)
+        self.reference = Reference(model, cfg.opt) if cfg.reference else None
+        self.data = SyntheticData(spec.vocab, spec.seq_len, cfg.global_batch, cfg.seed)
+
+    def step(self, i: int) -> tuple[float, float | None]:
+        """Step i of both; (ratc loss, reference loss or None)."""
+        batch = self.data.batch(i)
+        ours = self.executor.step(batch)
+        return ours, (self.reference.step(batch) if self.reference is not None else None)
+
+    def parameter_deviation(self) -> float:
+        """Deviation of ratc's current parameters from the reference's (see `parameter_deviation`)."""
+        return parameter_deviation(self.executor.parameters(),
+                                   [flat_params(u, self.reference.model) for u in self.units.units])
+
+
+def parameter_deviation(ours: list[torch.Tensor], ref: list[torch.Tensor]) -> float:
+    """max over units of ||ours - ref||_2 / ||ref||_2 of the unit's flat parameters.
+
+    A norm, not a per-element ratio: an element whose gradient cancels to near zero has an
+    Adam step dominated by rounding, in ratc and in the reference alike.
+    """
+    return max((float((a - b).norm() / b.norm().clamp_min(1e-30)) for a, b in zip(ours, ref) if b.numel()),
+               default=0.0)
+
+
+def relative_deviation(a: float, b: float) -> float:
+    """|a - b| / |b|, the paper's per-step relative loss deviation."""
+    return abs(a - b) / abs(b)

@@ -1,0 +1,70 @@
+"""Per-replica training state of one unit under ZeRO, and the collectives between replicas.
+
+Each unit's parameters are one flat vector of N elements, padded to D equal shards of c
+elements. ZeRO-0 keeps the whole vector and optimizer state on every replica; ZeRO >= 1
+gives replica r the optimizer state (and fp32 master) of shard r only; ZeRO >= 2 also
+keeps only shard r of the synchronized gradient; ZeRO-3 also keeps no parameter view
+between uses. Collectives average over replicas (each replica's loss is a mean over its
+own tokens, so the mean of the replicas is the mean over the global batch).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class AdamW:
+    """AdamW hyper-parameters (Loshchilov & Hutter 2019), shared by ratc and the reference."""
+
+    lr: float = 1e-3
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+
+    def make(self, params) -> torch.optim.AdamW:
+        return torch.optim.AdamW(params, lr=self.lr, betas=(self.beta1, self.beta2), eps=self.eps,
+                                 weight_decay=self.weight_decay, foreach=False)
+
+
+class UnitState:
+    """What replica r holds of one unit: master shard, its optimizer state, the parameter view."""
+
+    def __init__(self, flat: torch.Tensor, replica: int, D: int, Z: int, opt: AdamW):
+        self.N, self.D, self.Z = flat.numel(), D, Z
+        self.c = math.ceil(self.N / D) if Z >= 1 else self.N
+        self.lo = replica * self.c if Z >= 1 else 0
+        padded = torch.zeros(self.c * D if Z >= 1 else self.N)
+        padded[:self.N] = flat
+        self.master = torch.nn.Parameter(padded[self.lo:self.lo + self.c].clone())
+        self.optimizer = opt.make([self.master])
+        # The previous step boundary's view; ZeRO-3 keeps none (it gathers before every use).
+        self.view: torch.Tensor | None = flat.clone() if Z < 3 else None
+
+    def step(self, grad: torch.Tensor) -> None:
+        """One AdamW step on this replica's master shard."""
+        self.master.grad = grad
+        self.optimizer.step()
+        self.master.grad = None
+
+
+def all_reduce_mean(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The replicas' mean (every replica receives the same tensor)."""
+    total = tensors[0].clone()
+    for t in tensors[1:]:
+        total += t
+    return total / len(tensors)
+
+
+def reduce_scatter_mean(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Shard r of the replicas' mean goes to replica r."""
+    return list(all_reduce_mean(tensors).chunk(len(tensors)))
+
+
+def all_gather(states: list[UnitState]) -> torch.Tensor:
+    """The full flat parameter vector from every replica's master shard."""
+    return torch.cat([s.master.detach() for s in states])[:states[0].N].clone()

@@ -1,0 +1,207 @@
+"""Split a real PyTorch model into executable units: embedding (0), decoder layers (1..L), head (L+1).
+
+The model is traced once with torch.fx; every node is assigned to the unit that computes
+it (decoder layers from `nn_module_stack`, everything before the first layer to the
+pre-unit, everything after the last layer to the post-unit). Each unit becomes its own
+GraphModule whose inputs are the values it reads from earlier units or from the data
+(`input_ids`, `labels`) and whose outputs are the values later units read. Units share no
+parameters, so each owns one flat parameter vector (the object ZeRO shards).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx
+from torch import nn
+
+from ratc.errors import RatcError
+from ratc.frontend.layers import find_layer_container
+
+_METADATA_METHODS = frozenset({"size", "dim", "numel", "stride"})
+
+
+@dataclass
+class Unit:
+    """One unit: its graph, the names of the values it reads and writes, and its parameters."""
+
+    index: int
+    name: str
+    module: torch.fx.GraphModule
+    inputs: list[str]                 # value names in call order (data placeholders included)
+    outputs: list[str]                # value names in return order
+    input_grad: list[bool]            # whether each input carries a gradient
+    param_names: list[str]
+    param_shapes: list[torch.Size]
+    numel: int = 0
+    offsets: list[int] = field(default_factory=list)
+
+    def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """The unit's parameters as shaped views of one flat vector (no copies)."""
+        return [flat[o:o + s.numel()].view(s) for s, o in zip(self.param_shapes, self.offsets)]
+
+    def flat_grad(self, grads) -> torch.Tensor:
+        """Per-parameter gradients (None = zero) concatenated in the flat layout."""
+        if not self.param_shapes:
+            return torch.zeros(0)
+        return torch.cat([g.reshape(-1) if g is not None else torch.zeros(s.numel())
+                          for g, s in zip(grads, self.param_shapes)])
+
+    def run(self, params: list[torch.Tensor], args: list) -> tuple:
+        """Execute the unit with the given parameter tensors; always returns a tuple."""
+        out = torch.func.functional_call(self.module, dict(zip(self.param_names, params)), tuple(args))
+        return out if isinstance(out, tuple) else (out,)
+
+
+@dataclass
+class UnitSet:
+    """All units of a model in forward order, and the name of the loss value."""
+
+    units: list[Unit]
+    loss: str
+
+    def producer(self) -> dict[str, int]:
+        """Value name -> index of the unit that computes it."""
+        return {v: u.index for u in self.units for v in u.outputs}
+
+
+def _layer_of(node, layer_paths: list[str]) -> int | None:
+    stack = node.meta.get("nn_module_stack") or {}
+    for path, _cls in stack.values():
+        for i, lp in enumerate(layer_paths):
+            if path == lp or path.startswith(lp + "."):
+                return i
+    return None
+
+
+def _referenced_params(node, model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """(qualified name, parameter) pairs a call_module/get_attr node touches."""
+    if node.op == "call_module":
+        sub = model.get_submodule(node.target)
+        return [(f"{node.target}.{n}", p) for n, p in sub.named_parameters(remove_duplicate=False)]
+    if node.op == "get_attr":
+        obj = getattr(model.get_submodule(node.target.rpartition(".")[0]), node.target.rpartition(".")[2])
+        return [(node.target, obj)] if isinstance(obj, nn.Parameter) else []
+    return []
+
+
+def _assign(graph: torch.fx.Graph, layer_paths: list[str]) -> dict:
+    """fx node -> unit index; placeholders and get_attr get None (they belong to their users)."""
+    nodes = list(graph.nodes)
+    layer_idx = {n: _layer_of(n, layer_paths) for n in nodes}
+    last_layer_pos = max((i for i, n in enumerate(nodes) if layer_idx[n] is not None), default=-1)
+    if last_layer_pos < 0:
+        raise RatcError("no traced op belongs to a decoder layer")
+    post = len(layer_paths) + 1
+    unit: dict = {}
+    for pos, n in enumerate(nodes):
+        if n.op in ("placeholder", "get_attr", "output"):
+            unit[n] = None
+            continue
+        producers = [unit[a] for a in n.all_input_nodes if unit.get(a) is not None]
+        if layer_idx[n] is not None:
+            u = layer_idx[n] + 1
+        elif pos > last_layer_pos:
+            u = post
+        else:
+            u = max(producers, default=0)
+        if any(p > u for p in producers):
+            raise RatcError(f"op '{n.name}' of unit {u} reads a value of a later unit; "
+                            "the model's layers must run in order")
+        unit[n] = u
+    return unit
+
+
+def _requires_grad(graph: torch.fx.Graph, model: nn.Module) -> dict:
+    """Which fx values depend on a trainable parameter (so carry a gradient)."""
+    params = dict(model.named_parameters())
+    grad: dict = {}
+    for n in graph.nodes:
+        if n.op == "placeholder":
+            grad[n] = False
+        elif n.op == "get_attr":
+            grad[n] = n.target in params and params[n.target].requires_grad
+        elif n.op == "call_module":
+            grad[n] = any(p.requires_grad for p in model.get_submodule(n.target).parameters()) or \
+                any(grad[a] for a in n.all_input_nodes)
+        elif (n.op == "call_function" and n.target is getattr) or \
+                (n.op == "call_method" and n.target in _METADATA_METHODS):
+            grad[n] = False   # shape/dtype reads carry no gradient
+        else:
+            grad[n] = any(grad[a] for a in n.all_input_nodes)
+    return grad
+
+
+def split_model(model: nn.Module) -> UnitSet:
+    """Trace `model(input_ids, labels) -> loss` and cut it into units."""
+    _container, layer_paths = find_layer_container(model)
+    try:
+        traced = torch.fx.symbolic_trace(model)
+    except Exception as exc:  # noqa: BLE001 - any tracing failure is the model's
+        raise RatcError(f"torch.fx could not trace the model for the functional executor: {exc}") from None
+    graph = traced.graph
+    unit_of = _assign(graph, layer_paths)
+    grad = _requires_grad(graph, model)
+    n_units = len(layer_paths) + 2
+    output_node = next(n for n in graph.nodes if n.op == "output")
+    loss_node = output_node.args[0]
+    if not isinstance(loss_node, torch.fx.Node) or unit_of.get(loss_node) != n_units - 1:
+        raise RatcError("the model's forward must return one scalar loss computed after the last layer")
+
+    owner: dict[int, tuple[str, int]] = {}      # parameter identity -> (first name, unit)
+    for n in graph.nodes:
+        for name, param in _referenced_params(n, model):
+            users = {unit_of[u] for u in n.users} if n.op == "get_attr" else {unit_of[n]}
+            for u in users:
+                first, v = owner.setdefault(id(param), (name, u))
+                if v != u:
+                    raise RatcError(f"parameter '{first}' is used by units {v} and {u} (as '{name}'); "
+                                    "tied weights across units are not supported")
+
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    units = []
+    for u in range(n_units):
+        members = [n for n in graph.nodes if unit_of.get(n) == u]
+        member_set = set(members)
+        ext = []
+        for n in members:
+            for a in n.all_input_nodes:
+                if a.op == "get_attr" or a in member_set or a in ext:
+                    continue
+                ext.append(a)
+        ext.sort(key=order.__getitem__)
+        later = [n for n in members
+                 if any(unit_of.get(user) is not None and unit_of[user] > u for user in n.users)
+                 or n is loss_node]
+        g = torch.fx.Graph()
+        env = {}
+        for a in ext:
+            env[a] = g.placeholder(a.name)
+        for n in members:
+            for a in n.all_input_nodes:
+                if a.op == "get_attr" and a not in env:
+                    env[a] = g.node_copy(a, env.__getitem__)
+            env[n] = g.node_copy(n, env.__getitem__)
+        g.output(tuple(env[n] for n in later))
+        gm = torch.fx.GraphModule(model, g)
+        names = [name for name, _ in gm.named_parameters()]
+        shapes = [p.shape for _, p in gm.named_parameters()]
+        offsets, total = [], 0
+        for s in shapes:
+            offsets.append(total)
+            total += s.numel()
+        name = "embedding" if u == 0 else "head" if u == n_units - 1 else layer_paths[u - 1]
+        units.append(Unit(index=u, name=name, module=gm,
+                          inputs=[a.name for a in ext], outputs=[n.name for n in later],
+                          input_grad=[grad[a] for a in ext],
+                          param_names=names, param_shapes=shapes, numel=total, offsets=offsets))
+    return UnitSet(units=units, loss=loss_node.name)
+
+
+def flat_params(unit: Unit, model: nn.Module) -> torch.Tensor:
+    """The model's current values of a unit's parameters as one flat float tensor."""
+    params = dict(model.named_parameters())
+    if not unit.param_names:
+        return torch.zeros(0)
+    return torch.cat([params[n].detach().reshape(-1) for n in unit.param_names]).clone()
