@@ -35,6 +35,10 @@ def write_program(outdir: str | Path, files: dict[str, str | bytes], meta: dict 
     outdir = Path(outdir)
     outdir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    # mkdtemp makes the directory private (0700); give it the permissions mkdir() would.
+    os.chmod(tmp, 0o777 & ~umask)
     try:
         hashes = {}
         for rel in sorted(files):

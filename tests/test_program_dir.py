@@ -55,3 +55,15 @@ def test_rewrite_replaces_whole_directory_and_protects_foreign_dirs(tmp_path):
         write_program(foreign, FILES)
     assert (foreign / "notes.txt").read_text() == "keep me"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary left behind"
+
+
+def test_written_files_get_ordinary_permissions(tmp_path):
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        out = write_program(tmp_path / "prog", FILES)
+    finally:
+        os.umask(umask)
+    assert os.stat(out).st_mode & 0o777 == 0o755
+    assert os.stat(out / "program.ir").st_mode & 0o777 == 0o644
