@@ -22,7 +22,10 @@ def program(tmp_path_factory):
 
 def test_program_directory_holds_the_whole_program(program):
     prog = load_program(program)
-    assert set(prog.names()) == {"model.ir", "program.ir", "plan.json", "platform.toml", "schedule.txt"}
+    kernels = prog.names("kernels/")
+    assert set(prog.names()) - set(kernels) == {"model.ir", "program.ir", "plan.json", "platform.toml",
+                                                "schedule.txt", "kernels.json"}
+    assert prog.meta["exec_profile"] == "kernel-vm"
     life = parse_module(prog.text("program.ir"), "program.ir")
     verify(life)
     assert "life.pipeline" in prog.text("program.ir") and "graph.layer" in prog.text("model.ir")
@@ -44,6 +47,39 @@ def test_run_simulates_and_compares_with_the_planner(program, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["results"]["step_time_s"] > 0
     assert abs(out["prediction_error"]) < 0.02
+
+
+def test_kernels_and_their_calls(program, capsys):
+    prog = load_program(program)
+    table = json.loads(prog.text("kernels.json"))
+    names = {e["kernel"] for e in table["gemm"]}
+    assert {f"kernels/{n}.rasm" for n in names} == set(prog.names("kernels/"))
+    # tiny: hidden 128, 4 heads of 32 and 2 KV heads (k/v project to 64), FFN 344, vocab 512,
+    # sequence 64. The compiled plan is full-save with b=4, A=1 on one stage, so each matmul
+    # runs b x A x (1 forward + 2 backward) = 12 times per layer.
+    plan = json.loads(prog.text("plan.json"))["top"][0]["config"]
+    assert (plan["P"], plan["b"], plan["A"], plan["act"]) == (1, 4, 1, "full")
+    calls = {(e["m"], e["n"], e["k"]): e["calls_per_step"]["0"] for e in table["gemm"]}
+    assert calls == {(64, 128, 128): 4 * 2 * 12,     # q_proj, o_proj in 4 layers
+                     (64, 64, 128): 4 * 2 * 12,      # k_proj, v_proj
+                     (64, 344, 128): 4 * 2 * 12,     # gate_proj, up_proj
+                     (64, 128, 344): 4 * 12,         # down_proj
+                     (64, 512, 128): 12}             # lm_head
+    assert main(["run", str(program)]) == 0
+    out = capsys.readouterr().out
+    for name in names:
+        assert name in out
+
+
+def test_edited_kernel_is_refused(program, tmp_path, capsys):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(program, copy)
+    rasm = sorted((copy / "kernels").glob("*.rasm"))[0]
+    rasm.write_text(rasm.read_text() + "\n")
+    assert main(["run", str(copy)]) == 1
+    assert f"{rasm.name}: content does not match the manifest" in capsys.readouterr().err
 
 
 def test_tampered_program_is_refused(program, tmp_path, capsys):

@@ -49,7 +49,7 @@ def register(sub) -> None:
     from ratc.cli.pass_options import add_pass_options
     from ratc.cli.plan import add_planning_arguments
 
-    add_planning_arguments(p, global_batch_required=False)
+    add_planning_arguments(p, global_batch_required=False, exec_profile="kernel-vm")
     p.add_argument("--plan", metavar="CONFIG",
                    help="compile this configuration instead of planning one, even if it does not fit "
                         "(e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline'); the VM then reports out-of-memory")
@@ -161,8 +161,18 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
     }
     if result is not None:
         files["plan.json"] = render_json(result, profile.seq_len, top=20, with_explain=True)
+    if args.exec_profile == "kernel-vm":
+        # The tasks' times rest on these kernels' cycle counts, so the program carries them.
+        from ratc.codegen.program_kernels import emit_program_kernels
+        from ratc.lifecycle.lowering import find_plan
+
+        plan = find_plan(module)
+        stages = [u.attributes["stage"] for u in plan.region.ops if u.name == "life.unit"]
+        kernel_files, table = emit_program_kernels(planner.platform, profile, plan.attributes, stages)
+        files.update(kernel_files)
+        files["kernels.json"] = json.dumps(table, indent=1, sort_keys=True) + "\n"
     meta = {"command": command, "model": profile.name, "config": cand.label(),
-            "platform": planner.platform.name}
+            "platform": planner.platform.name, "exec_profile": args.exec_profile}
     write_program(outdir, files, meta)
     print(f"compiled {profile.name}: {cand.label()} -> {outdir}", file=sys.stderr)
     return outdir

@@ -27,7 +27,8 @@ def register(subparsers) -> None:
     p.set_defaults(func=handler)
 
 
-def add_planning_arguments(p: argparse.ArgumentParser, global_batch_required: bool) -> None:
+def add_planning_arguments(p: argparse.ArgumentParser, global_batch_required: bool,
+                           exec_profile: str = "paper-table5") -> None:
     """The options shared by `ratc plan` and `ratc compile`: clusters, batch, platform, strategy."""
     p.add_argument("--clusters", type=int, help="clusters to use (P x D x T must equal it)")
     p.add_argument("--global-batch", type=int, required=global_batch_required,
@@ -39,8 +40,9 @@ def add_planning_arguments(p: argparse.ArgumentParser, global_batch_required: bo
                    "backward-ckpt, full-save, tuned-pp-dp-zero, any (default ratrain)")
     p.add_argument("--micro-batch", type=int, action="append", metavar="B",
                    help="allowed micro-batch size (repeatable; default 1..16)")
-    p.add_argument("--exec-profile", default="paper-table5", help="GEMM execution profile: paper-table5 "
-                   "(the paper's measured Table 5) or kernel-vm")
+    p.add_argument("--exec-profile", default=exec_profile, help="GEMM execution profile: paper-table5 "
+                   "(the paper's measured Table 5) or kernel-vm (cycle counts of ratc's generated kernels) "
+                   f"(default {exec_profile})")
 
 
 def make_planner(args: argparse.Namespace, model):

@@ -63,7 +63,12 @@ def handler(args: argparse.Namespace) -> int:
         module, platform, model = inputs.module, inputs.platform, inputs.profile
         kernels = kernel_rows(inputs.kernels) if inputs.kernels else []
         cand = plan_candidate(module)
-        planner = Planner(model, platform, budget=int(find_plan(module).attributes["budget"]))
+        from ratc.planner.exec_profile import load_exec_profile
+        from ratc.program import load_program
+
+        exec_name = load_program(args.outdir).meta.get("exec_profile", "paper-table5")
+        planner = Planner(model, platform, load_exec_profile(platform, exec_name),
+                          budget=int(find_plan(module).attributes["budget"]))
         clusters = args.clusters or cand.clusters
         batch = args.global_batch or cand.global_batch
     else:

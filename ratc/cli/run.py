@@ -48,6 +48,17 @@ def _find(program, dialect_op: str):
     return None
 
 
+def _kernel_table(table: dict, step_seconds: float) -> str:
+    """The program's kernels: cycles, MAC utilization, calls and share of the step time."""
+    from ratc.codegen.program_kernels import kernel_shares
+
+    lines = ["kernels (calls per step on the stage that runs each most; share = calls x kernel time / step time):",
+             f"  {'kernel':<32} {'cycles':>12} {'MAC util':>9} {'calls':>8} {'share':>7}"]
+    for name, cycles, util, calls, share in kernel_shares(table, step_seconds):
+        lines.append(f"  {name:<32} {cycles:>12,} {100 * util:>8.2f}% {calls:>8,} {100 * share:>6.2f}%")
+    return "\n".join(lines) + "\n"
+
+
 def handler(args: argparse.Namespace) -> int:
     import json
 
@@ -56,6 +67,7 @@ def handler(args: argparse.Namespace) -> int:
     from ratc.ir.dialects.graph import profile_from_module
     from ratc.lifecycle.lowering import find_plan
     from ratc.planner.config import Candidate
+    from ratc.planner.exec_profile import load_exec_profile
     from ratc.planner.search import Planner
     from ratc.platform import load_platform
     from ratc.program import load_program
@@ -96,7 +108,8 @@ def handler(args: argparse.Namespace) -> int:
         raise
     predicted = None
     if profile is not None:
-        (ev,) = Planner(profile, platform).evaluate_group([cand])
+        exec_profile = load_exec_profile(platform, program.meta.get("exec_profile", "paper-table5"))
+        (ev,) = Planner(profile, platform, exec_profile).evaluate_group([cand])
         predicted = ev.t_step
     if args.trace:
         from ratc.cli.io import write_atomic
@@ -112,5 +125,7 @@ def handler(args: argparse.Namespace) -> int:
                  f"{100 * (predicted - res.step_seconds) / res.step_seconds:+.2f} % against the VM\n")
     if not macs:
         text += "MAC utilization needs the model's graph IR in the program\n"
+    if "kernels.json" in program.files:
+        text += _kernel_table(json.loads(program.text("kernels.json")), res.step_seconds)
     write_output(args.output, text)
     return 0
