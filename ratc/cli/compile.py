@@ -28,11 +28,14 @@ EMITTERS = {"graph": _emit_graph}
 
 
 def register(sub) -> None:
-    p = sub.add_parser("compile", help="trace a model and compile it to IR",
+    p = sub.add_parser("compile", help="trace, plan, schedule and simulate a model (writes a program)",
                        description="Trace a PyTorch model file (or a Hugging Face config.json) on the meta "
-                                   "device and print its IR.",
+                                   "device, plan its training configuration, run the lifecycle passes, "
+                                   "write the program directory and simulate one step on the system VM. "
+                                   "--emit=graph prints the traced graph IR instead.",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="examples:\n"
+                              "  ratc compile examples/llama.py --preset llama2-7b --clusters 8 -o out/llama2-7b\n"
                               "  ratc compile examples/llama.py --preset llama2-7b --emit=graph\n"
                               "  ratc compile --hf-config examples/hf/qwen2.json --seq-len 512 -o qwen2.ir")
     p.add_argument("model", nargs="?", help="model file following the model-file protocol (docs/frontend.md)")

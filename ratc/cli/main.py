@@ -9,19 +9,20 @@ import sys
 from ratc import __version__
 from ratc.errors import LocatedError, RatcError
 
-# Each module defines `register(subparsers)`, which adds its parser and sets `func`.
+# Listed in workflow order, as `ratc --help` shows them. Each module defines
+# `register(subparsers)`, which adds its parser and sets `func`.
 # Heavy imports (torch, numpy) stay inside the handlers so `ratc --help` is instant.
 COMMAND_MODULES = [
-    "ratc.cli.asm",
-    "ratc.cli.kernel",
     "ratc.cli.compile",
+    "ratc.cli.plan",
+    "ratc.cli.run",
+    "ratc.cli.report",
+    "ratc.cli.diagram",
+    "ratc.cli.train",
     "ratc.cli.opt",
     "ratc.cli.passes",
-    "ratc.cli.plan",
-    "ratc.cli.train",
-    "ratc.cli.report",
-    "ratc.cli.run",
-    "ratc.cli.diagram",
+    "ratc.cli.kernel",
+    "ratc.cli.asm",
 ]
 
 
