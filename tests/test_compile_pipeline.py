@@ -107,3 +107,37 @@ def test_forced_plan_over_budget_reports_out_of_memory(tmp_path, capsys):
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert "out of memory" in err.lower() and "stage 0" in err
+
+
+def test_kernel_spot_check_runs_a_task_against_numpy(program, capsys):
+    assert main(["run", str(program), "--kernel", "0:F0"]) == 0
+    out = capsys.readouterr().out
+    table = json.loads(load_program(program).text("kernels.json"))
+    # Stage 0 holds every unit, so F0 runs every kernel of the program, each within tolerance.
+    assert out.count(" ok") == len(table["gemm"])
+    assert main(["run", str(program), "--kernel", "0:G1"]) == 1
+    assert "expected STAGE:TASK" in capsys.readouterr().err
+    assert main(["run", str(program), "--kernel", "3:F0"]) == 1
+    assert "stages 0..0" in capsys.readouterr().err
+
+
+def test_kernel_spot_check_detects_wrong_numbers(monkeypatch):
+    import numpy as np
+
+    from ratc.codegen.gemm import generate_gemm
+    from ratc.codegen.spot_check import check_kernel
+    from ratc.platform import load_platform
+    from ratc.vm import kernel_vm
+
+    platform = load_platform("mt3000")
+    kernel = generate_gemm(platform, 32, 16, 24)
+    assert check_kernel(kernel.program, platform, (32, 16, 24), seed=1).ok
+    real = kernel_vm.run_program
+
+    def off_by_one(program, platform, inputs, mode):
+        result = real(program, platform, inputs, mode)
+        result.ddr["C"] = result.ddr["C"] + np.float16(1)
+        return result
+
+    monkeypatch.setattr(kernel_vm, "run_program", off_by_one)
+    assert not check_kernel(kernel.program, platform, (32, 16, 24), seed=1).ok

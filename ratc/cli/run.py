@@ -32,6 +32,10 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (stable keys) instead of text")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome-trace timeline (open in Perfetto)")
     p.add_argument("-o", "--output", help="write the report to a file instead of stdout")
+    p.add_argument("--kernel", metavar="STAGE:TASK",
+                   help="instead of simulating, run the GEMM kernels of one task (e.g. 0:F3) with real "
+                        "numerics on random inputs and check them against numpy")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs for --kernel (default 0)")
     p.set_defaults(func=handler)
 
 
@@ -46,6 +50,46 @@ def _find(program, dialect_op: str):
         if dialect_op in text:
             return parse_module(text, str(program.root / name))
     return None
+
+
+def spot_check(program, args: argparse.Namespace) -> int:
+    """`--kernel STAGE:TASK`: execute that task's kernels from the program and compare with numpy."""
+    import json
+
+    from ratc.cli.io import write_output
+    from ratc.codegen.assembler import assemble
+    from ratc.codegen.spot_check import check_kernel, task_units
+    from ratc.ir.dialects.graph import profile_from_module
+    from ratc.lifecycle.lowering import find_pipeline
+    from ratc.platform import load_platform
+
+    module = _find(program, "life.pipeline")
+    graph = _find(program, "graph.layer")
+    if module is None or graph is None or "kernels.json" not in program.files:
+        raise RatcError(f"{args.outdir}: --kernel needs the scheduled program, the graph IR and the kernels "
+                        "(compile with the default --exec-profile kernel-vm)")
+    stage, units = task_units(find_pipeline(module), args.kernel)
+    profile = profile_from_module(graph)
+    layers = [profile.pre, *profile.decoder_layers(), profile.post]
+    shapes = sorted({tuple(op.gemm) for u in units for op in layers[u].ops if op.gemm is not None})
+    if not shapes:
+        raise RatcError(f"--kernel {args.kernel}: units {units} of stage {stage} run no GEMM")
+    table = json.loads(program.text("kernels.json"))
+    names = {(e["m"], e["n"], e["k"]): e["kernel"] for e in table["gemm"]}
+    platform = load_platform(args.platform or table["platform"])
+    lines, failed = [f"task {args.kernel}: stage {stage}, units {units}"], 0
+    for shape in shapes:
+        rel = f"kernels/{names[shape]}.rasm"
+        check = check_kernel(assemble(program.text(rel), platform, filename=str(program.root / rel)),
+                             platform, shape, args.seed)
+        failed += not check.ok
+        lines.append(f"  {check.kernel:<32} {check.cycles:>12,} cycles  max |C - numpy| "
+                     f"{check.max_abs_error:.3g} (tolerance {check.tolerance:.3g})  "
+                     f"{'ok' if check.ok else 'MISMATCH'}")
+    write_output(args.output, "\n".join(lines) + "\n")
+    if failed:
+        raise RatcError(f"{failed} kernel(s) of task {args.kernel} disagree with numpy")
+    return 0
 
 
 def _kernel_table(table: dict, step_seconds: float) -> str:
@@ -78,6 +122,8 @@ def handler(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise RatcError(f"--steps must be at least 1, got {args.steps}")
     program = load_program(args.outdir)
+    if getattr(args, "kernel", None):
+        return spot_check(program, args)
     graph = _find(program, "graph.layer")
     profile = profile_from_module(graph) if graph is not None else None
     if args.plan:
