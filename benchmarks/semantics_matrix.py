@@ -93,7 +93,7 @@ def render(rows: list[dict], refs: dict, a: argparse.Namespace, wall: float) -> 
         "- *max / mean / final dev*: per-step relative loss deviation |ratc - ref| / |ref| over the "
         f"{a.steps} steps (the paper's metric; it reports a 0.081 % = 8.1e-4 maximum).",
         "- *param dev*: final parameters, max over units of ||ratc - ref||_2 / ||ref||_2.",
-        f"- *step ms*: median wall time of one ratc step (all P x D workers in one process).",
+        "- *step ms*: median wall time of one ratc step (all P x D workers in one process).",
         "",
         f"**Result: {ok} of {len(rows)} runs within {TOL:g} on both; worst loss deviation {worst:.2e}, "
         f"worst parameter deviation {worst_p:.2e}.** Reference final losses: "

@@ -128,7 +128,11 @@ def choose_candidate(args: argparse.Namespace, planner):
     from ratc.vm.system.driver import parse_config
 
     if args.plan:
-        return parse_config(args.plan), None
+        cand = parse_config(args.plan)
+        if args.clusters is not None and cand.clusters != args.clusters:
+            raise RatcError(f"--plan {args.plan} uses {cand.clusters} clusters (P x D x T), "
+                            f"but --clusters is {args.clusters}")
+        return cand, None
     global_batch = args.global_batch or 64 * args.clusters
     result = planner.require_feasible(planner.plan(args.clusters, global_batch, get_strategy(args.strategy),
                                                    progress=True))

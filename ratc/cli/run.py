@@ -52,6 +52,17 @@ def _find(program, dialect_op: str):
     return None
 
 
+def program_platform(program, override: str | None):
+    """The platform the program was compiled for (its platform.toml), unless overridden."""
+    from ratc.platform import load_platform, parse_platform
+
+    if override:
+        return load_platform(override)
+    if "platform.toml" in program.files:
+        return parse_platform(program.text("platform.toml"), str(program.root / "platform.toml"))
+    return load_platform(program.meta.get("platform", "mt3000"))
+
+
 def spot_check(program, args: argparse.Namespace) -> int:
     """`--kernel STAGE:TASK`: execute that task's kernels from the program and compare with numpy."""
     import json
@@ -61,7 +72,6 @@ def spot_check(program, args: argparse.Namespace) -> int:
     from ratc.codegen.spot_check import check_kernel, task_units
     from ratc.ir.dialects.graph import profile_from_module
     from ratc.lifecycle.lowering import find_pipeline
-    from ratc.platform import load_platform
 
     module = _find(program, "life.pipeline")
     graph = _find(program, "graph.layer")
@@ -76,7 +86,7 @@ def spot_check(program, args: argparse.Namespace) -> int:
         raise RatcError(f"--kernel {args.kernel}: units {units} of stage {stage} run no GEMM")
     table = json.loads(program.text("kernels.json"))
     names = {(e["m"], e["n"], e["k"]): e["kernel"] for e in table["gemm"]}
-    platform = load_platform(args.platform or table["platform"])
+    platform = program_platform(program, args.platform)
     lines, failed = [f"task {args.kernel}: stage {stage}, units {units}"], 0
     for shape in shapes:
         rel = f"kernels/{names[shape]}.rasm"
@@ -113,7 +123,6 @@ def handler(args: argparse.Namespace) -> int:
     from ratc.planner.config import Candidate
     from ratc.planner.exec_profile import load_exec_profile
     from ratc.planner.search import Planner
-    from ratc.platform import load_platform
     from ratc.program import load_program
     from ratc.vm.system.driver import compile_candidate, model_macs, parse_config, run_module
     from ratc.vm.system.memory import OutOfMemory
@@ -131,7 +140,7 @@ def handler(args: argparse.Namespace) -> int:
             raise RatcError(f"{args.outdir}: --plan needs the model's graph IR in the program, and there is none")
         cand = parse_config(args.plan)
         module = _find(program, "life.plan")
-        platform = load_platform(args.platform or (find_plan(module).attributes["platform"] if module else "mt3000"))
+        platform = program_platform(program, args.platform)
         module = compile_candidate(profile, cand, platform)
     else:
         module = _find(program, "life.pipeline")
@@ -139,7 +148,7 @@ def handler(args: argparse.Namespace) -> int:
             raise RatcError(f"{args.outdir}: no scheduled life program (a file with a life.pipeline); "
                             "compile one with `ratc compile`")
         verify(module)
-        platform = load_platform(args.platform or find_plan(module).attributes["platform"])
+        platform = program_platform(program, args.platform)
     plan = find_plan(module).attributes
     cand = Candidate(plan["P"], plan["D"], plan["T"], plan["Z"], plan["b"], plan["M"], plan["act"], plan["pref"])
     macs = model_macs(profile) * cand.global_batch if profile is not None else 0.0

@@ -324,7 +324,7 @@ class _AttnGen:
             e.bundle(f"vmul v{44 + r}, v{44 + r}, v{40 + r}")
         for r in range(4):
             e.bundle(f"vmul v{44 + r}, v{44 + r}, v63")
-        e.bundle(f"vst v44, dSa[r21]", f"vst v45, dSa[r21+{bc}]")
+        e.bundle("vst v44, dSa[r21]", f"vst v45, dSa[r21+{bc}]")
         e.bundle(f"vst v46, dSa[r21+{2 * bc}]", f"vst v47, dSa[r21+{3 * bc}]", f"addi r18, r18, {lanes}",
                  f"addi r19, r19, {lanes}", f"addi r21, r21, {lanes}")
         if cols_label:

@@ -79,8 +79,11 @@ def load_platform(name_or_path: str | Path = "mt3000") -> Platform:
                 f"unknown platform {str(name_or_path)!r} (shipped: {', '.join(list_platforms())})")
     if not path.exists():
         raise PlatformError(f"{path}: no such platform profile")
-    text = path.read_text()
-    source = str(path)
+    return parse_platform(path.read_text(), str(path))
+
+
+def parse_platform(text: str, source: str) -> Platform:
+    """Validate a profile's TOML text (source names it in errors)."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

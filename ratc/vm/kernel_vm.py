@@ -205,7 +205,7 @@ class _DSP:
 
     def _compile(self, ins, tb):
         op, ops = ins.op, ins.operands
-        R, Q, V, rows, lanes = self.R, self.Q, self.V, self.model.rows, self.model.lanes
+        Q, V, rows, lanes = self.Q, self.V, self.model.rows, self.model.lanes
         if op in ("vmac", "vmacz"):
             acc, qv, vb = V[ops[0].index:ops[0].index + rows], Q[ops[1].index][:, None], V[ops[2].index]
             if op == "vmac":

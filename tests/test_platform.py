@@ -1,0 +1,57 @@
+"""Platform profiles: the shipped values, their validation, and overrides."""
+
+import pytest
+
+from ratc.platform import PlatformError, list_platforms, load_platform, parse_platform
+from ratc.platform.loader import PROFILE_DIR
+
+MT3000 = (PROFILE_DIR / "mt3000.toml").read_text()
+
+
+def test_shipped_profiles_load():
+    assert {"mt3000", "a800"} <= set(list_platforms())
+    for name in list_platforms():
+        assert load_platform(name).name == name
+
+
+def test_mt3000_holds_the_reviews_measured_numbers():
+    p = load_platform("mt3000")
+    assert p.cluster.dsps == 24
+    assert p.cluster.memory_budget == 20 * 10**9
+    assert p.cluster.ddr_bandwidth == 30e9
+    assert p.network.inter_node_bandwidth == 3.7e9
+    assert (p.dsp.sm_size, p.dsp.am_size) == (64 * 1024, 768 * 1024)
+    # Table 5: 5.26 T MAC/s is 64.96 % of the peak, so the peak is 8.1e12 MAC/s.
+    assert 5.26e12 / p.cluster.peak_mac_rate == pytest.approx(0.6496, abs=5e-4)
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda t: t + "\n[turbo]\nboost = 1\n", "unknown section [turbo]"),
+    (lambda t: t.replace("dsps = 24", "dsps = 24\ncores = 3"), "[cluster]: unknown key 'cores'"),
+    (lambda t: t.replace('ddr_bandwidth = "30GB/s"', ""), "[cluster]: missing key 'ddr_bandwidth'"),
+    (lambda t: t.replace('memory_budget = "20GB"', 'memory_budget = "20 parsecs"'), "[cluster].memory_budget"),
+    (lambda t: t.replace('ddr_bandwidth = "30GB/s"', 'ddr_bandwidth = "30GB"'), "bandwidth in bytes per second"),
+    (lambda t: t.replace("dsps = 24", 'dsps = "24"'), "expected int"),
+    (lambda t: t.replace('[network]', '[network'), "invalid TOML"),
+    (lambda t: t.replace('name = "mt3000"', ''), "missing [platform] table with a 'name'"),
+])
+def test_bad_profiles_say_what_and_where(edit, message):
+    with pytest.raises(PlatformError, match=None) as info:
+        parse_platform(edit(MT3000), "custom.toml")
+    assert str(info.value).startswith("custom.toml")
+    assert message in str(info.value)
+
+
+def test_unknown_name_lists_the_shipped_profiles():
+    with pytest.raises(PlatformError, match="shipped: .*mt3000"):
+        load_platform("mt9000")
+
+
+def test_overrides_parse_like_the_toml():
+    p = load_platform("mt3000").with_overrides(memory_budget="30GB", **{"network.inter_node_bandwidth": "1GB/s"})
+    assert p.cluster.memory_budget == 30 * 10**9
+    assert p.network.inter_node_bandwidth == 1e9
+    with pytest.raises(PlatformError, match="unknown platform parameter"):
+        load_platform("mt3000").with_overrides(warp_drive="1")
+    with pytest.raises(PlatformError, match="memory_budget"):
+        load_platform("mt3000").with_overrides(memory_budget="lots")
