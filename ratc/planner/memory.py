@@ -22,7 +22,7 @@ class StageMemory:
     activations: np.ndarray
     boundary: np.ndarray      # stage-boundary activation / gradient buffers
     grad_bucket: np.ndarray   # one layer's full gradient awaiting reduce-scatter (ZeRO >= 2)
-    param_view: np.ndarray    # ZeRO-3: gathered parameters of the current and next layer
+    param_view: np.ndarray    # ZeRO-3: gathered parameters of the current and next unit
     workspace: np.ndarray
 
     @property
@@ -57,7 +57,10 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     zero = np.zeros_like(activations)
     boundary = zero + (2 * b * boundary_bytes if sc.P > 1 else 0.0)
     grad_bucket = np.where(Z >= 2, sc.max_layer_params * recipe.grad_bytes, 0.0) + zero
-    param_view = np.where(Z >= 3, 2 * sc.max_layer_params * recipe.param_bytes, 0.0) + zero
+    # ZeRO-3 views: the current unit's and the next one's (gathered a task ahead); a recovered
+    # decoder layer is gathered for its Recover and again for its Backward, which follows it.
+    views = np.maximum(sc.view_pair, np.where(c.act != FULL, 2 * sc.max_dec_params, 0.0))
+    param_view = np.where(Z >= 3, views * recipe.param_bytes, 0.0) + zero
     workspace = b * sc.workspace + zero
     return StageMemory(params=params + zero, grads=grads + zero, optimizer=optimizer + zero,
                        activations=activations, boundary=boundary, grad_bucket=grad_bucket,

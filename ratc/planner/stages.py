@@ -43,9 +43,12 @@ class StageCosts:
     rec: np.ndarray                # recomputation (forward of the stage's decoder layers)
     rec_c: np.ndarray
     rec_d: np.ndarray
+    rec1: np.ndarray               # the first Recover of a backward: the stage's last decoder layer's forward
     params: np.ndarray             # parameters on the stage (per TP rank)
     n_dec: np.ndarray              # decoder layers on the stage
-    max_layer_params: np.ndarray   # the stage's largest single layer (gradient bucket, ZeRO-3 view)
+    max_layer_params: np.ndarray   # the stage's largest single layer (gradient bucket)
+    view_pair: np.ndarray          # ZeRO-3 views live at once: largest sum of two neighbouring units
+    max_dec_params: np.ndarray     # the stage's largest decoder layer (its Recover and Backward views)
     saved_full: np.ndarray         # full-save activation bytes
     ckpt: np.ndarray               # checkpoint bytes: decoder inputs + embedding/head activations
     rec_buf: np.ndarray            # one recovery buffer: the largest decoder layer's activations
@@ -70,20 +73,29 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> Stag
     ssum = lambda a: np.add.reduceat(a, starts)  # noqa: E731
     dec_pad = pad(dec) > 0
     saved = pad(c["saved_bytes"])
+    u_fwd = pad(c["fwd"])
+    # Backward visits units last-to-first, so a backward's first Recover is the last decoder layer.
+    last_dec = U - 1 - np.argmax(dec_pad[:, ::-1], axis=1)
+    rec1 = np.where(dec_pad.any(axis=1), u_fwd[np.arange(P), last_dec], 0.0)
+    u_params = pad(c["params"])
+    # The lowering gathers a unit's view one task ahead, within a Forward or Backward: the
+    # current and the next unit of the stage (a lone unit has no neighbour: the zero padding).
+    nxt = np.concatenate([u_params[:, 1:], np.zeros((P, 1))], axis=1)
     return StageCosts(
         P=P, T=T, balance=balance, ranges=tuple(ranges),
         names=tuple(tuple(u.name for u in table.units[s:e]) for s, e in ranges),
         fwd=ssum(c["fwd"]), fwd_c=ssum(c["fwd_compute"]), fwd_d=ssum(c["fwd_ddr"]),
         bwd=ssum(c["bwd"]), bwd_c=ssum(c["bwd_compute"]), bwd_d=ssum(c["bwd_ddr"]),
         rec=ssum(c["fwd"] * dec), rec_c=ssum(c["fwd_compute"] * dec), rec_d=ssum(c["fwd_ddr"] * dec),
-        params=ssum(c["params"]), n_dec=ssum(dec), max_layer_params=pad(c["params"]).max(axis=1),
+        rec1=rec1, params=ssum(c["params"]), n_dec=ssum(dec), max_layer_params=u_params.max(axis=1),
+        view_pair=(u_params + nxt).max(axis=1), max_dec_params=np.where(dec_pad, u_params, 0.0).max(axis=1),
         saved_full=ssum(c["saved_bytes"]), ckpt=ssum(np.where(dec > 0, c["ckpt_bytes"], c["saved_bytes"])),
         rec_buf=np.where(dec_pad, saved, 0.0).max(axis=1), workspace=pad(c["workspace"]).max(axis=1),
-        u_params=pad(c["params"]), u_fwd=pad(c["fwd"]), u_bwd=pad(c["bwd"]))
+        u_params=u_params, u_fwd=u_fwd, u_bwd=pad(c["bwd"]))
 
 
-_ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "params", "n_dec",
-           "max_layer_params", "saved_full", "ckpt", "rec_buf", "workspace")
+_ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "rec1", "params", "n_dec",
+           "max_layer_params", "view_pair", "max_dec_params", "saved_full", "ckpt", "rec_buf", "workspace")
 _UNIT_ARRAYS = ("u_params", "u_fwd", "u_bwd")
 
 
