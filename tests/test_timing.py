@@ -18,6 +18,23 @@ from ratc.planner.timing import _fsr_hidden, _sends, makespan, one_f_one_b, stea
 from ratc.platform import load_platform
 
 
+def megatron_order(P: int, M: int) -> list[list[tuple[str, int]]]:
+    """Each stage's non-interleaved 1F1B order as Megatron-LM issues it (warm-up capped at M)."""
+    order = []
+    for p in range(P):
+        warm = min(P - p - 1, M)
+        seq = [("F", m) for m in range(warm)]
+        f, b = warm, 0
+        while b < M:
+            if f < M:
+                seq.append(("F", f))
+                f += 1
+            seq.append(("B", b))
+            b += 1
+        order.append(seq)
+    return order
+
+
 def ring_steps(n: int, nbytes: float, link: Link, phases: int) -> float:
     """Oracle: a ring collective step by step, each step one chunk of nbytes/n per rank."""
     t = 0.0
@@ -44,18 +61,7 @@ def test_all_reduce_bandwidth_term_is_thakur():
 def simulate_1f1b(F, B, M):
     """Oracle: Megatron's non-interleaved 1F1B order, executed with its dependencies."""
     P = len(F)
-    order = []
-    for p in range(P):
-        warm = min(P - p - 1, M)
-        seq = [("F", m) for m in range(warm)]
-        f, b = warm, 0
-        while b < M:
-            if f < M:
-                seq.append(("F", f))
-                f += 1
-            seq.append(("B", b))
-            b += 1
-        order.append(seq)
+    order = megatron_order(P, M)
     done, ptr, clock = {}, [0] * P, [0.0] * P
     moved = True
     while moved:
@@ -104,18 +110,7 @@ def simulate_1f1b_fsr(F, B, M, send=0.0, R=None, R1=None, moved=frozenset()):
     """
     P = len(F)
     R = np.zeros(P) if R is None else R
-    order = []
-    for p in range(P):
-        warm = min(P - p - 1, M)
-        seq = [("F", m) for m in range(warm)]
-        f, b = warm, 0
-        while b < M:
-            if f < M:
-                seq.append(("F", f))
-                f += 1
-            seq.append(("B", b))
-            b += 1
-        order.append(seq)
+    order = megatron_order(P, M)
     done, ptr, clock, waited = {}, [0] * P, [0.0] * P, set()
     progress = True
     while progress:
