@@ -52,19 +52,28 @@ def test_run_simulates_and_compares_with_the_planner(program, capsys):
 def test_kernels_and_their_calls(program, capsys):
     prog = load_program(program)
     table = json.loads(prog.text("kernels.json"))
-    names = {e["kernel"] for e in table["gemm"]}
+    names = {e["kernel"] for e in table["kernels"]}
     assert {f"kernels/{n}.rasm" for n in names} == set(prog.names("kernels/"))
     # tiny: hidden 128, 4 heads of 32 and 2 KV heads (k/v project to 64), FFN 344, vocab 512,
-    # sequence 64. The compiled plan is full-save with b=4, A=1 on one stage, so each matmul
-    # runs b x A x (1 forward + 2 backward) = 12 times per layer.
+    # sequence 64, 4 decoder layers. The compiled plan is full-save with b=4, A=1 on one stage:
+    # 4 sequences per step. A matmul C[m,n] = A[m,k] B[k,n] runs its forward (m,n,k), the
+    # input gradient (m,k,n) and the weight gradient (k,n,m); attention runs per head
+    # Q K^T (64,64,32) and P V (64,32,64) forward and one attention-backward kernel, its
+    # head_dim padded to the 64-lane vector width.
     plan = json.loads(prog.text("plan.json"))["top"][0]["config"]
     assert (plan["P"], plan["b"], plan["A"], plan["act"]) == (1, 4, 1, "full")
-    calls = {(e["m"], e["n"], e["k"]): e["calls_per_step"]["0"] for e in table["gemm"]}
-    assert calls == {(64, 128, 128): 4 * 2 * 12,     # q_proj, o_proj in 4 layers
-                     (64, 64, 128): 4 * 2 * 12,      # k_proj, v_proj
-                     (64, 344, 128): 4 * 2 * 12,     # gate_proj, up_proj
-                     (64, 128, 344): 4 * 12,         # down_proj
-                     (64, 512, 128): 12}             # lm_head
+    per_layer = {(64, 128, 128): 2 + 2,           # q_proj, o_proj forward; their input gradients
+                 (128, 128, 64): 2,               # q_proj, o_proj weight gradients
+                 (64, 64, 128): 2, (64, 128, 64): 2, (128, 64, 64): 2,   # k_proj, v_proj
+                 (64, 344, 128): 2 + 1,           # gate/up forward; down_proj input gradient
+                 (64, 128, 344): 1 + 2,           # down_proj forward; gate/up input gradients
+                 (128, 344, 64): 2, (344, 128, 64): 1,                   # weight gradients
+                 (64, 64, 32): 4, (64, 32, 64): 4}                       # attention forward, per head
+    want = {f"gemm_{m}x{n}x{k}_f16": 4 * 4 * c for (m, n, k), c in per_layer.items()}
+    for m, n, k in ((64, 512, 128), (64, 128, 512), (128, 512, 64)):   # lm_head
+        want[f"gemm_{m}x{n}x{k}_f16"] = 4
+    want["attn_bwd_h4_s64_d64_kv2_f16"] = 4 * 4
+    assert {e["kernel"]: e["calls_per_step"]["0"] for e in table["kernels"]} == want
     assert main(["run", str(program)]) == 0
     out = capsys.readouterr().out
     for name in names:
@@ -113,8 +122,12 @@ def test_kernel_spot_check_runs_a_task_against_numpy(program, capsys):
     assert main(["run", str(program), "--kernel", "0:F0"]) == 0
     out = capsys.readouterr().out
     table = json.loads(load_program(program).text("kernels.json"))
-    # Stage 0 holds every unit, so F0 runs every kernel of the program, each within tolerance.
-    assert out.count(" ok") == len(table["gemm"])
+    # Stage 0 holds every unit, so F0 and B0 together run every kernel of the program.
+    assert main(["run", str(program), "--kernel", "0:B0"]) == 0
+    out += capsys.readouterr().out
+    checked = {line.split()[0] for line in out.splitlines() if line.endswith(" ok")}
+    assert checked == {e["kernel"] for e in table["kernels"]}
+    assert "MISMATCH" not in out
     assert main(["run", str(program), "--kernel", "0:G1"]) == 1
     assert "expected STAGE:TASK" in capsys.readouterr().err
     assert main(["run", str(program), "--kernel", "3:F0"]) == 1

@@ -71,7 +71,7 @@ def make_op(draw, opdef, pool, symbols, depth):
         types += [result_type(draw, spec) for _ in range(count)]
     attrs = {}
     for name, spec in opdef.attrs.items():
-        if spec.kind == "symref" and not symbols:
+        if spec.kind in ("symref", "list<symref>") and not symbols:
             if spec.required:
                 return None
             continue
@@ -146,7 +146,8 @@ def test_every_registered_op_round_trips():
             else:
                 attrs[key] = {"int": 1, "float": 0.5, "str": "x", "bool": True, "bytes": ByteSize(1024),
                               "symref": SymbolRef("target"), "list": [1], "dict": {"k": 1}, "any": 1,
-                              "list<int>": [1], "list<str>": ["a"], "list<float>": [1.0]}[spec.kind]
+                              "list<int>": [1], "list<str>": ["a"], "list<float>": [1.0],
+                              "list<symref>": [SymbolRef("target")]}[spec.kind]
         m.body.append(Operation(name, operands, types, attrs,
                                 sym_name="sym" if opdef.symbol else None,
                                 region=Block() if opdef.region else None))

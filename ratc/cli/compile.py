@@ -56,6 +56,9 @@ def register(sub) -> None:
     p.add_argument("--plan", metavar="CONFIG",
                    help="compile this configuration instead of planning one, even if it does not fit "
                         "(e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline'); the VM then reports out-of-memory")
+    p.add_argument("--tiles", metavar="SPEC", default="",
+                   help="tile choices of the codegen pass, e.g. 'gemm_2048x4096x4096_f16:kt=64,md=128' "
+                        "(several separated by ';'; keys: gm gn md nd kt groups unroll, attention br bc)")
     p.add_argument("--no-run", action="store_true", help="do not simulate the program on the system VM")
     p.add_argument("--report", action="store_true",
                    help="also write the HTML report (OUTDIR/report.html, see `ratc report`)")
@@ -102,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         text = _header(f"ratc compile {source}{extra} --emit={args.emit}", profile) + EMITTERS[args.emit](profile)
         write_output(args.output, text)
         return 0
-    outdir = compile_to_directory(args, profile, f"ratc compile {source}{extra}")
+    outdir, module = compile_to_directory(args, profile, f"ratc compile {source}{extra}")
     status = 0
     if args.no_run:
         print(f"wrote {outdir}; simulate it with `ratc run {outdir}`", file=sys.stderr)
@@ -111,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
         status = run_command.handler(argparse.Namespace(
             outdir=str(outdir), plan=None, platform=None, steps=2, explicit_replicas=False,
-            no_memory_limit=False, json=args.json, trace=args.trace_out, output=None))
+            no_memory_limit=False, json=args.json, trace=args.trace_out, output=None), compiled=(module, profile))
     if args.report:
         from ratc.cli import report as report_command
 
@@ -140,7 +143,7 @@ def choose_candidate(args: argparse.Namespace, planner):
 
 
 def compile_to_directory(args: argparse.Namespace, profile, command: str):
-    """Plan, schedule and write the program directory; returns its path."""
+    """Plan, schedule and write the program directory; returns (its path, the scheduled module)."""
     import json
     from pathlib import Path
 
@@ -154,8 +157,10 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
 
     planner = make_planner(args, profile)
     cand, result = choose_candidate(args, planner)
+    if args.tiles and not planner.exec_profile.runs_kernels:
+        raise RatcError("--tiles sets the codegen pass's tiles; it runs with --exec-profile kernel-vm only")
     module = compile_program(profile, cand, planner.platform, {
-        "planner": planner, "verify_each": not args.no_verify,
+        "planner": planner, "verify_each": not args.no_verify, "tiles": args.tiles,
         "instrumentation": instrumentation(args, command),
         # A forced plan may not fit; the VM, not the compiler, reports that.
         "budget": "none" if args.plan else "plan"})
@@ -168,18 +173,12 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
     }
     if result is not None:
         files["plan.json"] = render_json(result, profile.seq_len, top=20, with_explain=True)
-    if args.exec_profile == "kernel-vm":
-        # The tasks' times rest on these kernels' cycle counts, so the program carries them.
-        from ratc.codegen.program_kernels import emit_program_kernels
-        from ratc.lifecycle.lowering import find_plan
+    # The tasks' times rest on the codegen pass's kernels, so the program carries their code.
+    from ratc.codegen.program_kernels import program_files
 
-        plan = find_plan(module)
-        stages = [u.attributes["stage"] for u in plan.region.ops if u.name == "life.unit"]
-        kernel_files, table = emit_program_kernels(planner.platform, profile, plan.attributes, stages)
-        files.update(kernel_files)
-        files["kernels.json"] = json.dumps(table, indent=1, sort_keys=True) + "\n"
+    files.update(program_files(module, planner.platform))
     meta = {"command": command, "model": profile.name, "config": cand.label(),
             "platform": planner.platform.name, "exec_profile": args.exec_profile}
     write_program(outdir, files, meta)
     print(f"compiled {profile.name}: {cand.label()} -> {outdir}", file=sys.stderr)
-    return outdir
+    return outdir, module

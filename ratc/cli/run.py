@@ -64,36 +64,30 @@ def program_platform(program, override: str | None):
 
 
 def spot_check(program, args: argparse.Namespace) -> int:
-    """`--kernel STAGE:TASK`: execute that task's kernels from the program and compare with numpy."""
-    import json
-
+    """`--kernel STAGE:TASK`: execute the kernels that task calls and compare them with numpy."""
     from ratc.cli.io import write_output
     from ratc.codegen.assembler import assemble
-    from ratc.codegen.spot_check import check_kernel, task_units
-    from ratc.ir.dialects.graph import profile_from_module
+    from ratc.codegen.spot_check import check_kernel, task_ops
     from ratc.lifecycle.lowering import find_pipeline
 
     module = _find(program, "life.pipeline")
-    graph = _find(program, "graph.layer")
-    if module is None or graph is None or "kernels.json" not in program.files:
-        raise RatcError(f"{args.outdir}: --kernel needs the scheduled program, the graph IR and the kernels "
-                        "(compile with the default --exec-profile kernel-vm)")
-    stage, units = task_units(find_pipeline(module), args.kernel)
-    profile = profile_from_module(graph)
-    layers = [profile.pre, *profile.decoder_layers(), profile.post]
-    shapes = sorted({tuple(op.gemm) for u in units for op in layers[u].ops if op.gemm is not None})
-    if not shapes:
-        raise RatcError(f"--kernel {args.kernel}: units {units} of stage {stage} run no GEMM")
-    table = json.loads(program.text("kernels.json"))
-    names = {(e["m"], e["n"], e["k"]): e["kernel"] for e in table["gemm"]}
+    if module is None:
+        raise RatcError(f"{args.outdir}: --kernel needs the scheduled program (a file with a life.pipeline)")
+    kernels = {op.sym_name: op.attributes for op in module.body.ops if op.name == "life.kernel"}
+    if not kernels:
+        raise RatcError(f"{args.outdir}: the program has no kernels (compile with the default "
+                        "--exec-profile kernel-vm, which runs the codegen pass)")
+    stage, ops = task_ops(find_pipeline(module), args.kernel)
+    names = sorted({ref.name for op in ops for ref in op.attributes.get("kernels", ())})
     platform = program_platform(program, args.platform)
+    units = sorted({op.attributes["unit"] for op in ops})
     lines, failed = [f"task {args.kernel}: stage {stage}, units {units}"], 0
-    for shape in shapes:
-        rel = f"kernels/{names[shape]}.rasm"
+    for name in names:
+        a, rel = kernels[name], f"kernels/{name}.rasm"
         check = check_kernel(assemble(program.text(rel), platform, filename=str(program.root / rel)),
-                             platform, shape, args.seed)
+                             platform, tuple(a["shape"]), args.seed, a["kind"])
         failed += not check.ok
-        lines.append(f"  {check.kernel:<32} {check.cycles:>12,} cycles  max |C - numpy| "
+        lines.append(f"  {check.kernel:<32} {check.cycles:>12,} cycles  max |error| "
                      f"{check.max_abs_error:.3g} (tolerance {check.tolerance:.3g})  "
                      f"{'ok' if check.ok else 'MISMATCH'}")
     write_output(args.output, "\n".join(lines) + "\n")
@@ -113,7 +107,9 @@ def _kernel_table(table: dict, step_seconds: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def handler(args: argparse.Namespace) -> int:
+def handler(args: argparse.Namespace, compiled=None) -> int:
+    """`ratc run`; compiled = (verified module, model profile) when `ratc compile` just wrote
+    the program, so the files it holds in memory are not parsed and verified again."""
     import json
 
     from ratc.cli.io import write_output
@@ -133,22 +129,22 @@ def handler(args: argparse.Namespace) -> int:
     program = load_program(args.outdir)
     if getattr(args, "kernel", None):
         return spot_check(program, args)
-    graph = _find(program, "graph.layer")
-    profile = profile_from_module(graph) if graph is not None else None
-    if args.plan:
-        if profile is None:
-            raise RatcError(f"{args.outdir}: --plan needs the model's graph IR in the program, and there is none")
-        cand = parse_config(args.plan)
-        module = _find(program, "life.plan")
-        platform = program_platform(program, args.platform)
-        module = compile_candidate(profile, cand, platform)
+    platform = program_platform(program, args.platform)
+    if compiled is not None:
+        module, profile = compiled
     else:
-        module = _find(program, "life.pipeline")
-        if module is None:
-            raise RatcError(f"{args.outdir}: no scheduled life program (a file with a life.pipeline); "
-                            "compile one with `ratc compile`")
-        verify(module)
-        platform = program_platform(program, args.platform)
+        graph = _find(program, "graph.layer")
+        profile = profile_from_module(graph) if graph is not None else None
+        if args.plan:
+            if profile is None:
+                raise RatcError(f"{args.outdir}: --plan needs the model's graph IR in the program, and there is none")
+            module = compile_candidate(profile, parse_config(args.plan), platform)
+        else:
+            module = _find(program, "life.pipeline")
+            if module is None:
+                raise RatcError(f"{args.outdir}: no scheduled life program (a file with a life.pipeline); "
+                                "compile one with `ratc compile`")
+            verify(module)
     plan = find_plan(module).attributes
     cand = Candidate(plan["P"], plan["D"], plan["T"], plan["Z"], plan["b"], plan["M"], plan["act"], plan["pref"])
     macs = model_macs(profile) * cand.global_batch if profile is not None else 0.0

@@ -23,12 +23,12 @@ import math
 
 from ratc.codegen.kernel import Emitter, Kernel
 from ratc.codegen.microkernel import gemm_tile
+from ratc.codegen.op_kernels import attention_tile_rows
 from ratc.errors import RatcError
 
 CH_Q, CH_P, CH_KV, CH_G, CH_L, CH_R, CH_O, CH_Z, CH_X = range(9)
 ZERO_CHUNK = 1024  # FP32 elements zeroed or written back per DMA (4 KiB of AM)
 UNROLL = 2
-TILE_ROWS = 32  # micro-tile rows: tiles stay multiples of 32 whatever the VMAC height
 
 
 def attention_name(heads, seq, head_dim, kv_heads, ddr_staged=False) -> str:
@@ -72,8 +72,8 @@ class _AttnGen:
         vl = platform.vliw
         self.platform, self.H, self.S, self.d, self.Hkv, self.staged = platform, heads, seq, d, kv_heads, staged
         self.rows, self.lanes = vl.vmac_rows, vl.vector_lanes
-        self.groups = max(1, TILE_ROWS // self.rows)
-        self.mr = self.rows * self.groups
+        self.mr = attention_tile_rows(vl)
+        self.groups = self.mr // self.rows
         problems = []
         if min(heads, seq, d, kv_heads) < 1 or heads % kv_heads:
             problems.append("heads must be a positive multiple of kv_heads")

@@ -5,19 +5,56 @@ from __future__ import annotations
 import json
 
 from ratc.cli.io import write_atomic
+from ratc.codegen import kernel_cache
 from ratc.codegen.tiling import platform_key
+from ratc.errors import RatcError
 
 _CACHE: dict[tuple, dict] = {}
 
 
-def gemm_profile(platform, m: int, n: int, k: int, **options) -> dict:
-    """Cycles, seconds, MAC utilization and DDR figures of the generated GEMM (cached)."""
-    key = (platform_key(platform), "gemm", m, n, k, tuple(sorted(options.items())))
-    if key not in _CACHE:
-        from ratc.codegen.gemm import generate_gemm
+def kernel_profile(platform, kind: str, shape: tuple, **options) -> dict:
+    """Cycles, seconds, MAC utilization and DDR figures of a generated kernel.
 
-        _CACHE[key] = _entry(generate_gemm(platform, m, n, k, **options), {"m": m, "n": n, "k": k})
-    return _CACHE[key]
+    kind is 'gemm' (shape m, n, k) or 'attn_bwd' (heads, seq, head_dim, kv_heads).
+    Cached in memory and on disk (ratc.codegen.kernel_cache).
+    """
+    shape = tuple(int(x) for x in shape)
+    key = (platform_key(platform), kind, shape, tuple(sorted(options.items())))
+    entry = _CACHE.get(key)
+    if entry is None:
+        disk_key = [list(key[0]), kind, list(shape), sorted([k, v] for k, v in options.items())]
+        entry = kernel_cache.load(disk_key)
+        if entry is None:
+            entry = _entry(generate_kernel(platform, kind, shape, **options), kind, shape)
+            kernel_cache.store(disk_key, entry)
+        _CACHE[key] = entry
+    return entry
+
+
+def kernel_text(platform, kind: str, shape: tuple, **options) -> str:
+    """The .rasm text of a generated kernel (cached on disk like its timing)."""
+    key = ["text", list(platform_key(platform)), kind, [int(x) for x in shape], sorted([k, v] for k, v in options.items())]
+    text = kernel_cache.load_text(key)
+    if text is None:
+        text = generate_kernel(platform, kind, shape, **options).text
+        kernel_cache.store_text(key, text)
+    return text
+
+
+def generate_kernel(platform, kind: str, shape: tuple, **options):
+    """The generated Kernel of one (kind, shape) with tile options."""
+    if kind == "gemm":
+        from ratc.codegen.gemm import generate_gemm
+        return generate_gemm(platform, *shape, **options)
+    if kind == "attn_bwd":
+        from ratc.codegen.attention import generate_attention_backward
+        return generate_attention_backward(platform, *shape, **options)
+    raise RatcError(f"unknown kernel kind {kind!r} (known: gemm, attn_bwd)")
+
+
+def gemm_profile(platform, m: int, n: int, k: int, **options) -> dict:
+    """Figures of the generated GEMM C[m,n] = A[m,k] B[k,n] (cached)."""
+    return kernel_profile(platform, "gemm", (m, n, k), **options)
 
 
 def gemm_time(platform, m: int, n: int, k: int, **options) -> float:
@@ -28,13 +65,7 @@ def gemm_time(platform, m: int, n: int, k: int, **options) -> float:
 def attention_backward_profile(platform, heads: int, seq: int, head_dim: int, kv_heads: int,
                                **options) -> dict:
     """Figures of the memory-resident attention-backward kernel (cached)."""
-    key = (platform_key(platform), "attn_bwd", heads, seq, head_dim, kv_heads, tuple(sorted(options.items())))
-    if key not in _CACHE:
-        from ratc.codegen.attention import generate_attention_backward
-
-        kernel = generate_attention_backward(platform, heads, seq, head_dim, kv_heads, **options)
-        _CACHE[key] = _entry(kernel, {"heads": heads, "seq": seq, "head_dim": head_dim, "kv_heads": kv_heads})
-    return _CACHE[key]
+    return kernel_profile(platform, "attn_bwd", (heads, seq, head_dim, kv_heads), **options)
 
 
 def attention_backward_time(platform, heads: int, seq: int, head_dim: int, kv_heads: int) -> float:
@@ -42,11 +73,14 @@ def attention_backward_time(platform, heads: int, seq: int, head_dim: int, kv_he
     return attention_backward_profile(platform, heads, seq, head_dim, kv_heads)["seconds"]
 
 
-def _entry(kernel, shape: dict) -> dict:
+_SHAPE_KEYS = {"gemm": ("m", "n", "k"), "attn_bwd": ("heads", "seq", "head_dim", "kv_heads")}
+
+
+def _entry(kernel, kind: str, shape: tuple) -> dict:
     s = kernel.stats()
-    return dict(shape, kernel=kernel.name, cycles=s.cycles, seconds=s.seconds, mac_utilization=s.mac_utilization,
-                ddr_bytes=s.ddr_bytes, ddr_bound_seconds=s.ddr_bound_s, compute_bound_seconds=s.compute_bound_s,
-                tiles=dict(kernel.options))
+    return dict(zip(_SHAPE_KEYS[kind], shape), kernel=kernel.name, cycles=s.cycles, seconds=s.seconds,
+                mac_utilization=s.mac_utilization, ddr_bytes=s.ddr_bytes, ddr_bound_seconds=s.ddr_bound_s,
+                compute_bound_seconds=s.compute_bound_s, tiles=dict(kernel.options))
 
 
 def write_execution_profile(platform, shapes, path, attention=()) -> dict:

@@ -1,55 +1,162 @@
-"""The GEMM kernels a compiled program runs: one kernel per distinct shape, with call counts.
+"""The codegen pass's work: one kernel per distinct shape a program runs, tasks charged in cycles.
 
-The planner's cost model times every matmul of a layer as its per-sequence forward GEMM
-(m = sequence length) at the kernel's measured rate, a micro-batch of b sequences as b
-such calls, and the backward (input- and weight-gradient) as two more at the same rate,
-recomputation under checkpointing/FSR as one more. These counts are what the tasks of
-the scheduled program are charged for, so they are the counts reported here.
+Each `life.unit` of the plan lists the kernels its Forward and its Backward call per
+micro-batch (`kfwd`, `kbwd`: [kind, *shape, calls], from ratc.codegen.op_kernels) and the
+seconds no kernel runs (`fwd_other`, `bwd_other`). `codegen` generates every distinct
+kernel once (tile options per symbol may override the tile chooser), adds a
+`life.kernel @symbol` op with its cycle count, and gives every Forward, Recover and
+Backward task `kernels`, `calls` and `cycles` = sum(calls x kernel cycles) +
+round(other x clock), with `dur` = cycles / clock. The system VM runs compute tasks for
+exactly `cycles`, so a kernel that gets d cycles slower moves the work of a stage by
+d x its calls.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections import defaultdict
 
-from ratc.codegen.gemm import generate_gemm
+from ratc.codegen.exec_profile import kernel_profile, kernel_text
+from ratc.codegen.op_kernels import kernel_symbol
+from ratc.errors import RatcError
+from ratc.ir.attributes import SymbolRef
+from ratc.ir.core import Operation
 
-# Kernel calls per sequence and matmul: forward, recompute (ckpt/FSR), backward (dX and dW).
-_RECOMPUTE = {"fsr": 1, "ckpt": 1, "full": 0}
+# Which unit attributes a task's kernels and the rest of its time come from.
+TASK_WORK = {"life.fwd": ("kfwd", "fwd_other"), "life.recover": ("kfwd", "fwd_other"),
+             "life.bwd": ("kbwd", "bwd_other")}
+# Tile options each generator accepts (ratc.codegen.tiling.OPTION_NAMES; attention's tiles).
+TILE_OPTIONS = {"gemm": ("gm", "gn", "md", "nd", "kt", "groups", "unroll"), "attn_bwd": ("br", "bc")}
+_TILE = re.compile(r"([a-z]+)=(\d+)")
 
 
-def program_gemms(profile, plan_attrs: dict, unit_stages: list[int]) -> dict:
-    """(m, n, k) -> {stage: calls per step} for every matmul of the program."""
-    units = [profile.pre, *profile.decoder_layers(), profile.post]
-    per_sequence = 1 + _RECOMPUTE[plan_attrs["act"]] + 2
-    sequences = plan_attrs["b"] * plan_attrs["M"]
+def parse_tiles(text: str) -> dict[str, dict[str, int]]:
+    """'SYMBOL:key=v,key=v;SYMBOL:...' -> {symbol: {key: value}} (the codegen pass's `tiles`)."""
+    out: dict[str, dict[str, int]] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        sym, sep, opts = part.partition(":")
+        sym = sym.strip().lstrip("@")
+        if not sep or not sym:
+            raise RatcError(f"tiles: expected SYMBOL:key=value,... (e.g. gemm_2048x64x128_f16:kt=64), got {part!r}")
+        if sym in out:
+            raise RatcError(f"tiles: @{sym} is given twice")
+        out[sym] = {}
+        for item in filter(None, (o.strip() for o in opts.split(","))):
+            m = _TILE.fullmatch(item)
+            if not m:
+                raise RatcError(f"tiles: expected key=integer for @{sym}, got {item!r}")
+            out[sym][m.group(1)] = int(m.group(2))
+    return out
+
+
+def unit_kernels(units) -> dict[str, tuple[str, tuple]]:
+    """symbol -> (kind, shape) of every kernel the plan's units call."""
+    needed = {}
+    for u in units:
+        a = u.attributes
+        if "kfwd" not in a or "kbwd" not in a:
+            raise RatcError(f"life.unit #{a['index']} has no kernel lists (kfwd, kbwd); "
+                            "re-plan it with this version of ratc")
+        for kind, *shape, _ in a["kfwd"] + a["kbwd"]:
+            needed[kernel_symbol(kind, tuple(shape))] = (kind, tuple(shape))
+    return needed
+
+
+def codegen(module, platform, tiles: dict[str, dict[str, int]] | None = None) -> list[Operation]:
+    """Generate the program's kernels into `life.kernel` ops and charge its tasks; returns the ops."""
+    from ratc.lifecycle.lowering import find_pipeline, find_plan
+
+    tiles = tiles or {}
+    plan, pipe = find_plan(module), find_pipeline(module)
+    units = plan.region.ops
+    needed = unit_kernels(units)
+    unknown = sorted(set(tiles) - set(needed))
+    if unknown:
+        raise RatcError(f"tiles name @{unknown[0]}, which this program does not call "
+                        f"(its kernels: {', '.join('@' + s for s in sorted(needed))})")
+    profiles = {}
+    for sym, (kind, shape) in sorted(needed.items()):
+        opts = tiles.get(sym, {})
+        bad = sorted(set(opts) - set(TILE_OPTIONS[kind]))
+        if bad:
+            raise RatcError(f"tiles for @{sym}: unknown option '{bad[0]}' "
+                            f"(a {kind} kernel takes {', '.join(TILE_OPTIONS[kind])})")
+        try:
+            profiles[sym] = kernel_profile(platform, kind, shape, **opts)
+        except RatcError as exc:
+            raise RatcError(f"kernel @{sym}: {exc}") from None
+    clock = platform.dsp.clock
+    charges: dict = {}   # (unit, kernels key) -> (symbol refs, calls, cycles): alike for every micro-batch
+    for stage in pipe.region.ops:
+        for op in stage.region.ops:
+            if op.name not in TASK_WORK:
+                continue
+            kernels_key, other_key = TASK_WORK[op.name]
+            key = (op.attributes["unit"], kernels_key)
+            if key not in charges:
+                u = units[key[0]].attributes
+                refs, calls, cycles = [], [], 0
+                for kind, *shape, n in u[kernels_key]:
+                    sym = kernel_symbol(kind, tuple(shape))
+                    refs.append(SymbolRef(sym))
+                    calls.append(n)
+                    cycles += n * profiles[sym]["cycles"]
+                charges[key] = (refs, calls, cycles + int(round(u[other_key] * clock)))
+            refs, calls, cycles = charges[key]
+            op.attributes.update(kernels=list(refs), calls=list(calls), cycles=cycles, dur=cycles / clock)
+    ops = [Operation("life.kernel", attributes={
+        "kind": needed[sym][0], "shape": list(needed[sym][1]), "cycles": int(e["cycles"]),
+        "mac_util": float(e["mac_utilization"]), "ddr_bytes": int(e["ddr_bytes"]),
+        "tiles": {k: v for k, v in sorted(e["tiles"].items()) if k in TILE_OPTIONS[needed[sym][0]]}},
+        sym_name=sym) for sym, e in sorted(profiles.items())]
+    # Kernels sit between the plan and the pipeline; re-running codegen replaces them.
+    body = module.body
+    rest = [op for op in body.ops if op.name != "life.kernel"]
+    at = rest.index(pipe)
+    for op in ops:
+        op.block = body
+    body.ops[:] = rest[:at] + ops + rest[at:]
+    return ops
+
+
+def kernel_calls(module) -> dict[str, dict[int, int]]:
+    """symbol -> {stage: calls per step} summed over the scheduled tasks."""
+    from ratc.lifecycle.lowering import find_pipeline
+
     calls: dict = defaultdict(lambda: defaultdict(int))
-    for layer, stage in zip(units, unit_stages):
-        for op in layer.ops:
-            if op.gemm is not None:
-                calls[tuple(op.gemm)][stage] += per_sequence * sequences
-    return {shape: dict(sorted(stages.items())) for shape, stages in sorted(calls.items())}
+    for stage in find_pipeline(module).region.ops:
+        p = stage.attributes["stage"]
+        for op in stage.region.ops:
+            for ref, n in zip(op.attributes.get("kernels", ()), op.attributes.get("calls", ())):
+                calls[ref.name][p] += n
+    return {sym: dict(sorted(s.items())) for sym, s in sorted(calls.items())}
 
 
-def emit_program_kernels(platform, profile, plan_attrs: dict, unit_stages: list[int]) -> tuple[dict, dict]:
-    """(files, table): each kernel's .rasm under kernels/, and the table for kernels.json."""
+def program_files(module, platform) -> dict[str, str]:
+    """kernels/<symbol>.rasm for every life.kernel op, and kernels.json describing them."""
+    kernels = [op for op in module.body.ops if op.name == "life.kernel"]
+    if not kernels:
+        return {}
+    calls = kernel_calls(module)
     files, entries = {}, []
-    for (m, n, k), stages in program_gemms(profile, plan_attrs, unit_stages).items():
-        kernel = generate_gemm(platform, m, n, k)
-        stats = kernel.stats()
-        files[f"kernels/{kernel.name}.rasm"] = kernel.text
-        entries.append({"kernel": kernel.name, "m": m, "n": n, "k": k, "cycles": stats.cycles,
-                        "seconds": stats.seconds, "mac_utilization": stats.mac_utilization,
-                        "ddr_bytes": stats.ddr_bytes, "tiles": dict(kernel.options),
-                        "calls_per_step": {str(s): c for s, c in stages.items()}})
+    for op in kernels:
+        a = op.attributes
+        files[f"kernels/{op.sym_name}.rasm"] = kernel_text(platform, a["kind"], tuple(a["shape"]), **a["tiles"])
+        entries.append({"kernel": op.sym_name, "kind": a["kind"], "shape": a["shape"], "cycles": a["cycles"],
+                        "seconds": a["cycles"] / platform.dsp.clock, "mac_utilization": a["mac_util"],
+                        "ddr_bytes": a["ddr_bytes"], "tiles": a["tiles"],
+                        "calls_per_step": {str(s): c for s, c in calls.get(op.sym_name, {}).items()}})
     table = {"platform": platform.name, "clock_hz": platform.dsp.clock,
-             "peak_mac_rate": platform.cluster.peak_mac_rate, "gemm": entries, "attention_backward": []}
-    return files, table
+             "peak_mac_rate": platform.cluster.peak_mac_rate, "kernels": entries}
+    files["kernels.json"] = json.dumps(table, indent=1, sort_keys=True) + "\n"
+    return files
 
 
 def kernel_shares(table: dict, step_seconds: float) -> list[tuple[str, int, float, int, float]]:
     """(kernel, cycles, MAC utilization, calls on its busiest stage, share of the step) rows."""
     rows = []
-    for e in table["gemm"]:
-        calls = max(e["calls_per_step"].values())
+    for e in table["kernels"]:
+        calls = max(e["calls_per_step"].values(), default=0)
         rows.append((e["kernel"], e["cycles"], e["mac_utilization"], calls, calls * e["seconds"] / step_seconds))
     return rows

@@ -1,4 +1,4 @@
-"""Run the GEMM kernels one scheduled task is charged for, with real numerics, against numpy."""
+"""Run the kernels one scheduled task calls, with real numerics, against numpy."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ class KernelCheck:
         return self.max_abs_error <= self.tolerance
 
 
-def task_units(pipe, spec: str) -> tuple[int, list[int]]:
-    """(stage, unit indices) of a task named 'STAGE:TASK', e.g. '0:F3' or '1:1B0'."""
+def task_ops(pipe, spec: str) -> tuple[int, list]:
+    """(stage, ops) of a task named 'STAGE:TASK', e.g. '0:F3' or '1:1B0' (one op per unit)."""
     m = _TASK.fullmatch(spec.strip())
     if not m:
         raise RatcError(f"--kernel {spec!r}: expected STAGE:TASK such as 0:F3, 1:B0 or 0:R2 "
@@ -44,16 +44,17 @@ def task_units(pipe, spec: str) -> tuple[int, list[int]]:
     stages = {s.attributes["stage"]: s for s in pipe.region.ops}
     if stage not in stages:
         raise RatcError(f"--kernel {spec!r}: the program has stages 0..{len(stages) - 1}")
-    units = [op.attributes["unit"] for op in stages[stage].region.ops
-             if op.name == _TASK_OPS[kind] and op.attributes["mb"] == mb]
-    if not units:
+    ops = [op for op in stages[stage].region.ops if op.name == _TASK_OPS[kind] and op.attributes["mb"] == mb]
+    if not ops:
         raise RatcError(f"--kernel {spec!r}: stage {stage} runs no task {stage}{kind}{mb} "
                         "(see schedule.txt for its tasks)")
-    return stage, sorted(set(units))
+    return stage, ops
 
 
-def check_kernel(program, platform, shape: tuple[int, int, int], seed: int) -> KernelCheck:
-    """Execute an assembled GEMM kernel on random FP16 inputs and compare C with numpy."""
+def check_kernel(program, platform, shape: tuple, seed: int, kind: str = "gemm") -> KernelCheck:
+    """Execute an assembled kernel (gemm or attn_bwd) on random inputs and compare with numpy."""
+    if kind == "attn_bwd":
+        return check_attention(program, platform, shape, seed)
     from ratc.vm.kernel_vm import run_program
 
     m, n, k = shape
@@ -70,3 +71,45 @@ def check_kernel(program, platform, shape: tuple[int, int, int], seed: int) -> K
     # FP32 accumulation of exact FP16 products, then one FP16 rounding of the result.
     tolerance = float(np.max(np.abs(want)) * 2.0**-10 + 1e-3 * np.sqrt(k))
     return KernelCheck(program.name, shape, result.cycles, float(np.max(np.abs(c - want))), tolerance)
+
+
+def check_attention(program, platform, shape: tuple, seed: int) -> KernelCheck:
+    """Execute an attention-backward kernel on random inputs; dQ, dK, dV against numpy.
+
+    The oracle is the textbook softmax backward in float64: P = softmax(scale Q K^T),
+    dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = scale dS K,
+    dK = scale dS^T Q, with each K/V head shared by heads / kv_heads query heads.
+    """
+    from ratc.vm.kernel_vm import run_program
+
+    heads, seq, d, kv = shape
+    if 4 * heads * seq * seq * d > MAX_FULL_EXECUTION_MACS:
+        raise RatcError(f"kernel {program.name} ({heads} heads, sequence {seq}, head_dim {d}) is too large "
+                        f"for full execution (> {MAX_FULL_EXECUTION_MACS:,} MACs); spot-check a smaller model")
+    rng = np.random.default_rng(seed)
+    q, do = (rng.standard_normal((heads, seq, d)).astype(np.float16) for _ in range(2))
+    k, v = (rng.standard_normal((kv, seq, d)).astype(np.float16) for _ in range(2))
+    rep, scale = heads // kv, 1 / np.sqrt(d)
+    K, V = (np.repeat(x.astype(np.float64), rep, axis=0) for x in (k, v))
+    Q, dO = q.astype(np.float64), do.astype(np.float64)
+    s = scale * Q @ K.transpose(0, 2, 1)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    p16 = p.astype(np.float16)          # the kernel reads the forward's FP16 probabilities
+    P = p16.astype(np.float64)
+    out = P @ V
+    D = (dO * out).sum(-1)
+    dS = P * (dO @ V.transpose(0, 2, 1) - D[..., None])
+    want = {"dQ": scale * dS @ K,
+            "dK": (scale * dS.transpose(0, 2, 1) @ Q).reshape(kv, rep, seq, d).sum(1),
+            "dV": (P.transpose(0, 2, 1) @ dO).reshape(kv, rep, seq, d).sum(1)}
+    inputs = {"Q": q.reshape(-1, d), "dO": do.reshape(-1, d), "K": k.reshape(-1, d), "V": v.reshape(-1, d),
+              "P": p16.reshape(heads * seq, seq), "D": D.reshape(-1, 1), "Sc": np.array([[scale]])}
+    result = run_program(program, platform, inputs, "full")
+    error = tolerance = 0.0
+    for name, ref in want.items():
+        got = result.ddr[name].astype(np.float64).reshape(ref.shape)
+        error = max(error, float(np.max(np.abs(got - ref))))
+        # FP16 P, dS and outputs: a few FP16 ulps of each gradient's scale.
+        tolerance = max(tolerance, float(4e-3 * np.abs(ref).max()))
+    return KernelCheck(program.name, tuple(shape), result.cycles, error, tolerance)

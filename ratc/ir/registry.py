@@ -8,7 +8,7 @@ An op definition is compact text, e.g.
 Operand/result specs are ``name[:constraint][*]`` where the constraint is ``any`` (default),
 ``tensor`` or an opaque type such as ``!life.grad`` and ``*`` marks a variadic tail. Attribute
 specs are a kind (``int float str bool bytes symref list dict any``, ``list<int>``,
-``list<str>``, or an enum ``a|b|c``) with a trailing ``?`` when optional.
+``list<str>``, ``list<float>``, ``list<symref>``, or an enum ``a|b|c``) with a trailing ``?`` when optional.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ratc.ir.attributes import ByteSize, SymbolRef
 from ratc.ir.types import OpaqueType, TensorType, Type
 
 ATTR_KINDS = ("int", "float", "str", "bool", "bytes", "symref", "list", "dict", "any",
-              "list<int>", "list<str>", "list<float>")
+              "list<int>", "list<str>", "list<float>", "list<symref>")
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class ArgSpec:
             return True
         if self.constraint == "tensor":
             return isinstance(ty, TensorType)
-        return isinstance(ty, OpaqueType) and str(ty) == self.constraint
+        return isinstance(ty, OpaqueType) and ty.dialect + "." + ty.name == self.constraint[1:]
 
 
 @dataclass(frozen=True)
@@ -67,20 +67,7 @@ class AttrSpec:
     def check(self, value) -> str | None:
         """None if the value fits this spec, else what is wrong with it."""
         kind = self.kind
-        ok = {
-            "int": lambda v: type(v) is int,
-            "float": lambda v: type(v) is float,
-            "str": lambda v: type(v) is str,
-            "bool": lambda v: type(v) is bool,
-            "bytes": lambda v: type(v) is ByteSize,
-            "symref": lambda v: type(v) is SymbolRef,
-            "list": lambda v: type(v) is list,
-            "dict": lambda v: type(v) is dict,
-            "any": lambda v: True,
-            "list<int>": lambda v: type(v) is list and all(type(x) is int for x in v),
-            "list<str>": lambda v: type(v) is list and all(type(x) is str for x in v),
-            "list<float>": lambda v: type(v) is list and all(type(x) is float for x in v),
-        }[kind](value)
+        ok = ATTR_CHECKERS[kind](value)
         if not ok:
             return f"attribute '{self.name}' must be {_KIND_NAMES.get(kind, kind)}"
         if self.choices and value not in self.choices:
@@ -88,10 +75,27 @@ class AttrSpec:
         return None
 
 
+# One checker per attribute kind (the verifier calls these for every attribute of every op).
+ATTR_CHECKERS = {
+    "int": lambda v: type(v) is int,
+    "float": lambda v: type(v) is float,
+    "str": lambda v: type(v) is str,
+    "bool": lambda v: type(v) is bool,
+    "bytes": lambda v: type(v) is ByteSize,
+    "symref": lambda v: type(v) is SymbolRef,
+    "list": lambda v: type(v) is list,
+    "dict": lambda v: type(v) is dict,
+    "any": lambda v: True,
+    "list<int>": lambda v: type(v) is list and all(type(x) is int for x in v),
+    "list<str>": lambda v: type(v) is list and all(type(x) is str for x in v),
+    "list<float>": lambda v: type(v) is list and all(type(x) is float for x in v),
+    "list<symref>": lambda v: type(v) is list and all(type(x) is SymbolRef for x in v),
+}
 _KIND_NAMES = {"int": "an integer", "float": "a float", "str": "a string", "bool": "a bool",
                "bytes": "a byte size (e.g. 4KiB)", "symref": "a symbol reference (@name)",
                "list": "a list", "dict": "a dictionary", "list<int>": "a list of integers",
-               "list<str>": "a list of strings", "list<float>": "a list of floats"}
+               "list<str>": "a list of strings", "list<float>": "a list of floats",
+               "list<symref>": "a list of symbol references"}
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ratc.errors import LocatedError
 from ratc.ir.attributes import SymbolRef
 from ratc.ir.core import Module, Operation
-from ratc.ir.registry import OpDef, lookup
+from ratc.ir.registry import ATTR_CHECKERS, OpDef, lookup
 from ratc.ir.types import DTYPE_BYTES, TensorType
 
 
@@ -32,6 +32,18 @@ def _check_types(specs, values, what: str, op: Operation) -> None:
                               f"got {v.type}", op)
 
 
+_ATTR_TABLES: dict[str, tuple[dict, tuple[str, ...]]] = {}
+
+
+def _attr_table(opdef: OpDef) -> tuple[dict, tuple[str, ...]]:
+    """({attribute: (checker, choices, spec)}, required names) of an op, built once per op kind."""
+    table = _ATTR_TABLES.get(opdef.name)
+    if table is None:
+        checks = {k: (ATTR_CHECKERS[spec.kind], spec.choices, spec) for k, spec in opdef.attrs.items()}
+        table = _ATTR_TABLES[opdef.name] = (checks, tuple(k for k, spec in opdef.attrs.items() if spec.required))
+    return table
+
+
 def verify_op(op: Operation) -> None:
     """Check one op against its registered definition (not its region's ops)."""
     opdef = lookup(op.name)
@@ -44,18 +56,18 @@ def verify_op(op: Operation) -> None:
     for v in op.results:
         if isinstance(v.type, TensorType) and v.type.dtype not in DTYPE_BYTES:
             raise VerifyError(f"'{op.name}' result has unknown element type '{v.type.dtype}'", op)
-    for key in op.attributes:
-        if key not in opdef.attrs:
+    checks, required = _attr_table(opdef)
+    attrs = op.attributes
+    for key, value in attrs.items():
+        check = checks.get(key)
+        if check is None:
             raise VerifyError(f"'{op.name}' has unknown attribute '{key}' "
-                              f"(known: {', '.join(sorted(opdef.attrs)) or 'none'})", op)
-    for key, spec in opdef.attrs.items():
-        if key not in op.attributes:
-            if spec.required:
-                raise VerifyError(f"'{op.name}' requires attribute '{key}'", op)
-            continue
-        problem = spec.check(op.attributes[key])
-        if problem:
-            raise VerifyError(f"'{op.name}': {problem}", op)
+                              f"(known: {', '.join(sorted(checks)) or 'none'})", op)
+        if not check[0](value) or (check[1] and value not in check[1]):
+            raise VerifyError(f"'{op.name}': {check[2].check(value)}", op)
+    for key in required:
+        if key not in attrs:
+            raise VerifyError(f"'{op.name}' requires attribute '{key}'", op)
     if opdef.symbol and op.sym_name is None:
         raise VerifyError(f"'{op.name}' requires a symbol name (@name)", op)
     if not opdef.symbol and op.sym_name is not None:
@@ -101,18 +113,28 @@ def verify(module: Module, check_symbols: bool = True) -> None:
         return
     for op in module.walk():
         for key, value in op.attributes.items():
+            if not isinstance(value, _CONTAINERS):
+                if type(value) is SymbolRef and value.name not in symbols:
+                    raise VerifyError(f"'{op.name}' attribute '{key}' refers to undefined symbol "
+                                      f"'@{value.name}'", op)
+                continue
             for ref in _symbol_refs(value):
                 if ref.name not in symbols:
                     raise VerifyError(f"'{op.name}' attribute '{key}' refers to undefined symbol "
                                       f"'@{ref.name}'", op)
 
 
+_CONTAINERS = (list, dict)
+
+
 def _symbol_refs(value):
-    if isinstance(value, SymbolRef):
-        yield value
-    elif isinstance(value, list):
-        for v in value:
-            yield from _symbol_refs(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _symbol_refs(v)
+    """Every SymbolRef inside a (nested) list or dict attribute, in order."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, SymbolRef):
+            yield v
+        elif isinstance(v, list):
+            stack.extend(reversed(v))
+        elif isinstance(v, dict):
+            stack.extend(reversed(list(v.values())))

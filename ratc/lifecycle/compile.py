@@ -11,25 +11,39 @@ from ratc.lifecycle.plan_ir import plan_module
 PREF_MODES = {"bulk": ("bulk", "bulk"), "layerwise": ("layerwise", "bulk"), "deadline": ("layerwise", "deadline")}
 
 
-def default_pipeline(pref: str, rec_buffers: int = 1, budget: str = "plan") -> str:
-    """The full lifecycle pipeline for a plan's prefetch policy, as pipeline text."""
+def default_pipeline(pref: str, rec_buffers: int = 1, budget: str = "plan", codegen: bool = False,
+                     tiles: str = "") -> str:
+    """The full lifecycle pipeline for a plan's prefetch policy, as pipeline text.
+
+    With `codegen` the tasks are charged their generated kernels' cycles before the
+    timing-driven passes (update-prefetch deadlines, FSR windows) place work; `tiles` is
+    its tile-choice option.
+    """
+    from ratc.passes.base import format_option
+
     state, update = PREF_MODES[pref]
-    return (f"lower-to-life,schedule-1f1b,state-pipeline{{mode={state}}},update-prefetch{{mode={update}}},"
+    kernels = (f"codegen{{tiles={format_option(tiles)}}}," if tiles else "codegen,") if codegen else ""
+    return (f"lower-to-life,schedule-1f1b,{kernels}state-pipeline{{mode={state}}},update-prefetch{{mode={update}}},"
             f"fsr{{rec-buffers={rec_buffers}}},memory-plan{{budget={budget}}}")
 
 
 def compile_program(profile, cand, platform, options: dict | None = None) -> Module:
     """Run the lifecycle pipeline on one candidate (a ratc.planner.config.Candidate).
 
-    options: `pipeline` (text; default from the candidate's pref policy), `rec_buffers`,
+    options: `pipeline` (text; default from the candidate's pref policy), `codegen` (bool:
+    include the codegen pass in the default pipeline; default: when the planner's execution
+    profile runs kernels), `tiles` (the codegen pass's tile choices), `rec_buffers`,
     `budget` ('plan', 'none' or a size), `instrumentation` (a PassManager Instrumentation),
     `verify_each` (default True), `planner` (a Planner to reuse its cost caches).
     """
     from ratc.passes import PassContext, PassManager, parse_pipeline
 
     options = dict(options or {})
+    planner = options.get("planner")
+    codegen = options.get("codegen", planner is not None and planner.exec_profile.runs_kernels)
     text = options.get("pipeline") or default_pipeline(cand.pref, options.get("rec_buffers", 1),
-                                                        options.get("budget", "plan"))
+                                                        options.get("budget", "plan"), codegen,
+                                                        options.get("tiles", ""))
     module = plan_module(profile, cand, platform, options.get("planner"))
     pm = PassManager(parse_pipeline(text), verify_each=options.get("verify_each", True),
                      instrumentation=options.get("instrumentation"), ctx=PassContext(platform=platform))

@@ -56,6 +56,10 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             "update": u.params / (D if Z >= 1 else 1) * recipe.update_traffic_bytes / ddr,
             "prefetch": float(all_gather(D, views, dp_link)) if Z in (1, 2) else 0.0,
             "gather": float(all_gather(D, views, dp_link)) if Z >= 3 else 0.0,
+            # What the codegen pass needs: kernel calls per micro-batch and the seconds no
+            # kernel runs (roofline ops, attention's DDR streams, TP all-reduces).
+            "kfwd": _calls(u.kernels.fwd, b), "kbwd": _calls(u.kernels.bwd, b),
+            "fwd_other": b * u.kernels.fwd_other + extra, "bwd_other": b * u.kernels.bwd_other + extra,
         }
         ops.append(Operation("life.unit", attributes={k: _num(v) for k, v in attrs.items()}))
     attrs = {"model": profile.name, "platform": platform.name, "P": P, "D": D, "T": T, "Z": Z, "b": b,
@@ -70,6 +74,11 @@ def plan_module(profile, cand, platform, planner=None) -> Module:
     return Module(name, {}, [plan_op(profile, cand, platform, planner)])
 
 
+def _calls(kernels, b: int) -> list:
+    """[[kind, *shape, calls per micro-batch], ...] of a unit's kernels."""
+    return [[kind, *shape, b * n] for (kind, shape), n in kernels]
+
+
 def _b(x) -> ByteSize:
     # Byte counts from per-sequence profiles times b are whole; sharding over D may not be.
     return ByteSize(int(round(float(x))))
@@ -77,6 +86,6 @@ def _b(x) -> ByteSize:
 
 def _num(v):
     """Plain Python numbers (the planner's collectives return numpy scalars)."""
-    if isinstance(v, (bool, str, ByteSize, int)):
+    if isinstance(v, (bool, str, ByteSize, int, list)):
         return v
     return float(v)

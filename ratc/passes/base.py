@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 import typing
 from dataclasses import dataclass, field
 
@@ -59,7 +60,11 @@ def format_option(value) -> str:
     """An option value in pipeline syntax."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    text = str(value)
+    # Values with separators (or none at all) are quoted, as the pipeline parser reads them.
+    if not text or re.search(r'[,{}=\s;:]', text):
+        return f'"{text}"'
+    return text
 
 
 def parse_option(cls: type[Pass], key: str, text: str):

@@ -140,3 +140,22 @@ def _task_label(op) -> str:
     parts = [f"unit {a['unit']}" if "unit" in a else "", f"mb {a['mb']}" if "mb" in a else ""]
     text = ", ".join(p for p in parts if p)
     return f" ({text})" if text else ""
+
+
+@register_pass
+class Codegen(Pass):
+    """Generate one kernel per distinct GEMM / attention shape and charge each task its cycles."""
+
+    name = "codegen"
+    tiles: str = option("", "tile choices per kernel, quoted: \"SYMBOL:key=value,...;SYMBOL:...\" "
+                            "(gemm: gm gn md nd kt groups unroll; attn_bwd: br bc)")
+
+    def run(self, module: Module, ctx: PassContext) -> None:
+        from ratc.codegen.program_kernels import codegen, parse_tiles
+        from ratc.platform import load_platform
+
+        try:
+            platform = ctx.platform or load_platform(lowering.find_plan(module).attributes["platform"])
+            codegen(module, platform, parse_tiles(self.tiles))
+        except RatcError as exc:
+            raise PassError(str(exc)) from None

@@ -1,4 +1,4 @@
-"""Textual pass pipelines: 'pass-a{k=v,k2=v2},pass-b' with located errors."""
+"""Textual pass pipelines: 'pass-a{k=v,k2="quoted, any text"},pass-b' with located errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from ratc.passes.base import Pass, load_passes, parse_option
 
 _NAME = re.compile(r"[a-z][a-z0-9-]*")
 _KEY = re.compile(r"[a-z][a-z0-9_-]*")
-_VALUE = re.compile(r"[^,{}=\s]+")
+_VALUE = re.compile(r"[^,{}=\s\"]+")
+_QUOTED = re.compile(r'"([^"]*)"')  # any text but a quote, e.g. "a:b=1,c=2;d:e=3"
 
 
 class PipelineError(LocatedError):
@@ -55,14 +56,16 @@ def parse_pipeline(text: str, source: str = "<pipeline>") -> list[Pass]:
                 if pos >= len(text) or text[pos] != "=":
                     fail(f"expected '=' after option '{km.group(0)}'", pos)
                 pos = skip_ws(pos + 1)
-                vm = _VALUE.match(text, pos)
+                vm = _QUOTED.match(text, pos) if text.startswith('"', pos) else _VALUE.match(text, pos)
                 if not vm:
+                    if text.startswith('"', pos):
+                        fail(f"unterminated quoted value for option '{km.group(0)}'", pos)
                     fail(f"expected a value for option '{km.group(0)}'", pos)
                 try:
                     field = km.group(0).replace("-", "_")
                     if field in kwargs:
                         fail(f"option '{km.group(0)}' given twice", key_at)
-                    kwargs[field] = parse_option(cls, km.group(0), vm.group(0))
+                    kwargs[field] = parse_option(cls, km.group(0), vm.group(vm.lastindex or 0))
                 except KeyError as exc:
                     fail(exc.args[0], key_at)
                 except ValueError as exc:

@@ -21,7 +21,17 @@ PAPER_TABLE5 = (
 
 
 class ExecutionProfile:
-    """What the planner asks of a backend: sustained GEMM time and DDR-bound op time."""
+    """What the planner asks of a backend: sustained GEMM time and DDR-bound op time.
+
+    A profile that `runs_kernels` times GEMM and attention ops as the generated kernels
+    that run them (ratc.codegen.op_kernels), via `kernel(kind, shape)`; otherwise GEMMs
+    run at `gemm_efficiency` of peak and every op at its roofline.
+    """
+
+    runs_kernels = False
+
+    def kernel(self, kind: str, shape: tuple) -> dict:  # pragma: no cover - interface
+        raise NotImplementedError
 
     def gemm_time(self, m: int, n: int, k: int) -> float:  # pragma: no cover - interface
         raise NotImplementedError
@@ -66,10 +76,15 @@ class KernelVMExecProfile(ExecutionProfile):
     """GEMM times measured by ratc's kernel VM (ratc.codegen.exec_profile.gemm_time)."""
 
     platform: object
+    runs_kernels = True
+
+    def kernel(self, kind: str, shape: tuple) -> dict:
+        """The generated kernel's figures (cycles, seconds, ddr_bytes, ...)."""
+        from ratc.codegen.exec_profile import kernel_profile
+        return kernel_profile(self.platform, kind, shape)
 
     def gemm_time(self, m: int, n: int, k: int) -> float:
-        from ratc.codegen.exec_profile import gemm_time
-        return gemm_time(self.platform, m, n, k)
+        return self.kernel("gemm", (m, n, k))["seconds"]
 
     def gemm_efficiency(self, m: int, n: int, k: int) -> float:
         return m * n * k / (self.platform.cluster.peak_mac_rate * self.gemm_time(m, n, k))

@@ -34,6 +34,22 @@ class UnitCost:
     saved_bytes: float      # full-save activations kept for backward
     ckpt_bytes: float       # the layer input (the checkpoint under ckpt / FSR)
     workspace: float        # the largest non-attention op output: operator scratch in DDR
+    kernels: "UnitKernels | None" = None   # the generated kernels it runs (ratc.codegen.op_kernels)
+
+
+@dataclass(frozen=True)
+class UnitKernels:
+    """A unit's kernel calls per sequence and the seconds of the work no kernel runs.
+
+    fwd / bwd: sorted ((kind, shape), calls) pairs; *_other: roofline seconds of the ops
+    without a kernel plus the DDR streams around attention. With a kernel-running
+    execution profile a unit's time is exactly sum(calls x kernel seconds) + other.
+    """
+
+    fwd: tuple
+    bwd: tuple
+    fwd_other: float
+    bwd_other: float
 
 
 def elem_bytes(dtype: str) -> int:
@@ -86,27 +102,67 @@ def op_times(op: OpProfile, exec_profile, platform, tp: int, split: bool, dtype_
 def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, tp: int,
               decoder: bool) -> UnitCost:
     """Costs of one layer for one sequence at tensor-parallel degree tp."""
+    from ratc.codegen.op_kernels import attention_alignment, merge, op_kernels
+
     eb = elem_bytes(model.dtype)
+    align = attention_alignment(platform.vliw)
+    ddr = platform.cluster.ddr_bandwidth
+    runs_kernels = exec_profile.runs_kernels
     f = fc = fd = b = bc = bd = 0.0
     saved = workspace = 0.0
+    kf, kb, other_f, other_b = [], [], 0.0, 0.0
     for op in layer.ops:
         split = op_split(op, model.hidden)
-        c1, d1, c2, d2 = op_times(op, exec_profile, platform, tp, split, eb)
-        f += max(c1, d1)
-        fc += c1
-        fd += d1
-        b += max(c2, d2)
-        bc += c2
-        bd += d2
-        saved += op.saved_bytes / (tp if split else 1)
+        div = tp if split else 1
+        ks = op_kernels(op, div, eb, align)
+        if ks is not None:
+            kf += ks.fwd
+            kb += ks.bwd
+            other_f += ks.fwd_stream_bytes / ddr
+            other_b += ks.bwd_stream_bytes / ddr
+        if ks is not None and runs_kernels:
+            # The op's time is its kernels' measured time (which includes their own DDR
+            # traffic) plus the streams between them; no max() against a DDR roofline.
+            c1, d1 = _kernel_time(exec_profile, ks.fwd, ddr)
+            c2, d2 = _kernel_time(exec_profile, ks.bwd, ddr)
+            s1, s2 = ks.fwd_stream_bytes / ddr, ks.bwd_stream_bytes / ddr
+            f += c1 + s1
+            fc += c1
+            fd += d1 + s1
+            b += c2 + s2
+            bc += c2
+            bd += d2 + s2
+        else:
+            c1, d1, c2, d2 = op_times(op, exec_profile, platform, tp, split, eb)
+            f += max(c1, d1)
+            fc += c1
+            fd += d1
+            b += max(c2, d2)
+            bc += c2
+            bd += d2
+            if ks is None:
+                other_f += max(c1, d1)
+                other_b += max(c2, d2)
+        saved += op.saved_bytes / div
         if op.kind != "attention":
             # The attention backward keeps its score-gradient tiles in AM/SM (paper Alg. 1),
             # so only other ops need DDR scratch of their output size.
-            workspace = max(workspace, op.bytes_written / (tp if split else 1))
+            workspace = max(workspace, op.bytes_written / div)
+    kernels = UnitKernels(merge(kf), merge(kb), other_f, other_b)
     return UnitCost(name=layer.name, decoder=decoder, fwd=f, fwd_compute=fc, fwd_ddr=fd,
                     bwd=b, bwd_compute=bc, bwd_ddr=bd, params=layer.param_count / tp,
                     saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
-                    workspace=workspace)
+                    workspace=workspace, kernels=kernels)
+
+
+def _kernel_time(exec_profile, calls, ddr: float) -> tuple[float, float]:
+    """(seconds, DDR-busy seconds) of ((kind, shape), calls) kernel runs."""
+    seconds = busy = 0.0
+    for (kind, shape), n in calls:
+        k = exec_profile.kernel(kind, shape)
+        seconds += n * k["seconds"]
+        busy += n * k["ddr_bytes"] / ddr
+    return seconds, busy
 
 
 def model_units(model: ModelProfile, exec_profile, platform, tp: int) -> list[UnitCost]:

@@ -9,6 +9,10 @@
       }
     }
 
+After `codegen`, module-level `life.kernel @gemm_...` ops hold the generated kernels and
+each Forward/Backward/Recover names the kernels it calls (`kernels`, `calls`) and its
+duration in cycles (`cycles`).
+
 Ops inside a stage are in issue order; each task carries its duration (`dur`, seconds), its
 resource (`res`), its priority (`prio`, 0 = most urgent) and the bytes of each result
 (`sizes`). A task with `inplace = true` writes its last result into its last operand's
@@ -29,7 +33,7 @@ LIFE = Dialect("life", "training-state lifecycles: per-stage scheduled programs"
 # Attributes every task may carry: cost inputs, scheduling and memory-plan results.
 _TASK = {"dur": "float", "res": "compute|ddr|link", "prio": "int", "sizes": "list<int>",
          "inplace": "bool?", "tier": "list<str>?", "buf": "list<int>?", "frees": "list<int>?"}
-_COSTED = {"dc": "float", "dd": "float", "ws": "bytes"}
+_COSTED = {"dc": "float", "dd": "float", "ws": "bytes", "kernels": "list<symref>?", "calls": "list<int>?", "cycles": "int?"}
 _PLACED = {"placement": "fwd-side|idle|bwd?", "window": "float?", "exposed": "float?"}
 _DEADLINE = {"release": "float?", "deadline": "float?", "start": "float?", "exposed": "float?"}
 
@@ -71,7 +75,11 @@ LIFE.op("unit", "one layer (embedding, decoder layer or head) with its costs per
             "bwd_d": "float", "in_bytes": "bytes", "saved": "bytes", "ws": "bytes", "param": "bytes",
             "opt": "bytes", "grad": "bytes", "shard": "bytes", "bucket": "bytes", "view": "bytes", "sync": "float",
             "sync_kind": "all-reduce|reduce-scatter", "reduce": "float", "update": "float",
-            "prefetch": "float", "gather": "float"})
+            "prefetch": "float", "gather": "float", "kfwd": "list?", "kbwd": "list?", "fwd_other": "float?",
+            "bwd_other": "float?"})
+LIFE.op("kernel", "a generated kernel that tasks call (codegen pass); its code is kernels/<symbol>.rasm",
+        symbol=True, attrs={"kind": "gemm|attn_bwd", "shape": "list<int>", "cycles": "int", "mac_util": "float",
+                            "ddr_bytes": "int", "tiles": "dict"})
 LIFE.op("pipeline", "one training step of all pipeline stages", symbol=True, region=True,
         verify=_check_pipeline, attrs={
             "plan": "symref", "P": "int", "M": "int", "Z": "int", "act": "full|ckpt|fsr", "units": "int",

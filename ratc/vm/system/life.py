@@ -219,7 +219,10 @@ def _compute(tr, op, p, k, pos):
     """Main-path and recovery work: the stage's compute engine, in scheduled order."""
     deps = tr.operand_deps(op, k)
     chain = tr.chains[p]
-    ids = tr.add(op, p, k, [(p, "compute")], tr.cycles(op.attributes["dur"]),
+    # After codegen a task runs for exactly its kernels' cycles (plus the rest, rounded once).
+    a = op.attributes
+    cycles = a["cycles"] if "cycles" in a else tr.cycles(a["dur"])
+    ids = tr.add(op, p, k, [(p, "compute")], cycles,
                  lambda r: deps(r) + ((chain[r],) if chain[r] is not None else ()), pos)
     tr.chains[p] = list(ids)
     tr.produce(op, k, ids)
