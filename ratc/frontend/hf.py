@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 from ratc.errors import RatcError
-from ratc.frontend.modelfile import skip_init_on_meta
 from ratc.frontend.profile import ModelProfile
 
 # torch dtype names as config.json spells them; ratc trains in fp16 unless told otherwise.
@@ -52,7 +51,7 @@ def build_hf_model(config: dict, display: str = "<config>"):
     except Exception as exc:  # noqa: BLE001 - transformers validates with its own exception types
         raise RatcError(f"{display}: cannot read config: {_cause(exc)}") from None
     try:
-        with torch.device("meta"), skip_init_on_meta():
+        with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, TRAIN_DTYPE))
     except Exception as exc:  # noqa: BLE001 - transformers raises many types for bad configs
         raise RatcError(f"{display}: cannot build a causal LM for model_type '{model_type}': "

@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import sys
 import traceback
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,41 +95,6 @@ def _call(fn, config: dict, path: str, what: str):
         raise RatcError(f"{path}: {what} raised {type(exc).__name__}{where}: {exc}") from None
 
 
-# torch.nn.init functions modules call from reset_parameters() (they return the tensor).
-_INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_",
-                   "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
-                   "sparse_")
-
-
-@contextmanager
-def skip_init_on_meta():
-    """Make torch.nn.init a no-op for meta tensors while a model is built.
-
-    Meta tensors hold no values, so initializing them does nothing useful; but the first
-    call of an init function imports torch._dynamo (~1.5 s) on its way to doing nothing.
-    Tensors on real devices are initialized as usual.
-    """
-    import torch
-    import torch.nn.init as init
-
-    saved = {name: getattr(init, name) for name in _INIT_FUNCTIONS if hasattr(init, name)}
-
-    def skipping(real):
-        def init_fn(tensor, *args, **kwargs):
-            if isinstance(tensor, torch.Tensor) and tensor.is_meta:
-                return tensor
-            return real(tensor, *args, **kwargs)
-        return init_fn
-
-    for name, real in saved.items():
-        setattr(init, name, skipping(real))
-    try:
-        yield
-    finally:
-        for name, real in saved.items():
-            setattr(init, name, real)
-
-
 def load_model_file(path: str, preset: str | None = None, seq_len: int | None = None) -> ModelSpec:
     """Build a model file's module on the meta device for one preset (and sequence length)."""
     import torch
@@ -146,7 +110,7 @@ def load_model_file(path: str, preset: str | None = None, seq_len: int | None = 
     spec = _call(mod.input_spec, dict(config), path, "input_spec")
     if not isinstance(spec, dict) or not isinstance(spec.get("seq_len"), int) or not isinstance(spec.get("vocab"), int):
         raise RatcError(f"{path}: input_spec must return a dict with integer 'seq_len' and 'vocab', got {spec!r}")
-    with torch.device("meta"), skip_init_on_meta():
+    with torch.device("meta"):
         module = _call(mod.build_model, dict(config), path, "build_model")
     if not isinstance(module, torch.nn.Module):
         raise RatcError(f"{path}: build_model must return a torch.nn.Module, got {type(module).__name__}")

@@ -32,15 +32,18 @@ def _check_types(specs, values, what: str, op: Operation) -> None:
                               f"got {v.type}", op)
 
 
-_ATTR_TABLES: dict[str, tuple[dict, tuple[str, ...]]] = {}
+_ATTR_TABLES: dict[str, tuple] = {}
 
 
-def _attr_table(opdef: OpDef) -> tuple[dict, tuple[str, ...]]:
-    """({attribute: (checker, choices, spec)}, required names) of an op, built once per op kind."""
+def _op_table(opdef: OpDef) -> tuple:
+    """What verify_op checks of an op kind, built once: ({attribute: (checker, choices, spec)},
+    required attribute names, whether every operand / every result may have any type)."""
     table = _ATTR_TABLES.get(opdef.name)
     if table is None:
         checks = {k: (ATTR_CHECKERS[spec.kind], spec.choices, spec) for k, spec in opdef.attrs.items()}
-        table = _ATTR_TABLES[opdef.name] = (checks, tuple(k for k, spec in opdef.attrs.items() if spec.required))
+        table = _ATTR_TABLES[opdef.name] = (
+            checks, tuple(k for k, spec in opdef.attrs.items() if spec.required),
+            all(s.constraint == "any" for s in opdef.operands), all(s.constraint == "any" for s in opdef.results))
     return table
 
 
@@ -49,14 +52,16 @@ def verify_op(op: Operation) -> None:
     opdef = lookup(op.name)
     if opdef is None:
         raise VerifyError(f"unknown op '{op.name}'", op)
+    checks, required, any_operands, any_results = _op_table(opdef)
     _arity(opdef.operands, len(op.operands), "operand", opdef, op)
     _arity(opdef.results, len(op.results), "result", opdef, op)
-    _check_types(opdef.operands, op.operands, "operand", op)
-    _check_types(opdef.results, op.results, "result", op)
+    if not any_operands:
+        _check_types(opdef.operands, op.operands, "operand", op)
+    if not any_results:
+        _check_types(opdef.results, op.results, "result", op)
     for v in op.results:
         if isinstance(v.type, TensorType) and v.type.dtype not in DTYPE_BYTES:
             raise VerifyError(f"'{op.name}' result has unknown element type '{v.type.dtype}'", op)
-    checks, required = _attr_table(opdef)
     attrs = op.attributes
     for key, value in attrs.items():
         check = checks.get(key)
@@ -112,11 +117,10 @@ def verify(module: Module, check_symbols: bool = True) -> None:
     if not check_symbols:
         return
     for op in module.walk():
+        opdef = lookup(op.name)
+        scan = _symbol_attrs(opdef) if opdef is not None else None
         for key, value in op.attributes.items():
-            if not isinstance(value, _CONTAINERS):
-                if type(value) is SymbolRef and value.name not in symbols:
-                    raise VerifyError(f"'{op.name}' attribute '{key}' refers to undefined symbol "
-                                      f"'@{value.name}'", op)
+            if scan is not None and key not in scan:
                 continue
             for ref in _symbol_refs(value):
                 if ref.name not in symbols:
@@ -124,7 +128,18 @@ def verify(module: Module, check_symbols: bool = True) -> None:
                                       f"'@{ref.name}'", op)
 
 
-_CONTAINERS = (list, dict)
+# Attribute kinds that cannot hold a symbol reference: the symbol check skips them.
+_NO_SYMBOLS = frozenset({"int", "float", "str", "bool", "bytes", "list<int>", "list<str>", "list<float>"})
+_SYMBOL_ATTRS: dict[str, frozenset] = {}
+
+
+def _symbol_attrs(opdef: OpDef) -> frozenset:
+    """The op's attributes whose kind may hold symbol references."""
+    names = _SYMBOL_ATTRS.get(opdef.name)
+    if names is None:
+        names = _SYMBOL_ATTRS[opdef.name] = frozenset(k for k, spec in opdef.attrs.items()
+                                                      if spec.kind not in _NO_SYMBOLS)
+    return names
 
 
 def _symbol_refs(value):
