@@ -86,10 +86,11 @@ ATTR_CHECKERS = {
     "list": lambda v: type(v) is list,
     "dict": lambda v: type(v) is dict,
     "any": lambda v: True,
-    "list<int>": lambda v: type(v) is list and all(type(x) is int for x in v),
-    "list<str>": lambda v: type(v) is list and all(type(x) is str for x in v),
-    "list<float>": lambda v: type(v) is list and all(type(x) is float for x in v),
-    "list<symref>": lambda v: type(v) is list and all(type(x) is SymbolRef for x in v),
+    # set(map(type, v)) runs in C: these lists (sizes, buffers, kernels) are on every task
+    "list<int>": lambda v: type(v) is list and set(map(type, v)) <= {int},
+    "list<str>": lambda v: type(v) is list and set(map(type, v)) <= {str},
+    "list<float>": lambda v: type(v) is list and set(map(type, v)) <= {float},
+    "list<symref>": lambda v: type(v) is list and set(map(type, v)) <= {SymbolRef},
 }
 _KIND_NAMES = {"int": "an integer", "float": "a float", "str": "a string", "bool": "a bool",
                "bytes": "a byte size (e.g. 4KiB)", "symref": "a symbol reference (@name)",
