@@ -1,42 +1,107 @@
 """Benchmark the lifecycle pipeline: compile time of LLaMA-2-70B at P=48 (A=16), and memory-plan
 peaks against the planner's Eq. 9 on the paper's Table 2 / Table 3 configurations.
 
-    python benchmarks/bench_lifecycle.py [--runs 5] [--no-memory-table]
+    python benchmarks/bench_lifecycle.py [--runs 5] [--no-memory-table] [--vm] [--doc docs/lifecycle.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
+import sys
 import time
+from pathlib import Path
 
-from ratc.frontend import trace_preset
-from ratc.lifecycle.compile import default_pipeline
-from ratc.lifecycle.lowering import find_pipeline
-from ratc.lifecycle.plan_ir import plan_module
-from ratc.passes import PassContext, PassManager, parse_pipeline
-from ratc.planner.config import Candidate
-from ratc.planner.search import Planner
-from ratc.platform import load_platform
+sys.path.insert(0, str(Path(__file__).resolve().parent / "paper"))
 
-# (model, P, D, T, Z, A, act, pref): Table 3 rows, then Table 2 rows. Table 2 does not give
-# A; 4096 sequences per step (its tokens/s x step time / 2048) over D replicas at b = 1.
-CONFIGS = [
-    ("llama2-7b", 2, 4, 1, 2, 128, "fsr", "deadline"),
-    ("baichuan2-13b", 8, 2, 1, 2, 128, "fsr", "deadline"),
-    ("qwen2.5-32b", 16, 4, 1, 2, 128, "fsr", "deadline"),
-    ("llama2-70b", 48, 2, 1, 2, 16, "fsr", "deadline"),
-    ("llama2-13b", 2, 128, 1, 2, 32, "fsr", "deadline"),
-    ("llama2-13b", 2, 64, 2, 2, 64, "fsr", "deadline"),
-    ("llama2-13b", 2, 128, 1, 3, 32, "fsr", "deadline"),
-    ("llama2-13b", 2, 128, 1, 2, 32, "ckpt", "deadline"),
-    ("llama2-13b", 2, 128, 1, 2, 32, "ckpt", "bulk"),
-    ("qwen2.5-32b", 8, 32, 1, 2, 16, "fsr", "deadline"),
-    ("qwen2.5-32b", 8, 16, 2, 2, 32, "fsr", "deadline"),
-    ("qwen2.5-32b", 8, 32, 1, 3, 16, "fsr", "deadline"),
-    ("qwen2.5-32b", 8, 32, 1, 2, 16, "ckpt", "deadline"),
-    ("qwen2.5-32b", 8, 32, 1, 2, 16, "ckpt", "bulk"),
-]
+import table2  # noqa: E402
+import table3  # noqa: E402
+
+from ratc.frontend import trace_preset  # noqa: E402
+from ratc.lifecycle.compile import default_pipeline  # noqa: E402
+from ratc.lifecycle.lowering import find_pipeline  # noqa: E402
+from ratc.lifecycle.plan_ir import plan_module  # noqa: E402
+from ratc.passes import PassContext, PassManager, parse_pipeline  # noqa: E402
+from ratc.planner.config import Candidate  # noqa: E402
+from ratc.planner.search import Planner  # noqa: E402
+from ratc.platform import load_platform  # noqa: E402
+from ratc.vm.system.driver import parse_config  # noqa: E402
+
+MARK = "<!-- memory table: python benchmarks/bench_lifecycle.py --vm --doc docs/lifecycle.md -->"
+
+
+def paper_configs() -> list:
+    """(row, model, candidate) for the paper's own configurations, read from the paper-table scripts.
+
+    Table 2's rows give no A: its 4096 sequences per step over D replicas at b = 1. Full-save has
+    no configuration in the paper (out of memory); it is RATrain's with full-save activations.
+    """
+    rows = []
+    for model, (_, cfg, _, _, _) in table3.PAPER.items():
+        rows.append(("Table 3", model, parse_config(cfg)))
+    for model, strategies in table2.PAPER.items():
+        batch = table2.implied_batch(strategies)
+        for strategy, (cfg, *_rest) in strategies.items():
+            if cfg == "-":
+                cfg = strategies["ratrain"][0] + ",act=full"
+            D = parse_config(cfg + ",A=1").D
+            pref = "bulk" if strategy == "tuned-pp-dp-zero" else "deadline"
+            rows.append((f"Table 2 {strategy}", model, parse_config(f"{cfg},A={batch // D},pref={pref}")))
+    return rows
+
+
+def chosen_configs(platform) -> list:
+    """(row, model, candidate) for the plans ratc's planner picks at the same settings."""
+    rows = []
+    for model, (_, best) in table2.run(platform).items():
+        rows += [(f"Table 2 {s} (ratc)", model, ev.cand) for s, ev in best.items() if ev is not None]
+    for model, (_, res, _, _) in table3.run(platform).items():
+        rows.append(("Table 3 (ratc)", model, res.best.cand))
+    return rows
+
+
+def compare(model: str, cand: Candidate, platform, vm: bool = False) -> dict:
+    """Per-stage Eq. 9 and memory-plan peaks of one configuration (and the system VM's, T = 1)."""
+    profile = trace_preset(model, 2048)
+    planner = Planner(profile, platform)
+    _, mem, _ = planner.detail(cand)
+    module = plan_module(profile, cand, platform, planner)
+    PassManager(parse_pipeline(default_pipeline(cand.pref, budget="none")), verify_each=False).run(module)
+    out = {"eq9": [float(x) for x in mem.total[0]], "plan": list(find_pipeline(module).attributes["peak"])}
+    if vm and cand.T == 1:
+        from ratc.vm.system.driver import run_module
+        out["vm"] = list(run_module(module, platform, budget=None)[1].stage_peak_bytes)
+    return out
+
+
+def memory_table(vm: bool = False) -> str:
+    """The markdown table: peaks, their difference, the stage that differs most (and the VM's peak)."""
+    platform = load_platform("mt3000")
+    lines = ["| row | model | config | Eq. 9 peak | memory-plan peak | diff | worst stage | VM peak |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row, model, cand in paper_configs() + chosen_configs(platform):
+        r = compare(model, cand, platform, vm)
+        eq9, plan = r["eq9"], r["plan"]
+        diffs = [(a - b) / b * 100 for a, b in zip(plan, eq9)]
+        worst = max(range(len(diffs)), key=lambda p: (abs(diffs[p]), -p))
+        peak = (max(plan) - max(eq9)) / max(eq9) * 100
+        vm_cell = (f"{max(r['vm']) / 1e9:.2f} GB ({(max(r['vm']) - max(eq9)) / max(eq9) * 100:+.1f} %)"
+                   if "vm" in r else "-")
+        line = (f"| {row} | {model} | {cand.label()} | {max(eq9) / 1e9:.2f} GB | {max(plan) / 1e9:.2f} GB | "
+                f"{peak:+.2f} % | {worst} of {len(diffs)}: {diffs[worst]:+.2f} % | {vm_cell} |")
+        print(line, flush=True)
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def write_doc(path: str, table: str) -> None:
+    """Replace the table after MARK in the doc (up to the next blank line)."""
+    text = Path(path).read_text()
+    pattern = re.compile(re.escape(MARK) + r"\n(\|.*\n)*")
+    if not pattern.search(text):
+        raise SystemExit(f"{path}: no line '{MARK}' to put the table after")
+    Path(path).write_text(pattern.sub(lambda _: MARK + "\n" + table + "\n", text, count=1))
 
 
 def bench_compile(runs: int) -> None:
@@ -62,33 +127,19 @@ def bench_compile(runs: int) -> None:
         print(f"  {name:<16} {statistics.median(ts):.3f} s")
 
 
-def memory_table() -> None:
-    platform = load_platform("mt3000")
-    print("\nmodel          config                               Eq.9 peak  memory-plan  diff   "
-          "decoder-only stages")
-    for model, P, D, T, Z, A, act, pref in CONFIGS:
-        profile = trace_preset(model, 2048)
-        cand = Candidate(P=P, D=D, T=T, Z=Z, b=1, A=A, act=act, pref=pref)
-        planner = Planner(profile, platform)
-        _, mem, _ = planner.detail(cand)
-        eq9 = [float(x) for x in mem.total[0]]
-        module = plan_module(profile, cand, platform, planner)
-        PassManager(parse_pipeline(default_pipeline(pref, budget="none")), verify_each=False).run(module)
-        mine = find_pipeline(module).attributes["peak"]
-        inner = [abs(a - b) / b * 100 for a, b in list(zip(mine, eq9))[1:-1]]
-        print(f"{model:<14} {cand.label():<36} {max(eq9) / 1e9:8.2f}GB {max(mine) / 1e9:9.2f}GB "
-              f"{(max(mine) - max(eq9)) / max(eq9) * 100:+6.2f}%  "
-              + (f"max |diff| {max(inner):.2f}%" if inner else "-"))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--no-memory-table", action="store_true")
+    ap.add_argument("--vm", action="store_true", help="also simulate each T = 1 configuration on the system VM")
+    ap.add_argument("--doc", help="write the memory table into this markdown file (after its marker line)")
     args = ap.parse_args()
-    bench_compile(args.runs)
+    if args.runs > 0:
+        bench_compile(args.runs)
     if not args.no_memory_table:
-        memory_table()
+        table = memory_table(args.vm)
+        if args.doc:
+            write_doc(args.doc, table)
 
 
 if __name__ == "__main__":

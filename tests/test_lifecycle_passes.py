@@ -87,6 +87,22 @@ def test_state_pipeline_issues_gradsync_when_accumulation_ends():
     assert all(i > last_main for i, op in enumerate(bulk) if op.name == "life.grad_sync")
 
 
+@pytest.mark.parametrize("Z", [2, 3])
+def test_bulk_state_chain_keeps_zero2_reduce_scatters_in_the_backward(Z):
+    # ZeRO >= 2 (DeepSpeed): every bucket, the last micro-batch's too, is reduce-scattered as
+    # backward produces it; bulk defers only the update and the prefetch to the step end.
+    for p in (0, 1):
+        ops = _stage(compile_tiny(P=2, A=4, Z=Z, pref="bulk"), p)
+        last_bwd = max(i for i, op in enumerate(ops) if op.name == "life.bwd")
+        for i, op in enumerate(ops):
+            if op.name == "life.grad_sync":
+                prev = ops[i - 1]
+                assert (prev.name, prev.attributes["unit"], prev.attributes["mb"]) == \
+                    ("life.bwd", op.attributes["unit"], 3)
+            if op.name in ("life.update", "life.prefetch"):
+                assert i > last_bwd
+
+
 def _edf_ok(ops, name):
     """Non-preemptive EDF: when a task starts, no released, unstarted task has an earlier deadline."""
     tasks = [op.attributes for op in ops if op.name == name]

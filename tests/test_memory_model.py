@@ -154,7 +154,8 @@ def test_zero3_views_are_the_current_and_next_unit(act):
     assert mem.param_view[0, 0] == pytest.approx(expect, rel=1e-9)
     peaks = find_pipeline(compile_program(profile, cand, plat, {"planner": planner, "budget": "none",
                                                                  "verify_each": False})).attributes["peak"]
-    # Eq. 9 still adds each term's maximum (the embedding's gradient bucket with the decoder
-    # recovery buffer, docs/lifecycle.md), so it stays at or above the plan: +10.3 % on the
-    # embedding stage under FSR, down from +17 % with two embedding views
-    assert peaks[0] <= mem.total[0, 0] <= 1.11 * peaks[0]
+    # Eq. 9 stays at or above the plan: within 5 % on the embedding stage (a whole micro-batch's
+    # checkpoints; with M = P its first Backward precedes every gradient shard, docs/lifecycle.md),
+    # down from +10.3 % when it added the embedding's bucket to the decoder recovery buffer and
+    # +17 % with two embedding views.
+    assert peaks[0] <= mem.total[0, 0] <= 1.05 * peaks[0]

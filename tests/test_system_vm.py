@@ -209,5 +209,11 @@ def test_cycle_and_bad_references_are_reported_by_task_name():
     prog.add("0F0", "forward", 0, ("compute",), 1, deps=(7,))
     with pytest.raises(ProgramError, match="0F0"):
         simulate(prog)
+    for bad in (-1, 1):      # a negative index, and the task itself
+        prog = Program(stages=1, replicas=1)
+        prog.add("0F0", "forward", 0, ("compute",), 1)
+        prog.add("0B0", "backward", 0, ("compute",), 1, deps=(0, bad))
+        with pytest.raises(ProgramError, match=rf"0B0 \(#1\): dependency #{bad} does not name another task"):
+            simulate(prog)
     with pytest.raises(ProgramError, match="unknown kind"):
         Program(stages=1, replicas=1).add("x", "dance", 0, ("compute",), 1)

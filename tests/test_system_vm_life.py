@@ -180,8 +180,9 @@ def test_cli_run_rejects_a_directory_without_a_program(tmp_path, capsys):
 
 def test_state_and_recovery_placements_show_in_simulated_time(tiny):
     runs = {}
-    for config in ("P=2,D=2,A=4,FSR,deadline", "P=2,D=2,A=4,Ckpt,deadline", "P=2,D=2,A=4,FSR,layerwise",
-                   "P=2,D=2,A=4,FSR,bulk"):
+    # ZeRO-1, where bulk defers GradSync (under ZeRO-2 it reduces each bucket during backward).
+    for config in ("P=2,D=2,Z=1,A=4,FSR,deadline", "P=2,D=2,Z=1,A=4,Ckpt,deadline", "P=2,D=2,Z=1,A=4,FSR,layerwise",
+                   "P=2,D=2,Z=1,A=4,FSR,bulk"):
         runs[config] = run_module(compile_candidate(tiny, parse_config(config), MT3000), MT3000, budget=None)
 
     def first_sync_vs_last_bwd(tl, stage=0, step=1):
@@ -190,14 +191,14 @@ def test_state_and_recovery_placements_show_in_simulated_time(tiny):
                     and "G" in tl.program.tasks[i].name)
         return syncs, max(tl.end[i] for i in idx if tl.program.tasks[i].kind == "backward")
 
-    sync, last_bwd = first_sync_vs_last_bwd(runs["P=2,D=2,A=4,FSR,bulk"][0])
+    sync, last_bwd = first_sync_vs_last_bwd(runs["P=2,D=2,Z=1,A=4,FSR,bulk"][0])
     assert sync >= last_bwd                       # bulk: GradSync only after the whole backward
-    sync, last_bwd = first_sync_vs_last_bwd(runs["P=2,D=2,A=4,FSR,layerwise"][0])
+    sync, last_bwd = first_sync_vs_last_bwd(runs["P=2,D=2,Z=1,A=4,FSR,layerwise"][0])
     assert sync < last_bwd                        # layer-wise: overlapped with the remaining backward
     tail = {c: r.tail_cycles for c, (_, r) in runs.items()}
-    assert tail["P=2,D=2,A=4,FSR,bulk"] > tail["P=2,D=2,A=4,FSR,layerwise"] > tail["P=2,D=2,A=4,FSR,deadline"]
+    assert tail["P=2,D=2,Z=1,A=4,FSR,bulk"] > tail["P=2,D=2,Z=1,A=4,FSR,layerwise"] > tail["P=2,D=2,Z=1,A=4,FSR,deadline"]
     step = {c: r.step_cycles for c, (_, r) in runs.items()}
     # backward-time recovery waits for the gradient; FSR recovers while the stage waits for it
-    assert step["P=2,D=2,A=4,Ckpt,deadline"] > step["P=2,D=2,A=4,FSR,deadline"]
-    ckpt = runs["P=2,D=2,A=4,Ckpt,deadline"][1].critical_cycles["recovery"]
-    assert ckpt > runs["P=2,D=2,A=4,FSR,deadline"][1].critical_cycles["recovery"]
+    assert step["P=2,D=2,Z=1,A=4,Ckpt,deadline"] > step["P=2,D=2,Z=1,A=4,FSR,deadline"]
+    ckpt = runs["P=2,D=2,Z=1,A=4,Ckpt,deadline"][1].critical_cycles["recovery"]
+    assert ckpt > runs["P=2,D=2,Z=1,A=4,FSR,deadline"][1].critical_cycles["recovery"]

@@ -144,9 +144,10 @@ def planner_makespan(F, B, M, send, R, R1, fsr):
     s = np.array([[send]])
     fwd = (F + np.where(np.arange(P) < P - 1, send, 0.0))[None]
     bwd = (B + np.where(np.arange(P) > 0, send, 0.0))[None]
-    cool, warm = _fsr_hidden(fwd, bwd, R[None], R1[None]) if fsr else (0.0, None)
+    cool, warm = _fsr_hidden(fwd, bwd, R[None], R1[None]) if fsr else (np.zeros((1, P)), None)
     path = fwd + bwd
-    return makespan(path + R - cool, path - _sends(P, s) + R, s, np.array([[M]]), warm)[0]
+    return makespan(path + R - cool, path - _sends(P, s) + R, s, np.array([[M]]), warm,
+                    R1[None] if fsr else None, fwd=fwd, cool=cool)[0]
 
 
 @settings(max_examples=150, deadline=None)
@@ -171,10 +172,11 @@ def test_1f1b_sends_leave_the_compute_stream(P, M, f, b, s):
 def test_fsr_recovery_matches_one_buffer_schedule(P, k, f, b, s, layers, jitter):
     # Near-balanced stages (+-15 %), M > 2P: the planner's recovery terms against an event
     # simulation of the compiled order, checkpointing (Recover before every Backward) and FSR
-    # (the first Recover moved ahead of each wait the recovery-free schedule has). Unequal
-    # stages make the closed form pessimistic (on random samples ~0.5 % on average, at most 3 %
-    # for checkpointing and 7 % for FSR); for FSR it can also undershoot slightly (0.07 % in
-    # the example above), so its lower bound is 1 %.
+    # (the first Recover moved ahead of each wait the recovery-free schedule has). The closed
+    # form is the longest of the paths that circulate on one stage (makespan); paths that
+    # change stage in the drain are not among them, so it can undershoot: on random samples
+    # checkpointing is within -0.4 %..+0.3 % (mean 0.01 %) and FSR, whose hidden recovery
+    # is estimated per stage, within -2.6 %..+0.2 % (mean 0.2 %).
     j = np.array(jitter)
     F, B = f * j[:P], b * j[8:8 + P]
     R = F * j[16:16 + P] * 0.85                # a stage's decoder layers re-run (no embedding/head)
@@ -185,8 +187,8 @@ def test_fsr_recovery_matches_one_buffer_schedule(P, k, f, b, s, layers, jitter)
     _, waited = simulate_1f1b_fsr(F, B, M, send)
     fsr, _ = simulate_1f1b_fsr(F, B, M, send, R, R1, waited)
     pc, pf = planner_makespan(F, B, M, send, R, R1, False), planner_makespan(F, B, M, send, R, R1, True)
-    assert ckpt * (1 - 1e-9) <= pc <= ckpt * 1.05
-    assert fsr * 0.99 <= pf <= fsr * 1.08
+    assert ckpt * 0.99 <= pc <= ckpt * 1.01
+    assert fsr * 0.96 <= pf <= fsr * 1.02
     assert pf <= pc + 1e-9
     if all(x == 1.0 for x in jitter) and s == 0.0:     # equal stages: exact
         assert pc == pytest.approx(ckpt) and pf == pytest.approx(fsr)
@@ -235,15 +237,36 @@ def test_state_pipeline_hides_more_than_bulk(planner13, P, Z, D):
 
 
 def test_bulk_tail_is_sync_update_gather(planner13):
-    # Without the state pipeline the tail is the whole stage's reduce-scatter + update + all-gather.
-    c = Candidate(2, 128, 1, 2, 1, 32, "fsr", "bulk")
-    ev = planner13.evaluate_group([c])[0]
-    sc, _, st_ = planner13.detail(c)
+    # Without the state pipeline the whole stage's reduce-scatter follows its last Backward
+    # (ZeRO-1: the accumulated gradient is reduce-scattered at the step end); then the
+    # updates and the all-gathers, each view due at the next step's first Forward of its
+    # unit, so the gathers of all but the first units overlap that Forward. Oracle: the
+    # system VM running the compiled program.
+    from ratc.vm.system.driver import compile_candidate, run_module
     net = load_platform("mt3000").network
     stage_params = planner13.model.param_count / 2
     rs = 127 * (net.inter_node_latency + stage_params * 2 / 128 / net.inter_node_bandwidth)
-    assert ev.e_comm == pytest.approx(rs, rel=0.02)
-    assert ev.e_pref == pytest.approx(rs, rel=0.02)
+    cands = [Candidate(2, 128, 1, 1, 1, 32, "fsr", pref) for pref in ("bulk", "layerwise", "deadline")]
+    evs = planner13.evaluate_group(cands)
+    assert evs[0].e_comm == pytest.approx(rs, rel=0.02)
+    assert evs[0].e_pref < 0.2 * rs                        # not the whole all-gather
+    sims = [run_module(compile_candidate(planner13.model, c, planner13.platform, planner13),
+                       planner13.platform, budget=None)[1].step_seconds for c in cands]
+    for ev, sim in zip(evs, sims):
+        assert ev.t_step == pytest.approx(sim, rel=5e-4)
+    assert evs[0].t_step - evs[1].t_step == pytest.approx(sims[0] - sims[1], rel=0.02)
+
+
+def test_bulk_under_zero2_reduces_buckets_during_backward(planner13):
+    # ZeRO-2 (DeepSpeed) reduce-scatters every bucket as backward produces it, the last
+    # micro-batch's too: bulk defers only the update and the all-gather, so its sync tail is
+    # the layer-wise one and its update + all-gather tail the bulk one.
+    bulk, layerwise, z1 = planner13.evaluate_group([Candidate(2, 128, 1, 2, 1, 32, "fsr", "bulk"),
+                                                    Candidate(2, 128, 1, 2, 1, 32, "fsr", "layerwise"),
+                                                    Candidate(2, 128, 1, 1, 1, 32, "fsr", "bulk")])
+    assert (bulk.e_comm, bulk.e_upd, bulk.e_pref) == (layerwise.e_comm, layerwise.e_upd, layerwise.e_pref)
+    assert bulk.e_comm < 0.1 * z1.e_comm
+    assert bulk.e_pref == pytest.approx(z1.e_pref, rel=0.02)
 
 
 def test_tensor_parallel_adds_megatron_allreduces(planner13):
@@ -283,8 +306,8 @@ def test_kernel_vm_profile_plugs_in():
 
 def test_bulk_sync_counts_each_real_unit_once(planner13):
     # P=3 gives stages of unequal unit counts (zero-padded rows); the bulk GradSync of the worst
-    # stage is one ring reduce-scatter per unit it really holds.
-    c = Candidate(3, 64, 1, 2, 1, 8, "fsr", "bulk")
+    # stage is one ring reduce-scatter per unit it really holds (ZeRO-1: bulk defers it).
+    c = Candidate(3, 64, 1, 1, 1, 8, "fsr", "bulk")
     ev = planner13.evaluate_group([c])[0]
     sc, _, t = planner13.detail(c)
     model = planner13.model
@@ -293,7 +316,8 @@ def test_bulk_sync_counts_each_real_unit_once(planner13):
     link = Link(net.inter_node_latency, net.inter_node_bandwidth)
     per_stage = [sum(reduce_scatter(64, u.param_count * 2, link) for u in units[s:e]) for s, e in sc.ranges]
     assert np.allclose(t.sync[0], per_stage, rtol=1e-12)
-    assert ev.e_comm == pytest.approx(per_stage[int(np.argmax(t.sync[0] + t.update[0] + t.prefetch[0]))], rel=1e-12)
+    # the first stage's window is empty: its whole bulk sync shows
+    assert ev.e_comm == pytest.approx(per_stage[0], rel=1e-12)
 
 
 @pytest.fixture(scope="module")
@@ -334,3 +358,62 @@ def test_fsr_gain_matches_system_vm(tiny_planner, P, A):
     simulated = steps["ckpt"][1] - steps["fsr"][1]
     assert simulated > 0
     assert predicted == pytest.approx(simulated, rel=0.05)
+
+
+def test_early_bottleneck_runs_its_warmup_forwards_off_the_path():
+    # The same stages in two orders, the slow ones early or late (as a time- and a
+    # memory-balanced partition can place them): Megatron's order keeps the slow stage k's
+    # P-1-k warm-up Forwards off the longest path, so the early bottleneck is faster by
+    # about their sum. Oracle: the event simulation; trip + (M - 1) x slot ties the two.
+    light, heavy = (0.4, 0.8), (1.0, 2.0)
+    for act in ("ckpt", "fsr"):
+        times = {}
+        for name, kinds in (("early", [heavy] * 3 + [light] * 3), ("late", [light] * 3 + [heavy] * 3)):
+            F, B = np.array([f for f, _ in kinds]), np.array([b for _, b in kinds])
+            R = 0.85 * F
+            M = 19
+            if act == "ckpt":
+                sim, _ = simulate_1f1b_fsr(F, B, M, 0.01, R, R)
+            else:
+                _, waited = simulate_1f1b_fsr(F, B, M, 0.01)
+                sim, _ = simulate_1f1b_fsr(F, B, M, 0.01, R, R, waited)
+            times[name] = (sim, planner_makespan(F, B, M, 0.01, R, R, act == "fsr"))
+        (sim_e, pred_e), (sim_l, pred_l) = times["early"], times["late"]
+        assert sim_e < sim_l - 1.0 and pred_e < pred_l - 1.0
+        tol = 0.005 if act == "ckpt" else 0.02        # FSR's hidden recovery is estimated per stage
+        assert pred_e == pytest.approx(sim_e, rel=tol) and pred_l == pytest.approx(sim_l, rel=tol)
+
+
+def test_fsr_recover_overlaps_the_sends_of_the_steady_cycle():
+    # Equal stages whose boundary sends are 5 % of a slot: checkpointing's steady cycle
+    # through the stages carries two sends per stage (oracle: the event simulation); where
+    # the fsr pass placed the first Recover ahead of the wait for the gradient, the
+    # receiving stages run it while the gradient is in flight, so the cycle leaves it out
+    # and the period stays the stage's slot. (The compiled programs on the VM show it:
+    # docs/planner_vs_vm.md; the oracle's placement rule moves fewer Recovers.)
+    P, M, f, b, s = 4, 17, 1.0, 2.0, 0.15
+    F, B, R = np.full(P, f), np.full(P, b), np.full(P, 0.85)
+    ckpt, _ = simulate_1f1b_fsr(F, B, M, s, R, R)
+    work = np.full((1, P), f + b + 0.85)
+    assert steady_slot(work, np.array([[s]]))[0] == pytest.approx(f + b + 0.85 + 2 * s * (P - 1) / P)
+    assert steady_slot(work, np.array([[s]]), np.full((1, P), 0.85))[0] == pytest.approx(f + b + 0.85)
+    partly = f + b + 0.85 + (2 * s - 0.1) * (P - 1) / P      # a Recover shorter than the two sends
+    assert steady_slot(work, np.array([[s]]), np.full((1, P), 0.1))[0] == pytest.approx(partly)
+    assert planner_makespan(F, B, M, s, R, R, False) == pytest.approx(ckpt, rel=0.005)
+    assert planner_makespan(F, B, M, s, R, R, False) - planner_makespan(F, B, M, s, R, R, True) > (M - 2) * s
+
+
+def test_deadline_and_layerwise_tails_match_system_vm(planner13):
+    # Oracle: the system VM on the compiled programs. ZeRO-2 at D = 128: the deadline
+    # pass runs the later units' prefetches during the drain, sharing the link with the
+    # remaining GradSyncs, so the first unit's gathers after that busy period; layer-wise
+    # runs the updates, then the prefetches, at the step end. Each view is due at the next
+    # step's first Forward of its unit.
+    from ratc.vm.system.driver import compile_candidate, run_module
+    cands = [Candidate(2, 128, 1, 2, 1, 32, "fsr", pref) for pref in ("deadline", "layerwise")]
+    evs = planner13.evaluate_group(cands)
+    sims = [run_module(compile_candidate(planner13.model, c, planner13.platform, planner13),
+                       planner13.platform, budget=None)[1].step_seconds for c in cands]
+    for ev, sim in zip(evs, sims):
+        assert ev.t_step == pytest.approx(sim, rel=1e-5)
+    assert evs[0].e_comm + evs[0].e_upd + evs[0].e_pref > 0.0

@@ -182,7 +182,8 @@ class _StageLowering:
 
     def reduce(self, i: int, m: int) -> Operation:
         """ZeRO >= 2: micro-batch m's bucket goes into the shard right after Backward(i, m);
-        the last micro-batch's bucket is reduced by GradSync itself."""
+        the last micro-batch's bucket is reduced by GradSync itself (which state-pipeline
+        keeps right after that Backward in both modes, as ZeRO-2 does)."""
         u = self.u(i)
         prev = self.env.get(("acc", i, m - 1))
         attrs = {"unit": i, "mb": m, "dur": u["reduce"], "res": "link", "prio": PRIO_REDUCE,

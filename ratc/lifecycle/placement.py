@@ -2,7 +2,9 @@
 
 - state pipeline (Eq. 2): GradSync(l) right after Backward(l, M-1), the end of layer l's
   gradient accumulation, so it overlaps the backward of layers l-1, l-2, ...; or, bulk,
-  after the whole backward.
+  after the whole backward -- except under ZeRO >= 2, where GradSync is the reduce-scatter
+  of the last micro-batch's bucket, which ZeRO-2 (DeepSpeed) issues as backward produces it
+  whatever the optimizer step does; bulk then defers only UpdateShard and PrefetchW.
 - update-prefetch (Eq. 3, 4): UpdateShard(l) -> PrefetchW(l) inside [t_sync(l), t_use(l)),
   ordered earliest-deadline-first on the DDR and the link (deadline), in release order
   right after each GradSync (eager), or all at the step end (bulk).
@@ -32,10 +34,13 @@ def _reinsert(ops: list, moving: list, after) -> None:
 
 def state_pipeline(pipe, mode: str) -> None:
     """Place each GradSync at its layer's accumulation end (layerwise) or after the backward (bulk)."""
+    # Bulk under ZeRO >= 2 keeps each bucket's reduce-scatter at its Backward, as every
+    # earlier micro-batch's: deferring it would hold every layer's full bucket to the step end.
+    layerwise = mode == "layerwise" or pipe.attributes["Z"] >= 2
     for stage in pipe.region.ops:
         ops = stage.region.ops
         syncs = [op for op in ops if op.name == "life.grad_sync"]
-        if mode == "layerwise":
+        if layerwise:
             last_bwd = {op.attributes["unit"]: op for op in ops
                         if op.name == "life.bwd" and op.attributes["mb"] == pipe.attributes["M"] - 1}
             _reinsert(ops, syncs, lambda op: last_bwd[op.attributes["unit"]])

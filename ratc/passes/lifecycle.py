@@ -54,7 +54,9 @@ class StatePipeline(Pass):
     """Issue each layer's GradSync when its gradient accumulation completes (Eq. 2)."""
 
     name = "state-pipeline"
-    mode: Literal["layerwise", "bulk"] = option("layerwise", "layerwise, or bulk: the step-end baseline")
+    mode: Literal["layerwise", "bulk"] = option(
+        "layerwise", "layerwise, or bulk: the step-end baseline (under ZeRO >= 2 each bucket is still "
+                     "reduce-scattered during backward, as ZeRO-2 does)")
 
     def run(self, module: Module, ctx: PassContext) -> None:
         placement.state_pipeline(_pipeline(module), self.mode)

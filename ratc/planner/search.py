@@ -10,7 +10,7 @@ import numpy as np
 
 from ratc.errors import RatcError
 from ratc.planner.collectives import check_algorithm
-from ratc.planner.config import RECIPE, Candidate, CandidateBatch
+from ratc.planner.config import PREF_POLICIES, RECIPE, Candidate, CandidateBatch
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.memory import stage_memory
 from ratc.planner.opcost import elem_bytes, model_units
@@ -202,8 +202,12 @@ class Planner:
             for ev in self.evaluate_group(cands):
                 (result.feasible if ev.feasible else result.infeasible).append(ev)
                 result.evaluated += 1
-        # ties (equivalent configurations) keep enumeration order, which is deterministic
-        result.feasible.sort(key=lambda e: e.t_step)
+        # ties (equivalent configurations) keep enumeration order, which is deterministic, except
+        # that an equally fast richer state policy wins (deadline > layerwise > bulk: under ZeRO-2
+        # bulk and layerwise compile to the same program, and RATrain's is deadline). Equal to
+        # the microsecond is a tie: the policies' tails are computed differently and can differ
+        # by float rounding alone.
+        result.feasible.sort(key=lambda e: (round(e.t_step, 6), -PREF_POLICIES.index(e.cand.pref)))
         result.infeasible.sort(key=lambda e: e.peak_mem)
         result.seconds = time.perf_counter() - start
         return result

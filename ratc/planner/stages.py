@@ -53,9 +53,14 @@ class StageCosts:
     ckpt: np.ndarray               # checkpoint bytes: decoder inputs + embedding/head activations
     rec_buf: np.ndarray            # one recovery buffer: the largest decoder layer's activations
     workspace: np.ndarray          # largest non-attention op output
+    dec_workspace: np.ndarray      # ... of the stage's decoder layers
+    edge_workspace: np.ndarray     # ... of its embedding / head (0 without one)
+    edge_params: np.ndarray        # its larger embedding / head (0 without one)
+    head_saved: np.ndarray         # the head's saved activations (last stage; 0 elsewhere)
     u_params: np.ndarray           # [P, U] per unit, forward order, zero padded
     u_fwd: np.ndarray
     u_bwd: np.ndarray
+    u_dec: np.ndarray              # 1.0 where the unit is a decoder layer (recomputed by Recover)
 
 
 def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> StageCosts:
@@ -81,6 +86,10 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> Stag
     # The lowering gathers a unit's view one task ahead, within a Forward or Backward: the
     # current and the next unit of the stage (a lone unit has no neighbour: the zero padding).
     nxt = np.concatenate([u_params[:, 1:], np.zeros((P, 1))], axis=1)
+    ws = pad(c["workspace"])
+    edge = ~dec_pad & valid
+    head_saved = np.zeros(P)
+    head_saved[-1] = 0.0 if table.decoder[-1] else c["saved_bytes"][-1]
     return StageCosts(
         P=P, T=T, balance=balance, ranges=tuple(ranges),
         names=tuple(tuple(u.name for u in table.units[s:e]) for s, e in ranges),
@@ -90,13 +99,16 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> Stag
         rec1=rec1, params=ssum(c["params"]), n_dec=ssum(dec), max_layer_params=u_params.max(axis=1),
         view_pair=(u_params + nxt).max(axis=1), max_dec_params=np.where(dec_pad, u_params, 0.0).max(axis=1),
         saved_full=ssum(c["saved_bytes"]), ckpt=ssum(np.where(dec > 0, c["ckpt_bytes"], c["saved_bytes"])),
-        rec_buf=np.where(dec_pad, saved, 0.0).max(axis=1), workspace=pad(c["workspace"]).max(axis=1),
-        u_params=u_params, u_fwd=u_fwd, u_bwd=pad(c["bwd"]))
+        rec_buf=np.where(dec_pad, saved, 0.0).max(axis=1), workspace=ws.max(axis=1),
+        dec_workspace=np.where(dec_pad, ws, 0.0).max(axis=1), edge_workspace=np.where(edge, ws, 0.0).max(axis=1),
+        edge_params=np.where(edge, u_params, 0.0).max(axis=1), head_saved=head_saved,
+        u_params=u_params, u_fwd=u_fwd, u_bwd=pad(c["bwd"]), u_dec=dec_pad.astype(float))
 
 
 _ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "rec1", "params", "n_dec",
-           "max_layer_params", "view_pair", "max_dec_params", "saved_full", "ckpt", "rec_buf", "workspace")
-_UNIT_ARRAYS = ("u_params", "u_fwd", "u_bwd")
+           "max_layer_params", "view_pair", "max_dec_params", "saved_full", "ckpt", "rec_buf", "workspace",
+           "dec_workspace", "edge_workspace", "edge_params", "head_saved")
+_UNIT_ARRAYS = ("u_params", "u_fwd", "u_bwd", "u_dec")
 
 
 def stack(tables: list, which) -> StageCosts:

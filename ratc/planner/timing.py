@@ -51,35 +51,69 @@ class StepTime:
 
 
 def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, M, send=None) -> np.ndarray:
-    """Non-interleaved 1F1B makespan: one micro-batch's trip plus (M-1) steady slots.
+    """Non-interleaved 1F1B makespan (see makespan).
 
     fwd and bwd include the stage's boundary sends (`send` [C, 1] seconds each, default 0);
     a send runs on the link, not in the compute stream (see steady_slot).
     """
     send = np.zeros((fwd.shape[0], 1)) if send is None else send
-    return makespan(fwd + bwd, fwd + bwd - _sends(fwd.shape[1], send), send, M)
+    return makespan(fwd + bwd, fwd + bwd - _sends(fwd.shape[1], send), send, M, fwd=fwd)
 
 
-def makespan(trip: np.ndarray, work: np.ndarray, send: np.ndarray, M, warm=None) -> np.ndarray:
-    """[C] one micro-batch's trip (sum of the stages' [C, P] trip) plus (M-1) steady slots.
+def makespan(trip: np.ndarray, work: np.ndarray, send: np.ndarray, M, warm=None, hide=None, fwd=None,
+             cool=None) -> np.ndarray:
+    """[C] makespan of Megatron's non-interleaved 1F1B order: its longest path.
 
-    `warm` [C, P]: what stage p hides in its wait before its first Backward (FSR). The step's
-    path runs through the slowest stage k, entered when the first micro-batch's gradient
-    came back to it; that trip crosses the first Backward of stages k..P-2, so it is shorter
-    by their `warm` (none when k is the last stage). Stage k keeps that lead only while it
-    stays the slowest: each later slot the others catch up by w_k - (second slowest), so at
-    most that much is kept.
+    trip [C, P]: a micro-batch's Forward plus Backward on stage p, boundary sends included
+    (FSR: less the recovery the last micro-batch's wait hides, `cool`); work [C, P]: the
+    stage's compute-stream slot; fwd [C, P]: the Forward part of trip (send included).
+
+    Stage p runs min(P-p, M) Forwards, then pairs (Backward i, Forward), then the remaining
+    Backwards. The longest path circulates on one stage k: it enters k at its first Forward
+    (the first micro-batch's Forwards before k) or at its first Backward (the first
+    micro-batch's whole trip to the last stage and back to k), spends the pairs there at
+    the steady period S_k (slot_periods: k's own slot, or a cycle through stages before it
+    when sends make that longer), and leaves at its last Backward (the last micro-batch's
+    Backwards of the stages before k) or at its last Forward (that micro-batch's whole
+    trip down and back). The maximum over k and the four ways is the makespan: exact for
+    uniform stages; for unequal ones it keeps that a bottleneck stage k runs its P-1-k
+    warm-up Forwards off the path (one early in the pipeline costs less than one late).
+    Paths that change stage in the drain are not among these, so it can undershoot a
+    little (tests/test_timing.py).
+
+    `warm` [C, P]: what stage p hides in its wait before its first Backward (FSR): the first
+    micro-batch's trip back to k is shorter by the warm of stages k..P-1. `hide` [C, P]:
+    see steady_slot.
     """
-    steady = steady_slot(work, send)
-    out = trip.sum(axis=1) + (M[:, 0] - 1) * steady
-    if warm is None or work.shape[1] == 1:
-        return out
-    k = work.argmax(axis=1)[:, None]
-    rows = np.arange(work.shape[0])[:, None]
-    ahead = np.cumsum(warm[:, ::-1], axis=1)[:, ::-1][rows, k][:, 0]     # sum of warm over stages k..P-1
-    top2 = np.sort(work, axis=1)[:, -2:]
-    kept = np.minimum(ahead, top2[:, 1] - top2[:, 0])
-    return out - np.where(M[:, 0] > 1, kept, 0.0)
+    C, P = work.shape
+    zero = np.zeros((C, P))
+    fwd = trip / 2 if fwd is None else fwd
+    warm = zero if warm is None else warm
+    cool = zero if cool is None else cool
+    send = np.broadcast_to(send, (C, 1))
+    stage = np.arange(P)[None, :]
+    fc = fwd - send * (stage < P - 1)                    # the Forward's compute-stream part
+    bc = work - fc
+    S = slot_periods(work, send, hide)
+    M = np.broadcast_to(M, (C, 1))
+    col = np.zeros((C, 1))
+    cf = np.concatenate([col, np.cumsum(fwd, axis=1)], axis=1)           # cf[:, k] = sum_{q<k} fwd
+    back = trip - fwd
+    cb = np.concatenate([col, np.cumsum(back, axis=1)], axis=1)
+    # the first micro-batch's trip back hides `warm` (not `cool`) at each stage
+    first = np.concatenate([col, np.cumsum(back + cool - warm, axis=1)], axis=1)
+    enter_f = cf[:, :-1]
+    enter_b = cf[:, -1:] + first[:, -1:] - first[:, 1:]
+    leave_b = np.where(stage > 0, send, 0.0) + cb[:, :-1]
+    leave_f = np.where(stage < P - 1, send, 0.0) + cf[:, -1:] - cf[:, 1:] + cb[:, -1:]
+    n_f = np.minimum(P - stage, M)                       # Forwards before the first Backward
+    pairs = M - n_f
+    own_f, own_b, steady = n_f * fc, (M - pairs) * bc, pairs * S
+    ways = np.stack([enter_f + own_f + steady + own_b + leave_b,
+                     enter_f + own_f + steady + leave_f,
+                     enter_b - warm + steady + own_b + leave_b,
+                     np.where(pairs >= 1, enter_b - warm + steady + leave_f, -np.inf)])
+    return ways.max(axis=(0, 2))
 
 
 def _sends(P: int, send: np.ndarray) -> np.ndarray:
@@ -88,7 +122,7 @@ def _sends(P: int, send: np.ndarray) -> np.ndarray:
     return send * ((stage < P - 1).astype(float) + (stage > 0))
 
 
-def steady_slot(work: np.ndarray, send: np.ndarray) -> np.ndarray:
+def steady_slot(work: np.ndarray, send: np.ndarray, hide=None) -> np.ndarray:
     """[C] the period of 1F1B's steady state from each stage's compute-stream work per slot.
 
     A stage's compute stream runs one Forward and one Backward per slot; its sends overlap
@@ -97,19 +131,46 @@ def steady_slot(work: np.ndarray, send: np.ndarray) -> np.ndarray:
     A cycle through stages p..p+k-1 spans k slots and holds their work plus 2(k-1) sends,
     so the period is the largest of (sum of k consecutive stages' work + 2(k-1) s) / k
     (k = 1: the slowest stage). With no sends this is the slowest stage's slot.
+
+    `hide` [C, P]: work a stage runs ahead of its wait for a Backward's gradient (FSR's first
+    Recover, placed before that receive). On such a cycle the gradient's path to the
+    stage's Backward does not pass through it, so the cycle through stages p..p+k-1 leaves
+    out what its k-1 receiving stages p..p+k-2 hide; the stage's own slot keeps it.
     """
-    P = work.shape[1]
-    hi, lo, k = _windows(P)
-    cum = np.concatenate([np.zeros((work.shape[0], 1)), np.cumsum(work, axis=1)], axis=1)
-    return ((cum[:, hi] - cum[:, lo] + 2 * (k - 1) * send) / k).max(axis=1)
+    return _cycle_means(work, send, hide).max(axis=1)
+
+
+def slot_periods(work: np.ndarray, send: np.ndarray, hide=None) -> np.ndarray:
+    """[C, P] the steady period a path circulating on stage k sees: the largest cycle mean
+    over the runs of consecutive stages that end at k (k alone included)."""
+    return np.maximum.reduceat(_cycle_means(work, send, hide), _windows(work.shape[1])[3], axis=1)
+
+
+def _cycle_means(work, send, hide):
+    """[C, windows] (work + 2(k-1) sends - hidden) / k of every run of k consecutive stages."""
+    hi, lo, k, _ = _windows(work.shape[1])
+    zero = np.zeros((work.shape[0], 1))
+    cum = np.concatenate([zero, np.cumsum(work, axis=1)], axis=1)
+    top = cum
+    if hide is not None:
+        # the run p..q-1 leaves out the hide of p..q-2: folded into the two gathered ends
+        cum_h = np.concatenate([zero, np.cumsum(hide, axis=1)], axis=1)
+        top = cum - np.concatenate([zero, cum_h[:, :-1]], axis=1)
+        cum = cum - cum_h
+    cycles = top[:, hi]
+    cycles -= cum[:, lo]
+    cycles += send * (2 * (k - 1))
+    cycles *= 1.0 / k
+    return cycles
 
 
 @lru_cache(maxsize=None)
 def _windows(P: int):
-    """Index pairs (end, start) of every run of k consecutive stages, and k."""
-    pairs = [(p + k, p, k) for k in range(1, P + 1) for p in range(P - k + 1)]
+    """Every run of k consecutive stages as (end, start, k) index arrays, grouped by its last
+    stage, and where each last stage's group starts."""
+    pairs = [(q + 1, q + 1 - k, k) for q in range(P) for k in range(1, q + 2)]
     hi, lo, k = (np.array(x) for x in zip(*pairs))
-    return hi, lo, k.astype(float)
+    return hi, lo, k.astype(float), np.searchsorted(hi - 1, np.arange(P))
 
 
 def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden: int, elem: int,
@@ -175,7 +236,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     # The fsr pass estimates the step with list-order links: the gradient's send, and a
     # layer-wise GradSync queued after a stage's last Backward, hold the sender's link before
     # the last gradient reaches the stage below.
-    sync_lag = p2p + np.where(c.pref != BULK, sync, 0.0)
+    sync_lag = p2p + np.where((c.pref != BULK) | (Z >= 2), sync, 0.0)
     rec_hidden, rec_hidden_warm = (np.where(fsr, h, 0.0) for h in _fsr_hidden(fwd, bwd, rec, rec1, sync_lag))
     # A hidden Recover takes its compute and DDR time into the wait with it (layers of a stage
     # are alike, so in the proportions of the stage's whole recovery).
@@ -193,9 +254,10 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     slot = slots(rec_on, rec_c, rec_d, link_rec)
     trip = slots(rec_on - rec_hidden, rec_c * kept, rec_d * kept, link_rec)
     rec_exposed = slot - slot_norec
-    t_1f1b = makespan(path, path - sends, p2p, M)
-    e_link = makespan(slot_norec, slots(-sends, 0.0, 0.0, 0.0), p2p, M) - t_1f1b
-    e_rec = (makespan(trip, slots(rec_on - sends, rec_c, rec_d, link_rec), p2p, M, rec_hidden_warm)
+    t_1f1b = makespan(path, path - sends, p2p, M, fwd=fwd)
+    e_link = makespan(slot_norec, slots(-sends, 0.0, 0.0, 0.0), p2p, M, fwd=fwd) - t_1f1b
+    e_rec = (makespan(trip, slots(rec_on - sends, rec_c, rec_d, link_rec), p2p, M, rec_hidden_warm,
+                      np.where(fsr, rec1, 0.0), fwd=fwd, cool=rec_hidden)
              - t_1f1b - e_link)
 
     return StepTime(fwd=fwd, bwd=bwd, rec=rec, rec_exposed=rec_exposed, rec_hidden=rec_hidden,
@@ -273,29 +335,52 @@ def _state_pipeline(sc, c, fwd, bwd, dp_link, ddr, recipe):
     rs = np.where(Z == 0, all_reduce(D, grads, link), reduce_scatter(D, grads, link)) * real
     upd = sc.u_params / np.where(Z >= 1, D, 1) * recipe.update_traffic_bytes / ddr
     ag = np.where((Z == 1) | (Z == 2), all_gather(D, sc.u_params * recipe.param_bytes, link), 0.0) * real
-    u_bwd = b * sc.u_bwd
     u_fwd = b * sc.u_fwd
+    # The last micro-batch's Backward of a unit, whose end releases its GradSync; with
+    # recovery its Recover runs in the compute stream right before it.
+    u_bwd = b * sc.u_bwd + np.where(c.act[:, :, None] != FULL, u_fwd * sc.u_dec, 0.0)
     # Backward visits units last-to-first; unit j's sync is released when its backward ends.
     # S_exp = max_j (sum_{k<=j} RS_k - sum_{k<j} B_k): the sync tail after the stage's backward.
     s_exp = (np.cumsum(rs, axis=2) - (np.cumsum(u_bwd, axis=2) - u_bwd)).max(axis=2)
     drain = np.cumsum(bwd, axis=1) - bwd            # stages before p still running backward
     warm = np.cumsum(fwd, axis=1) - fwd             # next step reaches stage p this much later
     window = drain + warm
-    # Deadline: unit j's view is due when the next step's first Forward(j) starts; prefetches
-    # follow the last sync and the first unit's update, in forward order.
-    chain = s_exp[:, :, None] + upd[:, :, :1] + np.cumsum(ag, axis=2)
+    # Unit j's view is due when the next step's first Forward(j) starts, `due` after the
+    # stage's last Backward; whatever ends later delays the next step by as much.
     due = window[:, :, None] + np.cumsum(u_fwd, axis=2) - u_fwd
-    e_deadline = np.maximum(0.0, (chain - due).max(axis=2))
+    # Deadline: updates and prefetches follow their syncs in release order (earliest deadline
+    # first among the released), so every unit's prefetch but the first's shares the link
+    # with the remaining syncs (which go first) while the backward drains: that busy period
+    # ends at L = max_j (sum_{k<=j} (RS_k + AG_k [k > 0]) - sum_{k<j} B_k). The first unit,
+    # released last, gathers after its update and after L.
+    cum_ag = np.cumsum(ag, axis=2)
+    busy = (np.cumsum(rs, axis=2) + cum_ag - ag[:, :, :1] - (np.cumsum(u_bwd, axis=2) - u_bwd)).max(axis=2)
+    first_end = np.maximum(s_exp + upd[:, :, 0], busy) + ag[:, :, 0]
+    later = busy - due[:, :, 1] if due.shape[2] > 1 else np.full_like(busy, -np.inf)
+    e_deadline = np.maximum.reduce([np.zeros_like(busy), first_end - due[:, :, 0], later])
     dl_comm = np.maximum(0.0, s_exp - window)
     dl_upd = np.maximum(0.0, s_exp + upd[:, :, 0] - window) - dl_comm
     sum_rs, sum_upd, sum_ag = rs.sum(axis=2), upd.sum(axis=2), ag.sum(axis=2)
-    lw_comm = np.maximum(0.0, s_exp - drain)
-    total = np.where(pref[:, None] == DEADLINE, e_deadline,
-                     np.where(pref[:, None] == LAYERWISE, lw_comm + sum_upd + sum_ag, sum_rs + sum_upd + sum_ag))
+    # Bulk defers what DeepSpeed defers: the gradient all-reduce / reduce-scatter under ZeRO
+    # 0/1; under ZeRO >= 2 each bucket is reduce-scattered as backward produces it (the last
+    # micro-batch's too), so its GradSyncs overlap the backward as layer-wise ones do.
+    sync_end = np.where((pref[:, None] == BULK) & (Z[:, :, 0] < 2), sum_rs, s_exp)
+    # Layer-wise and bulk run UpdateShard and PrefetchW at the step end (update-prefetch
+    # bulk): the updates one after another in forward order from the last sync on, and each
+    # prefetch after its unit's update and the previous prefetch, i.e.
+    # P_j = max_{k<=j}(U_k + sum_{i=k..j} AG_i). They too are due at the next step's first
+    # Forward of their unit, so the window hides them as it hides the deadline chain.
+    u_end = sync_end[:, :, None] + np.cumsum(upd, axis=2)
+    p_end = cum_ag + np.maximum.accumulate(u_end - (cum_ag - ag), axis=2)
+    e_bulk = np.maximum(0.0, (p_end - due).max(axis=2))
+    bk_comm = np.maximum(0.0, sync_end - window)
+    bk_upd = np.maximum(0.0, np.maximum(0.0, (u_end - due).max(axis=2)) - bk_comm)
+    dl = pref[:, None] == DEADLINE
+    total = np.where(dl, e_deadline, e_bulk)
     worst = total.argmax(axis=1)
     pick = lambda a: np.take_along_axis(a, worst[:, None], axis=1)[:, 0]  # noqa: E731
     e_total = pick(total)
-    e_comm = np.where(pref == DEADLINE, pick(dl_comm), np.where(pref == LAYERWISE, pick(lw_comm), pick(sum_rs)))
-    e_upd = np.where(pref == DEADLINE, pick(dl_upd), pick(sum_upd))
+    e_comm = pick(np.where(dl, dl_comm, bk_comm))
+    e_upd = np.minimum(pick(np.where(dl, dl_upd, bk_upd)), e_total - e_comm)
     e_pref = np.maximum(0.0, e_total - e_comm - e_upd)
     return sum_rs, sum_upd, sum_ag, window, e_comm, e_upd, e_pref

@@ -9,11 +9,14 @@ from heapq import heappop, heappush
 from ratc.vm.system.memory import MemoryTracker
 from ratc.vm.system.program import Program, ProgramError
 
-# Heap entries are single ints so comparisons stay cheap: a candidate's key packs
-# (priority, ready time, order) and an event packs (end time, task).
+# Heap entries are single ints so comparisons stay cheap. A candidate's key packs
+# (priority, ready time, tie-break order, task) and an event packs (end time, task): the
+# task index in the low bits saves a lookup per pop. Without replica templates the order
+# is the task index itself, and the key leaves its field out (smaller ints are faster).
 _LOW = 40
 _MASK = (1 << _LOW) - 1
-_PRIO_SHIFT = 2 * _LOW + 16
+_READY_BITS = 56
+_NO_MORE = 1 << 400                     # sentinel event after every real one
 
 
 @dataclass
@@ -47,78 +50,101 @@ def _simulate(program: Program) -> Timeline:
     n = len(tasks)
     if n >= 1 << _LOW:
         raise ProgramError(f"program has {n} tasks; the VM handles at most {(1 << _LOW) - 1}")
+    # One pass over the task objects, which lie scattered in memory (every further pass
+    # costs cache misses): dense resource ids, successors, dependency counts, durations.
+    rsets: dict = {}
     rid: dict = {}
-    rcache: dict = {}
+    get = rsets.get
     res = [()] * n
-    succ = [[] for _ in range(n)]
+    # successors: tuples while short (cheaper to make and free than a list per task), a list
+    # once a task has many (a parameter read by every micro-batch: tuples would be quadratic)
+    succ = [()] * n
     ndeps = [0] * n
-    prio = [0] * n
     dur = [0] * n
+    prio = [0] * n
+    with_memory = []                    # tasks that allocate or free values
     templated = False
     i = 0
-    for t in tasks:
-        key = t.resources
-        rs = rcache.get(key)
-        if rs is None:
-            rs = rcache[key] = tuple([rid.setdefault(r, len(rid)) for r in key])
-        res[i] = rs
-        deps = t.deps
-        # a repeated dependency is counted, and released, once per mention
-        for d in deps:
-            if d >= i and (d >= n or d == i) or d < 0:
-                raise ProgramError(f"task {t.name} (#{i}): dependency #{d} does not name another task")
-            succ[d].append(i)
-        ndeps[i] = len(deps)
-        prio[i] = t.priority << _PRIO_SHIFT
-        dur[i] = t.duration
-        if t.template >= 0:
-            templated = True
-        i += 1
-    # Replica copies of one template task compare by template first, so the explicit and
-    # the symmetric form of a program break ties identically.
+    try:
+        for t in tasks:
+            key = t.resources
+            rs = get(key)
+            if rs is None:
+                rs = rsets[key] = tuple([rid.setdefault(r, len(rid)) for r in key])
+            res[i] = rs
+            deps = t.deps
+            # a repeated dependency is counted, and released, once per mention; a task
+            # depending on itself never runs and is reported after the loop
+            for d in deps:
+                if d < 0:
+                    _bad_dependency(tasks)
+                x = succ[d]
+                if len(x) < 16:
+                    succ[d] = x + (i,)
+                elif x.__class__ is tuple:
+                    succ[d] = [*x, i]
+                else:
+                    x.append(i)
+            ndeps[i] = len(deps)
+            dur[i] = t.duration
+            prio[i] = t.priority
+            if t.allocs or t.frees:
+                with_memory.append(i)
+            if t.template >= 0:
+                templated = True
+            i += 1
+    except IndexError:
+        _bad_dependency(tasks)
+        raise
+    # one[i]: the only resource of a single-resource task (most tasks), else -1
+    one = [rs[0] if len(rs) == 1 else -1 for rs in res]
+    # A candidate's key without its ready time; None for tasks that hold no resource for
+    # no time (message arrivals, markers): they run the moment they are ready. Replica
+    # copies of one template task compare by template first, so the explicit and the
+    # symmetric form of a program break ties identically.
+    ready_shift = 2 * _LOW if templated else _LOW
+    shifted = {p: p << (ready_shift + _READY_BITS) for p in set(prio)}
     if templated:
         keys = [((t.template if t.template >= 0 else i), t.replica) for i, t in enumerate(tasks)]
-        ranked = sorted(range(n), key=keys.__getitem__)
         order = [0] * n
-        for k, i in enumerate(ranked):
-            order[i] = k
+        for k, i in enumerate(sorted(range(n), key=keys.__getitem__)):
+            order[i] = k << _LOW
+        key0 = [None if not rs and not d else shifted[p] | o | i
+                for i, p, rs, d, o in zip(range(n), prio, res, dur, order)]
     else:
-        ranked = order = list(range(n))
-    # Tasks holding no resource for no time (message arrivals, markers) run the moment
-    # they are ready, without a trip through the heaps.
-    instant = [not res[i] and not dur[i] for i in range(n)]
-    mem = MemoryTracker(program)
+        key0 = [None if not rs and not d else shifted[p] | i for i, p, rs, d in zip(range(n), prio, res, dur)]
+    mem = MemoryTracker(program, with_memory)
     m_allocs, m_frees, readers, cluster_of = mem.allocs, mem.frees, mem.readers, mem.cluster_of
     live, current, peak, peak_time = mem.live, mem.current, mem.peak, mem.peak_time
     budget = mem.budget if mem.budget is not None else float("inf")
 
+    # busy[r]: the task holding r, or while r is free -2 - the task that last released it
+    # (-1: never held), so a release is one store.
     busy = [-1] * len(rid)
-    last_holder = [-1] * len(rid)
     parked = [[] for _ in rid]
     start = [-1] * n
     end = [-1] * n
     ready = [-1] * n
     binding = [-1] * n
-    woke = {}
+    woke = {}                           # task -> the resource whose release woke it
     cand = []
-    events = []
+    events = [_NO_MORE]
     now_ready = []
     push, pop = heappush, heappop
     for i in range(n):
-        if ndeps[i] == 0:
+        if not ndeps[i]:
             ready[i] = 0
-            if instant[i]:
+            k = key0[i]
+            if k is None:
                 now_ready.append(i)
             else:
-                push(cand, prio[i] | order[i])
+                push(cand, k)
     now = 0
     stamp = 0
-    done = 0
     while True:
         while now_ready:
             i = now_ready.pop()
             start[i] = end[i] = now
-            done += 1
             for c, v, nb in m_allocs[i]:
                 mem.alloc(c, v, nb, now, tasks[i].name)
             for v in m_frees[i]:
@@ -132,31 +158,44 @@ def _simulate(program: Program) -> Timeline:
                 if not left:
                     ready[s] = now
                     binding[s] = i
-                    if instant[s]:
+                    k = key0[s]
+                    if k is None:
                         now_ready.append(s)
                     else:
-                        push(cand, prio[s] | stamp | order[s])
+                        push(cand, k | stamp)
+        # Candidates in key order: a task starts if all its resources are free, else it
+        # parks on the first busy one. Only a woken task can have waited (now > ready).
         while cand:
             k = pop(cand)
-            i = ranked[k & _MASK]
-            rs = res[i]
-            blocked = -1
-            for r in rs:
+            i = k & _MASK
+            r = one[i]
+            if r >= 0:
                 if busy[r] >= 0:
-                    blocked = r
-                    break
-            if woke:
-                waker = woke.pop(i, -1)
-                if blocked >= 0 and waker >= 0 and busy[waker] < 0 and parked[waker]:
-                    _wake(waker, parked, woke, ranked, cand)
-            if blocked >= 0:
-                push(parked[blocked], k)
-                continue
-            for r in rs:
+                    if woke:
+                        _woken_but_blocked(i, busy, parked, woke, cand)
+                    push(parked[r], k)
+                    continue
+                if woke and woke.pop(i, -1) >= 0 and now > ready[i]:
+                    binding[i] = -2 - busy[r]       # the task that released r let it start
                 busy[r] = i
+            else:
+                rs = res[i]
+                for r in rs:
+                    if busy[r] >= 0:
+                        break
+                else:
+                    r = -1
+                if r >= 0:
+                    if woke:
+                        _woken_but_blocked(i, busy, parked, woke, cand)
+                    push(parked[r], k)
+                    continue
+                if woke and woke.pop(i, -1) >= 0 and now > ready[i]:
+                    # the last of the holders to release one of them let it start
+                    binding[i] = max([-2 - busy[r] for r in rs], key=lambda h: end[h] if h >= 0 else -1)
+                for r in rs:
+                    busy[r] = i
             start[i] = now
-            if now > ready[i]:
-                binding[i] = max([last_holder[r] for r in rs], key=lambda h: end[h] if h >= 0 else -1)
             e = now + dur[i]
             end[i] = e
             for c, v, nb in m_allocs[i]:
@@ -174,19 +213,31 @@ def _simulate(program: Program) -> Timeline:
                         current[c] -= nb
                         mem.alloc(c, v, nb, now, tasks[i].name)
             push(events, (e << _LOW) | i)
-        if not events:
-            break
         ev = pop(events)
+        if ev is _NO_MORE:
+            break
         now = ev >> _LOW
-        stamp = now << _LOW
+        stamp = now << ready_shift
+        later = (now + 1) << _LOW          # events from here on end after now
         while True:
             i = ev & _MASK
-            done += 1
-            for r in res[i]:
-                busy[r] = -1
-                last_holder[r] = i
-                if parked[r]:
-                    _wake(r, parked, woke, ranked, cand)
+            r = one[i]
+            if r >= 0:
+                busy[r] = -2 - i
+                q = parked[r]
+                if q:
+                    # the best task parked on r gets another try
+                    k = pop(q)
+                    woke[k & _MASK] = r
+                    push(cand, k)
+            else:
+                for r in res[i]:
+                    busy[r] = -2 - i
+                    q = parked[r]
+                    if q:
+                        k = pop(q)
+                        woke[k & _MASK] = r
+                        push(cand, k)
             for v in m_frees[i]:
                 left = readers[v] - 1
                 readers[v] = left
@@ -202,22 +253,36 @@ def _simulate(program: Program) -> Timeline:
                 if not left:
                     ready[s] = now
                     binding[s] = i
-                    if instant[s]:
+                    k = key0[s]
+                    if k is None:
                         now_ready.append(s)
                     else:
-                        push(cand, prio[s] | stamp | order[s])
-            if not events or events[0] >> _LOW != now:
+                        push(cand, k | stamp)
+            if events[0] >= later:
                 break
             ev = pop(events)
-    if done != n:
+    if -1 in start:
+        _bad_dependency(tasks)
         stuck = [tasks[i].name for i in range(n) if start[i] < 0][:8]
-        raise ProgramError(f"{n - done} tasks never ran (dependency cycle?): {', '.join(stuck)}")
+        raise ProgramError(f"{start.count(-1)} tasks never ran (dependency cycle?): {', '.join(stuck)}")
     return Timeline(program=program, start=start, end=end, ready=ready, binding=binding,
                     makespan=max(end, default=0), memory=mem)
 
 
-def _wake(r, parked, woke, ranked, cand):
-    """Move the best task parked on a freed resource back to the candidates."""
-    k = heappop(parked[r])
-    woke[ranked[k & _MASK]] = r
-    heappush(cand, k)
+def _woken_but_blocked(i, busy, parked, woke, cand):
+    """Task i, if woken by a freed resource, is blocked on another: the next task parked on
+    the freed one gets its chance."""
+    waker = woke.pop(i, -1)
+    if waker >= 0 and busy[waker] < 0 and parked[waker]:
+        k = heappop(parked[waker])
+        woke[k & _MASK] = waker
+        heappush(cand, k)
+
+
+def _bad_dependency(tasks):
+    """Raise for the first task with a dependency that names no other task."""
+    n = len(tasks)
+    for i, t in enumerate(tasks):
+        for d in t.deps:
+            if d < 0 or d >= n or d == i:
+                raise ProgramError(f"task {t.name} (#{i}): dependency #{d} does not name another task")

@@ -86,7 +86,7 @@ class _Translation:
         self.sends: dict = {}        # (src, dst, mb, dir, step) -> per replica send task
         self.recvs: list = []        # (key, per replica recv task)
         self.producer: dict = {}     # buffer -> per replica producing task
-        self.allocs: dict = {}       # (step, Value) -> (bytes, per replica producing task)
+        self.allocs: list = []       # (buffer, bytes, per replica producing task), in creation order
         self.reads: list = []        # (step, op, per replica task) of every op, for the frees
         self.chains = [[None] * self.R for _ in range(a["P"])]   # last compute task per stage
         self.queues: dict = {}       # (stage, res, prio) -> per replica: the queue's last op's end
@@ -99,18 +99,24 @@ class _Translation:
         """One task per simulated replica; deps(r) gives replica r's dependencies."""
         a = op.attributes
         prio = (a.get("prio", 0) << _ORDER_BITS) | pos
+        name, kind, layer, mb = action_name(op, p), _KIND[op.name], a.get("unit", -1), a.get("mb", -1)
+        add = self.prog.add
         ids = []
         for r in range(self.R):
-            res = tuple((s, r, x) for s, x in resources)
-            ids.append(self.prog.add(action_name(op, p), _KIND[op.name], p, res, duration,
-                                     deps=tuple(dict.fromkeys(deps(r))), replica=r,
-                                     priority=prio, layer=a.get("unit", -1), micro_batch=a.get("mb", -1), step=k,
-                                     template=ids[0] if ids else -1))
+            d = deps(r)
+            # positional arguments: this runs once per task of the program
+            ids.append(add(name, kind, p, tuple([(s, r, x) for s, x in resources]), duration,
+                           d if len(d) < 2 else tuple(dict.fromkeys(d)), r, prio, (), (), layer, mb,
+                           ids[0] if ids else -1, k))
         return ids
 
     def operand_deps(self, op, k):
+        """Per replica r, the tasks after which all the op's operands are available."""
         deps = [self.done[(k, v)] for v in op.operands]
-        return lambda r: tuple(d for per in deps for d in per[r])
+        if len(deps) == 1:
+            (one,) = deps
+            return one.__getitem__
+        return lambda r: tuple([d for per in deps for d in per[r]])
 
     def background(self, op, p, k):
         """Deps of a DDR or link op: its operands, the compute-stream op scheduled before it,
@@ -152,48 +158,56 @@ class _Translation:
 
     def produce(self, op, k, ids):
         """Record the op's results as available after `ids` (per replica)."""
+        after = [(i,) if isinstance(i, int) else tuple(i) for i in ids]
         for v in op.results:
-            self.done[(k, v)] = [(i,) if isinstance(i, int) else tuple(i) for i in ids]
+            self.done[(k, v)] = after
 
     def memory(self):
         """Allocations at each producer's start; frees at each reader's end; pinned values kept."""
+        tasks = self.prog.tasks
+        buffer = self.buffer.get
         readers: dict = {name: [] for name in self.producer}
         for k, op, ids in self.reads:
-            for v in op.operands:
-                name = self.buffer.get((k, v))
-                if name is not None and op.name != "life.step_end":
-                    readers[name].append(ids)
-        for (k, v), (size, ids) in self.allocs.items():
-            name = self.buffer[(k, v)]
-            for r in range(self.R):
-                t = self.prog.tasks[ids[r]]
+            if op.name != "life.step_end":
+                for v in op.operands:
+                    name = buffer((k, v))
+                    if name is not None:
+                        readers[name].append(ids)
+        # ids hold one task per simulated replica
+        for name, size, ids in self.allocs:
+            for i in ids:
+                t = tasks[i]
                 t.allocs = t.allocs + ((name, size),)
+        pinned = self.pinned
         for name, lists in readers.items():
-            if name in self.pinned:
+            if name in pinned:
                 continue
-            owners = lists or [self.producer[name]]
-            for ids in owners:
-                for r in range(self.R):
-                    t = self.prog.tasks[ids[r]]
+            for ids in lists or (self.producer[name],):
+                for i in ids:
+                    t = tasks[i]
                     t.frees = t.frees + (name,)
 
 
 def _buffers(tr, op, p, k, ids):
     """Name the op's result buffers (new, or its last operand's when inplace) and note reads."""
-    sizes = op.attributes.get("sizes", [])
-    for j, v in enumerate(op.results):
-        if op.attributes.get("inplace") and j == len(op.results) - 1 and op.operands:
-            tr.buffer[(k, v)] = tr.buffer.get((k, op.operands[-1]))
+    a = op.attributes
+    sizes = a.get("sizes", [])
+    results = op.results
+    inplace = len(results) - 1 if a.get("inplace") and op.operands else -1   # the result that reuses
+    buffer, producer = tr.buffer, tr.producer
+    for j, v in enumerate(results):
+        if j == inplace:
+            buffer[(k, v)] = buffer.get((k, op.operands[-1]))
             continue
         size = int(sizes[j]) if j < len(sizes) else 0
         if size <= 0:
             continue
         name = f"s{k}.{v.name or 'v'}"
-        while name in tr.producer:
+        while name in producer:
             name += "'"
-        tr.buffer[(k, v)] = name
-        tr.producer[name] = ids
-        tr.allocs[(k, v)] = (size, ids)
+        buffer[(k, v)] = name
+        producer[name] = ids
+        tr.allocs.append((name, size, ids))
     tr.reads.append((k, op, ids))
 
 

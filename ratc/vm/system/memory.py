@@ -34,7 +34,8 @@ class MemoryTracker:
     `frees` of several tasks (its readers) is released when the last of them ends.
     """
 
-    def __init__(self, program):
+    def __init__(self, program, with_memory=None):
+        """with_memory: indices of the tasks that allocate or free (found here if None)."""
         self.program = program
         self.clusters = program.clusters()
         index = {c: n for n, c in enumerate(self.clusters)}
@@ -46,42 +47,77 @@ class MemoryTracker:
         # Per task, resolved once: ((cluster, value id, bytes), ...) to allocate and
         # (value id, ...) to read; ids are dense ints so the loop hashes nothing bigger.
         self.names: list = []        # value id -> (cluster, name)
-        ids: dict = {}               # (stage, replica, name) -> (cluster, value id)
+        self.cluster_of: list = []   # value id -> cluster
+        self.readers: list = []      # value id -> tasks that read (free) it
+        names, cluster_of, readers = self.names, self.cluster_of, self.readers
+        tables = [{} for _ in self.clusters]   # per cluster: name -> value id
 
         def vid(stage, replica, name, task):
             c = index.get((stage, replica))
             if c is None:
                 raise ProgramError(f"{getattr(task, 'name', task)}: value {name} on stage {stage} replica "
                                    f"{replica}, which the program does not simulate")
-            cv = ids[(stage, replica, name)] = (c, len(self.names))
-            self.names.append((c, name))
-            return cv
+            v = tables[c].get(name)
+            if v is None:
+                v = tables[c][name] = len(names)
+                names.append((c, name))
+                cluster_of.append(c)
+                readers.append(0)
+            return c, v
 
         static = [((vid(s, r, name, "static values")), nbytes) for (s, r), values in program.static.items()
                   for name, nbytes in values]
-        self.allocs = allocs = [()] * len(program.tasks)
-        self.frees = frees = [()] * len(program.tasks)
-        get = ids.get
-        for i, t in enumerate(program.tasks):
-            if t.allocs:
+        tasks = program.tasks
+        self.allocs = allocs = [()] * len(tasks)
+        self.frees = frees = [()] * len(tasks)
+        # Most tasks neither allocate nor free; a value new to its cluster is made inline
+        # (one function call per value would cost a quarter of this loop).
+        if with_memory is None:
+            with_memory = [i for i, t in enumerate(tasks) if t.allocs or t.frees]
+        for i in with_memory:
+            t = tasks[i]
+            c = index.get((t.stage, t.replica))
+            tab = tables[c] if c is not None else None
+            a = t.allocs
+            if len(a) == 1 and len(a[0]) == 2 and tab is not None:
+                # the common case: one value on the task's own cluster
+                name, nbytes = a[0]
+                v = tab.get(name)
+                if v is None:
+                    v = tab[name] = len(names)
+                    names.append((c, name))
+                    cluster_of.append(c)
+                    readers.append(0)
+                allocs[i] = ((c, v, nbytes),)
+            elif a:
                 out = []
-                for item in t.allocs:
-                    s = item[2] if len(item) == 3 else t.stage
-                    cv = get((s, t.replica, item[0])) or vid(s, t.replica, item[0], t)
-                    out.append((cv[0], cv[1], item[1]))
+                for item in a:
+                    name = item[0]
+                    if len(item) == 3 and item[2] != t.stage or tab is None:
+                        cv = vid(item[2] if len(item) == 3 else t.stage, t.replica, name, t)
+                        out.append((cv[0], cv[1], item[1]))
+                        continue
+                    v = tab.get(name)
+                    if v is None:
+                        v = tab[name] = len(names)
+                        names.append((c, name))
+                        cluster_of.append(c)
+                        readers.append(0)
+                    out.append((c, v, item[1]))
                 allocs[i] = tuple(out)
             if t.frees:
                 out = []
                 for item in t.frees:
-                    s, name = (t.stage, item) if type(item) is str else (item[1], item[0])
-                    cv = get((s, t.replica, name)) or vid(s, t.replica, name, t)
-                    out.append(cv[1])
+                    if type(item) is str and tab is not None:
+                        v = tab.get(item)
+                        if v is None:
+                            v = vid(t.stage, t.replica, item, t)[1]
+                    else:
+                        s, name = (t.stage, item) if type(item) is str else (item[1], item[0])
+                        v = vid(s, t.replica, name, t)[1]
+                    readers[v] += 1
+                    out.append(v)
                 frees[i] = tuple(out)
-        self.cluster_of = [c for c, _ in self.names]
-        self.readers = [0] * len(self.names)
-        for keys in self.frees:
-            for v in keys:
-                self.readers[v] += 1
         for (c, v), nbytes in static:
             self.alloc(c, v, nbytes, 0, "<step start>")
 
