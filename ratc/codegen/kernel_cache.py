@@ -15,9 +15,10 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-# Sources whose edits change what a kernel is or how many cycles it takes.
+# Sources whose edits change what a kernel is, its text, or how many cycles it takes.
 _VERSIONED = ("codegen/gemm.py", "codegen/attention.py", "codegen/tiling.py", "codegen/microkernel.py",
               "codegen/kernel.py", "codegen/program.py", "codegen/isa.py", "codegen/report.py",
+              "codegen/assembler.py", "codegen/exec_profile.py", "codegen/op_kernels.py",
               "vm/kernel_timing.py")
 
 

@@ -19,6 +19,7 @@ from collections import defaultdict
 
 from ratc.codegen.exec_profile import kernel_profile, kernel_text
 from ratc.codegen.op_kernels import kernel_symbol
+from ratc.codegen.tiling import OPTION_NAMES
 from ratc.errors import RatcError
 from ratc.ir.attributes import SymbolRef
 from ratc.ir.core import Operation
@@ -26,8 +27,8 @@ from ratc.ir.core import Operation
 # Which unit attributes a task's kernels and the rest of its time come from.
 TASK_WORK = {"life.fwd": ("kfwd", "fwd_other"), "life.recover": ("kfwd", "fwd_other"),
              "life.bwd": ("kbwd", "bwd_other")}
-# Tile options each generator accepts (ratc.codegen.tiling.OPTION_NAMES; attention's tiles).
-TILE_OPTIONS = {"gemm": ("gm", "gn", "md", "nd", "kt", "groups", "unroll"), "attn_bwd": ("br", "bc")}
+# Tile options each generator accepts.
+TILE_OPTIONS = {"gemm": OPTION_NAMES, "attn_bwd": ("br", "bc")}
 _TILE = re.compile(r"([a-z]+)=(\d+)")
 
 
