@@ -1,10 +1,29 @@
-"""The frontend: PyTorch / Hugging Face models to per-layer cost profiles and graph IR."""
+"""The frontend: PyTorch / Hugging Face models to per-layer cost profiles and graph IR.
 
-from ratc.frontend.hf import trace_hf_config
-from ratc.frontend.modelfile import ModelSpec, load_model_file, trace_model_file
-from ratc.frontend.presets import preset_names, trace_preset
-from ratc.frontend.profile import LayerProfile, ModelProfile, OpProfile
-from ratc.frontend.trace import trace_model
+Names are imported on first use (PEP 562): the IR dialects need only the profile
+dataclasses, and `ratc run`, `ratc opt` or `ratc report` should not pay for importing
+torch (about 1.2 s) unless they trace a model.
+"""
 
-__all__ = ["LayerProfile", "ModelProfile", "ModelSpec", "OpProfile", "load_model_file", "preset_names",
-           "trace_hf_config", "trace_model", "trace_model_file", "trace_preset"]
+from importlib import import_module
+
+_EXPORTS = {
+    "trace_hf_config": "ratc.frontend.hf",
+    "ModelSpec": "ratc.frontend.modelfile", "load_model_file": "ratc.frontend.modelfile",
+    "trace_model_file": "ratc.frontend.modelfile",
+    "preset_names": "ratc.frontend.presets", "trace_preset": "ratc.frontend.presets",
+    "LayerProfile": "ratc.frontend.profile", "ModelProfile": "ratc.frontend.profile",
+    "OpProfile": "ratc.frontend.profile",
+    "trace_model": "ratc.frontend.trace",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ratc.frontend' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
