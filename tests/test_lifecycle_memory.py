@@ -4,8 +4,9 @@ Eq. 9 sums what is live at a stage's peak moment -- the Backward of a decoder la
 recovery buffer, gradient bucket and workspace) or of the embedding / head (theirs), never
 both -- with every in-flight checkpoint; memory-plan takes the largest sum over the
 scheduled order. So memory-plan is never above Eq. 9, and within 5 % of it on every stage
-(on stages of decoder layers only, where the moments coincide, within 1 %). A is cut to P
-(the peak depends on A only through min(P - p, A)) unless A < P (LLaMA-2-70B's A = 16).
+(on stages of decoder layers only, where the moments coincide, within 1 %). A is cut to
+max(P, 2) (the peak depends on A only through min(P - p, A) and, under ZeRO >= 2, on
+whether a previous micro-batch's bucket can be live) unless A < P (LLaMA-2-70B's A = 16).
 The full table, at the real A: benchmarks/bench_lifecycle.py (docs/lifecycle.md).
 """
 
@@ -45,7 +46,10 @@ def _planner(model):
 
 def _compare(model, config):
     planner = _planner(model)
-    cand = parse_config(config if "A=" in config else f"{config},A={config.split(',')[0][2:]}")
+    # A >= 2: a stage's last Backward of a micro-batch and the next micro-batch's first hold
+    # two buckets at once under ZeRO >= 2 (double buffering), which A = 1 never shows.
+    A = max(int(config.split(',')[0][2:]), 2)
+    cand = parse_config(config if "A=" in config else f"{config},A={A}")
     _, mem, _ = planner.detail(cand)
     module = compile_program(planner.model, cand, mt3000(), {"planner": planner, "budget": "none",
                                                              "verify_each": False})
@@ -68,8 +72,10 @@ def test_edge_stages_peak_at_one_backward_not_two():
     # peaks at the head's Backward: the head's bucket, workspace and saved logits, no decoder
     # recovery buffer (Recover(l, m) follows Backward(head, m)); summing both moments' maxima
     # overstated it by 11 % (ZeRO-3) before.
+    # (Stage 0 may now peak at the embedding's Backward: its bucket and the next layer's are
+    # both live there under double buffering.)
     mine, eq9, mem, cand = _compare("qwen2.5-32b", "P=8,D=32,Z=3,FSR")
-    assert bool(mem.at_edge[0, -1]) and not mem.at_edge[0, 0]
+    assert bool(mem.at_edge[0, -1])
     assert mine[-1] == pytest.approx(eq9[-1], rel=0.01)
 
 

@@ -90,8 +90,64 @@ def test_vm_peak_memory_tracks_the_lifecycle_memory_plan(tiny):
     module = compile_candidate(tiny, parse_config("P=2,D=2,Z=2,b=1,A=4,FSR,deadline"), MT3000)
     planned = module.body.ops[-1].attributes
     _, res = run_module(module, MT3000, budget=None)
+    # Under ZeRO >= 2 memory-plan keeps a bucket until the Backward reusing its buffer issues;
+    # the VM frees it when its reduce-scatter ends, which may be earlier (tiny's buckets are
+    # a large share of its memory), never later.
     for vm, plan in zip(res.stage_peak_bytes, planned["peak"]):
-        assert abs(vm - plan) <= 0.05 * plan
+        assert 0.9 * plan <= vm <= plan
+
+
+def _bucket_lifetimes(module):
+    """Per (stage, replica): (alloc cycle, free cycle) of every bucket value over simulated time."""
+    prog = translate(module, MT3000, budget=None)
+    tl = simulate(prog)
+    born, last = {}, {}
+    for i, t in enumerate(prog.tasks):
+        for name, _ in t.allocs:
+            if ".bucket" in name:
+                born[(t.stage, t.replica, name)] = tl.start[i]
+        for name in t.frees:
+            if isinstance(name, str) and ".bucket" in name:
+                key = (t.stage, t.replica, name)
+                last[key] = max(last.get(key, 0), tl.end[i])
+    out: dict = {}
+    for key, t0 in born.items():
+        out.setdefault(key[:2], []).append((t0, last[key]))
+    return out
+
+
+def test_zero3_buckets_no_longer_pile_up(tiny):
+    # ZeRO-3's link serves gathers (prio 1) before reduce-scatters (prio 2); without the
+    # double-buffer dependency unreduced buckets piled up every micro-batch. Now at most two
+    # are live at any simulated moment (a free at t comes before an allocation at t).
+    module = compile_candidate(tiny, parse_config("P=1,D=8,Z=3,b=1,A=8,Ckpt,deadline"), MT3000)
+    lives = _bucket_lifetimes(module)
+    assert lives
+    for key, spans in lives.items():
+        events = sorted([(t0, 1) for t0, _ in spans] + [(t1, -1) for _, t1 in spans])
+        live = most = 0
+        for _, d in events:
+            live += d
+            most = max(most, live)
+        assert most <= 2, f"stage/replica {key}: {most} buckets live at once"
+        units = module.body.ops[-1].attributes["units"]
+        assert len(spans) == 2 * 8 * units   # every Backward of both simulated steps made its bucket
+
+
+@pytest.mark.parametrize("config", ["P=2,D=4,Z=2,b=1,A=4,FSR,deadline", "P=2,D=4,Z=3,b=1,A=4,FSR,deadline",
+                                    "P=1,D=8,Z=3,b=1,A=4,Ckpt,deadline", "P=3,D=2,Z=3,b=1,A=6,Full,deadline",
+                                    "P=2,D=8,Z=2,b=2,A=3,Ckpt,bulk"])
+def test_vm_peak_stays_within_eq9_under_zero2_and_3(tiny, config):
+    # Double-buffered buckets: a Backward waits for the reduce-scatter of the bucket two
+    # Backwards back, so the VM never holds more than Eq. 9's two buckets per stage.
+    from ratc.planner.search import Planner
+    cand = parse_config(config)
+    planner = Planner(tiny, MT3000)
+    _, mem, _ = planner.detail(cand)
+    module = compile_candidate(tiny, cand, MT3000)
+    _, res = run_module(module, MT3000, budget=None)
+    for p, vm in enumerate(res.stage_peak_bytes):
+        assert vm <= 1.005 * float(mem.total[0, p]), f"stage {p}: VM {vm} above Eq. 9 {float(mem.total[0, p])}"
 
 
 def test_trace_of_compiled_program_uses_action_notation(tiny):

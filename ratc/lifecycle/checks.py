@@ -2,7 +2,8 @@
 
 Per task: its operands are exactly the values its role depends on (Forward before its
 Backward, Recover before its Backward, GradSync after the layer's last Backward,
-UpdateShard after GradSync, PrefetchW feeding the next step's Forward), so removing any
+UpdateShard after GradSync, PrefetchW feeding the next step's Forward, a ZeRO >= 2
+Backward after the collective that freed the bucket buffer it reuses), so removing any
 dependency edge fails. Per stage: every task exists once, in-place writes come after the
 last read of the value they overwrite. Per pipeline: sends and receives match one to one
 and the stages, each issuing in order with buffered sends and blocking receives, all
@@ -13,8 +14,11 @@ from __future__ import annotations
 
 from ratc.ir.verifier import VerifyError, verify_op
 
-ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW = ("!life.act", "!life.saved", "!life.rec", "!life.grad",
-                                          "!life.param", "!life.opt", "!life.view")
+ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = ("!life.act", "!life.saved", "!life.rec", "!life.grad",
+                                                 "!life.param", "!life.opt", "!life.view", "!life.token")
+# ZeRO >= 2 reduces gradients out of this many bucket buffers per stage (DeepSpeed's two
+# `ipg_buffer`s with overlap_comm): a Backward waits until its buffer's last bucket is reduced.
+BUCKET_BUFFERS = 2
 TASK_OPS = frozenset({"life.param", "life.opt", "life.recv", "life.send", "life.gather", "life.fwd",
                       "life.recover", "life.bwd", "life.reduce", "life.grad_sync", "life.update",
                       "life.prefetch", "life.step_end"})
@@ -63,6 +67,20 @@ def _layer_input(c: _Ctx, i: int, m: int):
     return ("life.fwd", i - 1, m, None, ACT)
 
 
+def bucket_release(c: _Ctx, i: int, m: int):
+    """ZeRO >= 2: the token of the collective that frees the bucket buffer Backward(i, m)
+    takes -- that of the unit-Backward BUCKET_BUFFERS earlier in the stage (Backwards issue
+    micro-batch by micro-batch, last unit first, in every schedule) -- or None."""
+    n = len(c.units)
+    k = m * n + (c.last - i) - BUCKET_BUFFERS
+    if c.Z < 2 or k < 0:
+        return None
+    mb, back = divmod(k, n)
+    if mb < c.M - 1:
+        return ("life.reduce", c.last - back, mb, None, TOKEN)
+    return ("life.grad_sync", c.last - back, None, None, TOKEN)
+
+
 def expected(op, c: _Ctx) -> tuple[list, list, bool]:
     """(operand roles, result types, inplace) that the op's role requires."""
     a = op.attributes
@@ -88,15 +106,17 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
                                        else ("life.bwd", i + 1, m, None, ACT))
         saved = ("life.recover", i, m, None, REC) if c.recovers(i) else ("life.fwd", i, m, None, SAVED)
         acc = ("life.bwd", i, m - 1, None, GRAD) if c.Z < 2 and m > 0 else None
+        free = bucket_release(c, i, m)
         operands = ([dy] if dy else []) + [saved, _weights(c, i, m, "bwd")] + ([acc] if acc else [])
-        return operands, ([ACT] if i != 0 else []) + [GRAD], acc is not None
+        return operands + ([free] if free else []), ([ACT] if i != 0 else []) + [GRAD], acc is not None
     if name == "life.reduce":
         prev = [("life.reduce", i, m - 1, None, GRAD)] if m > 0 else []
-        return [("life.bwd", i, m, None, GRAD)] + prev, [GRAD], bool(prev)
+        return [("life.bwd", i, m, None, GRAD)] + prev, [TOKEN, GRAD], bool(prev)
     if name == "life.grad_sync":
         last = [("life.bwd", i, c.M - 1, None, GRAD)]
-        if c.Z >= 2 and c.M > 1:
-            return last + [("life.reduce", i, c.M - 2, None, GRAD)], [GRAD], True
+        if c.Z >= 2:   # the token frees the last bucket's buffer
+            prev = [("life.reduce", i, c.M - 2, None, GRAD)] if c.M > 1 else []
+            return last + prev, [TOKEN, GRAD], bool(prev)
         return last, [GRAD], c.Z == 0
     if name == "life.update":
         return [("life.grad_sync", i, None, None, GRAD), ("life.opt", i, None, None, OPT),

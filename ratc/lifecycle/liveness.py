@@ -10,7 +10,9 @@ Tiers fall out of live-range length (review, "Explicit lifetime-tiered memory
 management"): long = persists across steps; medium = spans more than one main task
 (checkpoints, gradient accumulators); short = dies within the next main task (recovery
 buffers, buckets, boundary transfers). Short buffers of the same kind reuse freed ones
-(best fit), so e.g. every recovery of a stage runs in one recovery buffer.
+(best fit), so e.g. every recovery of a stage runs in one recovery buffer. Under ZeRO >= 2 a
+bucket stays live until the Backward that reuses its buffer issues (that Backward reads the
+token of the bucket's reduce-scatter), so a stage holds at most two buckets.
 """
 
 from __future__ import annotations
@@ -77,6 +79,15 @@ def plan_stage(stage) -> StagePlan:
     for op in ops:
         if op.name in LONG_OPS:
             buf_of[op.result].dies = n
+    # ZeRO >= 2 double buffering: a bucket's buffer is free for reuse only when the Backward
+    # that takes it (the reader of its collective's token) issues; until then it holds the bucket.
+    for i, op in enumerate(ops):
+        if op.name == "life.bwd":
+            for v in op.operands:
+                if str(v.type) == "!life.token" and v.owner.operands:
+                    b = buf_of.get(v.owner.operands[0])
+                    if b is not None:
+                        b.dies = max(b.dies, i - 1)
     starts = group_starts(ops)
     slot_of = [0] * (n + 1)
     k = 0

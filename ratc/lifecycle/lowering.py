@@ -3,7 +3,9 @@
 The lowered program is in GPipe order (every forward, then every backward, then the state
 chain at the step end): a valid, deadlock-free issue order that `schedule-1f1b` reorders.
 Recover(l, m) sits right before Backward(l, m) (backward-time recovery) until `fsr`
-moves it.
+moves it. Under ZeRO >= 2 each bucket's collective (the reduce, or GradSync for the last
+micro-batch) follows its Backward, and a Backward depends on the one that freed the bucket
+buffer it takes (two buffers per stage).
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ class _StageLowering:
         self.all_units = plan.region.ops
         self.env: dict = {}
         self.ops: list[Operation] = []
+        # ZeRO >= 2: per unit-Backward in issue order, the token of the collective that frees
+        # its bucket buffer; Backward k reuses Backward k-2's buffer (two buffers, DeepSpeed's
+        # double-buffered `ipg_buffer`), so it waits for released[k - 2].
+        self.released: list = []
 
     def emit(self, op: Operation) -> Operation:
         """Append an op to the stage program."""
@@ -159,6 +165,8 @@ class _StageLowering:
             before = []
             w = self.weights(i, m, "bwd", before)
             acc = self.env.get(("g", i, m - 1)) if self.Z < 2 else None
+            k = len(self.released)
+            free = self.released[k - 2] if self.Z >= 2 and k >= 2 else None
             types, sizes, names = [], [], []
             if i != 0:
                 types.append(ACT), sizes.append(int(u["in_bytes"])), names.append(f"dx{i}_{m}")
@@ -169,11 +177,15 @@ class _StageLowering:
                      "res": "compute", "prio": PRIO_MAIN, "sizes": sizes}
             if acc is not None:
                 attrs["inplace"] = True
-            op = _task("life.bwd", ([dy] if dy is not None else []) + [saved, w] + ([acc] if acc else []),
-                       types, attrs, names)
+            op = _task("life.bwd", ([dy] if dy is not None else []) + [saved, w] + ([acc] if acc else [])
+                       + ([free] if free is not None else []), types, attrs, names)
             self.env["g", i, m] = op.results[-1]
             dy = op.results[0] if i != 0 else None
-            tasks.append((before, op, [self.reduce(i, m)] if self.Z >= 2 and m < self.M - 1 else []))
+            follow = []
+            if self.Z >= 2:
+                follow = [self.reduce(i, m) if m < self.M - 1 else self.grad_sync(i)]
+                self.released.append(follow[0].results[0])
+            tasks.append((before, op, follow))
         self.interleave(tasks)
         if self.p > 0:
             self.emit(_task("life.send", [dy], [TOKEN], {
@@ -190,24 +202,36 @@ class _StageLowering:
                  "sizes": [int(u["grad"])]}
         if prev is not None:
             attrs["inplace"] = True
-        op = _task("life.reduce", [self.env["g", i, m]] + ([prev] if prev else []), [GRAD], attrs, [f"acc{i}_{m}"])
-        self.env["acc", i, m] = op.result
+        op = _task("life.reduce", [self.env["g", i, m]] + ([prev] if prev else []), [TOKEN, GRAD],
+                   {**attrs, "sizes": [0, int(u["grad"])]}, [f"bfree{i}_{m}", f"acc{i}_{m}"])
+        self.env["acc", i, m] = op.results[-1]
+        return op
+
+    def grad_sync(self, i: int) -> Operation:
+        """GradSync(i): the layer's accumulated gradient (ZeRO 0/1) or last bucket (ZeRO >= 2)
+        into its synchronized form; under ZeRO >= 2 also the token freeing that bucket buffer."""
+        M, Z, u = self.M, self.Z, self.u(i)
+        operands = [self.env["g", i, M - 1]]
+        if Z >= 2 and M > 1:
+            operands.append(self.env["acc", i, M - 2])
+        size = int(u["grad"] if Z != 1 else u["shard"])
+        attrs = {"unit": i, "kind": u["sync_kind"], "dur": u["sync"], "res": "link", "prio": PRIO_SYNC,
+                 "sizes": [0, size] if Z >= 2 else [size]}
+        if Z == 0 or len(operands) == 2:
+            attrs["inplace"] = True
+        types, names = ([TOKEN, GRAD], [f"bfree{i}_{M - 1}", f"gs{i}"]) if Z >= 2 else ([GRAD], [f"gs{i}"])
+        op = _task("life.grad_sync", operands, types, attrs, names)
+        self.env["gs", i] = op.results[-1]
         return op
 
     def state_chain(self) -> None:
-        """GradSync, UpdateShard, PrefetchW of every layer at the step end (bulk), then step_end."""
-        M, Z = self.M, self.Z
+        """GradSync (ZeRO 0/1; under ZeRO >= 2 it follows its last Backward), UpdateShard and
+        PrefetchW of every layer at the step end (bulk), then step_end."""
+        Z = self.Z
         order = [uop.attributes["index"] for uop in reversed(self.units)]
         for i in order:
-            u = self.u(i)
-            operands = [self.env["g", i, M - 1]]
-            if Z >= 2 and M > 1:
-                operands.append(self.env["acc", i, M - 2])
-            attrs = {"unit": i, "kind": u["sync_kind"], "dur": u["sync"], "res": "link", "prio": PRIO_SYNC,
-                     "sizes": [int(u["grad"] if Z != 1 else u["shard"])]}
-            if Z == 0 or len(operands) == 2:
-                attrs["inplace"] = True
-            self.env["gs", i] = self.emit(_task("life.grad_sync", operands, [GRAD], attrs, [f"gs{i}"])).result
+            if Z < 2:
+                self.emit(self.grad_sync(i))
         for i in order:
             u = self.u(i)
             self.env["w'", i] = self.emit(_task("life.update", [self.env["gs", i], self.env["s", i],

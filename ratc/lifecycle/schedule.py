@@ -46,6 +46,14 @@ def reorder_stage(stage, P: int, M: int) -> None:
                         f"{', '.join(f'{k}{m}' for k, m in sorted(groups))}")
     ends = [op for op in rest if op.name == "life.step_end"]
     ops[:] = body + [op for op in rest if op.name != "life.step_end"] + ends
+    if stage.block.parent.attributes["Z"] >= 2:
+        # A ZeRO >= 2 GradSync frees the last bucket's buffer, which later Backwards wait for:
+        # it stays right after its Backward(l, M-1), as the lowering emitted it.
+        syncs = [op for op in ops if op.name == "life.grad_sync"]
+        last_bwd = {op.attributes["unit"]: op for op in ops if op.name == "life.bwd" and op.attributes["mb"] == M - 1}
+        ops[:] = [op for op in ops if op.name != "life.grad_sync"]
+        for op in syncs:
+            ops.insert(ops.index(last_bwd[op.attributes["unit"]]) + 1, op)
 
 
 def group_starts(ops) -> list[int]:

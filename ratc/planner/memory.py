@@ -25,7 +25,7 @@ class StageMemory:
     optimizer: np.ndarray
     activations: np.ndarray
     boundary: np.ndarray      # a Backward's incoming and outgoing activation gradient
-    grad_bucket: np.ndarray   # one unit's full gradient awaiting reduce-scatter (ZeRO >= 2)
+    grad_bucket: np.ndarray   # two consecutive Backwards' full gradients (ZeRO >= 2 double buffering)
     param_view: np.ndarray    # ZeRO-3: gathered parameters of the current and next unit
     workspace: np.ndarray
     at_edge: np.ndarray       # bool: the peak is the embedding's / head's Backward
@@ -67,23 +67,78 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     views = np.maximum(sc.view_pair, np.where(recovers, 2 * sc.max_dec_params, 0.0))
     param_view = np.where(Z >= 3, views * recipe.param_bytes, 0.0) + zero
 
-    def bucket(unit_params):   # a Backward's full fp16 gradient until its reduce-scatter (ZeRO >= 2)
+    def bucket(unit_params):   # full fp16 gradients until their reduce-scatter (ZeRO >= 2)
         return np.where(Z >= 2, unit_params * recipe.grad_bytes, 0.0) + zero
 
-    # Recovery buffer, bucket and workspace belong to one Backward and die with it, so they
-    # peak together at a decoder layer's Backward or at the embedding's / head's -- never
+    # ZeRO >= 2 reduces out of two bucket buffers (DeepSpeed's double-buffered ipg_buffer): a
+    # Backward waits until the bucket two Backwards back is reduce-scattered, so a stage holds
+    # two consecutive Backwards' buckets, never a third -- also through the next forwards
+    # (the micro-batch's last two wait for the next backward), so every moment counts the
+    # stage's largest consecutive pair.
+    pair = bucket(np.where(c.M > 1, sc.bucket_pair, sc.bucket_pair1))
+
+    # Recovery buffer and workspace belong to one Backward and die with it, so they peak
+    # together (with the bucket pair) at a decoder layer's Backward or at the embedding's / head's -- never
     # across the two: the head's Backward comes before its stage's first Recover and the
     # embedding's after the stage's decoder layers' (the fsr pass moves a Recover only to
     # just after the task before its Backward, and the planner models one recovery buffer).
     # The head's saved activations die at its Backward too; the last stage holds one
     # micro-batch, so at a decoder layer's Backward they are gone.
     head = b * sc.head_saved
-    dec = np.where(recovers, b * sc.rec_buf, 0.0) + bucket(sc.max_dec_params) + b * sc.dec_workspace
-    edge = head + bucket(sc.edge_params) + b * sc.edge_workspace
-    at_edge = edge > dec
-    activations = held - head + np.where(at_edge, head, np.where(recovers, b * sc.rec_buf, 0.0))
-    grad_bucket = np.where(at_edge, bucket(sc.edge_params), bucket(sc.max_dec_params))
-    workspace = b * np.where(at_edge, sc.edge_workspace, sc.dec_workspace)
+    rec = np.where(recovers, b * sc.rec_buf, 0.0)
+    z3 = Z >= 3
+    if np.any(z3):
+        z3_dec, z3_edge, z3_fwd = (x + zero for x in _zero3_views_and_buckets(sc, c, recovers, recipe))
+    else:
+        z3_dec = z3_edge = z3_fwd = zero
+    # ZeRO-3's views and buckets are counted per moment (a decoder layer's Backward or
+    # Recover, an edge's Backward, or a Forward holding the last backward's two buckets).
+    vb_dec, vb_edge = np.where(z3, z3_dec, pair), np.where(z3, z3_edge, pair)
+    dec = rec + b * sc.dec_workspace + vb_dec
+    edge = head + b * sc.edge_workspace + vb_edge
+    fwd = np.where(z3, head + b * sc.workspace + z3_fwd, 0.0)
+    at_edge = (edge > dec) & (edge >= fwd)
+    at_fwd = (fwd > dec) & (fwd > edge)
+    activations = held - head + np.where(at_edge | at_fwd, head, rec)
+    vb = np.where(at_edge, vb_edge, np.where(at_fwd, z3_fwd, vb_dec))
+    param_view = np.minimum(param_view, vb)
+    grad_bucket = np.where(z3, vb - param_view, pair)
+    workspace = b * np.where(at_edge, sc.edge_workspace, np.where(at_fwd, sc.workspace, sc.dec_workspace))
     return StageMemory(params=params + zero, grads=grads + zero, optimizer=optimizer + zero,
                        activations=activations, boundary=boundary, grad_bucket=grad_bucket,
                        param_view=param_view, workspace=workspace, at_edge=at_edge)
+
+
+def _zero3_views_and_buckets(sc: StageCosts, c: CandidateBatch, recovers, recipe) -> tuple:
+    """ZeRO-3: views plus buckets live at once at a decoder layer's, an edge's and a Forward's moment.
+
+    At Backward(j) the views are j's and the next task's (gathered a task ahead: j - 1, or
+    for the stage's first unit the next micro-batch's first or last) and the buckets are j's
+    and its predecessor's in issue order (j + 1, or for the stage's last unit the first unit
+    of the previous micro-batch); at Recover(j) the views are j's twice (Recover, then
+    Backward) and the buckets the previous Backward's pair; at a Forward(j), j's and j + 1's
+    views and the last two buckets of the previous backward. Each maximized over the
+    stage's decoder layers, and over its embedding / head: the embedding's view and bucket
+    are not both paired with it twice.
+    """
+    u = sc.u_params if sc.u_params.ndim == 3 else sc.u_params[None]
+    dec = (sc.u_dec if sc.u_dec.ndim == 3 else sc.u_dec[None]) > 0
+    n = (u > 0).sum(axis=-1)
+    zero = np.zeros(u.shape[:-1] + (1,))
+    left = np.concatenate([zero, u[..., :-1]], axis=-1)
+    right = np.concatenate([u[..., 1:], zero], axis=-1)
+    first, last_u = u[..., :1], np.take_along_axis(u, (n - 1)[..., None], axis=-1)
+    is_last = np.arange(u.shape[-1]) == (n - 1)[..., None]
+    many = np.asarray(c.M)[..., None] > 1
+    pair = u + np.where(is_last, np.where(many, first, 0.0), right)
+    ahead = np.where(np.arange(u.shape[-1]) == 0, np.where(many, np.maximum(first, last_u), 0.0), left)
+    bwd = (u + ahead) * recipe.param_bytes + pair * recipe.grad_bytes
+    pz = np.zeros(pair.shape[:-1] + (1,))
+    prev_pair = np.where(is_last, np.where(many, pair[..., :1], 0.0), np.concatenate([pair[..., 1:], pz], axis=-1))
+    rec = np.where(np.asarray(recovers)[..., None] & dec, 2 * u * recipe.param_bytes + prev_pair * recipe.grad_bytes,
+                   0.0)
+    fwd = (u + right) * recipe.param_bytes + np.where(many, pair[..., :1], 0.0) * recipe.grad_bytes
+    real = u > 0
+    at_dec = np.where(real & dec, np.maximum(bwd, rec), 0.0).max(axis=-1)
+    at_edge = np.where(real & ~dec, bwd, 0.0).max(axis=-1)
+    return at_dec, at_edge, np.where(real, fwd, 0.0).max(axis=-1)

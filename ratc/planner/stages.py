@@ -56,6 +56,8 @@ class StageCosts:
     dec_workspace: np.ndarray      # ... of the stage's decoder layers
     edge_workspace: np.ndarray     # ... of its embedding / head (0 without one)
     edge_params: np.ndarray        # its larger embedding / head (0 without one)
+    bucket_pair: np.ndarray        # ZeRO >= 2: largest params of two consecutive Backwards (M > 1)
+    bucket_pair1: np.ndarray       # ... within one micro-batch (M = 1)
     head_saved: np.ndarray         # the head's saved activations (last stage; 0 elsewhere)
     u_params: np.ndarray           # [P, U] per unit, forward order, zero padded
     u_fwd: np.ndarray
@@ -88,6 +90,12 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> Stag
     nxt = np.concatenate([u_params[:, 1:], np.zeros((P, 1))], axis=1)
     ws = pad(c["workspace"])
     edge = ~dec_pad & valid
+    # ZeRO >= 2 keeps two gradient buckets (double buffering): a Backward's and the one before
+    # it in issue order -- the next unit's, or for the stage's last unit the first unit's of
+    # the previous micro-batch (a lone unit: its own), which only exists when M > 1.
+    nxt_in_stage = np.where(np.arange(U)[None, :] + 1 < valid.sum(axis=1)[:, None], nxt, 0.0)
+    pair1 = (u_params + nxt_in_stage).max(axis=1)
+    pair = np.maximum(pair1, u_params[:, 0] + np.where(valid, u_params, 0.0)[np.arange(P), valid.sum(axis=1) - 1])
     head_saved = np.zeros(P)
     head_saved[-1] = 0.0 if table.decoder[-1] else c["saved_bytes"][-1]
     return StageCosts(
@@ -102,12 +110,13 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> Stag
         rec_buf=np.where(dec_pad, saved, 0.0).max(axis=1), workspace=ws.max(axis=1),
         dec_workspace=np.where(dec_pad, ws, 0.0).max(axis=1), edge_workspace=np.where(edge, ws, 0.0).max(axis=1),
         edge_params=np.where(edge, u_params, 0.0).max(axis=1), head_saved=head_saved,
+        bucket_pair=pair, bucket_pair1=pair1,
         u_params=u_params, u_fwd=u_fwd, u_bwd=pad(c["bwd"]), u_dec=dec_pad.astype(float))
 
 
 _ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "rec1", "params", "n_dec",
            "max_layer_params", "view_pair", "max_dec_params", "saved_full", "ckpt", "rec_buf", "workspace",
-           "dec_workspace", "edge_workspace", "edge_params", "head_saved")
+           "dec_workspace", "edge_workspace", "edge_params", "bucket_pair", "bucket_pair1", "head_saved")
 _UNIT_ARRAYS = ("u_params", "u_fwd", "u_bwd", "u_dec")
 
 

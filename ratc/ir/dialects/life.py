@@ -19,7 +19,8 @@ resource (`res`), its priority (`prio`, 0 = most urgent) and the bytes of each r
 buffer. memory-plan adds each result's lifetime tier (`tier`) and buffer slot (`buf`), and
 on the op that reads a buffer last, the slots freed after it (`frees`). Op verify hooks
 check that each task has exactly the dependencies its role needs (so dropping one is an
-error); the stage and pipeline hooks check ordering, completeness,
+error; under ZeRO >= 2 a Backward also reads the token of the reduce that freed the
+bucket buffer it reuses, two buffers per stage); the stage and pipeline hooks check ordering, completeness,
 send/recv matching and that the stages cannot deadlock (ratc.lifecycle.checks).
 """
 
@@ -117,11 +118,13 @@ LIFE.op("bwd", "Backward(l, m): input gradient out, and the layer's gradient acc
         attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED})
 
 # The state chain (paper Eq. 2): GradSync -> UpdateShard -> PrefetchW per layer.
-LIFE.op("reduce", "ZeRO >= 2: reduce-scatter one micro-batch's gradient bucket into the shard",
-        operands=["args*"], results=["g:!life.grad"], verify=_check,
+LIFE.op("reduce", "ZeRO >= 2: reduce-scatter one micro-batch's gradient bucket into the shard; "
+                  "the token frees the bucket buffer",
+        operands=["args*"], results=["outs*"], verify=_check,
         attrs={"unit": "int", "mb": "int", **_TASK})
-LIFE.op("grad_sync", "GradSync(l): the collective completing a layer's accumulated gradient",
-        operands=["args*"], results=["g:!life.grad"], verify=_check,
+LIFE.op("grad_sync", "GradSync(l): the collective completing a layer's accumulated gradient "
+                     "(ZeRO >= 2: also a token freeing the last bucket's buffer)",
+        operands=["args*"], results=["outs*"], verify=_check,
         attrs={"unit": "int", "kind": "all-reduce|reduce-scatter", **_TASK})
 LIFE.op("update", "UpdateShard(l): the optimizer step on this rank's shard",
         operands=["g:!life.grad", "s:!life.opt", "w:!life.param"], results=["w:!life.param"],

@@ -135,6 +135,8 @@ class FunctionalExecutor:
             raise
         except RatcError as exc:
             raise ExecutionError(f"stage {p}: {describe(op)}: {exc}") from None
+        if results and len(results) < len(op.results):   # leading tokens (bucket-buffer releases) carry no data
+            results = [None] * (len(op.results) - len(results)) + list(results)
         for v, r in zip(op.results, results or ()):
             vals[v] = r
         last = self.last_use[p]
