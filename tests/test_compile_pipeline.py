@@ -134,6 +134,28 @@ def test_kernel_spot_check_runs_a_task_against_numpy(program, capsys):
     assert "stages 0..0" in capsys.readouterr().err
 
 
+def test_attention_spot_check_detects_wrong_gradients(monkeypatch):
+    import numpy as np
+
+    from ratc.codegen.attention import generate_attention_backward
+    from ratc.codegen.spot_check import check_kernel
+    from ratc.platform import load_platform
+    from ratc.vm import kernel_vm
+
+    platform = load_platform("mt3000")
+    kernel = generate_attention_backward(platform, 2, 64, 64, 1)
+    assert check_kernel(kernel.program, platform, (2, 64, 64, 1), seed=3, kind="attn_bwd").ok
+    real = kernel_vm.run_program
+
+    def scaled_dk(program, platform, inputs, mode):
+        result = real(program, platform, inputs, mode)
+        result.ddr["dK"] = result.ddr["dK"] * np.float16(1.1)
+        return result
+
+    monkeypatch.setattr(kernel_vm, "run_program", scaled_dk)
+    assert not check_kernel(kernel.program, platform, (2, 64, 64, 1), seed=3, kind="attn_bwd").ok
+
+
 def test_kernel_spot_check_detects_wrong_numbers(monkeypatch):
     import numpy as np
 

@@ -10,8 +10,6 @@ figures are held out: these are ratc's predictions.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -53,23 +51,19 @@ def run() -> list:
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    rows = run()
-    if args.json:
-        print(json.dumps(rows, indent=2, sort_keys=True))
-        return
-    print("| variant | normalized step time | tail amplification | step s | tail s | exposed comm / update / "
-          "prefetch / recovery s | planner s | VM peak GB |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        e = r["exposed_s"]
-        print(f"| {r['variant']} | {r['normalized_step_time']:.3f}x | {r['tail_amplification']:.2f}x | "
-              f"{r['step_time_s']:.2f} | {r['tail_s']:.2f} | {e['comm']:.2f} / {e['update']:.2f} / "
-              f"{e['prefetch']:.2f} / {e['recovery']:.2f} | {r['predicted_s']:.2f} | {r['peak_gb']:.2f} |")
+COLUMNS = ["variant", "normalized step time", "tail amplification", "step s", "tail s",
+           "exposed comm / update / prefetch / recovery s", "planner s", "VM peak GB"]
+
+
+def cells(r: dict) -> list[str]:
+    e = r["exposed_s"]
+    return [r["variant"], f"{r['normalized_step_time']:.3f}x", f"{r['tail_amplification']:.2f}x",
+            f"{r['step_time_s']:.2f}", f"{r['tail_s']:.2f}",
+            f"{e['comm']:.2f} / {e['update']:.2f} / {e['prefetch']:.2f} / {e['recovery']:.2f}",
+            f"{r['predicted_s']:.2f}", f"{r['peak_gb']:.2f}"]
 
 
 if __name__ == "__main__":
-    main()
+    from markdown_rows import main
+
+    main(__doc__, run, COLUMNS, cells)

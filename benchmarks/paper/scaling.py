@@ -9,8 +9,6 @@ The paper's figures are held out: these are ratc's predictions.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -46,22 +44,17 @@ def run() -> list:
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    rows = run()
-    if args.json:
-        print(json.dumps(rows, indent=2, sort_keys=True))
-        return
-    print("| clusters | global batch | plan | step s | tokens/s | speedup | efficiency | MAC util | planner s "
-          "| VM peak GB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['clusters']} | {r['global_batch']} | {r['config']} | {r['step_time_s']:.2f} | "
-              f"{r['tokens_per_s']:.1f} | {r['speedup']:.3f}x | {100 * r['efficiency']:.1f} % | "
-              f"{100 * r['mac_utilization']:.1f} % | {r['predicted_s']:.2f} | {r['peak_gb']:.2f} |")
+COLUMNS = ["clusters", "global batch", "plan", "step s", "tokens/s", "speedup", "efficiency", "MAC util",
+           "planner s", "VM peak GB"]
+
+
+def cells(r: dict) -> list[str]:
+    return [str(r["clusters"]), str(r["global_batch"]), r["config"], f"{r['step_time_s']:.2f}",
+            f"{r['tokens_per_s']:.1f}", f"{r['speedup']:.3f}x", f"{100 * r['efficiency']:.1f} %",
+            f"{100 * r['mac_utilization']:.1f} %", f"{r['predicted_s']:.2f}", f"{r['peak_gb']:.2f}"]
 
 
 if __name__ == "__main__":
-    main()
+    from markdown_rows import main
+
+    main(__doc__, run, COLUMNS, cells)

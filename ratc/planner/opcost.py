@@ -118,14 +118,14 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
         if ks is not None:
             kf += ks.fwd
             kb += ks.bwd
-            other_f += ks.fwd_stream_bytes / ddr
-            other_b += ks.bwd_stream_bytes / ddr
+            s1, s2 = ks.fwd_stream_bytes / ddr, ks.bwd_stream_bytes / ddr
+            other_f += s1
+            other_b += s2
         if ks is not None and runs_kernels:
             # The op's time is its kernels' measured time (which includes their own DDR
             # traffic) plus the streams between them; no max() against a DDR roofline.
             c1, d1 = _kernel_time(exec_profile, ks.fwd, ddr)
             c2, d2 = _kernel_time(exec_profile, ks.bwd, ddr)
-            s1, s2 = ks.fwd_stream_bytes / ddr, ks.bwd_stream_bytes / ddr
             f += c1 + s1
             fc += c1
             fd += d1 + s1

@@ -1,0 +1,21 @@
+"""Shared entry point of the VM experiment scripts: rows as a Markdown table, or --json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def main(doc: str, run, columns: list[str], cells) -> None:
+    """Parse --json, call run() for the rows, print them as JSON or as a table of cells(row)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = ap.parse_args()
+    rows = run()
+    if args.json:
+        print(json.dumps(rows, indent=2, sort_keys=True))
+        return
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for r in rows:
+        print("| " + " | ".join(cells(r)) + " |")
