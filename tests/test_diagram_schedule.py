@@ -47,7 +47,9 @@ def simulated_tasks(planner, policy):
                          budget=None)
     prog = tl.program
     last = prog.steps - 1
-    tasks = [(t.stage, t.kind, t.name, tl.start[i] / prog.clock, tl.end[i] / prog.clock, bool(t.resources))
+    # a co-running Recover (FSR) holds no engine but runs as long as its host
+    tasks = [(t.stage, t.kind, t.name, tl.start[i] / prog.clock, tl.end[i] / prog.clock,
+              bool(t.resources) or (t.kind == "recover" and t.duration > 0))
              for i, t in enumerate(prog.tasks) if t.step == last and t.replica == 0]
     return tasks, [w / prog.clock for w in step_window(tl)], res
 
@@ -57,7 +59,7 @@ def test_diagram_data_is_the_simulated_schedule(planner, diagrams, policy):
     data, _ = diagrams[policy]
     tasks, (w0, w1), res = simulated_tasks(planner, policy)
     drawn = sorted((iv.stage, iv.kind, iv.label, iv.start, iv.end) for iv in data.intervals)
-    # Every task that holds a cluster resource; the rest (markers, arrivals) take no time.
+    # Every task that holds a cluster resource or co-runs; the rest (markers, arrivals) take no time.
     busy = [(s, kind, task_label(name), start, end) for s, kind, name, start, end, res_ in tasks if res_]
     assert all(start == end for *_, start, end, res_ in tasks if not res_)
     assert len(drawn) == len(busy) > 0

@@ -140,3 +140,41 @@ def test_parse_error_points_at_the_bad_op(programs):
         verify(parse_module(text, "bad.ir"))
     line = next(n for n, t in enumerate(text.splitlines(), 1) if 'kind = "all-reduce"' in t and "life.grad_sync" in t)
     assert f"bad.ir:{line}:" in str(info.value)
+
+
+def test_corun_recover_must_follow_its_host(programs):
+    def mutated(fn):
+        module = parse_module(programs[2])
+        fn(find_pipeline(module).region.ops[0].region.ops)
+        with pytest.raises(VerifyError) as info:
+            verify(module)
+        return str(info.value)
+
+    def guest(ops):
+        return next(i for i, op in enumerate(ops) if op.attributes.get("placement") == "corun")
+
+    def drop_host_mark(ops):
+        g = guest(ops)
+        host = next(op for op in reversed(ops[:g]) if op.name in ("life.fwd", "life.bwd"))
+        del host.attributes["corun"]
+    assert "must follow its host" in mutated(drop_host_mark)
+
+    def behind_a_receive(ops):
+        g = guest(ops)
+        op = ops.pop(g)
+        recv = next(i for i in range(g, len(ops)) if ops[i].name == "life.recv")
+        ops.insert(recv + 1, op)
+    assert "carries 'corun' but no Recover co-runs with it" in mutated(behind_a_receive)
+
+    def host_alone(ops):
+        ops[guest(ops)].attributes["placement"] = "bwd"
+    assert "carries 'corun' but no Recover co-runs with it" in mutated(host_alone)
+
+
+def test_pipeline_with_a_huge_stage_count_is_an_error_not_an_allocation():
+    from ratc.ir.core import Block, Module, Operation
+    from ratc.ir.attributes import SymbolRef
+    pipe = Operation("life.pipeline", attributes={"plan": SymbolRef("p"), "P": 10**15, "M": 1, "Z": 0, "act": "full",
+                                                  "units": 0, "schedule": "gpipe"}, sym_name="s", region=Block([]))
+    with pytest.raises(VerifyError, match="exactly P = 1000000000000000 life.stage ops"):
+        verify(Module("m", {}, [pipe]))

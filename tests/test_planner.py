@@ -83,11 +83,11 @@ def test_table2_baselines(table2, name):
     res = table2[name]
     assert not res["full-save"].feasible                      # paper: Full-save OOM
     best, ckpt = res["ratrain"].best, res["backward-ckpt"].best
-    # The paper reports Backward Ckpt at 1.36x. As the lifecycle compiles FSR (one recovery
-    # buffer, Recover in the stage's compute stream) it hides one layer's recovery per stage
-    # on the step's path, so checkpointing the same plan costs under 1 % more (docs/planner.md).
+    # The paper reports Backward Ckpt at 1.36x, i.e. FSR hiding all recomputation. ratc's FSR
+    # co-runs each Recover with the task before it, sharing the cluster's engines: on the
+    # traced layers that hides 60-70 % of a layer's recomputation (docs/planner.md).
     assert (ckpt.cand.P, ckpt.cand.D, ckpt.cand.Z) == (best.cand.P, best.cand.D, best.cand.Z)
-    assert 1.0 < ckpt.t_step / best.t_step < 1.01
+    assert 1.15 < ckpt.t_step / best.t_step < 1.36
     assert res["tuned-pp-dp-zero"].best.t_step >= ckpt.t_step
 
 

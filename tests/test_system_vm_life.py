@@ -17,6 +17,7 @@ from ratc.vm.system.driver import compile_candidate, kendall_tau, parse_config, 
 from ratc.vm.system.engine import simulate
 from ratc.vm.system.life import translate
 from ratc.vm.system.program import ProgramError
+from ratc.vm.system.results import critical_path, step_window
 
 ROOT = Path(__file__).resolve().parents[1]
 MT3000 = load_platform("mt3000")
@@ -254,7 +255,36 @@ def test_state_and_recovery_placements_show_in_simulated_time(tiny):
     tail = {c: r.tail_cycles for c, (_, r) in runs.items()}
     assert tail["P=2,D=2,Z=1,A=4,FSR,bulk"] > tail["P=2,D=2,Z=1,A=4,FSR,layerwise"] > tail["P=2,D=2,Z=1,A=4,FSR,deadline"]
     step = {c: r.step_cycles for c, (_, r) in runs.items()}
-    # backward-time recovery waits for the gradient; FSR recovers while the stage waits for it
+    # backward-time recovery waits for the gradient; FSR co-runs it with the task before it
     assert step["P=2,D=2,Z=1,A=4,Ckpt,deadline"] > step["P=2,D=2,Z=1,A=4,FSR,deadline"]
     ckpt = runs["P=2,D=2,Z=1,A=4,Ckpt,deadline"][1].critical_cycles["recovery"]
     assert ckpt > runs["P=2,D=2,Z=1,A=4,FSR,deadline"][1].critical_cycles["recovery"]
+
+
+def test_corun_recover_runs_alongside_its_host(tiny):
+    # FSR: a co-running Recover holds no engine; it starts and ends with its host, the compute
+    # task issued before it, whose duration is the pair's. What the pair adds is recovery
+    # on the critical path; the trace draws the Recover on a track of its own.
+    from ratc.vm.system.trace import chrome_trace
+    module = compile_candidate(tiny, parse_config("P=2,D=2,Z=2,b=1,A=4,FSR,deadline"), MT3000)
+    tl, res = run_module(module, MT3000, budget=None)
+    prog = tl.program
+    host = {}
+    guests = 0
+    for i, t in enumerate(prog.tasks):
+        if t.resources and t.resources[0][2] == "compute":
+            host[(t.stage, t.replica, t.step)] = i
+        elif t.kind == "recover":
+            h = host[(t.stage, t.replica, t.step)]
+            assert (tl.start[i], tl.end[i]) == (tl.start[h], tl.end[h])
+            assert t.corun == prog.tasks[h].corun > 0 and t.duration == prog.tasks[h].duration
+            guests += 1
+    assert guests == 2 * 4 * 4     # steps x micro-batches x decoder layers
+    w0, w1 = step_window(tl)
+    on_path = sum(min(prog.tasks[i].corun, max(0, min(tl.end[i], w1) - max(tl.start[i], w0)))
+                  for i in critical_path(tl) if prog.tasks[i].corun)
+    assert res.critical_cycles["recovery"] == on_path > 0
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in chrome_trace(tl)["traceEvents"]
+              if e["name"] == "thread_name"}
+    recs = [e for e in chrome_trace(tl)["traceEvents"] if e["ph"] == "X" and e["cat"] == "recover"]
+    assert recs and all(tracks[(e["pid"], e["tid"])] == "co-run" for e in recs)

@@ -6,7 +6,8 @@ seconds no kernel runs (`fwd_other`, `bwd_other`). `codegen` generates every dis
 kernel once (tile options per symbol may override the tile chooser), adds a
 `life.kernel @symbol` op with its cycle count, and gives every Forward, Recover and
 Backward task `kernels`, `calls` and `cycles` = sum(calls x kernel cycles) +
-round(other x clock), with `dur` = cycles / clock. The system VM runs compute tasks for
+round(other x clock) (+ round(corun x clock) on the host of a co-running Recover), with
+`dur` = cycles / clock. The system VM runs compute tasks for
 exactly `cycles`, so a kernel that gets d cycles slower moves the work of a stage by
 d x its calls.
 """
@@ -105,6 +106,8 @@ def codegen(module, platform, tiles: dict[str, dict[str, int]] | None = None) ->
                     cycles += n * profiles[sym]["cycles"]
                 charges[key] = (refs, calls, cycles + int(round(u[other_key] * clock)))
             refs, calls, cycles = charges[key]
+            # a host of a co-running Recover (fsr) keeps what the pair adds
+            cycles += int(round(op.attributes.get("corun", 0.0) * clock))
             op.attributes.update(kernels=list(refs), calls=list(calls), cycles=cycles, dur=cycles / clock)
     ops = [Operation("life.kernel", attributes={
         "kind": needed[sym][0], "shape": list(needed[sym][1]), "cycles": int(e["cycles"]),

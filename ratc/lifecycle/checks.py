@@ -107,7 +107,9 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
         saved = ("life.recover", i, m, None, REC) if c.recovers(i) else ("life.fwd", i, m, None, SAVED)
         acc = ("life.bwd", i, m - 1, None, GRAD) if c.Z < 2 and m > 0 else None
         free = bucket_release(c, i, m)
-        operands = ([dy] if dy else []) + [saved, _weights(c, i, m, "bwd")] + ([acc] if acc else [])
+        # a recovered layer's Backward reuses its Recover's ZeRO-3 view
+        view = _weights(c, i, m, "rec" if c.recovers(i) else "bwd")
+        operands = ([dy] if dy else []) + [saved, view] + ([acc] if acc else [])
         return operands + ([free] if free else []), ([ACT] if i != 0 else []) + [GRAD], acc is not None
     if name == "life.reduce":
         prev = [("life.reduce", i, m - 1, None, GRAD)] if m > 0 else []
@@ -208,7 +210,7 @@ def required_tasks(c: _Ctx) -> set:
             phases = ["fwd", "bwd"]
             if c.recovers(i):
                 need.add(("life.recover", i, m, None))
-                phases.append("rec")
+                phases[1] = "rec"       # the Backward reuses its Recover's view
             if c.Z >= 3:
                 need |= {("life.gather", i, m, ph) for ph in phases}
             if c.Z >= 2 and m < c.M - 1:
@@ -246,6 +248,7 @@ def check_stage(stage) -> None:
                           f"({len(missing)} missing)", stage)
     if not ops or ops[-1].name != "life.step_end":
         raise VerifyError(f"stage {c.p}: life.step_end must be the last op", stage)
+    _check_corun(ops, c)
     last_use: dict = {}
     for pos, op in enumerate(ops):
         for v in op.operands:
@@ -259,11 +262,35 @@ def check_stage(stage) -> None:
                                   f"'{later.name}'{_where(later.attributes)} still reads later", op)
 
 
+def _check_corun(ops, c: _Ctx) -> None:
+    """fsr: a co-running Recover follows its host -- the Forward or Backward issued before it,
+    with no receive between -- and each host, which carries `corun`, has exactly one."""
+    host, guests = None, 0
+    for op in ops:
+        if op.name in ("life.fwd", "life.bwd", "life.recv"):
+            if host is not None and guests != 1:
+                raise VerifyError(f"stage {c.p}: '{host.name}'{_where(host.attributes)} carries 'corun' "
+                                  f"but no Recover co-runs with it", host)
+            host, guests = (op if "corun" in op.attributes else None), 0
+            if op.name == "life.recv":
+                host = None
+        elif op.name == "life.recover" and op.attributes.get("placement") == "corun":
+            if host is None or guests:
+                raise VerifyError(f"stage {c.p}: co-running '{op.name}'{_where(op.attributes)} must follow its "
+                                  f"host, a Forward or Backward carrying 'corun' issued before it with no "
+                                  f"receive between", op)
+            guests += 1
+    if host is not None and guests != 1:
+        raise VerifyError(f"stage {c.p}: '{host.name}'{_where(host.attributes)} carries 'corun' but no "
+                          f"Recover co-runs with it", host)
+
+
 def check_pipeline(pipe) -> None:
     """Stages 0..P-1 partitioning the units, sends matching receives, and no deadlock."""
     a = pipe.attributes
     stages = pipe.region.ops
-    if [s.name for s in stages] != ["life.stage"] * a["P"]:
+    # (compare the count first: P comes from the text and may be huge)
+    if len(stages) != a["P"] or any(s.name != "life.stage" for s in stages):
         raise VerifyError(f"'life.pipeline' must hold exactly P = {a['P']} life.stage ops", pipe)
     units = []
     for p, s in enumerate(stages):

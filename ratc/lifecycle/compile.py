@@ -11,7 +11,7 @@ from ratc.lifecycle.plan_ir import plan_module
 PREF_MODES = {"bulk": ("bulk", "bulk"), "layerwise": ("layerwise", "bulk"), "deadline": ("layerwise", "deadline")}
 
 
-def default_pipeline(pref: str, rec_buffers: int = 1, budget: str = "plan", codegen: bool = False,
+def default_pipeline(pref: str, rec_buffers: int = 2, budget: str = "plan", codegen: bool = False,
                      tiles: str = "") -> str:
     """The full lifecycle pipeline for a plan's prefetch policy, as pipeline text.
 
@@ -41,7 +41,7 @@ def compile_program(profile, cand, platform, options: dict | None = None) -> Mod
     options = dict(options or {})
     planner = options.get("planner")
     codegen = options.get("codegen", planner is not None and planner.exec_profile.runs_kernels)
-    text = options.get("pipeline") or default_pipeline(cand.pref, options.get("rec_buffers", 1),
+    text = options.get("pipeline") or default_pipeline(cand.pref, options.get("rec_buffers", 2),
                                                         options.get("budget", "plan"), codegen,
                                                         options.get("tiles", ""))
     module = plan_module(profile, cand, platform, options.get("planner"))

@@ -2,9 +2,10 @@
 
 Per-stage memory is register pressure over the issue order. Each result with a size is a
 buffer; an `inplace` op's last result continues its last operand's buffer. A buffer is
-allocated when its op issues and freed after its last use, except step state (parameters,
-optimizer state, and what step_end hands to the next step), which persists. While an op
-runs its inputs, outputs and operator workspace (`ws`) coexist.
+allocated when its op issues (a co-running Recover's when its host does) and freed after
+its last use, except step state (parameters, optimizer state, and what step_end hands to
+the next step), which persists. While an op runs its inputs, outputs and operator
+workspace (`ws`) coexist.
 
 Tiers fall out of live-range length (review, "Explicit lifetime-tiered memory
 management"): long = persists across steps; medium = spans more than one main task
@@ -63,13 +64,16 @@ def plan_stage(stage) -> StagePlan:
         op.attributes.pop("frees", None)   # a re-run plans from scratch
     buf_of: dict = {}
     buffers: list[Buffer] = []
+    hosts = corun_hosts(ops)
     for i, op in enumerate(ops):
         sizes = op.attributes.get("sizes", [])
+        # a co-running Recover (fsr) fills its buffer while its host runs
+        born = hosts.get(i, i)
         for j, v in enumerate(op.results):
             if op.attributes.get("inplace") and j == len(op.results) - 1 and op.operands[-1] in buf_of:
                 buf_of[v] = buf_of[op.operands[-1]]
             elif sizes[j] > 0:
-                b = Buffer(value_name(v), str(v.type), sizes[j], i, i)
+                b = Buffer(value_name(v), str(v.type), sizes[j], born, i)
                 buffers.append(b)
                 buf_of[v] = b
         for v in op.operands:
@@ -104,7 +108,7 @@ def plan_stage(stage) -> StagePlan:
             b.tier = "medium"
     plan = StagePlan(stage.attributes["stage"], buffers)
     _assign_slots(buffers, plan)
-    _peak(ops, buffers, plan)
+    _peak(ops, buffers, plan, {h: ops[g].attributes.get("ws") for g, h in hosts.items()})
     freed: dict = {}
     for b in buffers:
         if b.dies < n:
@@ -142,8 +146,20 @@ def _assign_slots(buffers: list[Buffer], plan: StagePlan) -> None:
     plan.slots = len(sizes)
 
 
-def _peak(ops, buffers: list[Buffer], plan: StagePlan) -> None:
-    """Peak bytes over the order: buffers live at op i plus op i's workspace."""
+def corun_hosts(ops) -> dict:
+    """{index of a co-running Recover: index of its host}, the compute op issued before it."""
+    out, host = {}, None
+    for i, op in enumerate(ops):
+        if op.name in ("life.fwd", "life.bwd"):
+            host = i
+        elif op.name == "life.recover" and op.attributes.get("placement") == "corun" and host is not None:
+            out[i] = host
+    return out
+
+
+def _peak(ops, buffers: list[Buffer], plan: StagePlan, guest_ws: dict) -> None:
+    """Peak bytes over the order: buffers live at op i plus op i's workspace (and, while a
+    host runs, its co-running Recover's)."""
     n = len(ops)
     delta = [0] * (n + 2)
     for b in buffers:
@@ -154,7 +170,7 @@ def _peak(ops, buffers: list[Buffer], plan: StagePlan) -> None:
     for i, op in enumerate(ops):
         live += delta[i]
         ws = op.attributes.get("ws")
-        total = live + (int(ws) if ws is not None else 0)
+        total = live + (int(ws) if ws is not None else 0) + int(guest_ws.get(i) or 0)
         if total > best:
             best, best_at = total, i
     plan.peak, plan.peak_at = max(best, 0), best_at
@@ -162,4 +178,4 @@ def _peak(ops, buffers: list[Buffer], plan: StagePlan) -> None:
     plan.live_at_peak = sorted(at, key=lambda b: (-b.size, b.name))
     plan.tiers = {t: sum(b.size for b in at if b.tier == t) for t in ("long", "medium", "short")}
     ws = ops[best_at].attributes.get("ws") if ops else None
-    plan.tiers["workspace"] = int(ws) if ws is not None else 0
+    plan.tiers["workspace"] = (int(ws) if ws is not None else 0) + int(guest_ws.get(best_at) or 0)

@@ -3,9 +3,10 @@
 The lowered program is in GPipe order (every forward, then every backward, then the state
 chain at the step end): a valid, deadlock-free issue order that `schedule-1f1b` reorders.
 Recover(l, m) sits right before Backward(l, m) (backward-time recovery) until `fsr`
-moves it. Under ZeRO >= 2 each bucket's collective (the reduce, or GradSync for the last
-micro-batch) follows its Backward, and a Backward depends on the one that freed the bucket
-buffer it takes (two buffers per stage).
+co-schedules it; under ZeRO-3 the Backward reuses the view its Recover gathered. Under
+ZeRO >= 2 each bucket's collective (the reduce, or GradSync for the last micro-batch)
+follows its Backward, and a Backward depends on the one that freed the bucket buffer it
+takes (two buffers per stage).
 """
 
 from __future__ import annotations
@@ -160,10 +161,11 @@ class _StageLowering:
                     [f"rec{i}_{m}"])
                 tasks.append((before, rec, []))
                 saved = rec.result
+                before = []     # under ZeRO-3 the Backward reuses its Recover's view
             else:
                 saved = self.env["saved", i, m]
-            before = []
-            w = self.weights(i, m, "bwd", before)
+                before = []
+                w = self.weights(i, m, "bwd", before)
             acc = self.env.get(("g", i, m - 1)) if self.Z < 2 else None
             k = len(self.released)
             free = self.released[k - 2] if self.Z >= 2 and k >= 2 else None

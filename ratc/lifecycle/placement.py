@@ -8,15 +8,17 @@
 - update-prefetch (Eq. 3, 4): UpdateShard(l) -> PrefetchW(l) inside [t_sync(l), t_use(l)),
   ordered earliest-deadline-first on the DDR and the link (deadline), in release order
   right after each GradSync (eager), or all at the step end (bulk).
-- FSR (Eq. 7): Recover(l, m) moved from right before Backward(l, m) into the forward-side
-  or idle slot before the stage's backward of micro-batch m, as many layers as there are
-  recovery buffers; the rest, and any recovery without a window, stay backward-time.
+- FSR (Eq. 7): each Recover(l, m) co-runs with the compute task issued before it, sharing
+  the cluster's compute and DDR engines (ratc.planner.corun); a Backward's first Recover
+  moves ahead of the wait for its gradient, next to the Forward before it.
 """
 
 from __future__ import annotations
 
+from ratc.errors import RatcError
 from ratc.lifecycle.schedule import main_task
 from ratc.lifecycle.timeline import estimate
+from ratc.planner.corun import extra, scaled, solo
 
 
 def _by(ops, name: str) -> dict:
@@ -107,10 +109,27 @@ def update_prefetch(pipe, mode: str) -> None:
     pipe.attributes["update"] = mode
 
 
-def fsr(pipe, rec_buffers: int) -> None:
-    """Move recoveries into the idle or forward-side slot before each backward (Eq. 7)."""
-    recovers = [op for s in pipe.region.ops for op in s.region.ops if op.name == "life.recover"]
-    tl = estimate(pipe, skip=frozenset(recovers))
+def fsr(pipe, plan, rec_buffers: int, clock: float | None = None) -> None:
+    """Co-schedule each Recover with the compute task issued before it (Eq. 7).
+
+    A Backward's first Recover moves from behind the wait for its gradient to right after
+    the stage's previous compute task: the last unit's Forward of the micro-batch issued
+    before it in the 1F1B steady state (panel b of the paper's Fig. 6), the previous
+    Backward's first unit in the cool-down. Each later Recover(l-1, m) follows
+    Backward(l, m). Every Recover then co-runs with that task, its host, both sharing the
+    cluster's compute and DDR engines (ratc.planner.corun): the host's `dur` (and `cycles`,
+    after codegen) become the pair's and `corun` says by how much it grew; the Recover
+    gets placement = "corun", `window` (its host's time alone) and `exposed` (what the
+    pair adds). A host that itself reads a recovery buffer needs a second one: with
+    rec-buffers = 1 such Recovers stay where they are, backward-time (placement = "bwd").
+    Under ZeRO-3 a co-running Recover's view is gathered one compute task earlier, so that
+    it is there when its host starts.
+    """
+    units = plan.region.ops
+    for u in units:
+        if "fph" not in u.attributes or "bph" not in u.attributes:
+            raise RatcError(f"fsr: life.unit #{u.attributes['index']} has no phases (fph, bph) to co-schedule "
+                            "its recovery with; re-plan it with this version of ratc")
     for stage in pipe.region.ops:
         ops = stage.region.ops
         groups: dict = {}
@@ -118,34 +137,85 @@ def fsr(pipe, rec_buffers: int) -> None:
             task = main_task(op)
             if task is not None and task[0] == "B":
                 groups.setdefault(task[1], []).append(op)
-        for m, group in groups.items():
+        for group in groups.values():
             recs = [op for op in group if op.name == "life.recover"]
-            for op in recs:
-                op.attributes.update(placement="bwd", window=0.0, exposed=op.attributes["dur"])
             if not recs:
                 continue
+            first = recs[0]
             head = ops.index(group[0])
-            prev_compute = [op for op in ops[:head] if op.attributes.get("res") == "compute"]
-            free_at = tl.end[prev_compute[-1]] if prev_compute else 0.0
-            first_bwd = next(op for op in group if op.name == "life.bwd")
-            window = tl.start[first_bwd] - free_at
-            if window <= 0.0:
-                continue    # no idle slot: recovery stays on the backward path (fallback)
-            before = main_task(prev_compute[-1]) if prev_compute else None
-            placement = "fwd-side" if before is not None and before[0] == "F" else "idle"
-            early = recs[:rec_buffers]
-            moving = []
-            used = 0.0
-            for op in early:
-                gathers = [g for g in group if g.name == "life.gather" and g.attributes["phase"] == "rec"
-                           and g.attributes["unit"] == op.attributes["unit"]]
-                moving += gathers + [op]
-                w = max(0.0, window - used)
-                op.attributes.update(placement=placement, window=w, exposed=max(0.0, op.attributes["dur"] - w))
-                used += op.attributes["dur"]
-            anchor = ops[head - 1]
-            moved = set(moving)
-            ops[:] = [op for op in ops if op not in moved]
-            at = ops.index(anchor) + 1
-            ops[at:at] = moving
+            prev = [op for op in ops[:head] if _hosts(op)]
+            if prev and group.index(first) <= group.index(next(op for op in group if op.name == "life.bwd")):
+                if rec_buffers >= 2 or not _reads_recovery(prev[-1]):
+                    ops.remove(first)
+                    ops.insert(ops.index(prev[-1]) + 1, first)
+        host = None
+        for op in list(ops):
+            if op.name == "life.recv":
+                host = None          # a wait point: what follows starts after the message
+            elif op.name == "life.recover":
+                if host is not None and (rec_buffers >= 2 or not _reads_recovery(host)):
+                    _corun(ops, host, op, units, clock)
+                else:
+                    op.attributes.update(placement="bwd", window=0.0, exposed=op.attributes["dur"])
+                host = None
+            elif _hosts(op):
+                host = op
     pipe.attributes["fsr"] = True
+
+
+def _hosts(op) -> bool:
+    """Whether a co-running Recover may ride on this op: a Forward or a Backward."""
+    return op.name in ("life.fwd", "life.bwd")
+
+
+def _reads_recovery(op) -> bool:
+    return any(str(v.type) == "!life.rec" for v in op.operands)
+
+
+def _phases(flat) -> tuple:
+    return tuple(zip(flat[0::2], flat[1::2]))
+
+
+def _corun(ops, host, guest, units, clock) -> None:
+    """Make `guest` co-run with `host`: the pair's duration, the attributes, an early gather.
+
+    The plan's phases (per unit, from the planner's execution profile) give the shape of
+    each task's engine use; they are scaled to the task's own time (codegen may have
+    charged other tiles). A task's time beyond its phases is its TP all-reduces, which run
+    on the link: the guest's after its host's.
+    """
+    h, g = host.attributes, guest.attributes
+    hu, gu = units[h["unit"]].attributes, units[g["unit"]].attributes
+    host_ph = _phases(hu["fph" if host.name == "life.fwd" else "bph"])
+    guest_ph = _phases(gu["fph"])
+    tp_h = max(0.0, hu["fwd" if host.name == "life.fwd" else "bwd"] - solo(host_ph))
+    tp_g = max(0.0, gu["fwd"] - solo(guest_ph))
+    own = h["dur"] - h.get("corun", 0.0)
+    added = extra(_to(host_ph, own - tp_h), _to(guest_ph, g["dur"] - tp_g)) + tp_g
+    _set_corun(host, added, clock)
+    g.update(placement="corun", window=own, exposed=added)
+    view = guest.operands[-1].owner if guest.operands else None
+    if view is not None and view.name == "life.gather":
+        computes = [op for op in ops[:ops.index(host)] if _hosts(op)]
+        ops.remove(view)
+        ops.insert(ops.index(computes[-1] if computes else host), view)
+
+
+def _to(ph, seconds: float) -> tuple:
+    """Phases scaled to last `seconds` alone."""
+    total = solo(ph)
+    return scaled(ph, seconds / total) if total > 0 else ph
+
+
+def _set_corun(op, added: float, clock: float | None) -> None:
+    """Charge a host task what its co-running Recover adds (`corun`, in `dur` and `cycles`)."""
+    a = op.attributes
+    old = a.get("corun", 0.0)
+    a["corun"] = added
+    if "cycles" in a:
+        if not clock:
+            raise RatcError("fsr: the program has cycle counts (codegen ran) but no platform clock")
+        a["cycles"] = a["cycles"] - int(round(old * clock)) + int(round(added * clock))
+        a["dur"] = a["cycles"] / clock
+    else:
+        a["dur"] = a["dur"] - old + added

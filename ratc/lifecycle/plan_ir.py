@@ -60,6 +60,9 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             # kernel runs (roofline ops, attention's DDR streams, TP all-reduces).
             "kfwd": _calls(u.kernels.fwd, b), "kbwd": _calls(u.kernels.bwd, b),
             "fwd_other": b * u.kernels.fwd_other + extra, "bwd_other": b * u.kernels.bwd_other + extra,
+            # What the fsr pass co-schedules: per micro-batch, [compute s, DDR s, ...] of the
+            # forward's and the backward's phases in execution order (ratc.planner.corun).
+            "fph": _flat(u.fwd_phases, b), "bph": _flat(u.bwd_phases, b),
         }
         ops.append(Operation("life.unit", attributes={k: _num(v) for k, v in attrs.items()}))
     attrs = {"model": profile.name, "platform": platform.name, "P": P, "D": D, "T": T, "Z": Z, "b": b,
@@ -77,6 +80,10 @@ def plan_module(profile, cand, platform, planner=None) -> Module:
 def _calls(kernels, b: int) -> list:
     """[[kind, *shape, calls per micro-batch], ...] of a unit's kernels."""
     return [[kind, *shape, b * n] for (kind, shape), n in kernels]
+
+
+def _flat(phases, b: int) -> list:
+    return [float(b * x) for ph in phases for x in ph]
 
 
 def _b(x) -> ByteSize:

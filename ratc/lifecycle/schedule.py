@@ -57,9 +57,13 @@ def reorder_stage(stage, P: int, M: int) -> None:
 
 
 def group_starts(ops) -> list[int]:
-    """Positions where a new main task begins (the op list's main-task boundaries)."""
+    """Positions where a new main task begins (the op list's main-task boundaries). A
+    co-running Recover (fsr) runs inside its host's task and a ZeRO-3 gather is issued ahead
+    of the task it feeds, so neither begins one."""
     starts, prev = [], None
     for i, op in enumerate(ops):
+        if op.attributes.get("placement") == "corun" or op.name == "life.gather":
+            continue
         task = main_task(op)
         if task is not None and task != prev:
             starts.append(i)

@@ -2,7 +2,8 @@
 
 Each stage has three resources (compute, DDR, link). Every op issues in list order on its
 own resource and starts when that resource is free, its operands are done, and (for a
-recv) the matching send is done; sends take `dur` seconds on the sender's link. This is
+recv) the matching send is done; sends take `dur` seconds on the sender's link; a Recover
+that co-runs (fsr) shares the interval of the compute op before it, its host. This is
 the non-preemptive, in-order reading of the program that the placement passes reason
 with (Eq. 3's t_sync and t_use, Eq. 7's windows); the system VM measures the real thing
 with contention and priorities.
@@ -24,14 +25,15 @@ class Timeline:
     makespan: float    # last compute op to finish, over all stages
 
 
-def estimate(pipe, skip=frozenset()) -> Timeline:
-    """Estimate op times; ops in `skip` take zero time (e.g. recoveries assumed hidden)."""
+def estimate(pipe) -> Timeline:
+    """Estimate every op's start and end."""
     stages = [s.region.ops for s in pipe.region.ops]
     start: dict = {}
     end: dict = {}
     send_end: dict = {}
     pos = [0] * len(stages)
     free = [{"compute": 0.0, "ddr": 0.0, "link": 0.0} for _ in stages]
+    host = [(0.0, 0.0) for _ in stages]
     waiting: dict = {}
     ready = list(range(len(stages)))[::-1]
     while ready:
@@ -48,12 +50,19 @@ def estimate(pipe, skip=frozenset()) -> Timeline:
                     break
                 t = max(t, send_end[k])
             r = a.get("res")
+            if a.get("placement") == "corun":
+                # a co-running Recover runs alongside its host (the last compute op): the pair's interval
+                start[op], end[op] = host[p]
+                pos[p] += 1
+                continue
             if r is not None:
                 t = max(t, res[r])
-            dur = 0.0 if op in skip else a.get("dur", 0.0)
+            dur = a.get("dur", 0.0)
             start[op], end[op] = t, t + dur
             if r is not None:
                 res[r] = t + dur
+            if r == "compute":
+                host[p] = (t, t + dur)
             if op.name == "life.send":
                 k = (p, a["peer"], a["mb"], a["dir"])
                 send_end[k] = t + dur

@@ -76,17 +76,28 @@ class UpdatePrefetch(Pass):
 
 @register_pass
 class Fsr(Pass):
-    """Forward-side recovery: move Recover(l, m) into idle or forward-side windows (Eq. 7)."""
+    """Forward-side recovery: co-run each Recover with the compute task before it (Eq. 7)."""
 
     name = "fsr"
-    rec_buffers: int = option(1, "layer-sized recovery buffers (recoveries that may run ahead)")
+    rec_buffers: int = option(2, "layer-sized recovery buffers: 2 lets every Recover co-run with the "
+                                 "Backward before it; 1 only those whose host reads none (a Forward)")
 
     def run(self, module: Module, ctx: PassContext) -> None:
+        from ratc.platform import load_platform
+
         if self.rec_buffers < 1:
             raise PassError(f"fsr: rec-buffers must be at least 1, got {self.rec_buffers}")
         pipe = _pipeline(module)
-        if pipe.attributes["act"] == "fsr":
-            placement.fsr(pipe, self.rec_buffers)
+        if pipe.attributes["act"] != "fsr":
+            return
+        plan = lowering.find_plan(module)
+        clock = None
+        try:
+            if any("cycles" in op.attributes for s in pipe.region.ops for op in s.region.ops):
+                clock = (ctx.platform or load_platform(plan.attributes["platform"])).dsp.clock
+            placement.fsr(pipe, plan, self.rec_buffers, clock)
+        except RatcError as exc:
+            raise PassError(str(exc)) from None
 
 
 @register_pass

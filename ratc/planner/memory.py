@@ -9,7 +9,7 @@ import numpy as np
 from ratc.planner.config import ACT_POLICIES, RECIPE, CandidateBatch
 from ratc.planner.stages import StageCosts
 
-FULL = ACT_POLICIES.index("full")
+FULL, FSR = ACT_POLICIES.index("full"), ACT_POLICIES.index("fsr")
 
 
 @dataclass(frozen=True)
@@ -78,51 +78,66 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     pair = bucket(np.where(c.M > 1, sc.bucket_pair, sc.bucket_pair1))
 
     # Recovery buffer and workspace belong to one Backward and die with it, so they peak
-    # together (with the bucket pair) at a decoder layer's Backward or at the embedding's / head's -- never
-    # across the two: the head's Backward comes before its stage's first Recover and the
-    # embedding's after the stage's decoder layers' (the fsr pass moves a Recover only to
-    # just after the task before its Backward, and the planner models one recovery buffer).
+    # together (with the bucket pair) at a decoder layer's Backward or at the embedding's /
+    # head's. Checkpointing recovers each layer right before its Backward: one buffer, never
+    # at an edge (the head's Backward comes before its stage's first Recover, the
+    # embedding's after the last). FSR co-runs a layer's Recover with the Backward before it
+    # (ratc.planner.corun), which still reads its own: two buffers at a decoder layer, one
+    # beside the head's Backward, which hosts the last layer's, and the embedding's, which
+    # hosts the next micro-batch's first in the cool-down (and their workspaces together).
     # The head's saved activations die at its Backward too; the last stage holds one
     # micro-batch, so at a decoder layer's Backward they are gone.
     head = b * sc.head_saved
-    rec = np.where(recovers, b * sc.rec_buf, 0.0)
+    fsr = c.act == FSR
+    # (a decoder layer's Backward hosts the Recover of the layer below if that is one too, and
+    # a middle stage's first layer the next micro-batch's first in the cool-down)
+    stage = np.arange(sc.P)
+    middle = (stage > 0) & (stage < sc.P - 1) & (c.M > 1)
+    two = np.where(fsr & ((sc.n_dec >= 2) | middle), 2, 1)
+    rec = np.where(recovers, b * sc.rec_buf, 0.0) * two
+    rec_edge = np.where(fsr, b * (sc.rec_buf + sc.dec_workspace), 0.0)
     z3 = Z >= 3
     if np.any(z3):
-        z3_dec, z3_edge, z3_fwd = (x + zero for x in _zero3_views_and_buckets(sc, c, recovers, recipe))
+        z3_dec, z3_edge, z3_fwd = (x + zero for x in _zero3_views_and_buckets(sc, c, recovers, fsr, recipe))
     else:
         z3_dec = z3_edge = z3_fwd = zero
     # ZeRO-3's views and buckets are counted per moment (a decoder layer's Backward or
     # Recover, an edge's Backward, or a Forward holding the last backward's two buckets).
     vb_dec, vb_edge = np.where(z3, z3_dec, pair), np.where(z3, z3_edge, pair)
-    dec = rec + b * sc.dec_workspace + vb_dec
-    edge = head + b * sc.edge_workspace + vb_edge
+    dec_ws = b * sc.dec_workspace * two
+    dec = rec + dec_ws + vb_dec
+    edge = head + rec_edge + b * sc.edge_workspace + vb_edge
     fwd = np.where(z3, head + b * sc.workspace + z3_fwd, 0.0)
     at_edge = (edge > dec) & (edge >= fwd)
     at_fwd = (fwd > dec) & (fwd > edge)
-    activations = held - head + np.where(at_edge | at_fwd, head, rec)
+    activations = held - head + np.where(at_edge | at_fwd, head, rec) + np.where(at_edge, b * sc.rec_buf * fsr, 0.0)
     vb = np.where(at_edge, vb_edge, np.where(at_fwd, z3_fwd, vb_dec))
     param_view = np.minimum(param_view, vb)
     grad_bucket = np.where(z3, vb - param_view, pair)
-    workspace = b * np.where(at_edge, sc.edge_workspace, np.where(at_fwd, sc.workspace, sc.dec_workspace))
+    workspace = np.where(at_edge, b * sc.edge_workspace + np.where(fsr, b * sc.dec_workspace, 0.0),
+                         np.where(at_fwd, b * sc.workspace, dec_ws))
     return StageMemory(params=params + zero, grads=grads + zero, optimizer=optimizer + zero,
                        activations=activations, boundary=boundary, grad_bucket=grad_bucket,
                        param_view=param_view, workspace=workspace, at_edge=at_edge)
 
 
-def _zero3_views_and_buckets(sc: StageCosts, c: CandidateBatch, recovers, recipe) -> tuple:
+def _zero3_views_and_buckets(sc: StageCosts, c: CandidateBatch, recovers, fsr, recipe) -> tuple:
     """ZeRO-3: views plus buckets live at once at a decoder layer's, an edge's and a Forward's moment.
 
     At Backward(j) the views are j's and the next task's (gathered a task ahead: j - 1, or
     for the stage's first unit the next micro-batch's first or last) and the buckets are j's
     and its predecessor's in issue order (j + 1, or for the stage's last unit the first unit
-    of the previous micro-batch); at Recover(j) the views are j's twice (Recover, then
-    Backward) and the buckets the previous Backward's pair; at a Forward(j), j's and j + 1's
-    views and the last two buckets of the previous backward. Each maximized over the
-    stage's decoder layers, and over its embedding / head: the embedding's view and bucket
-    are not both paired with it twice.
+    of the previous micro-batch); at Recover(j) (checkpointing) j's view, which its Backward
+    reuses, and the previous Backward's buckets; at a Forward(j), j's and j + 1's views and
+    the last two buckets of the previous backward. FSR co-runs Recover(j - 1) with
+    Backward(j) and gathers its view one task earlier: a Backward's moment adds j - 2's
+    view, and a Forward hosting its stage's first Recover holds its own, that layer's and
+    the next one's. Each maximized over the stage's decoder layers, and over its embedding
+    / head: the embedding's view and bucket are not both paired with it twice.
     """
     u = sc.u_params if sc.u_params.ndim == 3 else sc.u_params[None]
     dec = (sc.u_dec if sc.u_dec.ndim == 3 else sc.u_dec[None]) > 0
+    fsr = np.asarray(fsr)[..., None]
     n = (u > 0).sum(axis=-1)
     zero = np.zeros(u.shape[:-1] + (1,))
     left = np.concatenate([zero, u[..., :-1]], axis=-1)
@@ -132,12 +147,19 @@ def _zero3_views_and_buckets(sc: StageCosts, c: CandidateBatch, recovers, recipe
     many = np.asarray(c.M)[..., None] > 1
     pair = u + np.where(is_last, np.where(many, first, 0.0), right)
     ahead = np.where(np.arange(u.shape[-1]) == 0, np.where(many, np.maximum(first, last_u), 0.0), left)
-    bwd = (u + ahead) * recipe.param_bytes + pair * recipe.grad_bytes
+    # FSR: the view two tasks ahead (j - 2; at a stage's first two units the next micro-batch's
+    # first Recovers', bounded by the stage's largest decoder layer)
+    big = np.where(dec, u, 0.0).max(axis=-1, keepdims=True)
+    two_back = np.concatenate([zero, zero, u[..., :-2]], axis=-1)[..., :u.shape[-1]]
+    ahead2 = np.where(np.arange(u.shape[-1]) < 2, big, two_back)
+    bwd = (u + ahead + np.where(fsr, ahead2, 0.0)) * recipe.param_bytes + pair * recipe.grad_bytes
     pz = np.zeros(pair.shape[:-1] + (1,))
     prev_pair = np.where(is_last, np.where(many, pair[..., :1], 0.0), np.concatenate([pair[..., 1:], pz], axis=-1))
-    rec = np.where(np.asarray(recovers)[..., None] & dec, 2 * u * recipe.param_bytes + prev_pair * recipe.grad_bytes,
+    rec = np.where(np.asarray(recovers)[..., None] & dec, u * recipe.param_bytes + prev_pair * recipe.grad_bytes,
                    0.0)
     fwd = (u + right) * recipe.param_bytes + np.where(many, pair[..., :1], 0.0) * recipe.grad_bytes
+    host = (u + 2 * big) * recipe.param_bytes + np.where(many, pair[..., :1], 0.0) * recipe.grad_bytes
+    fwd = np.where(fsr, np.maximum(fwd, host), fwd)
     real = u > 0
     at_dec = np.where(real & dec, np.maximum(bwd, rec), 0.0).max(axis=-1)
     at_edge = np.where(real & ~dec, bwd, 0.0).max(axis=-1)

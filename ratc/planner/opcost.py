@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ratc.errors import RatcError
+from ratc.planner.corun import phases
 from ratc.frontend.profile import LayerProfile, ModelProfile, OpProfile
 
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i64": 8, "i32": 4, "bool": 1}
@@ -35,6 +36,8 @@ class UnitCost:
     ckpt_bytes: float       # the layer input (the checkpoint under ckpt / FSR)
     workspace: float        # the largest non-attention op output: operator scratch in DDR
     kernels: "UnitKernels | None" = None   # the generated kernels it runs (ratc.codegen.op_kernels)
+    fwd_phases: tuple = ()  # forward's ((compute s, DDR s), ...) in execution order (ratc.planner.corun)
+    bwd_phases: tuple = ()  # backward's, ops in reverse order
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     f = fc = fd = b = bc = bd = 0.0
     saved = workspace = 0.0
     kf, kb, other_f, other_b = [], [], 0.0, 0.0
+    ph_f, ph_b = [], []     # per op: [(compute, DDR)] of its kernels and its stream / roofline
     for op in layer.ops:
         split = op_split(op, model.hidden)
         div = tp if split else 1
@@ -132,6 +136,9 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
             b += c2 + s2
             bc += c2
             bd += d2 + s2
+            # a kernel keeps the DSPs busy for its whole run and DDR for its own traffic
+            ph_f.append([(c1, d1), (0.0, s1)])
+            ph_b.append([(c2, d2), (0.0, s2)])
         else:
             c1, d1, c2, d2 = op_times(op, exec_profile, platform, tp, split, eb)
             f += max(c1, d1)
@@ -140,6 +147,8 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
             b += max(c2, d2)
             bc += c2
             bd += d2
+            ph_f.append([(c1, d1)])
+            ph_b.append([(c2, d2)])
             if ks is None:
                 other_f += max(c1, d1)
                 other_b += max(c2, d2)
@@ -152,7 +161,9 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     return UnitCost(name=layer.name, decoder=decoder, fwd=f, fwd_compute=fc, fwd_ddr=fd,
                     bwd=b, bwd_compute=bc, bwd_ddr=bd, params=layer.param_count / tp,
                     saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
-                    workspace=workspace, kernels=kernels)
+                    workspace=workspace, kernels=kernels,
+                    fwd_phases=phases(x for op in ph_f for x in op),
+                    bwd_phases=phases(x for op in reversed(ph_b) for x in op))
 
 
 def _kernel_time(exec_profile, calls, ddr: float) -> tuple[float, float]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ratc.planner.corun import extra
 from ratc.planner.partition import partition
 
 _SUM_FIELDS = ("fwd", "fwd_compute", "fwd_ddr", "bwd", "bwd_compute", "bwd_ddr", "params", "saved_bytes")
@@ -18,11 +19,12 @@ class UnitTable:
     units: tuple
     cols: dict            # field -> [n_units] array
     decoder: np.ndarray   # bool [n_units]
+    corun_cache: dict     # (host phases, guest phases) -> what the co-run adds (FSR)
 
     @classmethod
     def of(cls, units) -> "UnitTable":
         cols = {f: np.array([getattr(u, f) for u in units], dtype=float) for f in _SUM_FIELDS + ("ckpt_bytes", "workspace")}
-        return cls(tuple(units), cols, np.array([u.decoder for u in units]))
+        return cls(tuple(units), cols, np.array([u.decoder for u in units]), {})
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,11 @@ class StageCosts:
     rec: np.ndarray                # recomputation (forward of the stage's decoder layers)
     rec_c: np.ndarray
     rec_d: np.ndarray
-    rec1: np.ndarray               # the first Recover of a backward: the stage's last decoder layer's forward
+    # FSR: each Recover co-runs with the compute task issued before it (ratc.planner.corun);
+    # per sequence, what those pairs add to their hosts:
+    co_f: np.ndarray               # a Forward's last unit hosting the next Backward's first Recover
+    co_b: np.ndarray               # a Backward's units hosting its own Recovers (unit j hosts j - 1)
+    co_c: np.ndarray               # a Backward's first unit hosting the next one's first Recover (cool-down)
     params: np.ndarray             # parameters on the stage (per TP rank)
     n_dec: np.ndarray              # decoder layers on the stage
     max_layer_params: np.ndarray   # the stage's largest single layer (gradient bucket)
@@ -81,9 +87,7 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> Stag
     dec_pad = pad(dec) > 0
     saved = pad(c["saved_bytes"])
     u_fwd = pad(c["fwd"])
-    # Backward visits units last-to-first, so a backward's first Recover is the last decoder layer.
-    last_dec = U - 1 - np.argmax(dec_pad[:, ::-1], axis=1)
-    rec1 = np.where(dec_pad.any(axis=1), u_fwd[np.arange(P), last_dec], 0.0)
+    co_f, co_b, co_c = _corun_extras(table, ranges, P)
     u_params = pad(c["params"])
     # The lowering gathers a unit's view one task ahead, within a Forward or Backward: the
     # current and the next unit of the stage (a lone unit has no neighbour: the zero padding).
@@ -104,7 +108,8 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> Stag
         fwd=ssum(c["fwd"]), fwd_c=ssum(c["fwd_compute"]), fwd_d=ssum(c["fwd_ddr"]),
         bwd=ssum(c["bwd"]), bwd_c=ssum(c["bwd_compute"]), bwd_d=ssum(c["bwd_ddr"]),
         rec=ssum(c["fwd"] * dec), rec_c=ssum(c["fwd_compute"] * dec), rec_d=ssum(c["fwd_ddr"] * dec),
-        rec1=rec1, params=ssum(c["params"]), n_dec=ssum(dec), max_layer_params=u_params.max(axis=1),
+        co_f=co_f, co_b=co_b, co_c=co_c, params=ssum(c["params"]), n_dec=ssum(dec),
+        max_layer_params=u_params.max(axis=1),
         view_pair=(u_params + nxt).max(axis=1), max_dec_params=np.where(dec_pad, u_params, 0.0).max(axis=1),
         saved_full=ssum(c["saved_bytes"]), ckpt=ssum(np.where(dec > 0, c["ckpt_bytes"], c["saved_bytes"])),
         rec_buf=np.where(dec_pad, saved, 0.0).max(axis=1), workspace=ws.max(axis=1),
@@ -114,10 +119,42 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> Stag
         u_params=u_params, u_fwd=u_fwd, u_bwd=pad(c["bwd"]), u_dec=dec_pad.astype(float))
 
 
-_ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "rec1", "params", "n_dec",
+_ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "co_f", "co_b", "co_c", "params",
+           "n_dec",
            "max_layer_params", "view_pair", "max_dec_params", "saved_full", "ckpt", "rec_buf", "workspace",
            "dec_workspace", "edge_workspace", "edge_params", "bucket_pair", "bucket_pair1", "head_saved")
 _UNIT_ARRAYS = ("u_params", "u_fwd", "u_bwd", "u_dec")
+
+
+def _corun_extras(table: UnitTable, ranges, P: int):
+    """[P] arrays co_f, co_b, co_c (see StageCosts): the Recover hosts of the fsr pass.
+
+    A Backward visits its units last to first, so its first Recover is the stage's last
+    decoder layer g. On the last stage the head's Backward hosts it (as unit j's Backward
+    hosts j - 1's); on the others it is issued after the stage's previous compute task: a
+    Forward's last unit in the 1F1B steady state, the previous Backward's first unit in the
+    cool-down.
+    """
+    units, dec = table.units, table.decoder
+    pairs = table.corun_cache
+
+    def pair(host, guest):
+        key = (host, guest)
+        if key not in pairs:
+            pairs[key] = extra(host, guest)
+        return pairs[key]
+
+    co_f, co_b, co_c = np.zeros(P), np.zeros(P), np.zeros(P)
+    for p, (s, e) in enumerate(ranges):
+        decs = [i for i in range(s, e) if dec[i]]
+        if not decs:
+            continue
+        co_b[p] = sum(pair(units[i].bwd_phases, units[i - 1].fwd_phases) for i in range(s + 1, e) if dec[i - 1])
+        if p < P - 1:
+            guest = units[decs[-1]].fwd_phases
+            co_f[p] = pair(units[e - 1].fwd_phases, guest)
+            co_c[p] = pair(units[s].bwd_phases, guest)
+    return co_f, co_b, co_c
 
 
 def stack(tables: list, which) -> StageCosts:

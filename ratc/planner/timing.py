@@ -8,7 +8,6 @@ system VM can check them task by task.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -27,10 +26,11 @@ class StepTime:
 
     fwd: np.ndarray          # [C, P] Forward task of one micro-batch on stage p (incl. TP / ZeRO-3 / send)
     bwd: np.ndarray          # [C, P] Backward task, without recovery
-    rec: np.ndarray          # [C, P] Recover task (re-run forward of the stage's decoder layers)
-    rec_exposed: np.ndarray  # [C, P] what Recover adds to the stage's steady 1F1B slot (Eq. 7)
-    rec_hidden: np.ndarray   # [C, P] FSR recovery hidden in the stage's wait before its last Backward
-    rec_hidden_warm: np.ndarray  # [C, P] ... before its first Backward (see makespan)
+    rec: np.ndarray          # [C, P] Recover work of a micro-batch (re-run forward of the stage's decoder layers)
+    rec_exposed: np.ndarray  # [C, P] what recovery adds to the stage's steady 1F1B slot (Eq. 7)
+    host_f: np.ndarray       # [C, P] FSR: what a Forward adds hosting the next Backward's first Recover
+    host_b: np.ndarray       # [C, P] ... what a Backward's units add hosting its other Recovers
+    host_c: np.ndarray       # [C, P] ... what a cool-down Backward adds hosting the next one's first
     tp_allreduce: np.ndarray     # [C, 1] one Megatron all-reduce of the hidden stream
     p2p: np.ndarray              # [C, 1] one stage-boundary transfer
     link_busy: np.ndarray        # [C, P] link seconds per micro-batch (without recovery)
@@ -54,123 +54,177 @@ def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, M, send=None) -> np.ndarray:
     """Non-interleaved 1F1B makespan (see makespan).
 
     fwd and bwd include the stage's boundary sends (`send` [C, 1] seconds each, default 0);
-    a send runs on the link, not in the compute stream (see steady_slot).
+    a send runs on the link, not in the compute stream.
     """
     send = np.zeros((fwd.shape[0], 1)) if send is None else send
-    return makespan(fwd + bwd, fwd + bwd - _sends(fwd.shape[1], send), send, M, fwd=fwd)
+    return makespan(fwd + bwd - _sends(fwd.shape[1], send), send, M, fwd=fwd)
 
 
-def makespan(trip: np.ndarray, work: np.ndarray, send: np.ndarray, M, warm=None, hide=None, fwd=None,
-             cool=None) -> np.ndarray:
-    """[C] makespan of Megatron's non-interleaved 1F1B order: its longest path.
+def makespan(work: np.ndarray, send, M, fwd: np.ndarray, host_f=None, host_c=None) -> np.ndarray:
+    """[C] makespan of Megatron's non-interleaved 1F1B order: the longest path of its task graph.
 
-    trip [C, P]: a micro-batch's Forward plus Backward on stage p, boundary sends included
-    (FSR: less the recovery the last micro-batch's wait hides, `cool`); work [C, P]: the
-    stage's compute-stream slot; fwd [C, P]: the Forward part of trip (send included).
+    work [C, P]: a stage's compute-stream time per steady-state slot (one Forward and one
+    Backward, sends excluded: they run on the link); fwd [C, P]: a plain Forward, its send
+    included (a stage's Backward is the rest of the slot); send [C, 1]: a stage-boundary
+    transfer, which the receiver waits for. FSR (ratc.planner.corun): `host_f` [C, P] is
+    what a Forward adds when it hosts the next Backward's first Recover (a Forward issued
+    right before a Backward: every one of the steady state, and the last of the warm-up
+    when there is none; `work` counts it), `host_c` what a Backward adds when it hosts the
+    next one's (one issued right before another Backward, in the cool-down).
 
-    Stage p runs min(P-p, M) Forwards, then pairs (Backward i, Forward), then the remaining
-    Backwards. The longest path circulates on one stage k: it enters k at its first Forward
-    (the first micro-batch's Forwards before k) or at its first Backward (the first
-    micro-batch's whole trip to the last stage and back to k), spends the pairs there at
-    the steady period S_k (slot_periods: k's own slot, or a cycle through stages before it
-    when sends make that longer), and leaves at its last Backward (the last micro-batch's
-    Backwards of the stages before k) or at its last Forward (that micro-batch's whole
-    trip down and back). The maximum over k and the four ways is the makespan: exact for
-    uniform stages; for unequal ones it keeps that a bottleneck stage k runs its P-1-k
-    warm-up Forwards off the path (one early in the pipeline costs less than one late).
-    Paths that change stage in the drain are not among these, so it can undershoot a
-    little (tests/test_timing.py).
-
-    `warm` [C, P]: what stage p hides in its wait before its first Backward (FSR): the first
-    micro-batch's trip back to k is shorter by the warm of stages k..P-1. `hide` [C, P]:
-    see steady_slot.
+    Stage p issues W_p = min(P-1-p, M) Forwards, then pairs (Forward W_p + i, Backward i),
+    then its remaining Backwards; Forward m waits for stage p-1's, Backward m for stage
+    p+1's. Every task's end is computed exactly, round by round (round r: each stage's
+    Forward W_p + r, then its Backward r), vectorized over candidates and stages: within a
+    round the Backwards form one chain down the stages (and, where M < P, the warm-up
+    Forwards of the stages with W_p = M one up them), a max-plus recurrence that prefix
+    maxima solve.
     """
     C, P = work.shape
     zero = np.zeros((C, P))
-    fwd = trip / 2 if fwd is None else fwd
-    warm = zero if warm is None else warm
-    cool = zero if cool is None else cool
-    send = np.broadcast_to(send, (C, 1))
-    stage = np.arange(P)[None, :]
-    fc = fwd - send * (stage < P - 1)                    # the Forward's compute-stream part
-    bc = work - fc
-    S = slot_periods(work, send, hide)
-    M = np.broadcast_to(M, (C, 1))
+    send = np.broadcast_to(np.asarray(send, dtype=float), (C, 1))
+    stage = np.arange(P)
+    fc = fwd - send * (stage < P - 1)                    # a plain Forward's compute-stream part
+    host_f = zero if host_f is None else host_f + zero
+    host_c = zero if host_c is None else host_c + zero
+    bc = work - fc - host_f                              # ... and a Backward's
+    M = np.broadcast_to(np.asarray(M), (C, 1))[:, :1].astype(float)
+    # candidates that differ only where the main path does not look (state policy, ...) share a row
+    key, inverse = _distinct_rows(np.concatenate([M, send, fc, bc, host_f, host_c], axis=1))
+    M, send = key[:, 0].astype(int), key[:, 1:2]
+    fc, bc, host_f, host_c = (key[:, 2 + i * P:2 + (i + 1) * P] for i in range(4))
+    out = np.empty(len(key))
+    for m in np.unique(M):
+        rows = M == m
+        out[rows] = _longest_path(fc[rows], bc[rows], host_f[rows], host_c[rows], send[rows], int(m))
+    return out[inverse]
+
+
+def _distinct_rows(rows: np.ndarray) -> tuple:
+    """(the distinct rows in order of first appearance, each row's index among them); hashing
+    the rows' bytes is far cheaper than np.unique(axis=0), which sorts them."""
+    rows = np.ascontiguousarray(rows)
+    seen: dict = {}
+    firsts = []
+    inverse = np.empty(len(rows), dtype=np.intp)
+    for i, r in enumerate(map(bytes, rows)):
+        j = seen.get(r)
+        if j is None:
+            j = seen[r] = len(firsts)
+            firsts.append(i)
+        inverse[i] = j
+    return rows[firsts], inverse
+
+
+def _longest_path(fc, bc, host_f, host_c, send, M: int) -> np.ndarray:
+    """[C] end of the last task of the 1F1B task graph with M micro-batches (see makespan).
+
+    With M >= P the warm-up is a pipeline fill of Forwards only, whose ends have a closed
+    form: stage p's Forward m (m < W_p) ends at sum_{q<=p} F_q + p s + m max_{q<=p} F_q.
+    In the steady state every round is the same max-plus linear map of the stages' ends, so
+    once a candidate's ends equal those of k rounds before plus one common shift (the map's
+    periodic regime), its ends at the last steady round follow from the last k rounds
+    (`_Periods`). Every round has Forwards (the last stage's Forward r is in round r).
+    """
+    C, P = fc.shape
+    stage = np.arange(P)
+    W = np.minimum(P - 1 - stage, M)                     # warm-up Forwards per stage
+    n_cap = int((W == M).sum())                          # stages whose Forwards all come first (M < P - p)
     col = np.zeros((C, 1))
-    cf = np.concatenate([col, np.cumsum(fwd, axis=1)], axis=1)           # cf[:, k] = sum_{q<k} fwd
-    back = trip - fwd
-    cb = np.concatenate([col, np.cumsum(back, axis=1)], axis=1)
-    # the first micro-batch's trip back hides `warm` (not `cool`) at each stage
-    first = np.concatenate([col, np.cumsum(back + cool - warm, axis=1)], axis=1)
-    enter_f = cf[:, :-1]
-    enter_b = cf[:, -1:] + first[:, -1:] - first[:, 1:]
-    leave_b = np.where(stage > 0, send, 0.0) + cb[:, :-1]
-    leave_f = np.where(stage < P - 1, send, 0.0) + cf[:, -1:] - cf[:, 1:] + cb[:, -1:]
-    n_f = np.minimum(P - stage, M)                       # Forwards before the first Backward
-    pairs = M - n_f
-    own_f, own_b, steady = n_f * fc, (M - pairs) * bc, pairs * S
-    ways = np.stack([enter_f + own_f + steady + own_b + leave_b,
-                     enter_f + own_f + steady + leave_f,
-                     enter_b - warm + steady + own_b + leave_b,
-                     np.where(pairs >= 1, enter_b - warm + steady + leave_f, -np.inf)])
-    return ways.max(axis=(0, 2))
+    if n_cap == 0:
+        fill = np.cumsum(fc + send, axis=1) - send + (W - 1) * np.maximum.accumulate(fc, axis=1)
+        last = np.where(W > 0, fill, 0.0)                # each stage's last warm-up Forward
+        r = 0
+    else:
+        last = np.zeros((C, P))
+        r = -int(W[0])
+    f_prev = last.copy()                                 # each stage's Forward of the previous round
+    # rounds [0, steady_end) run one map: every stage one hosting Forward, one plain Backward
+    steady_end = M - int(W[0]) - 1
+    d_steady = fc + host_f
+    H_steady = np.concatenate([col, np.cumsum(bc + send, axis=1)], axis=1)[:, :P]
+    dH_steady = bc + H_steady
+    periods = _Periods(C, P, steady_end) if steady_end > 4 * (2 * P + 2) else None
+    while r < M:
+        m = W + r
+        steady = 0 <= r < steady_end
+        # a Forward hosts when a Backward follows it: from round 0 on, or the last warm-up one
+        d = d_steady if r >= 0 else fc + host_f * (m == M - 1)
+        cross = np.concatenate([col, f_prev[:, :-1] + send], axis=1)
+        f = np.maximum(last, cross) + d
+        if n_cap > 1 and r < 0:
+            # stages with W_p = M run Forward m in the same round as the stage before them
+            k = n_cap
+            K = np.cumsum(d[:, :k] + send, axis=1)
+            f[:, :k] = np.maximum.accumulate(last[:, :k] + d[:, :k] - K, axis=1) + K
+        if not steady:
+            f = np.where((m >= 0) & (m < M), f, last)
+        f_prev = last = f
+        if r >= 0:
+            if steady:
+                H, dH = H_steady, dH_steady
+            else:
+                # Backward r hosts the next one's first Recover when another Backward follows it
+                d = bc + host_c * ((r >= M - W - 1) & (r < M - 1))
+                H = np.concatenate([col, np.cumsum(d + send, axis=1)], axis=1)[:, :P]
+                dH = d + H
+            # b[p] = max(last[p], b[p+1] + send) + d[p] = max_{q >= p} (last[q] + d[q] + H[q]) - H[p]
+            last = np.maximum.accumulate((last + dH)[:, ::-1], axis=1)[:, ::-1] - H
+            if steady and periods is not None:
+                done = periods.record(r, last, f_prev)
+                if done is not None:
+                    last, f_prev = done
+                    r = steady_end - 1
+                    periods = None
+        r += 1
+    return last.max(axis=1)
+
+
+class _Periods:
+    """The steady rounds' ends, to find each candidate's period and skip to the last steady round.
+
+    A max-plus linear map commutes with adding a constant, so if a candidate's ends at round
+    r are those of round r - k plus one shift, they repeat every k rounds with that shift
+    from there on, exactly. Periods up to 2P + 1 are looked for (a critical cycle through
+    the stages spans at most P rounds), every K rounds; a candidate whose stages drift apart
+    for long (a slow tail catching up) keeps the rounds going for all.
+    """
+
+    def __init__(self, C: int, P: int, steady_end: int):
+        self.K = 2 * P + 2
+        self.hist = np.empty((self.K, C, 2 * P))
+        self.end = steady_end - 1                     # the last steady round
+        self.period = np.zeros(C, dtype=int)
+
+    def record(self, r: int, last, f_prev):
+        """Note round r's ends; when every candidate's period is known, their ends at the last
+        steady round (last, f_prev), else None."""
+        K, P = self.K, last.shape[1]
+        x = np.concatenate([last, f_prev], axis=1)
+        self.hist[r % K] = x
+        if r < K or r % K or self.end - r < K:
+            return None
+        open_ = np.flatnonzero(self.period == 0)
+        ks = np.arange(1, K)
+        diff = x[open_][None] - self.hist[(r - ks) % K][:, open_]          # [K-1, open, 2P]
+        tol = 1e-12 * (np.abs(x[open_]).max(axis=1) + 1.0)
+        uniform = np.ptp(diff, axis=2) <= tol                              # [K-1, open]
+        hit = uniform.any(axis=0)
+        self.period[open_[hit]] = ks[uniform[:, hit].argmax(axis=0)]
+        if not hit.all():
+            return None
+        k = self.period
+        rows = np.arange(len(k))
+        shift = x[:, 0] - self.hist[(r - k) % K, rows, 0]
+        q, rho = np.divmod(self.end - (r - k), k)
+        out = self.hist[(r - k + rho) % K, rows] + (q * shift)[:, None]
+        return out[:, :P], out[:, P:]
 
 
 def _sends(P: int, send: np.ndarray) -> np.ndarray:
     """[C, P] boundary sends per slot: activation out (p < P-1), gradient out (p > 0)."""
     stage = np.arange(P)[None, :]
     return send * ((stage < P - 1).astype(float) + (stage > 0))
-
-
-def steady_slot(work: np.ndarray, send: np.ndarray, hide=None) -> np.ndarray:
-    """[C] the period of 1F1B's steady state from each stage's compute-stream work per slot.
-
-    A stage's compute stream runs one Forward and one Backward per slot; its sends overlap
-    it, but they lie on the dependency cycles between stages: stage p's Backward(m) waits
-    for stage p+1's, which followed p+1's Forward of a micro-batch p sent one slot earlier.
-    A cycle through stages p..p+k-1 spans k slots and holds their work plus 2(k-1) sends,
-    so the period is the largest of (sum of k consecutive stages' work + 2(k-1) s) / k
-    (k = 1: the slowest stage). With no sends this is the slowest stage's slot.
-
-    `hide` [C, P]: work a stage runs ahead of its wait for a Backward's gradient (FSR's first
-    Recover, placed before that receive). On such a cycle the gradient's path to the
-    stage's Backward does not pass through it, so the cycle through stages p..p+k-1 leaves
-    out what its k-1 receiving stages p..p+k-2 hide; the stage's own slot keeps it.
-    """
-    return _cycle_means(work, send, hide).max(axis=1)
-
-
-def slot_periods(work: np.ndarray, send: np.ndarray, hide=None) -> np.ndarray:
-    """[C, P] the steady period a path circulating on stage k sees: the largest cycle mean
-    over the runs of consecutive stages that end at k (k alone included)."""
-    return np.maximum.reduceat(_cycle_means(work, send, hide), _windows(work.shape[1])[3], axis=1)
-
-
-def _cycle_means(work, send, hide):
-    """[C, windows] (work + 2(k-1) sends - hidden) / k of every run of k consecutive stages."""
-    hi, lo, k, _ = _windows(work.shape[1])
-    zero = np.zeros((work.shape[0], 1))
-    cum = np.concatenate([zero, np.cumsum(work, axis=1)], axis=1)
-    top = cum
-    if hide is not None:
-        # the run p..q-1 leaves out the hide of p..q-2: folded into the two gathered ends
-        cum_h = np.concatenate([zero, np.cumsum(hide, axis=1)], axis=1)
-        top = cum - np.concatenate([zero, cum_h[:, :-1]], axis=1)
-        cum = cum - cum_h
-    cycles = top[:, hi]
-    cycles -= cum[:, lo]
-    cycles += send * (2 * (k - 1))
-    cycles *= 1.0 / k
-    return cycles
-
-
-@lru_cache(maxsize=None)
-def _windows(P: int):
-    """Every run of k consecutive stages as (end, start, k) index arrays, grouped by its last
-    stage, and where each last stage's group starts."""
-    pairs = [(q + 1, q + 1 - k, k) for q in range(P) for k in range(1, q + 2)]
-    hi, lo, k = (np.array(x) for x in zip(*pairs))
-    return hi, lo, k.astype(float), np.searchsorted(hi - 1, np.arange(P))
 
 
 def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden: int, elem: int,
@@ -213,110 +267,65 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     grad_rs = reduce_scatter(D, sc.params * recipe.grad_bytes, dp_link) * (Z >= 2)
     recovers = c.act != FULL
     fsr = c.act == FSR
+    # ZeRO-3 gathers a unit's view for its forward and once more for its backward; a
+    # recovered layer's Recover gathers it and its Backward reuses that view.
     link_busy = tp_fwd + tp_bwd + 2 * p2p + 2 * u_ag.sum(axis=2) + grad_rs
-    # Recover re-runs the forward: its TP all-reduces again, and under ZeRO-3 FSR gathers the
-    # layer's parameters once more (it runs ahead of, not next to, the Backward that gathers
-    # them); checkpointing recomputes right before Backward and shares that gather.
-    link_rec = np.where(recovers, tp_layer, 0.0) + np.where(fsr, u_ag.sum(axis=2), 0.0)
+    # Recover re-runs the forward's TP all-reduces.
+    link_rec = np.where(recovers, tp_layer, 0.0)
     # MT-3000 links move data DDR to DDR: each byte sent is read from DDR, each byte received
     # is written to it, so communication also takes DDR time.
     comm_ddr = 2 * (link_busy + link_rec) * dp_link.bandwidth / ddr
 
-    # A slot (one Forward and one Backward of a stage) lasts at least its critical path and
-    # at least as long as each resource is busy. Recover runs as whole-layer tasks in the
-    # stage's in-order compute stream (the lifecycle's program), so with either policy it
-    # adds to the path of every slot; FSR differs only in the waits it fills (_fsr_hidden).
+    # Checkpointing runs every Recover in the stage's compute stream right before its
+    # Backward. FSR co-runs each with the compute task issued before it, sharing the
+    # cluster's compute and DDR engines (ratc.planner.corun): unit j's Backward hosts
+    # j - 1's Recover, and a Backward's first Recover (the stage's last decoder layer) rides
+    # on the Forward before it, or in the cool-down on the previous Backward's first unit;
+    # on the last stage the head's Backward hosts it. What the pairs add (a guest's TP
+    # all-reduces still run on the link, after its host's):
+    has = (sc.n_dec > 0) & (stage < P - 1)
+    tp_one = TP_ALLREDUCES_PER_LAYER * tp_ar
+    host_f = np.where(fsr & has, b * sc.co_f + tp_one, 0.0)
+    host_b = np.where(fsr, b * sc.co_b + tp_one * (n_dec - has), 0.0)
+    host_c = np.where(fsr & has, b * sc.co_c + tp_one, 0.0)
     path = fwd + bwd
     busy_c = b * (sc.fwd_c + sc.bwd_c)
     busy_d = b * (sc.fwd_d + sc.bwd_d) + comm_ddr
     rec_on = np.where(recovers, rec, 0.0)
     rec_c, rec_d = np.where(recovers, b * sc.rec_c, 0.0), np.where(recovers, b * sc.rec_d, 0.0)
-    rec1 = b * sc.rec1 + TP_ALLREDUCES_PER_LAYER * tp_ar * (sc.rec1 > 0)
-    sync, update, prefetch, window, e_comm, e_upd, e_pref = _state_pipeline(sc, c, fwd, bwd, dp_link, ddr, recipe)
-    # The fsr pass estimates the step with list-order links: the gradient's send, and a
-    # layer-wise GradSync queued after a stage's last Backward, hold the sender's link before
-    # the last gradient reaches the stage below.
-    sync_lag = p2p + np.where((c.pref != BULK) | (Z >= 2), sync, 0.0)
-    rec_hidden, rec_hidden_warm = (np.where(fsr, h, 0.0) for h in _fsr_hidden(fwd, bwd, rec, rec1, sync_lag))
-    # A hidden Recover takes its compute and DDR time into the wait with it (layers of a stage
-    # are alike, so in the proportions of the stage's whole recovery).
-    kept = 1.0 - np.divide(rec_hidden, rec, out=np.zeros_like(rec), where=rec > 0)
+    # what recovery adds to each unit's Backward of the last micro-batch (the state pipeline's clock)
+    u_dec = sc.u_dec if sc.u_dec.ndim == 3 else sc.u_dec[None]
+    per_guest = np.divide(host_b, n_dec - has, out=np.zeros_like(host_b), where=(n_dec - has) > 0)
+    u_rec = np.where((c.act == CKPT)[:, :, None], b[:, :, None] * sc.u_fwd * u_dec, per_guest[:, :, None] * u_dec)
+    sync, update, prefetch, window, e_comm, e_upd, e_pref = _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, ddr,
+                                                                            recipe)
 
     def slots(on_path, c_rec, d_rec, l_rec):
         """A stage's slot by its busiest resource: the compute stream's path and each engine."""
         return np.maximum.reduce([path + on_path, busy_c + c_rec, busy_d + d_rec, link_busy + l_rec])
 
-    # Three makespans: recovery-free main path; + resource bounds; + recovery. The trip runs
-    # one micro-batch through every stage (sends included, FSR's hidden recovery excluded);
-    # the steady slot counts compute-stream work, which the sends leave (steady_slot).
+    # Three makespans: recovery-free main path; + resource bounds; + recovery. The steady
+    # slot counts compute-stream work, which the sends leave.
     sends = _sends(P, p2p)
+    on_slot = np.where(fsr, host_f + host_b, rec_on)
     slot_norec = slots(0.0, 0.0, 0.0, 0.0)
-    slot = slots(rec_on, rec_c, rec_d, link_rec)
-    trip = slots(rec_on - rec_hidden, rec_c * kept, rec_d * kept, link_rec)
-    rec_exposed = slot - slot_norec
-    t_1f1b = makespan(path, path - sends, p2p, M, fwd=fwd)
-    e_link = makespan(slot_norec, slots(-sends, 0.0, 0.0, 0.0), p2p, M, fwd=fwd) - t_1f1b
-    e_rec = (makespan(trip, slots(rec_on - sends, rec_c, rec_d, link_rec), p2p, M, rec_hidden_warm,
-                      np.where(fsr, rec1, 0.0), fwd=fwd, cool=rec_hidden)
-             - t_1f1b - e_link)
+    rec_exposed = slots(on_slot, rec_c, rec_d, link_rec) - slot_norec
+    # the three in one call: one pass over the rounds
+    zero = np.zeros_like(path)
+    three = makespan(np.concatenate([path - sends, slots(-sends, 0.0, 0.0, 0.0),
+                                     slots(on_slot - sends, rec_c, rec_d, link_rec)]),
+                     np.concatenate([p2p + zero[:, :1]] * 3), np.concatenate([M + zero[:, :1]] * 3),
+                     fwd=np.concatenate([fwd] * 3), host_f=np.concatenate([zero, zero, host_f + zero]),
+                     host_c=np.concatenate([zero, zero, host_c + zero]))
+    C = path.shape[0]
+    t_1f1b = three[:C]
+    e_link = three[C:2 * C] - t_1f1b
+    e_rec = three[2 * C:] - t_1f1b - e_link
 
-    return StepTime(fwd=fwd, bwd=bwd, rec=rec, rec_exposed=rec_exposed, rec_hidden=rec_hidden,
-                    rec_hidden_warm=rec_hidden_warm, tp_allreduce=tp_ar, p2p=p2p,
+    return StepTime(fwd=fwd, bwd=bwd, rec=rec, rec_exposed=rec_exposed, host_f=host_f, host_b=host_b,
+                    host_c=host_c, tp_allreduce=tp_ar, p2p=p2p,
                     link_busy=link_busy, sync=sync, update=update, prefetch=prefetch, window=window,
                     t_1f1b=t_1f1b, e_comm=e_comm + e_link, e_upd=e_upd, e_pref=e_pref, e_rec=e_rec)
-
-
-def _fsr_hidden(fwd, bwd, rec, rec1, sync_lag=None):
-    """Recovery FSR hides per stage (Eq. 7 with one recovery buffer): two [C, P] arrays.
-
-    The lifecycle's `fsr` pass moves only the first Recover of a backward (one buffer) ahead
-    of the stage's wait for that backward's gradient, and only where the recovery-free
-    schedule waits there; it hides min(first Recover, the wait). Two waits matter:
-
-    * the last micro-batch's gradient trip P-1 -> 0, on the step's path (first result).
-      Gradients reach stage p A_{p+1} apart, A_{P-1} = F_{P-1} + B'_{P-1} (the last stage
-      runs its final Forward and Backward back to back), and a stage that hides h_p in each
-      wait passes them on A_p = max(A_{p+1}, B'_p - h_p) apart. A stage that hid R1 in its
-      previous wait is ahead by it, so it waits A_{p+1} - B'_p + R1_p:
-      h_p = clip(A_{p+1} - B'_p + R1_p, 0, R1_p) (equal stages: the whole R1; a stage
-      slower than the gradients arriving runs its Backwards back to back and hides 0);
-    * the first micro-batch's: stage p ran P-p Forwards back to back and waits
-      sum_{q>p} (F_q + B'_q) - (P-1-p) F_p for its first gradient (second result; on the
-      path only from the slowest stage on, see makespan).
-
-    Idle time in the steady state shortens nothing: a stage's compute stream does its whole
-    work, Recover included, every slot, so the period is at least the slowest stage's work
-    whatever the waits hold. The last stage never waits: its Backward follows its Forward.
-    """
-    cool, warm = np.zeros_like(fwd), np.zeros_like(fwd)
-    if fwd.shape[1] == 1:
-        return cool, warm
-    lag = 0.0 if sync_lag is None else sync_lag[:, 1:]
-    moved = _last_wait(fwd, bwd) + lag > 0.0        # the pass estimates with recoveries free
-    full = bwd + rec
-    spacing = fwd[:, -1] + full[:, -1]
-    for p in range(fwd.shape[1] - 2, -1, -1):
-        cool[:, p] = np.where(moved[:, p], np.clip(spacing - full[:, p] + rec1[:, p], 0.0, rec1[:, p]), 0.0)
-        spacing = np.maximum(spacing, full[:, p] - cool[:, p])
-    moved = _first_wait(fwd, bwd) > 0.0
-    warm[:, :-1] = np.where(moved, np.minimum(rec1[:, :-1], np.maximum(0.0, _first_wait(fwd, full))), 0.0)
-    return cool, warm
-
-
-def _first_wait(fwd, bwd):
-    """[C, P-1] each stage's wait for the first micro-batch's gradient (see _fsr_hidden)."""
-    P = fwd.shape[1]
-    down = np.cumsum((fwd + bwd)[:, ::-1], axis=1)[:, ::-1]     # sum over stages q >= p
-    return down[:, 1:] - (P - 1 - np.arange(P - 1)) * fwd[:, :-1]
-
-
-def _last_wait(fwd, bwd):
-    """[C, P-1] each stage's wait for the last micro-batch's gradient: A_p - B_p (see above)."""
-    last = fwd[:, -1:] + bwd[:, -1:]
-    # max of B_q over p < q < P-1, for each p < P-1 (a suffix maximum)
-    inner = np.concatenate([bwd[:, 1:-1], np.zeros_like(last)], axis=1)
-    inner = np.maximum.accumulate(inner[:, ::-1], axis=1)[:, ::-1]
-    return np.maximum(last, inner) - bwd[:, :-1]
 
 
 def _ex(link):
@@ -324,7 +333,7 @@ def _ex(link):
     return type(link)(np.asarray(link.latency)[..., None], np.asarray(link.bandwidth)[..., None])
 
 
-def _state_pipeline(sc, c, fwd, bwd, dp_link, ddr, recipe):
+def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, ddr, recipe):
     """GradSync -> UpdateShard -> PrefetchW per unit (Eq. 2-4) and the exposed tail."""
     D, Z, b, pref = c.D[:, :, None], c.Z[:, :, None], c.b[:, :, None], c.pref[:, 0]
     link = _ex(dp_link)
@@ -336,9 +345,9 @@ def _state_pipeline(sc, c, fwd, bwd, dp_link, ddr, recipe):
     upd = sc.u_params / np.where(Z >= 1, D, 1) * recipe.update_traffic_bytes / ddr
     ag = np.where((Z == 1) | (Z == 2), all_gather(D, sc.u_params * recipe.param_bytes, link), 0.0) * real
     u_fwd = b * sc.u_fwd
-    # The last micro-batch's Backward of a unit, whose end releases its GradSync; with
-    # recovery its Recover runs in the compute stream right before it.
-    u_bwd = b * sc.u_bwd + np.where(c.act[:, :, None] != FULL, u_fwd * sc.u_dec, 0.0)
+    # The last micro-batch's Backward of a unit, whose end releases its GradSync, with what
+    # its recovery adds (checkpointing: the Recover before it; FSR: the co-run it hosts).
+    u_bwd = b * sc.u_bwd + u_rec
     # Backward visits units last-to-first; unit j's sync is released when its backward ends.
     # S_exp = max_j (sum_{k<=j} RS_k - sum_{k<j} B_k): the sync tail after the stage's backward.
     s_exp = (np.cumsum(rs, axis=2) - (np.cumsum(u_bwd, axis=2) - u_bwd)).max(axis=2)

@@ -10,7 +10,8 @@ from ratc.report.data import KernelRow, ReportData
 from ratc.units import format_bytes, format_time
 
 # `ratc diagram --policy`: the paper's Fig. 6 panels. Standard 1F1B recomputes at backward
-# time (checkpointing, panel a); FSR recovers in forward-side and idle windows (panel b).
+# time (checkpointing, panel a); FSR co-runs each recovery with the task before it, the
+# first of a backward with the Forward before it (panel b).
 DIAGRAM_POLICIES = {"standard": "ckpt", "fsr": "fsr"}
 
 

@@ -21,9 +21,10 @@ def task_label(name: str) -> str:
 
 
 def drawn(task) -> bool:
-    """Tasks that occupy a resource are drawn; markers, arrivals and one-replica collectives
-    are zero-length bookkeeping events on no resource."""
-    return bool(task.resources) and task.kind in KIND_LANE
+    """Tasks that occupy a resource, or run alongside one (a co-running Recover), are drawn;
+    markers, arrivals and one-replica collectives are zero-length bookkeeping events on no
+    resource."""
+    return bool(task.resources or task.duration) and task.kind in KIND_LANE
 
 
 def measured_step(tl) -> tuple:

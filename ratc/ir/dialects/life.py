@@ -34,8 +34,10 @@ LIFE = Dialect("life", "training-state lifecycles: per-stage scheduled programs"
 # Attributes every task may carry: cost inputs, scheduling and memory-plan results.
 _TASK = {"dur": "float", "res": "compute|ddr|link", "prio": "int", "sizes": "list<int>",
          "inplace": "bool?", "tier": "list<str>?", "buf": "list<int>?", "frees": "list<int>?"}
-_COSTED = {"dc": "float", "dd": "float", "ws": "bytes", "kernels": "list<symref>?", "calls": "list<int>?", "cycles": "int?"}
-_PLACED = {"placement": "fwd-side|idle|bwd?", "window": "float?", "exposed": "float?"}
+# `corun`: seconds a Recover co-running with this task (fsr) adds to it; `dur` and `cycles` include them.
+_COSTED = {"dc": "float", "dd": "float", "ws": "bytes", "kernels": "list<symref>?", "calls": "list<int>?",
+           "cycles": "int?", "corun": "float?"}
+_PLACED = {"placement": "corun|bwd?", "window": "float?", "exposed": "float?"}
 _DEADLINE = {"release": "float?", "deadline": "float?", "start": "float?", "exposed": "float?"}
 
 
@@ -60,6 +62,11 @@ def _check_unit(op):
                 "bwd_c", "bwd_d"):
         if a[key] < 0:
             raise VerifyError(f"'{op.name}' attribute '{key}' must not be negative", op)
+    for key in ("fph", "bph"):
+        ph = a.get(key, [])
+        if len(ph) % 2 or any(x < 0 for x in ph):
+            raise VerifyError(f"'{op.name}' attribute '{key}' must list non-negative (compute, DDR) "
+                              f"second pairs", op)
     if op.block is None or op.block.parent is None or op.block.parent.name != "life.plan":
         raise VerifyError(f"'{op.name}' must be inside life.plan", op)
 
@@ -77,7 +84,7 @@ LIFE.op("unit", "one layer (embedding, decoder layer or head) with its costs per
             "opt": "bytes", "grad": "bytes", "shard": "bytes", "bucket": "bytes", "view": "bytes", "sync": "float",
             "sync_kind": "all-reduce|reduce-scatter", "reduce": "float", "update": "float",
             "prefetch": "float", "gather": "float", "kfwd": "list?", "kbwd": "list?", "fwd_other": "float?",
-            "bwd_other": "float?"})
+            "bwd_other": "float?", "fph": "list<float>?", "bph": "list<float>?"})
 LIFE.op("kernel", "a generated kernel that tasks call (codegen pass); its code is kernels/<symbol>.rasm",
         symbol=True, attrs={"kind": "gemm|attn_bwd", "shape": "list<int>", "cycles": "int", "mac_util": "float",
                             "ddr_bytes": "int", "tiles": "dict"})

@@ -1,7 +1,8 @@
 """Interpret a scheduled `life.pipeline` as the VM's task graph: one handler per op name.
 
 Scheduled order per stage: compute ops and receives form one in-order stream (a compute
-op also waits for the receives scheduled before it). DDR and link ops wait for the
+op also waits for the receives scheduled before it); a co-running Recover (fsr) runs
+alongside the compute op before it. DDR and link ops wait for the
 compute-stream op scheduled before them (so a bulk GradSync placed after the last
 Backward stays there) and issue in scheduled order within their (resource, `prio`)
 queue; across queues a contended port goes to the lower `prio` first (0: stage-boundary
@@ -89,13 +90,14 @@ class _Translation:
         self.allocs: list = []       # (buffer, bytes, per replica producing task), in creation order
         self.reads: list = []        # (step, op, per replica task) of every op, for the frees
         self.chains = [[None] * self.R for _ in range(a["P"])]   # last compute task per stage
+        self.hosts: list = [None] * a["P"]   # per stage, the last compute task's (deps, cycles, corun)
         self.queues: dict = {}       # (stage, res, prio) -> per replica: the queue's last op's end
         self.state: dict = {}        # (stage, op name, unit) -> the first step's param / opt value
 
     def cycles(self, seconds: float) -> int:
         return int(round(seconds * self.clock))
 
-    def add(self, op, p, k, resources, duration, deps, pos):
+    def add(self, op, p, k, resources, duration, deps, pos, corun=0):
         """One task per simulated replica; deps(r) gives replica r's dependencies."""
         a = op.attributes
         prio = (a.get("prio", 0) << _ORDER_BITS) | pos
@@ -107,7 +109,7 @@ class _Translation:
             # positional arguments: this runs once per task of the program
             ids.append(add(name, kind, p, tuple([(s, r, x) for s, x in resources]), duration,
                            d if len(d) < 2 else tuple(dict.fromkeys(d)), r, prio, (), (), layer, mb,
-                           ids[0] if ids else -1, k))
+                           ids[0] if ids else -1, k, corun))
         return ids
 
     def operand_deps(self, op, k):
@@ -230,14 +232,26 @@ def _state(tr, op, p, k, pos):
 
 @handler("life.fwd", "life.bwd", "life.recover")
 def _compute(tr, op, p, k, pos):
-    """Main-path and recovery work: the stage's compute engine, in scheduled order."""
+    """Main-path and recovery work: the stage's compute engine, in scheduled order.
+
+    A co-running Recover (fsr) holds no engine of its own: it starts with its host, the
+    compute op before it, once its own operands are there too, and lasts as long as the
+    host, whose duration is the pair's; the stream goes on after the host."""
     deps = tr.operand_deps(op, k)
+    a = op.attributes
+    if a.get("placement") == "corun":
+        host_deps, cycles, corun = tr.hosts[p]
+        ids = tr.add(op, p, k, (), cycles, lambda r: host_deps(r) + deps(r), pos, corun)
+        tr.produce(op, k, ids)
+        _buffers(tr, op, p, k, ids)
+        return
     chain = tr.chains[p]
     # After codegen a task runs for exactly its kernels' cycles (plus the rest, rounded once).
-    a = op.attributes
     cycles = a["cycles"] if "cycles" in a else tr.cycles(a["dur"])
-    ids = tr.add(op, p, k, [(p, "compute")], cycles,
-                 lambda r: deps(r) + ((chain[r],) if chain[r] is not None else ()), pos)
+    in_order = lambda r: deps(r) + ((chain[r],) if chain[r] is not None else ())  # noqa: E731
+    corun = tr.cycles(a["corun"]) if "corun" in a else 0
+    ids = tr.add(op, p, k, [(p, "compute")], cycles, in_order, pos, corun)
+    tr.hosts[p] = (in_order, cycles, corun)
     tr.chains[p] = list(ids)
     tr.produce(op, k, ids)
     _buffers(tr, op, p, k, ids)

@@ -73,6 +73,7 @@ class Task:
     micro_batch: int = -1
     template: int = -1              # index of the replica-0 task this one copies (explicit replicas)
     step: int = 0                   # training step the task belongs to
+    corun: int = 0                  # cycles of the duration a co-running Recover adds (fsr: recovery)
 
 
 @dataclass
@@ -102,7 +103,7 @@ class Program:
 
     def add(self, name: str, kind: str, stage: int, resources, duration: int, deps=(), replica: int = 0,
             priority: int | None = None, allocs=(), frees=(), layer: int = -1, micro_batch: int = -1,
-            template: int = -1, step: int = 0) -> int:
+            template: int = -1, step: int = 0, corun: int = 0) -> int:
         """Append a task; resources are resource names on this cluster or (stage, replica, name).
 
         Replica copies of one logical task (explicit replicas) are added consecutively with
@@ -121,7 +122,7 @@ class Program:
                 raise ProgramError(f"task {name}: unknown resource {r[2]!r} (known: {', '.join(RESOURCES)})")
         self.tasks.append(Task(name, kind, stage, replica, res, duration, tuple(deps),
                                PRIORITY[kind] if priority is None else priority, tuple(allocs), tuple(frees),
-                               layer, micro_batch, template, step))
+                               layer, micro_batch, template, step, corun))
         return len(self.tasks) - 1
 
     def clusters(self):

@@ -104,7 +104,13 @@ def summarize(tl: Timeline) -> Results:
     clip = lambda i: max(0, min(tl.end[i], w1) - max(tl.start[i], w0))  # noqa: E731
     crit = {t: 0 for t in TERMS}
     for i in critical_path(tl):
-        crit[KIND_TERM[tasks[i].kind]] += clip(i)
+        t, c = tasks[i], clip(i)
+        # Of a host's duration, what its co-running Recover added is exposed recovery. The
+        # Recover itself lasts as long as its host (the path may pass through either): the
+        # same split, the rest being its host's main-path work.
+        rec = min(c, t.corun)
+        crit["recovery"] += rec
+        crit["main" if t.corun and not t.resources else KIND_TERM[t.kind]] += c - rec
     busy = [0] * prog.stages
     for i, t in enumerate(tasks):
         if any(r[2] == "compute" for r in t.resources):

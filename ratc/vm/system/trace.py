@@ -1,4 +1,5 @@
-"""Chrome-trace JSON (opens in Perfetto): one process per cluster, one track per resource."""
+"""Chrome-trace JSON (opens in Perfetto): one process per cluster, one track per resource
+(and one for Recovers co-running with the compute engine's task)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,22 @@ import json
 from ratc.vm.system.engine import Timeline
 from ratc.vm.system.program import RESOURCES
 
+CORUN = "co-run"
+TRACKS = RESOURCES + (CORUN,)
+
 
 def chrome_trace(tl: Timeline) -> dict:
     """The trace as a dict: a complete ('X') event per task on every resource it holds."""
     prog = tl.program
     us = 1e6 / prog.clock
     pids = {c: n for n, c in enumerate(prog.clusters())}
+    tracks = TRACKS if any(t.duration and not t.resources for t in prog.tasks) else RESOURCES
     events = []
     for (s, r), pid in pids.items():
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
                        "args": {"name": f"stage {s} replica {r}"}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
-        for tid, res in enumerate(RESOURCES):
+        for tid, res in enumerate(tracks):
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": res}})
     for i, t in enumerate(prog.tasks):
         args = {"kind": t.kind, "cycles": t.duration, "start_cycle": tl.start[i]}
@@ -26,9 +31,11 @@ def chrome_trace(tl: Timeline) -> dict:
             args["layer"] = t.layer
         if t.micro_batch >= 0:
             args["micro_batch"] = t.micro_batch
-        for s, r, res in t.resources:
+        # a task that holds no engine for a while (a co-running Recover) gets a track of its own
+        held = t.resources or (((t.stage, t.replica, CORUN),) if t.duration else ())
+        for s, r, res in held:
             events.append({"ph": "X", "name": t.name, "cat": t.kind, "pid": pids[(s, r)],
-                           "tid": RESOURCES.index(res), "ts": tl.start[i] * us, "dur": t.duration * us,
+                           "tid": TRACKS.index(res), "ts": tl.start[i] * us, "dur": t.duration * us,
                            "args": args})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
