@@ -69,6 +69,7 @@ class StageCosts:
     u_fwd: np.ndarray
     u_bwd: np.ndarray
     u_dec: np.ndarray              # 1.0 where the unit is a decoder layer (recomputed by Recover)
+    u_co: np.ndarray               # what the unit's Backward adds hosting the Recover of the unit before it
 
 
 def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> StageCosts:
@@ -87,7 +88,7 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> Stag
     dec_pad = pad(dec) > 0
     saved = pad(c["saved_bytes"])
     u_fwd = pad(c["fwd"])
-    co_f, co_b, co_c = _corun_extras(table, ranges, P)
+    co_f, u_co, co_c = _corun_extras(table, ranges, P, U)
     u_params = pad(c["params"])
     # The lowering gathers a unit's view one task ahead, within a Forward or Backward: the
     # current and the next unit of the stage (a lone unit has no neighbour: the zero padding).
@@ -108,7 +109,7 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> Stag
         fwd=ssum(c["fwd"]), fwd_c=ssum(c["fwd_compute"]), fwd_d=ssum(c["fwd_ddr"]),
         bwd=ssum(c["bwd"]), bwd_c=ssum(c["bwd_compute"]), bwd_d=ssum(c["bwd_ddr"]),
         rec=ssum(c["fwd"] * dec), rec_c=ssum(c["fwd_compute"] * dec), rec_d=ssum(c["fwd_ddr"] * dec),
-        co_f=co_f, co_b=co_b, co_c=co_c, params=ssum(c["params"]), n_dec=ssum(dec),
+        co_f=co_f, co_b=u_co.sum(axis=1), co_c=co_c, params=ssum(c["params"]), n_dec=ssum(dec),
         max_layer_params=u_params.max(axis=1),
         view_pair=(u_params + nxt).max(axis=1), max_dec_params=np.where(dec_pad, u_params, 0.0).max(axis=1),
         saved_full=ssum(c["saved_bytes"]), ckpt=ssum(np.where(dec > 0, c["ckpt_bytes"], c["saved_bytes"])),
@@ -116,18 +117,18 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> Stag
         dec_workspace=np.where(dec_pad, ws, 0.0).max(axis=1), edge_workspace=np.where(edge, ws, 0.0).max(axis=1),
         edge_params=np.where(edge, u_params, 0.0).max(axis=1), head_saved=head_saved,
         bucket_pair=pair, bucket_pair1=pair1,
-        u_params=u_params, u_fwd=u_fwd, u_bwd=pad(c["bwd"]), u_dec=dec_pad.astype(float))
+        u_params=u_params, u_fwd=u_fwd, u_bwd=pad(c["bwd"]), u_dec=dec_pad.astype(float), u_co=u_co)
 
 
 _ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "co_f", "co_b", "co_c", "params",
            "n_dec",
            "max_layer_params", "view_pair", "max_dec_params", "saved_full", "ckpt", "rec_buf", "workspace",
            "dec_workspace", "edge_workspace", "edge_params", "bucket_pair", "bucket_pair1", "head_saved")
-_UNIT_ARRAYS = ("u_params", "u_fwd", "u_bwd", "u_dec")
+_UNIT_ARRAYS = ("u_params", "u_fwd", "u_bwd", "u_dec", "u_co")
 
 
-def _corun_extras(table: UnitTable, ranges, P: int):
-    """[P] arrays co_f, co_b, co_c (see StageCosts): the Recover hosts of the fsr pass.
+def _corun_extras(table: UnitTable, ranges, P: int, U: int):
+    """co_f [P], u_co [P, U] (co_b per unit), co_c [P] (see StageCosts): the fsr pass's hosts.
 
     A Backward visits its units last to first, so its first Recover is the stage's last
     decoder layer g. On the last stage the head's Backward hosts it (as unit j's Backward
@@ -144,17 +145,19 @@ def _corun_extras(table: UnitTable, ranges, P: int):
             pairs[key] = extra(host, guest)
         return pairs[key]
 
-    co_f, co_b, co_c = np.zeros(P), np.zeros(P), np.zeros(P)
+    co_f, u_co, co_c = np.zeros(P), np.zeros((P, U)), np.zeros(P)
     for p, (s, e) in enumerate(ranges):
         decs = [i for i in range(s, e) if dec[i]]
         if not decs:
             continue
-        co_b[p] = sum(pair(units[i].bwd_phases, units[i - 1].fwd_phases) for i in range(s + 1, e) if dec[i - 1])
+        for i in range(s + 1, e):
+            if dec[i - 1]:
+                u_co[p, i - s] = pair(units[i].bwd_phases, units[i - 1].fwd_phases)
         if p < P - 1:
             guest = units[decs[-1]].fwd_phases
             co_f[p] = pair(units[e - 1].fwd_phases, guest)
             co_c[p] = pair(units[s].bwd_phases, guest)
-    return co_f, co_b, co_c
+    return co_f, u_co, co_c
 
 
 def stack(tables: list, which) -> StageCosts:
