@@ -36,7 +36,10 @@ CHOSEN = [("llama2-13b", "P=1,D=256,Z=3,Ckpt"), ("qwen2.5-32b", "P=1,D=256,Z=3,C
           ("llama2-13b", "P=4,D=32,T=2,Z=2,Full"), ("qwen2.5-32b", "P=4,D=32,T=2,Z=2,FSR"),
           ("qwen2.5-32b", "P=8,D=32,Z=2,Ckpt,bulk,balance=memory"), ("llama2-7b", "P=4,D=2,Z=1,FSR"),
           ("baichuan2-13b", "P=8,D=2,Z=2,FSR,balance=memory"),
-          ("qwen2.5-32b", "P=22,D=2,Z=2,FSR,balance=memory"), ("llama2-70b", "P=42,D=2,Z=1,A=16,FSR")]
+          ("qwen2.5-32b", "P=22,D=2,Z=2,FSR,balance=memory"), ("llama2-70b", "P=42,D=2,Z=1,A=16,FSR"),
+          ("llama2-13b", "P=1,D=256,Z=3,FSR"), ("qwen2.5-32b", "P=1,D=256,Z=3,FSR"),
+          ("baichuan2-13b", "P=16,D=1,Z=0,FSR,balance=memory"), ("qwen2.5-32b", "P=24,D=2,Z=1,FSR,balance=memory"),
+          ("llama2-70b", "P=42,D=2,Z=1,A=16,Ckpt")]
 
 
 @lru_cache(maxsize=None)

@@ -107,15 +107,22 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     dec_ws = b * sc.dec_workspace * two
     dec = rec + dec_ws + vb_dec
     edge = head + rec_edge + b * sc.edge_workspace + vb_edge
-    fwd = np.where(z3, head + b * sc.workspace + z3_fwd, 0.0)
+    # A Forward's moment: under ZeRO-3 its views, and under FSR, on every stage but the last,
+    # the next Backward's first Recover it hosts (its buffer and scratch beside the Forward's).
+    hosting = fsr & (sc.n_dec > 0) & (stage < sc.P - 1)
+    f_rec = np.where(hosting, b * sc.rec_buf, 0.0)
+    f_ws = b * sc.workspace + np.where(hosting, b * sc.dec_workspace, 0.0)
+    vb_fwd = np.where(z3, z3_fwd, pair)
+    fwd = np.where(z3 | hosting, head + f_rec + f_ws + vb_fwd, 0.0)
     at_edge = (edge > dec) & (edge >= fwd)
     at_fwd = (fwd > dec) & (fwd > edge)
-    activations = held - head + np.where(at_edge | at_fwd, head, rec) + np.where(at_edge, b * sc.rec_buf * fsr, 0.0)
-    vb = np.where(at_edge, vb_edge, np.where(at_fwd, z3_fwd, vb_dec))
+    activations = (held - head + np.where(at_edge | at_fwd, head, rec) + np.where(at_edge, b * sc.rec_buf * fsr, 0.0)
+                   + np.where(at_fwd, f_rec, 0.0))
+    vb = np.where(at_edge, vb_edge, np.where(at_fwd, vb_fwd, vb_dec))
     param_view = np.minimum(param_view, vb)
     grad_bucket = np.where(z3, vb - param_view, pair)
     workspace = np.where(at_edge, b * sc.edge_workspace + np.where(fsr, b * sc.dec_workspace, 0.0),
-                         np.where(at_fwd, b * sc.workspace, dec_ws))
+                         np.where(at_fwd, f_ws, dec_ws))
     return StageMemory(params=params + zero, grads=grads + zero, optimizer=optimizer + zero,
                        activations=activations, boundary=boundary, grad_bucket=grad_bucket,
                        param_view=param_view, workspace=workspace, at_edge=at_edge)
