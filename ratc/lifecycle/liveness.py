@@ -11,7 +11,8 @@ Tiers fall out of live-range length (review, "Explicit lifetime-tiered memory
 management"): long = persists across steps; medium = spans more than one main task
 (checkpoints, gradient accumulators); short = dies within the next main task (recovery
 buffers, buckets, boundary transfers). Short buffers of the same kind reuse freed ones
-(best fit), so e.g. every recovery of a stage runs in one recovery buffer. Under ZeRO >= 2 a
+(best fit), so e.g. every recovery of a stage runs in one recovery buffer (two under FSR,
+where a Recover co-runs with a Backward that still reads its own). Under ZeRO >= 2 a
 bucket stays live until the Backward that reuses its buffer issues (that Backward reads the
 token of the bucket's reduce-scatter), so a stage holds at most two buckets.
 """
