@@ -144,7 +144,6 @@ def choose_candidate(args: argparse.Namespace, planner):
 
 def compile_to_directory(args: argparse.Namespace, profile, command: str):
     """Plan, schedule and write the program directory; returns (its path, the scheduled module)."""
-    import json
     from pathlib import Path
 
     from ratc.cli.pass_options import instrumentation

@@ -169,10 +169,12 @@ def _hosts(op) -> bool:
 
 
 def _reads_recovery(op) -> bool:
+    """Whether the op reads a recovery buffer (a recovered layer's Backward)."""
     return any(str(v.type) == "!life.rec" for v in op.operands)
 
 
 def _phases(flat) -> tuple:
+    """((compute s, DDR s), ...) from a unit's flat `fph` / `bph` attribute."""
     return tuple(zip(flat[0::2], flat[1::2]))
 
 
