@@ -217,3 +217,21 @@ def test_cycle_and_bad_references_are_reported_by_task_name():
             simulate(prog)
     with pytest.raises(ProgramError, match="unknown kind"):
         Program(stages=1, replicas=1).add("x", "dance", 0, ("compute",), 1)
+
+
+@pytest.mark.parametrize("corun", [4, 0])
+def test_corun_recover_on_the_critical_path_splits_like_its_host(corun):
+    # A co-running Recover holds no engine and lasts its host's 10 cycles, of which `corun`
+    # are what it added: on the critical path that part is recovery, the rest main-path work
+    # (also when the pair adds nothing), and the trace draws it on its cluster's co-run track.
+    prog = Program(stages=1, replicas=1)
+    f = prog.add("0F0", "forward", 0, ("compute",), 10, corun=corun)
+    r = prog.add("0R0", "recover", 0, (), 10, corun=corun)
+    prog.add("0B0", "backward", 0, ("compute",), 5, deps=(f, r))
+    tl = simulate(prog)
+    assert prog.tasks[r].alongside and not prog.tasks[f].alongside
+    crit = summarize(tl).critical_cycles
+    assert (crit["recovery"], crit["main"]) == (corun, 15 - corun)
+    events = chrome_trace(tl)["traceEvents"]
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert [tracks[e["tid"]] for e in events if e["ph"] == "X" and e["name"] == "0R0"] == ["co-run"]

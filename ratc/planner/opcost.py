@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ratc.errors import RatcError
-from ratc.planner.corun import phases
 from ratc.frontend.profile import LayerProfile, ModelProfile, OpProfile
+from ratc.planner.corun import phases
 
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i64": 8, "i32": 4, "bool": 1}
 

@@ -24,7 +24,7 @@ def drawn(task) -> bool:
     """Tasks that occupy a resource, or run alongside one (a co-running Recover), are drawn;
     markers, arrivals and one-replica collectives are zero-length bookkeeping events on no
     resource."""
-    return bool(task.resources or task.duration) and task.kind in KIND_LANE
+    return bool(task.resources or task.alongside) and task.kind in KIND_LANE
 
 
 def measured_step(tl) -> tuple:

@@ -75,6 +75,11 @@ class Task:
     step: int = 0                   # training step the task belongs to
     corun: int = 0                  # cycles of the duration a co-running Recover adds (fsr: recovery)
 
+    @property
+    def alongside(self) -> bool:
+        """A co-running Recover (fsr): it lasts its host's duration but holds no engine itself."""
+        return self.kind == "recover" and not self.resources and self.duration > 0
+
 
 @dataclass
 class Program:

@@ -110,7 +110,7 @@ def summarize(tl: Timeline) -> Results:
         # same split, the rest being its host's main-path work.
         rec = min(c, t.corun)
         crit["recovery"] += rec
-        crit["main" if t.corun and not t.resources else KIND_TERM[t.kind]] += c - rec
+        crit["main" if t.alongside else KIND_TERM[t.kind]] += c - rec
     busy = [0] * prog.stages
     for i, t in enumerate(tasks):
         if any(r[2] == "compute" for r in t.resources):

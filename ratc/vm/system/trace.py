@@ -17,7 +17,7 @@ def chrome_trace(tl: Timeline) -> dict:
     prog = tl.program
     us = 1e6 / prog.clock
     pids = {c: n for n, c in enumerate(prog.clusters())}
-    tracks = TRACKS if any(t.duration and not t.resources for t in prog.tasks) else RESOURCES
+    tracks = TRACKS if any(t.alongside for t in prog.tasks) else RESOURCES
     events = []
     for (s, r), pid in pids.items():
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
@@ -32,7 +32,7 @@ def chrome_trace(tl: Timeline) -> dict:
         if t.micro_batch >= 0:
             args["micro_batch"] = t.micro_batch
         # a task that holds no engine for a while (a co-running Recover) gets a track of its own
-        held = t.resources or (((t.stage, t.replica, CORUN),) if t.duration else ())
+        held = ((t.stage, t.replica, CORUN),) if t.alongside else t.resources
         for s, r, res in held:
             events.append({"ph": "X", "name": t.name, "cat": t.kind, "pid": pids[(s, r)],
                            "tid": TRACKS.index(res), "ts": tl.start[i] * us, "dur": t.duration * us,
