@@ -49,7 +49,7 @@ def simulated_tasks(planner, policy):
     last = prog.steps - 1
     # a co-running Recover (FSR) holds no engine but runs as long as its host
     tasks = [(t.stage, t.kind, t.name, tl.start[i] / prog.clock, tl.end[i] / prog.clock,
-              bool(t.resources) or (t.kind == "recover" and t.duration > 0))
+              bool(t.resources) or t.alongside)
              for i, t in enumerate(prog.tasks) if t.step == last and t.replica == 0]
     return tasks, [w / prog.clock for w in step_window(tl)], res
 

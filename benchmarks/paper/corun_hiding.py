@@ -1,0 +1,52 @@
+"""How much of a decoder layer's recomputation an FSR co-run hides, per model (docs/planner.md).
+
+For one sequence of each model's decoder layer, on the shipped platform profile: a Recover
+(the layer's forward) co-running with the Backward of the layer above and with a Forward
+(ratc.planner.corun). Hidden = 1 - (what the pair adds to the host) / (the Recover alone).
+"Perfect sharing" is the engines' total work as the only bound (corun.lower_bound).
+
+    python benchmarks/paper/corun_hiding.py [--platform mt3000] [--models llama2-13b,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from ratc.frontend.presets import trace_preset  # noqa: E402
+from ratc.planner.corun import extra, lower_bound, solo  # noqa: E402
+from ratc.planner.search import Planner  # noqa: E402
+from ratc.platform import load_platform  # noqa: E402
+
+MODELS = ("llama2-7b", "llama2-13b", "baichuan2-13b", "qwen2.5-32b", "llama2-70b")
+
+
+def hiding(planner) -> dict:
+    """Fractions of a decoder layer's Recover hidden by a Backward host, a Forward host, and
+    under perfect sharing (Backward host)."""
+    layer = next(u for u in planner.units(1).units if u.decoder)
+    rec = solo(layer.fwd_phases)
+    bwd, fwd = layer.bwd_phases, layer.fwd_phases
+    perfect = lower_bound(bwd, fwd) - solo(bwd)
+    return {"bwd": 1 - extra(bwd, fwd) / rec, "fwd": 1 - extra(fwd, fwd) / rec, "perfect": 1 - perfect / rec}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--platform", default="mt3000")
+    ap.add_argument("--models", default=",".join(MODELS))
+    args = ap.parse_args(argv)
+    platform = load_platform(args.platform)
+    print("| model | Backward host hides | Forward host hides | perfect sharing (Backward host) |")
+    print("|---|---|---|---|")
+    for name in args.models.split(","):
+        h = hiding(Planner(trace_preset(name, 2048), platform))
+        print(f"| {name} | {h['bwd']:.0%} | {h['fwd']:.0%} | {h['perfect']:.0%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
