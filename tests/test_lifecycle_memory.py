@@ -31,7 +31,8 @@ PAPER = [("llama2-7b", "P=2,D=4,Z=2,FSR"), ("baichuan2-13b", "P=8,D=2,Z=2,FSR"),
          ("qwen2.5-32b", "P=8,D=32,Z=2,FSR"), ("qwen2.5-32b", "P=8,D=16,T=2,Z=2,FSR"),
          ("qwen2.5-32b", "P=8,D=32,Z=3,FSR"), ("qwen2.5-32b", "P=8,D=32,Z=2,Ckpt"),
          ("qwen2.5-32b", "P=8,D=32,Z=2,Full"), ("qwen2.5-32b", "P=8,D=32,Z=2,Ckpt,bulk")]
-# What ratc's planner picks at those settings where that differs (docs/paper_tables.md).
+# What ratc's planner picks at those settings where that differs, the baselines with every P
+# searched (docs/paper_tables.md).
 CHOSEN = [("llama2-13b", "P=1,D=256,Z=3,Ckpt"), ("qwen2.5-32b", "P=1,D=256,Z=3,Ckpt"),
           ("llama2-13b", "P=4,D=32,T=2,Z=2,Full"), ("qwen2.5-32b", "P=4,D=32,T=2,Z=2,FSR"),
           ("qwen2.5-32b", "P=8,D=32,Z=2,Ckpt,bulk,balance=memory"), ("llama2-7b", "P=4,D=2,Z=1,FSR"),

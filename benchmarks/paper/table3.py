@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import table2  # noqa: E402
 
+from ratc.cli.io import write_atomic  # noqa: E402
 from ratc.frontend.presets import trace_preset  # noqa: E402
 from ratc.planner.search import Planner  # noqa: E402
 
@@ -80,6 +81,9 @@ the traced model; nothing is fitted per row or per model. Global batches are imp
 the paper's own rows: tokens/s x step time / 2048 (e.g. LLaMA-2-13B, Table 2:
 12191.13 x 688.09 / 2048 = 4096 sequences; LLaMA-2-70B, Table 3: 232.96 x 281.32 / 2048 = 32).
 The paper runs one sequence per micro-batch (A = batch / D in Tables 3 and 6), so b = 1.
+As in the paper's Table 2 rows, TP-heavy, ZeRO-3-heavy, Backward Ckpt and Full-save keep
+RATrain's pipeline degree P (the strategies' default); the last column searches every P
+(`ratc plan --pipeline any`).
 
 """
 
@@ -103,7 +107,7 @@ def main(argv=None) -> int:
                 + "\n\nChecks that differ from the paper:\n\n" + "".join(f"- {f}\n" for f in f2 or ["none"])
                 + "\n## Table 3: minimum feasible cluster count\n\n" + t3
                 + "\n\nChecks that differ from the paper:\n\n" + "".join(f"- {f}\n" for f in f3 or ["none"]))
-        Path(args.doc).write_text(text)
+        write_atomic(args.doc, text)
     return 0
 
 

@@ -138,7 +138,7 @@ def choose_candidate(args: argparse.Namespace, planner):
         return cand, None
     global_batch = args.global_batch or 64 * args.clusters
     result = planner.require_feasible(planner.plan(args.clusters, global_batch, get_strategy(args.strategy),
-                                                   progress=True))
+                                                   progress=True, pipeline=args.pipeline))
     return result.feasible[0].cand, result
 
 

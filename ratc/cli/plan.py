@@ -38,11 +38,28 @@ def add_planning_arguments(p: argparse.ArgumentParser, global_batch_required: bo
     p.add_argument("--memory-budget", help="override the per-cluster memory budget, e.g. 30GB")
     p.add_argument("--strategy", default="ratrain", help="search space: ratrain, tp-heavy, zero3-heavy, "
                    "backward-ckpt, full-save, tuned-pp-dp-zero, any (default ratrain)")
+    p.add_argument("--pipeline", type=pipeline_degree, default=None, metavar="P|any",
+                   help="pipeline degree: a number fixes P, 'any' searches every P (default: searched; "
+                        "tp-heavy, zero3-heavy, backward-ckpt and full-save keep RATrain's P for the request, "
+                        "as the paper's Table 2 baselines do)")
     p.add_argument("--micro-batch", type=int, action="append", metavar="B",
                    help="allowed micro-batch size (repeatable; default 1..16)")
     p.add_argument("--exec-profile", default=exec_profile, help="GEMM execution profile: paper-table5 "
                    "(the paper's measured Table 5) or kernel-vm (cycle counts of ratc's generated kernels) "
                    f"(default {exec_profile})")
+
+
+def pipeline_degree(text: str) -> int | str:
+    """--pipeline: a positive integer or 'any'."""
+    if text == "any":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'any', got {text!r}")
+    return value
 
 
 def make_planner(args: argparse.Namespace, model):
@@ -93,13 +110,15 @@ def handler(args: argparse.Namespace) -> int:
     model = load_model(args)
     planner = make_planner(args, model)
     if args.min_clusters:
-        result = planner.min_clusters(args.global_batch, strategy, limit=args.max_clusters, progress=True)
+        result = planner.min_clusters(args.global_batch, strategy, limit=args.max_clusters, progress=True,
+                                      pipeline=args.pipeline)
         if result is None:
             raise RatcError(f"no cluster count up to {args.max_clusters} fits {model.name} with global batch "
                             f"{args.global_batch} in {units.format_bytes(planner.budget)} per cluster; "
                             "raise --max-clusters or the memory budget")
     else:
-        result = planner.require_feasible(planner.plan(args.clusters, args.global_batch, strategy, progress=True))
+        result = planner.require_feasible(planner.plan(args.clusters, args.global_batch, strategy, progress=True,
+                                                       pipeline=args.pipeline))
     render = render_json if args.json else render_text
     write_output(args.output, render(result, model.seq_len, args.top, args.explain))
     return 0

@@ -62,6 +62,17 @@ class PlanResult:
     infeasible: list = field(default_factory=list)   # sorted by peak memory
     evaluated: int = 0
     seconds: float = 0.0
+    pipeline: int | None = None      # P when it was not searched
+    pipeline_source: str = "searched"   # searched | fixed (by the caller) | ratrain (held at RATrain's P)
+
+    def pipeline_note(self) -> str:
+        """How P was chosen, for reports."""
+        if self.pipeline_source == "ratrain":
+            return (f"P={self.pipeline}, held at RATrain's pipeline degree for this request "
+                    f"(as the paper's Table 2 baselines; --pipeline any searches every P)")
+        if self.pipeline_source == "fixed":
+            return f"P={self.pipeline}, fixed by --pipeline"
+        return "searched"
 
     @property
     def best(self) -> Evaluated:
@@ -184,8 +195,12 @@ class Planner:
         return sc, mem, st
 
     def plan(self, clusters: int, global_batch: int, strategy: str | Strategy = "ratrain",
-             progress: bool = False) -> PlanResult:
-        """Algorithm 2 over the strategy's space at one cluster count."""
+             progress: bool = False, pipeline: int | str | None = None) -> PlanResult:
+        """Algorithm 2 over the strategy's space at one cluster count.
+
+        `pipeline`: a number fixes P, "any" searches every P, None leaves it to the strategy
+        (a baseline with hold_pipeline keeps RATrain's P for this request, when RATrain has a plan).
+        """
         strat = get_strategy(strategy) if isinstance(strategy, str) else strategy
         if clusters < 1 or global_batch < 1:
             raise RatcError(f"clusters ({clusters}) and global batch ({global_batch}) must be positive")
@@ -193,7 +208,15 @@ class Planner:
         groups = self.space(clusters, global_batch, strat)
         if not groups:
             self.check_request(clusters, global_batch, strat)
-        result = PlanResult(self.model.name, self.platform.name, clusters, global_batch, strat.name, self.budget)
+        P, source = self._pipeline(clusters, global_batch, strat, pipeline)
+        if P is not None:
+            if P not in groups:
+                raise RatcError(f"pipeline degree P={P} has no {strat.name} candidate on {clusters} clusters "
+                                f"with global batch {global_batch}; P values that have: "
+                                f"{', '.join(map(str, sorted(groups)))}")
+            groups = {P: groups[P]}
+        result = PlanResult(self.model.name, self.platform.name, clusters, global_batch, strat.name, self.budget,
+                            pipeline=P, pipeline_source=source)
         items = list(groups.values())
         if progress:
             from tqdm import tqdm
@@ -212,13 +235,28 @@ class Planner:
         result.seconds = time.perf_counter() - start
         return result
 
+    def _pipeline(self, clusters: int, global_batch: int, strat: Strategy, pipeline) -> tuple:
+        """(P or None, how it is chosen): fixed by the caller, held at RATrain's, or searched."""
+        if pipeline == "any":
+            return None, "searched"
+        if pipeline is not None:
+            return _check_pipeline(pipeline), "fixed"
+        ratrain = get_strategy("ratrain")
+        if strat.hold_pipeline and self.space(clusters, global_batch, ratrain):
+            anchor = self.plan(clusters, global_batch, ratrain)
+            if anchor.feasible:
+                return anchor.best.cand.P, "ratrain"
+        return None, "searched"
+
     def require_feasible(self, result: PlanResult) -> PlanResult:
         """The result, or an error saying what would fit instead."""
         if result.feasible:
             return result
         least = result.infeasible[0]
         hint = ""
-        fit = self.min_clusters(result.global_batch, result.strategy, limit=max(4 * result.clusters, 1024))
+        fixed = result.pipeline if result.pipeline_source == "fixed" else None
+        fit = self.min_clusters(result.global_batch, result.strategy, limit=max(4 * result.clusters, 1024),
+                                pipeline=fixed)
         if fit is not None:
             hint = (f"; the smallest cluster count that fits is {fit.clusters} "
                     f"({fit.best.cand.label()}, peak {format_bytes(fit.best.peak_mem)})")
@@ -241,17 +279,30 @@ class Planner:
         return list(range(first, limit + 1, step))
 
     def min_clusters(self, global_batch: int, strategy: str | Strategy = "ratrain", limit: int = 4096,
-                     progress: bool = False):
-        """The first cluster count on the ladder with a feasible plan (or None up to limit)."""
+                     progress: bool = False, pipeline: int | str | None = None):
+        """The first cluster count on the ladder with a feasible plan (or None up to limit).
+
+        `pipeline` as in plan(); a fixed P skips the counts it cannot divide.
+        """
         strat = get_strategy(strategy) if isinstance(strategy, str) else strategy
+        if pipeline not in (None, "any"):
+            _check_pipeline(pipeline)
         ladder = self.cluster_ladder(limit)
         if progress:
             from tqdm import tqdm
             ladder = tqdm(ladder, desc="min clusters", unit="count", leave=False, disable=None)
         for n in ladder:
-            if not self.space(n, global_batch, strat):
+            groups = self.space(n, global_batch, strat)
+            if not groups or (isinstance(pipeline, int) and pipeline not in groups):
                 continue
-            res = self.plan(n, global_batch, strat)
+            res = self.plan(n, global_batch, strat, pipeline=pipeline)
             if res.feasible:
                 return res
         return None
+
+
+def _check_pipeline(pipeline) -> int:
+    """A caller's fixed pipeline degree, or a clear error."""
+    if isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 1:
+        raise RatcError(f"pipeline degree must be a positive integer or 'any', got {pipeline!r}")
+    return pipeline

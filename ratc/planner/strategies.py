@@ -16,6 +16,12 @@ class Strategy:
     By default ZeRO is "lightweight" (0-2): the paper's response to intra-layer collectives
     is PP + DP + lightweight ZeRO (review Fig. 1, R1), and its baselines other than
     ZeRO-3-heavy all run ZeRO-2 (Table 2).
+
+    `hold_pipeline`: the baseline keeps the pipeline degree P of RATrain's plan for the same
+    request and changes one lever on it. Every Table 2 baseline row but Tuned PP/DP/ZeRO has
+    RATrain's P: "Backward Ckpt ... the same parallel configuration as RATrain", TP-heavy
+    "shrinks the achievable data-parallel degree" (T=2 at RATrain's P halves D). Tuned
+    PP/DP/ZeRO is "allowed to search over P, D, Z, b, A", so it does.
     """
 
     name: str
@@ -25,17 +31,19 @@ class Strategy:
     act: tuple = ACT_POLICIES
     pref: tuple = PREF_POLICIES
     balance: tuple = BALANCES
+    hold_pipeline: bool = False
 
 
 STRATEGIES = {s.name: s for s in (
     Strategy("ratrain", "RATrain: PP x DP x lightweight ZeRO (0-2), FSR, layer-wise state pipeline, "
                         "deadline-aware update-prefetch"),
     Strategy("tp-heavy", "Megatron-style tensor parallelism (T >= 2) inside each stage",
-             tp=(2, 4, 8)),
-    Strategy("zero3-heavy", "ZeRO-3: parameters sharded and gathered per layer", zero=(3,)),
+             tp=(2, 4, 8), hold_pipeline=True),
+    Strategy("zero3-heavy", "ZeRO-3: parameters sharded and gathered per layer", zero=(3,), hold_pipeline=True),
     Strategy("backward-ckpt", "classical checkpointing: recomputation on the backward path",
-             act=("ckpt",)),
-    Strategy("full-save", "every activation kept for backward, no recomputation", act=("full",)),
+             act=("ckpt",), hold_pipeline=True),
+    Strategy("full-save", "every activation kept for backward, no recomputation", act=("full",),
+             hold_pipeline=True),
     Strategy("tuned-pp-dp-zero", "P, D, Z, b, A searched; no FSR, no state pipeline, no update-prefetch",
              act=("full", "ckpt"), pref=("bulk",)),
     Strategy("any", "every dimension free, including TP and ZeRO-3", tp=(1, 2, 4, 8), zero=ZERO_STAGES),
