@@ -131,6 +131,20 @@ def test_fixed_pipeline(mt3000):
     assert planner.min_clusters(64, pipeline=4, limit=64).clusters % 4 == 0
 
 
+def test_grouped_costing_equals_one_candidate_at_a_time(mt3000):
+    # evaluate_group costs candidates that differ only in the state policy once; detail()
+    # costs each alone, with its own policy.
+    planner = Planner(trace_preset("llama2-7b"), mt3000, micro_batches=(1, 2))
+    res = planner.plan(16, 256, "any")
+    picked = res.feasible[::37] + res.infeasible[::37]
+    assert {e.cand.pref for e in picked} == {"bulk", "layerwise", "deadline"}
+    for ev in picked:
+        _, mem, st = planner.detail(ev.cand)
+        assert (ev.t_step, ev.e_comm, ev.e_upd, ev.e_pref) == pytest.approx(
+            (st.t_step[0], st.e_comm[0], st.e_upd[0], st.e_pref[0]), rel=1e-12, abs=1e-12)
+        assert ev.peak_mem == pytest.approx(mem.total[0].max(), rel=1e-12)
+
+
 def test_ranking_is_sorted_and_feasible(table2):
     res = table2["llama2-13b"]["ratrain"]
     times = [e.t_step for e in res.feasible]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from itertools import accumulate
 
+import numpy as np
+
 from ratc.errors import RatcError
 
 BALANCES = ("time", "memory")
@@ -29,14 +31,20 @@ def partition(units, P: int, balance: str = "time") -> list[tuple[int, int]]:
     w[0] += unit_weight(units[0], balance)
     w[-1] += unit_weight(units[-1], balance)
     prefix = [0.0, *accumulate(w)]
-    lo, hi = max(w), prefix[-1]
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        if len(_pack(prefix, mid, P + 1)) <= P:
+    # The smallest bottleneck is a contiguous sum of blocks: bisect over the distinct sums (at
+    # least the heaviest block, which some group holds), about log2(L^2) greedy packs.
+    pre = np.array(prefix)
+    sums = (pre[None, :] - pre[:, None])[np.triu_indices(len(pre), 1)]
+    heaviest = max(w)       # exactly: its prefix difference can round below it
+    sums = np.unique(np.append(sums[sums > heaviest], heaviest))
+    lo, hi = 0, len(sums) - 1                # the sum of all blocks always fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(_pack(prefix, float(sums[mid]), P + 1)) <= P:
             hi = mid
         else:
-            lo = mid
-    groups = _pack(prefix, hi)
+            lo = mid + 1
+    groups = _pack(prefix, float(sums[hi]))
     while len(groups) < P:
         i = max((g for g in range(len(groups)) if groups[g][1] - groups[g][0] > 1),
                 key=lambda g: prefix[groups[g][1]] - prefix[groups[g][0]])

@@ -165,22 +165,34 @@ class Planner:
         return stack(tables, np.array([index[(c.T, c.balance)] for c in cands]))
 
     def evaluate_group(self, cands: list) -> list:
-        """Memory and step time for candidates sharing P, vectorized over all of them."""
+        """Memory and step time for candidates sharing P, vectorized over all of them.
+
+        Only the state chain's tail depends on the state policy, and step_time returns it for
+        every policy, so candidates that differ in nothing else are costed once.
+        """
         from ratc.planner.timing import step_time
-        sc = self._stacked(cands)
-        batch = CandidateBatch.of(cands)
+        reps, inv = {}, []
+        for c in cands:
+            inv.append(reps.setdefault((c.D, c.T, c.Z, c.b, c.A, c.act, c.balance), (len(reps), c))[0])
+        distinct = [c for _, c in reps.values()]
+        sc = self._stacked(distinct)
+        batch = CandidateBatch.of(distinct)
         m = self.model
         mem = stage_memory(sc, batch, m.seq_len * m.hidden * self.elem, self.recipe)
-        total = mem.total
+        st = step_time(sc, batch, self.platform, m.seq_len, m.hidden, self.elem, self.recipe)
+        inv = np.array(inv)
+        total = mem.total[inv]
         peak_stage = total.argmax(axis=1)
         rows = np.arange(len(cands))
         peak = total[rows, peak_stage]
-        st = step_time(sc, batch, self.platform, m.seq_len, m.hidden, self.elem, self.recipe)
-        t_step = st.t_step
-        state = mem.state[rows, peak_stage]
-        act = mem.activations[rows, peak_stage]
-        buf = mem.buffers[rows, peak_stage]
-        columns = (t_step, st.t_1f1b, st.e_comm, st.e_upd, st.e_pref, st.e_rec, peak, peak_stage,
+        tails = st.state_by_pref[inv, :, [PREF_POLICIES.index(c.pref) for c in cands]]   # [C, 3]
+        t_1f1b, e_rec = st.t_1f1b[inv], st.e_rec[inv]
+        e_comm, e_upd, e_pref = st.e_link[inv] + tails[:, 0], tails[:, 1], tails[:, 2]
+        t_step = t_1f1b + e_comm + e_upd + e_pref + e_rec     # Eq. 12, as StepTime.t_step adds it
+        state = mem.state[inv, peak_stage]
+        act = mem.activations[inv, peak_stage]
+        buf = mem.buffers[inv, peak_stage]
+        columns = (t_step, t_1f1b, e_comm, e_upd, e_pref, e_rec, peak, peak_stage,
                    state, act, buf, peak <= self.budget)
         return [Evaluated(c, *row) for c, row in zip(cands, zip(*(col.tolist() for col in columns)))]
 

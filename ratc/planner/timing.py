@@ -43,6 +43,9 @@ class StepTime:
     e_upd: np.ndarray            # [C]
     e_pref: np.ndarray           # [C]
     e_rec: np.ndarray            # [C]
+    e_link: np.ndarray           # [C] the part of e_comm from link saturation (policy-independent)
+    state_by_pref: np.ndarray    # [C, 3, len(PREF_POLICIES)] the state chain's (E_comm, E_upd, E_pref)
+    #                              under each policy; e_comm - e_link, e_upd, e_pref are the candidate's own
 
     @property
     def t_step(self) -> np.ndarray:
@@ -301,8 +304,8 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     u_host = b[:, :, None] * u_co + tp_one[:, :, None] * hosts
     u_rec = np.where((c.act == CKPT)[:, :, None], b[:, :, None] * sc.u_fwd * u_dec,
                      np.where(fsr[:, :, None], u_host, 0.0))
-    sync, update, prefetch, window, e_comm, e_upd, e_pref = _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, ddr,
-                                                                            recipe)
+    sync, update, prefetch, window, e_comm, e_upd, e_pref, by_pref = _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link,
+                                                                                     ddr, recipe)
 
     def slots(on_path, c_rec, d_rec, l_rec):
         """A stage's slot by its busiest resource: the compute stream's path and each engine."""
@@ -329,7 +332,8 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     return StepTime(fwd=fwd, bwd=bwd, rec=rec, rec_exposed=rec_exposed, host_f=host_f, host_b=host_b,
                     host_c=host_c, tp_allreduce=tp_ar, p2p=p2p,
                     link_busy=link_busy, sync=sync, update=update, prefetch=prefetch, window=window,
-                    t_1f1b=t_1f1b, e_comm=e_comm + e_link, e_upd=e_upd, e_pref=e_pref, e_rec=e_rec)
+                    t_1f1b=t_1f1b, e_comm=e_comm + e_link, e_upd=e_upd, e_pref=e_pref, e_rec=e_rec,
+                    e_link=e_link, state_by_pref=by_pref)
 
 
 def _ex(link):
@@ -374,26 +378,36 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, ddr, recipe):
     dl_comm = np.maximum(0.0, s_exp - window)
     dl_upd = np.maximum(0.0, s_exp + upd[:, :, 0] - window) - dl_comm
     sum_rs, sum_upd, sum_ag = rs.sum(axis=2), upd.sum(axis=2), ag.sum(axis=2)
-    # Bulk defers what DeepSpeed defers: the gradient all-reduce / reduce-scatter under ZeRO
-    # 0/1; under ZeRO >= 2 each bucket is reduce-scattered as backward produces it (the last
-    # micro-batch's too), so its GradSyncs overlap the backward as layer-wise ones do.
-    sync_end = np.where((pref[:, None] == BULK) & (Z[:, :, 0] < 2), sum_rs, s_exp)
+
     # Layer-wise and bulk run UpdateShard and PrefetchW at the step end (update-prefetch
     # bulk): the updates one after another in forward order from the last sync on, and each
     # prefetch after its unit's update and the previous prefetch, i.e.
     # P_j = max_{k<=j}(U_k + sum_{i=k..j} AG_i). They too are due at the next step's first
     # Forward of their unit, so the window hides them as it hides the deadline chain.
-    u_end = sync_end[:, :, None] + np.cumsum(upd, axis=2)
-    p_end = cum_ag + np.maximum.accumulate(u_end - (cum_ag - ag), axis=2)
-    e_bulk = np.maximum(0.0, (p_end - due).max(axis=2))
-    bk_comm = np.maximum(0.0, sync_end - window)
-    bk_upd = np.maximum(0.0, np.maximum(0.0, (u_end - due).max(axis=2)) - bk_comm)
-    dl = pref[:, None] == DEADLINE
-    total = np.where(dl, e_deadline, e_bulk)
-    worst = total.argmax(axis=1)
-    pick = lambda a: np.take_along_axis(a, worst[:, None], axis=1)[:, 0]  # noqa: E731
-    e_total = pick(total)
-    e_comm = pick(np.where(dl, dl_comm, bk_comm))
-    e_upd = np.minimum(pick(np.where(dl, dl_upd, bk_upd)), e_total - e_comm)
-    e_pref = np.maximum(0.0, e_total - e_comm - e_upd)
-    return sum_rs, sum_upd, sum_ag, window, e_comm, e_upd, e_pref
+    def stepend(sync_end):
+        """(exposed tail, its comm part, its update part) [C, P] of a step-end update-prefetch."""
+        u_end = sync_end[:, :, None] + np.cumsum(upd, axis=2)
+        p_end = cum_ag + np.maximum.accumulate(u_end - (cum_ag - ag), axis=2)
+        total = np.maximum(0.0, (p_end - due).max(axis=2))
+        comm = np.maximum(0.0, sync_end - window)
+        return total, comm, np.maximum(0.0, np.maximum(0.0, (u_end - due).max(axis=2)) - comm)
+
+    # Bulk defers what DeepSpeed defers: the gradient all-reduce / reduce-scatter under ZeRO
+    # 0/1; under ZeRO >= 2 each bucket is reduce-scattered as backward produces it (the last
+    # micro-batch's too), so its GradSyncs overlap the backward as layer-wise ones do.
+    tails = {BULK: stepend(np.where(Z[:, :, 0] < 2, sum_rs, s_exp)), LAYERWISE: stepend(s_exp),
+             DEADLINE: (e_deadline, dl_comm, dl_upd)}
+    # [C, 3, len(PREF_POLICIES)]: (E_comm, E_upd, E_pref) of the state chain under each policy
+    by_pref = np.stack([np.stack(_worst_stage(*tails[i]), axis=1) for i in range(len(PREF_POLICIES))], axis=-1)
+    chosen = np.take_along_axis(by_pref, pref.astype(int)[:, None, None], axis=2)[:, :, 0]
+    e_comm, e_upd, e_pref = chosen.T
+    return sum_rs, sum_upd, sum_ag, window, e_comm, e_upd, e_pref, by_pref
+
+
+def _worst_stage(total, comm, upd):
+    """(E_comm, E_upd, E_pref) [C] of the stage with the largest exposed state tail."""
+    worst = total.argmax(axis=1)[:, None]
+    pick = lambda a: np.take_along_axis(a, worst, axis=1)[:, 0]  # noqa: E731
+    e_total, e_comm = pick(total), pick(comm)
+    e_upd = np.minimum(pick(upd), e_total - e_comm)
+    return e_comm, e_upd, np.maximum(0.0, e_total - e_comm - e_upd)
