@@ -59,10 +59,11 @@ class TensorType(Type):
 class OpaqueType(Type):
     """A dialect-defined type without structure, printed as !dialect.name."""
 
-    __slots__ = ("dialect", "name")
+    __slots__ = ("dialect", "name", "_text")
 
     def __init__(self, dialect: str, name: str):
         self.dialect, self.name = dialect, name
+        self._text = f"!{dialect}.{name}"    # printed and compared often (verifier, printer)
 
     @classmethod
     def parse(cls, text: str) -> "OpaqueType":
@@ -70,15 +71,15 @@ class OpaqueType(Type):
         return cls(dialect, name)
 
     def __str__(self) -> str:
-        return f"!{self.dialect}.{self.name}"
+        return self._text
 
     __repr__ = __str__
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, OpaqueType) and (other.dialect, other.name) == (self.dialect, self.name)
+        return isinstance(other, OpaqueType) and other._text == self._text
 
     def __hash__(self) -> int:
-        return hash((self.dialect, self.name))
+        return hash(self._text)
 
 
 def parse_type(text: str) -> Type:

@@ -26,6 +26,8 @@ send/recv matching and that the stages cannot deadlock (ratc.lifecycle.checks).
 
 from __future__ import annotations
 
+from functools import cache
+
 from ratc.ir.registry import Dialect
 from ratc.ir.verifier import VerifyError
 
@@ -41,19 +43,23 @@ _PLACED = {"placement": "corun|bwd?", "window": "float?", "exposed": "float?"}
 _DEADLINE = {"release": "float?", "deadline": "float?", "start": "float?", "exposed": "float?"}
 
 
-def _check(op):
+@cache
+def _checks():
+    # imported on first use: ratc.lifecycle imports this dialect
     from ratc.lifecycle import checks
-    return checks.check_task(op)
+    return checks
+
+
+def _check(op):
+    return _checks().check_task(op)
 
 
 def _check_stage(op):
-    from ratc.lifecycle import checks
-    return checks.check_stage(op)
+    return _checks().check_stage(op)
 
 
 def _check_pipeline(op):
-    from ratc.lifecycle import checks
-    return checks.check_pipeline(op)
+    return _checks().check_pipeline(op)
 
 
 def _check_unit(op):
