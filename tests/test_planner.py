@@ -51,6 +51,22 @@ def test_partition_is_contiguous_balanced_and_keeps_embedding_and_head(times, pr
     assert got == pytest.approx(best_bottleneck(w, P), rel=1e-6)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0.01, 3), st.integers(1, 9), st.floats(0, 4), st.floats(0, 4), st.data())
+def test_partition_of_identical_layers(layer, n, pre, post, data):
+    # Real models repeat one layer: many contiguous sums are equal up to float rounding,
+    # and the heaviest block's prefix difference can round below it.
+    units = [unit("pre", pre, decoder=False)] + [unit(f"l{i}", layer) for i in range(n)] + \
+            [unit("post", post, decoder=False)]
+    P = data.draw(st.integers(1, n))
+    ranges = partition(units, P)
+    w = [layer] * n
+    w[0] += pre
+    w[-1] += post
+    got = max(sum(u.fwd + u.bwd for u in units[s:e]) for s, e in ranges)
+    assert len(ranges) == P and got == pytest.approx(best_bottleneck(w, P), rel=1e-9)
+
+
 def test_partition_rejects_too_many_stages():
     units = [unit("pre", 0, decoder=False), unit("l0", 1), unit("post", 0, decoder=False)]
     with pytest.raises(RatcError, match="P=2 needs 1 <= P <= 1"):
