@@ -135,6 +135,14 @@ def test_pipeline_any_searches_every_p(table2):
     assert free.best.t_step <= table2["llama2-13b"]["zero3-heavy"].best.t_step
 
 
+def test_baseline_searches_every_p_when_ratrain_does_not_fit(mt3000):
+    # 6.4 GB on 32 clusters: RATrain's leanest plan needs 6.57 GB, ZeRO-3's 6.19 GB.
+    planner = Planner(trace_preset("llama2-7b"), mt3000, budget=6.4e9, micro_batches=(1,))
+    assert not planner.plan(32, 256).feasible
+    res = planner.plan(32, 256, "zero3-heavy")
+    assert res.feasible and res.pipeline_source == "searched" and res.pipeline is None
+
+
 def test_fixed_pipeline(mt3000):
     planner = Planner(trace_preset("tiny"), mt3000)
     res = planner.plan(8, 64, pipeline=2)
