@@ -69,7 +69,7 @@ class PlanResult:
         """How P was chosen, for reports."""
         if self.pipeline_source == "ratrain":
             return (f"P={self.pipeline}, held at RATrain's pipeline degree for this request "
-                    f"(as the paper's Table 2 baselines; --pipeline any searches every P)")
+                    f"(as in the paper's Table 2 baselines; --pipeline any searches every P)")
         if self.pipeline_source == "fixed":
             return f"P={self.pipeline}, fixed by --pipeline"
         return "searched"

@@ -18,10 +18,10 @@ class Strategy:
     ZeRO-3-heavy all run ZeRO-2 (Table 2).
 
     `hold_pipeline`: the baseline keeps the pipeline degree P of RATrain's plan for the same
-    request and changes one lever on it. Every Table 2 baseline row but Tuned PP/DP/ZeRO has
-    RATrain's P: "Backward Ckpt ... the same parallel configuration as RATrain", TP-heavy
-    "shrinks the achievable data-parallel degree" (T=2 at RATrain's P halves D). Tuned
-    PP/DP/ZeRO is "allowed to search over P, D, Z, b, A", so it does.
+    request and changes one lever on it, as the paper's Table 2 rows do (all at RATrain's P):
+    "Backward Ckpt ... the same parallel configuration as RATrain", TP-heavy "shrinks the
+    achievable data-parallel degree" (T=2 at RATrain's P halves D). Tuned PP/DP/ZeRO "is
+    allowed to search over P, D, Z, b, A", so it searches.
     """
 
     name: str
