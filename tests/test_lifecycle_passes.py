@@ -191,6 +191,23 @@ def test_fsr_corun_places_each_recover_after_its_host():
                                                                                op.attributes["mb"])
 
 
+def test_fsr_zero3_gathers_a_coruns_view_one_compute_task_earlier():
+    # Under ZeRO-3 a co-running Recover's parameter view must be there when its host starts:
+    # its gather sits right before the compute task issued before the host (only other such
+    # gathers between them), or before the host when there is none.
+    for p in (0, 1):
+        ops = _stage(compile_tiny(P=2, A=4, act="fsr", Z=3), p)
+        hosts = corun_hosts(ops)
+        assert hosts
+        for g, h in hosts.items():
+            view = ops[g].operands[-1].owner
+            assert view.name == "life.gather" and view.attributes["phase"] == "rec"
+            earlier = [i for i in range(h) if ops[i].name in ("life.fwd", "life.bwd")]
+            target = earlier[-1] if earlier else h
+            at = ops.index(view)
+            assert at < target and all(op.name == "life.gather" for op in ops[at:target])
+
+
 def test_memory_plan_tiers_and_peaks():
     module = compile_tiny(P=2, A=4, act="fsr", Z=2)
     pipe = find_pipeline(module)

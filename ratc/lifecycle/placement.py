@@ -132,35 +132,76 @@ def fsr(pipe, plan, rec_buffers: int, clock: float | None = None) -> None:
                             "its recovery with; re-plan it with this version of ratc")
     for stage in pipe.region.ops:
         ops = stage.region.ops
-        groups: dict = {}
-        for op in ops:
-            task = main_task(op)
-            if task is not None and task[0] == "B":
-                groups.setdefault(task[1], []).append(op)
-        for group in groups.values():
-            recs = [op for op in group if op.name == "life.recover"]
-            if not recs:
-                continue
-            first = recs[0]
-            head = ops.index(group[0])
-            prev = [op for op in ops[:head] if _hosts(op)]
-            if prev and group.index(first) <= group.index(next(op for op in group if op.name == "life.bwd")):
-                if rec_buffers >= 2 or not _reads_recovery(prev[-1]):
-                    ops.remove(first)
-                    ops.insert(ops.index(prev[-1]) + 1, first)
+        _move_first_recovers(ops, rec_buffers)
         host = None
+        last = None               # the last compute task so far (hosts never move here)
+        before: dict = {}         # id(host) -> the compute task issued before it
+        early: dict = {}          # id(compute task) -> ZeRO-3 views to gather just before it
         for op in list(ops):
             if op.name == "life.recv":
                 host = None          # a wait point: what follows starts after the message
             elif op.name == "life.recover":
                 if host is not None and (rec_buffers >= 2 or not _reads_recovery(host)):
-                    _corun(ops, host, op, units, clock)
+                    view = _corun(host, op, units, clock)
+                    if view is not None:
+                        # gathered one compute task earlier, so that it is there when its host starts
+                        target = host if before[id(host)] is None else before[id(host)]
+                        early.setdefault(id(target), []).append(view)
                 else:
                     op.attributes.update(placement="bwd", window=0.0, exposed=op.attributes["dur"])
                 host = None
             elif _hosts(op):
-                host = op
+                before[id(op)] = last
+                host = last = op
+        if early:
+            moved = {id(v) for views in early.values() for v in views}
+            ops[:] = [x for op in ops if id(op) not in moved for x in (*early.get(id(op), ()), op)]
     pipe.attributes["fsr"] = True
+
+
+def _move_first_recovers(ops: list, rec_buffers: int) -> None:
+    """Each Backward's first Recover (if it comes before that Backward's first unit) moves
+    right behind the last compute task issued before the Backward's first op.
+
+    One pass: moving a Recover (never a host) changes neither which hosts precede a later
+    Backward nor their order, so every target is found in the original order. Recovers
+    moved behind one host keep the order repeated inserts right after it would give them
+    (the latest first).
+    """
+    groups: dict = {}        # micro-batch -> [index of its Backward's first op, its first Recover, first bwd seen]
+    last_host = None
+    host_before: list = []   # per op index: the last host strictly before it
+    for op in ops:
+        host_before.append(last_host)
+        if _hosts(op):
+            last_host = op
+    for i, op in enumerate(ops):
+        task = main_task(op)
+        if task is None or task[0] != "B":
+            continue
+        g = groups.setdefault(task[1], [i, None, False])
+        if op.name == "life.recover" and g[1] is None and not g[2]:
+            g[1] = op
+        elif op.name == "life.bwd":
+            g[2] = True
+    behind: dict = {}        # id(host) -> Recovers moved behind it, in the order they were chosen
+    moved = set()
+    for head, first, _ in groups.values():
+        host = host_before[head]
+        if first is None or host is None:
+            continue
+        if rec_buffers >= 2 or not _reads_recovery(host):
+            behind.setdefault(id(host), []).append(first)
+            moved.add(id(first))
+    if not moved:
+        return
+    order = []
+    for op in ops:
+        if id(op) in moved:
+            continue
+        order.append(op)
+        order.extend(reversed(behind.get(id(op), ())))
+    ops[:] = order
 
 
 def _hosts(op) -> bool:
@@ -178,8 +219,9 @@ def _phases(flat) -> tuple:
     return tuple(zip(flat[0::2], flat[1::2]))
 
 
-def _corun(ops, host, guest, units, clock) -> None:
-    """Make `guest` co-run with `host`: the pair's duration, the attributes, an early gather.
+def _corun(host, guest, units, clock):
+    """Make `guest` co-run with `host` (the pair's duration, the attributes); returns the
+    guest's ZeRO-3 view gather, which the caller moves one compute task earlier, or None.
 
     The plan's phases (per unit, from the planner's execution profile) give the shape of
     each task's engine use; they are scaled to the task's own time (codegen may have
@@ -197,10 +239,7 @@ def _corun(ops, host, guest, units, clock) -> None:
     _set_corun(host, added, clock)
     g.update(placement="corun", window=own, exposed=added)
     view = guest.operands[-1].owner if guest.operands else None
-    if view is not None and view.name == "life.gather":
-        computes = [op for op in ops[:ops.index(host)] if _hosts(op)]
-        ops.remove(view)
-        ops.insert(ops.index(computes[-1] if computes else host), view)
+    return view if view is not None and view.name == "life.gather" else None
 
 
 def _to(ph, seconds: float) -> tuple:
