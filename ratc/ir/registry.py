@@ -42,7 +42,7 @@ class ArgSpec:
             return True
         if self.constraint == "tensor":
             return isinstance(ty, TensorType)
-        return isinstance(ty, OpaqueType) and ty.dialect + "." + ty.name == self.constraint[1:]
+        return isinstance(ty, OpaqueType) and str(ty) == self.constraint
 
 
 @dataclass(frozen=True)

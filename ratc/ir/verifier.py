@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ratc.errors import LocatedError
-from ratc.ir.attributes import SymbolRef
+from ratc.ir.attributes import ByteSize, SymbolRef
 from ratc.ir.core import Module, Operation
 from ratc.ir.registry import ATTR_CHECKERS, OpDef, lookup
 from ratc.ir.types import DTYPE_BYTES, TensorType
@@ -33,28 +33,46 @@ def _check_types(specs, values, what: str, op: Operation) -> None:
 
 
 _ATTR_TABLES: dict[str, tuple] = {}
+# Attribute kinds a value's exact Python type decides (the checkers compare type(v) is ...).
+_EXACT = {"int": int, "float": float, "str": str, "bool": bool, "bytes": ByteSize, "symref": SymbolRef,
+          "list": list, "dict": dict}
 
 
 def _op_table(opdef: OpDef) -> tuple:
-    """What verify_op checks of an op kind, built once: ({attribute: (checker, choices, spec)},
-    required attribute names, whether every operand / every result may have any type)."""
+    """What verify_op checks of an op kind, built once: ({attribute: (exact type or None,
+    checker, choices, spec)}, required attribute names, whether every operand / every result
+    may have any type, and the operand / result arity as (fixed count, variadic tail))."""
     table = _ATTR_TABLES.get(opdef.name)
     if table is None:
-        checks = {k: (ATTR_CHECKERS[spec.kind], spec.choices, spec) for k, spec in opdef.attrs.items()}
+        checks = {k: (_EXACT.get(spec.kind), ATTR_CHECKERS[spec.kind], spec.choices, spec)
+                  for k, spec in opdef.attrs.items()}
         table = _ATTR_TABLES[opdef.name] = (
-            checks, tuple(k for k, spec in opdef.attrs.items() if spec.required),
-            all(s.constraint == "any" for s in opdef.operands), all(s.constraint == "any" for s in opdef.results))
+            opdef, checks, tuple(k for k, spec in opdef.attrs.items() if spec.required),
+            all(s.constraint == "any" for s in opdef.operands), all(s.constraint == "any" for s in opdef.results),
+            _shape(opdef.operands), _shape(opdef.results))
     return table
+
+
+def _shape(specs) -> tuple:
+    variadic = bool(specs) and specs[-1].variadic
+    return len(specs) - variadic, variadic
 
 
 def verify_op(op: Operation) -> None:
     """Check one op against its registered definition (not its region's ops)."""
-    opdef = lookup(op.name)
-    if opdef is None:
-        raise VerifyError(f"unknown op '{op.name}'", op)
-    checks, required, any_operands, any_results = _op_table(opdef)
-    _arity(opdef.operands, len(op.operands), "operand", opdef, op)
-    _arity(opdef.results, len(op.results), "result", opdef, op)
+    table = _ATTR_TABLES.get(op.name)
+    if table is None:
+        opdef = lookup(op.name)
+        if opdef is None:
+            raise VerifyError(f"unknown op '{op.name}'", op)
+        table = _op_table(opdef)
+    opdef, checks, required, any_operands, any_results, (n_in, var_in), (n_out, var_out) = table
+    n = len(op.operands)
+    if (n < n_in) if var_in else (n != n_in):
+        _arity(opdef.operands, n, "operand", opdef, op)
+    n = len(op.results)
+    if (n < n_out) if var_out else (n != n_out):
+        _arity(opdef.results, n, "result", opdef, op)
     if not any_operands:
         _check_types(opdef.operands, op.operands, "operand", op)
     if not any_results:
@@ -68,8 +86,10 @@ def verify_op(op: Operation) -> None:
         if check is None:
             raise VerifyError(f"'{op.name}' has unknown attribute '{key}' "
                               f"(known: {', '.join(sorted(checks)) or 'none'})", op)
-        if not check[0](value) or (check[1] and value not in check[1]):
-            raise VerifyError(f"'{op.name}': {check[2].check(value)}", op)
+        exact, checker, choices, spec = check
+        if (type(value) is not exact and (exact is not None or not checker(value))) or (
+                choices and value not in choices):
+            raise VerifyError(f"'{op.name}': {spec.check(value)}", op)
     for key in required:
         if key not in attrs:
             raise VerifyError(f"'{op.name}' requires attribute '{key}'", op)
