@@ -143,6 +143,23 @@ def test_baseline_searches_every_p_when_ratrain_does_not_fit(mt3000):
     assert res.feasible and res.pipeline_source == "searched" and res.pipeline is None
 
 
+def test_baseline_searches_every_p_when_ratrains_p_cannot_host_it(mt3000):
+    # Baichuan2-13B on 16 clusters: RATrain runs P=16, D=1, where T=2 leaves no D.
+    planner = Planner(trace_preset("baichuan2-13b"), mt3000, micro_batches=(1,))
+    assert planner.plan(16, 256).best.cand.P == 16
+    res = planner.plan(16, 256, "tp-heavy")
+    assert res.pipeline_source == "searched" and res.best.cand.T >= 2 and res.best.cand.P < 16
+
+
+def test_equally_fast_plans_prefer_the_leaner(table2):
+    # LLaMA-2-13B TP-heavy: ZeRO-1 and ZeRO-2 tie on time; the paper's (and ratc's) is ZeRO-2.
+    res = table2["llama2-13b"]["tp-heavy"]
+    best = res.best
+    assert (best.cand.T, best.cand.Z) == (2, 2)
+    ties = [e for e in res.feasible if round(e.t_step, 6) == round(best.t_step, 6) and e.cand.pref == best.cand.pref]
+    assert len(ties) > 1 and best.peak_mem == min(e.peak_mem for e in ties)
+
+
 def test_fixed_pipeline(mt3000):
     planner = Planner(trace_preset("tiny"), mt3000)
     res = planner.plan(8, 64, pipeline=2)

@@ -221,6 +221,8 @@ class Planner:
         if not groups:
             self.check_request(clusters, global_batch, strat)
         P, source = self._pipeline(clusters, global_batch, strat, pipeline)
+        if source == "ratrain" and P not in groups:
+            P, source = None, "searched"    # RATrain's P cannot host this strategy (e.g. P x T > N)
         if P is not None:
             if P not in groups:
                 raise RatcError(f"pipeline degree P={P} has no {strat.name} candidate on {clusters} clusters "
@@ -237,12 +239,13 @@ class Planner:
             for ev in self.evaluate_group(cands):
                 (result.feasible if ev.feasible else result.infeasible).append(ev)
                 result.evaluated += 1
-        # ties (equivalent configurations) keep enumeration order, which is deterministic, except
-        # that an equally fast richer state policy wins (deadline > layerwise > bulk: under ZeRO-2
-        # bulk and layerwise compile to the same program, and RATrain's is deadline). Equal to
-        # the microsecond is a tie: the policies' tails are computed differently and can differ
-        # by float rounding alone.
-        result.feasible.sort(key=lambda e: (round(e.t_step, 6), -PREF_POLICIES.index(e.cand.pref)))
+        # Equal to the microsecond is a tie (the policies' tails are computed differently and can
+        # differ by float rounding alone). Among equally fast plans the richer state policy wins
+        # (deadline > layerwise > bulk: under ZeRO-2 bulk and layerwise compile to the same
+        # program, and RATrain's is deadline), then the leaner one: its headroom absorbs memory
+        # the model does not see (e.g. ZeRO-2 over an equally fast ZeRO-1). Remaining ties keep
+        # enumeration order, which is deterministic.
+        result.feasible.sort(key=lambda e: (round(e.t_step, 6), -PREF_POLICIES.index(e.cand.pref), e.peak_mem))
         result.infeasible.sort(key=lambda e: e.peak_mem)
         result.seconds = time.perf_counter() - start
         return result
