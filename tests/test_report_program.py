@@ -78,6 +78,8 @@ def test_report_needs_a_program_or_a_model(tmp_path, capsys):
     compiled_program(out, "tiny", 64, 4, 16)
     assert main(["report", str(out), "--preset", "tiny"]) == 1
     assert "holds a compiled program" in capsys.readouterr().err
+    assert main(["report", str(out), "--pipeline", "3"]) == 1     # tiny on 4 clusters: P in 1, 2, 4
+    assert "pipeline degree P=3 has no ratrain candidate" in capsys.readouterr().err
     (out / "graph.ir").write_text("edited\n")
     assert main(["report", str(out)]) == 1
     assert "does not match the manifest" in capsys.readouterr().err

@@ -120,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
 
         report_command.handler(argparse.Namespace(
             outdir=str(outdir), model=None, preset=None, seq_len=None, clusters=None, global_batch=None,
-            platform=args.platform, strategy=args.strategy, top=10, simulate_top=3, format="png",
+            platform=args.platform, strategy=args.strategy, pipeline=args.pipeline, top=10, simulate_top=3,
+            format="png",
             output="report.html"))
     return status
 

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from ratc.cli.plan import pipeline_degree
 from ratc.errors import RatcError
 
 
@@ -31,6 +32,9 @@ def register(subparsers) -> None:
     p.add_argument("--global-batch", type=int, help="sequences per step (default: the compiled plan's)")
     p.add_argument("--platform", default="mt3000", help="platform when there is no compiled program (default mt3000)")
     p.add_argument("--strategy", default="ratrain", help="planner search space for the ranking (default ratrain)")
+    p.add_argument("--pipeline", type=pipeline_degree, default=None, metavar="P|any",
+                   help="pipeline degree of the ranking: a number fixes P, 'any' searches every P "
+                        "(default: as `ratc plan`)")
     p.add_argument("--top", type=int, default=10, help="ranked candidates listed (default 10)")
     p.add_argument("--simulate-top", type=int, default=3,
                    help="how many of the best candidates the VM simulates for predicted vs simulated (default 3)")
@@ -84,7 +88,7 @@ def handler(args: argparse.Namespace) -> int:
         planner = Planner(model, load_platform(args.platform))
         clusters, batch = args.clusters, args.global_batch
     say(f"planning {clusters} clusters, global batch {batch}")
-    result = planner.plan(clusters, batch, args.strategy)
+    result = planner.plan(clusters, batch, args.strategy, pipeline=args.pipeline)
     if module is None:
         result = planner.require_feasible(result)
     report, images = build_report(planner, result, module, top=args.top, simulate_top=args.simulate_top,
