@@ -141,6 +141,7 @@ def test_baseline_searches_every_p_when_ratrain_does_not_fit(mt3000):
     assert not planner.plan(32, 256).feasible
     res = planner.plan(32, 256, "zero3-heavy")
     assert res.feasible and res.pipeline_source == "searched" and res.pipeline is None
+    assert "RATrain has no feasible plan" in res.pipeline_note()
 
 
 def test_baseline_searches_every_p_when_ratrains_p_cannot_host_it(mt3000):
@@ -149,6 +150,7 @@ def test_baseline_searches_every_p_when_ratrains_p_cannot_host_it(mt3000):
     assert planner.plan(16, 256).best.cand.P == 16
     res = planner.plan(16, 256, "tp-heavy")
     assert res.pipeline_source == "searched" and res.best.cand.T >= 2 and res.best.cand.P < 16
+    assert res.pipeline_note() == "searched (RATrain's P=16 has no tp-heavy candidate)"
 
 
 def test_equally_fast_plans_prefer_the_leaner(table2):
@@ -260,7 +262,7 @@ def test_cli_min_clusters_and_errors(capsys):
 def test_cli_pipeline(capsys):
     code, out, _ = run_cli(capsys, "--clusters", "4", "--global-batch", "32", "--pipeline", "2", "--json")
     data = json.loads(out)
-    assert code == 0 and data["pipeline"] == {"P": 2, "source": "fixed"}
+    assert code == 0 and data["pipeline"] == {"P": 2, "source": "fixed", "why": ""}
     assert {t["config"]["P"] for t in data["top"]} == {2}
     code, out, _ = run_cli(capsys, "--clusters", "4", "--global-batch", "32", "--strategy", "zero3-heavy")
     assert code == 0 and "held at RATrain's pipeline degree" in out

@@ -67,7 +67,7 @@ def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False) 
             f"{result.global_batch} x {seq_len} tokens, strategy {result.strategy}, budget {format_bytes(result.budget)}\n"
             f"evaluated {result.evaluated} candidates in {result.seconds:.3f} s: {len(result.feasible)} fit, "
             f"{len(result.infeasible)} pruned by memory\n")
-    if result.pipeline_source != "searched":
+    if result.pipeline_source != "searched" or result.pipeline_why:
         head += f"pipeline degree {result.pipeline_note()}\n"
     lines = [head]
     for i, ev in enumerate(result.feasible[:top], 1):
@@ -85,7 +85,7 @@ def render_json(result, seq_len: int, top: int = 5, with_explain: bool = False) 
             "global_batch": result.global_batch, "seq_len": seq_len, "strategy": result.strategy,
             "memory_budget_bytes": result.budget, "evaluated": result.evaluated,
             "feasible_count": len(result.feasible), "pruned_count": len(result.infeasible),
-            "pipeline": {"P": result.pipeline, "source": result.pipeline_source},
+            "pipeline": {"P": result.pipeline, "source": result.pipeline_source, "why": result.pipeline_why},
             "top": [dict(ev.as_dict(), tokens_per_s=tokens_per_second(result, ev, seq_len))
                     for ev in result.feasible[:top]]}
     if with_explain:

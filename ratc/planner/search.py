@@ -64,6 +64,7 @@ class PlanResult:
     seconds: float = 0.0
     pipeline: int | None = None      # P when it was not searched
     pipeline_source: str = "searched"   # searched | fixed (by the caller) | ratrain (held at RATrain's P)
+    pipeline_why: str = ""           # why a baseline that holds RATrain's P searched every P instead
 
     def pipeline_note(self) -> str:
         """How P was chosen, for reports."""
@@ -72,7 +73,7 @@ class PlanResult:
                     f"(as in the paper's Table 2 baselines; --pipeline any searches every P)")
         if self.pipeline_source == "fixed":
             return f"P={self.pipeline}, fixed by --pipeline"
-        return "searched"
+        return f"searched ({self.pipeline_why})" if self.pipeline_why else "searched"
 
     @property
     def best(self) -> Evaluated:
@@ -220,9 +221,9 @@ class Planner:
         groups = self.space(clusters, global_batch, strat)
         if not groups:
             self.check_request(clusters, global_batch, strat)
-        P, source = self._pipeline(clusters, global_batch, strat, pipeline)
-        if source == "ratrain" and P not in groups:
-            P, source = None, "searched"    # RATrain's P cannot host this strategy (e.g. P x T > N)
+        P, source, why = self._pipeline(clusters, global_batch, strat, pipeline)
+        if source == "ratrain" and P not in groups:   # e.g. P x T > N
+            P, source, why = None, "searched", f"RATrain's P={P} has no {strat.name} candidate"
         if P is not None:
             if P not in groups:
                 raise RatcError(f"pipeline degree P={P} has no {strat.name} candidate on {clusters} clusters "
@@ -230,7 +231,7 @@ class Planner:
                                 f"{', '.join(map(str, sorted(groups)))}")
             groups = {P: groups[P]}
         result = PlanResult(self.model.name, self.platform.name, clusters, global_batch, strat.name, self.budget,
-                            pipeline=P, pipeline_source=source)
+                            pipeline=P, pipeline_source=source, pipeline_why=why)
         items = list(groups.values())
         if progress:
             from tqdm import tqdm
@@ -251,17 +252,20 @@ class Planner:
         return result
 
     def _pipeline(self, clusters: int, global_batch: int, strat: Strategy, pipeline) -> tuple:
-        """(P or None, how it is chosen): fixed by the caller, held at RATrain's, or searched."""
+        """(P or None, how it is chosen, why a held P is not): fixed by the caller, held at
+        RATrain's, or searched."""
         if pipeline == "any":
-            return None, "searched"
+            return None, "searched", ""
         if pipeline is not None:
-            return _check_pipeline(pipeline), "fixed"
+            return _check_pipeline(pipeline), "fixed", ""
+        if not strat.hold_pipeline:
+            return None, "searched", ""
         ratrain = get_strategy("ratrain")
-        if strat.hold_pipeline and self.space(clusters, global_batch, ratrain):
+        if self.space(clusters, global_batch, ratrain):
             anchor = self.plan(clusters, global_batch, ratrain)
             if anchor.feasible:
-                return anchor.best.cand.P, "ratrain"
-        return None, "searched"
+                return anchor.best.cand.P, "ratrain", ""
+        return None, "searched", "RATrain has no feasible plan to hold the P of"
 
     def require_feasible(self, result: PlanResult) -> PlanResult:
         """The result, or an error saying what would fit instead."""
