@@ -19,6 +19,8 @@ ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = ("!life.act", "!life.saved", "!
 # ZeRO >= 2 reduces gradients out of this many bucket buffers per stage (DeepSpeed's two
 # `ipg_buffer`s with overlap_comm): a Backward waits until its buffer's last bucket is reduced.
 BUCKET_BUFFERS = 2
+# The compute tasks a co-running Recover may ride on (FSR, ratc.lifecycle.placement).
+HOST_OPS = frozenset({"life.fwd", "life.bwd"})
 TASK_OPS = frozenset({"life.param", "life.opt", "life.recv", "life.send", "life.gather", "life.fwd",
                       "life.recover", "life.bwd", "life.reduce", "life.grad_sync", "life.update",
                       "life.prefetch", "life.step_end"})
@@ -267,7 +269,7 @@ def _check_corun(ops, c: _Ctx) -> None:
     with no receive between -- and each host, which carries `corun`, has exactly one."""
     host, guests = None, 0
     for op in ops:
-        if op.name in ("life.fwd", "life.bwd", "life.recv"):
+        if op.name in HOST_OPS or op.name == "life.recv":
             if host is not None and guests != 1:
                 raise VerifyError(f"stage {c.p}: '{host.name}'{_where(host.attributes)} carries 'corun' "
                                   f"but no Recover co-runs with it", host)

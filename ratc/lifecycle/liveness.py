@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ratc.lifecycle.checks import HOST_OPS
 from ratc.lifecycle.schedule import group_starts
 
 LONG_OPS = frozenset({"life.param", "life.opt"})
@@ -151,7 +152,7 @@ def corun_hosts(ops) -> dict:
     """{index of a co-running Recover: index of its host}, the compute op issued before it."""
     out, host = {}, None
     for i, op in enumerate(ops):
-        if op.name in ("life.fwd", "life.bwd"):
+        if op.name in HOST_OPS:
             host = i
         elif op.name == "life.recover" and op.attributes.get("placement") == "corun" and host is not None:
             out[i] = host

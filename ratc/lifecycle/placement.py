@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from ratc.errors import RatcError
+from ratc.lifecycle.checks import HOST_OPS, REC
 from ratc.lifecycle.schedule import main_task
 from ratc.lifecycle.timeline import estimate
 from ratc.planner.corun import extra, scaled, solo
@@ -206,12 +207,12 @@ def _move_first_recovers(ops: list, rec_buffers: int) -> None:
 
 def _hosts(op) -> bool:
     """Whether a co-running Recover may ride on this op: a Forward or a Backward."""
-    return op.name in ("life.fwd", "life.bwd")
+    return op.name in HOST_OPS
 
 
 def _reads_recovery(op) -> bool:
     """Whether the op reads a recovery buffer (a recovered layer's Backward)."""
-    return any(str(v.type) == "!life.rec" for v in op.operands)
+    return any(str(v.type) == REC for v in op.operands)
 
 
 def _phases(flat) -> tuple:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 
 import numpy as np
 
@@ -19,6 +20,8 @@ from ratc.planner.strategies import Strategy, get_strategy
 from ratc.units import format_bytes
 
 MAX_MICRO_BATCH = 16   # largest micro-batch (sequences) enumerated
+# A candidate's every dimension but its state policy (costed once for all policies).
+_BUT_PREF = attrgetter(*(f.name for f in fields(Candidate) if f.name != "pref"))
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ class Planner:
         from ratc.planner.timing import step_time
         reps, inv = {}, []
         for c in cands:
-            inv.append(reps.setdefault((c.D, c.T, c.Z, c.b, c.A, c.act, c.balance), (len(reps), c))[0])
+            inv.append(reps.setdefault(_BUT_PREF(c), (len(reps), c))[0])
         distinct = [c for _, c in reps.values()]
         sc = self._stacked(distinct)
         batch = CandidateBatch.of(distinct)
