@@ -257,6 +257,12 @@ def test_cli_min_clusters_and_errors(capsys):
     assert code == 1 and "--memory-budget" in err
     code, _, err = run_cli(capsys, "--clusters", "4", "--global-batch", "32", "--pipeline", "3")
     assert code == 1 and "P values that have: 1, 2, 4" in err
+    # --seq-len 0 is refused, not read as "the default"
+    code, _, err = run_cli(capsys, "--clusters", "4", "--global-batch", "32", "--seq-len", "0")
+    assert code == 1 and "sequence length must be at least 2, got 0" in err
+    # a search limit below the ladder's first count says so, rather than "nothing fits"
+    code, _, err = run_cli(capsys, "--min-clusters", "--global-batch", "32", "--max-clusters", "2")
+    assert code == 1 and "leaves no cluster count to try" in err and "whole nodes of 4 clusters, from 4" in err
 
 
 def test_cli_pipeline(capsys):

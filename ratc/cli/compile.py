@@ -77,7 +77,7 @@ def trace_inputs(args: argparse.Namespace):
     if args.hf_config:
         if args.preset:
             raise RatcError("--preset applies to model files, not to --hf-config")
-        return trace_hf_config(args.hf_config, args.seq_len or 2048)
+        return trace_hf_config(args.hf_config, 2048 if args.seq_len is None else args.seq_len)
     if not args.model:
         raise RatcError("no model: give a model file or --hf-config CONFIG_JSON")
     return trace_model_file(args.model, args.preset, args.seq_len, method=args.trace)

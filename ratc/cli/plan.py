@@ -93,7 +93,7 @@ def load_model(args: argparse.Namespace):
     if not args.preset:
         raise RatcError("ratc plan: give a model file or --preset NAME")
     from ratc.frontend.presets import trace_preset
-    return trace_preset(args.preset, args.seq_len or 2048)
+    return trace_preset(args.preset, 2048 if args.seq_len is None else args.seq_len)
 
 
 def handler(args: argparse.Namespace) -> int:
@@ -112,6 +112,11 @@ def handler(args: argparse.Namespace) -> int:
     if args.min_clusters:
         result = planner.min_clusters(args.global_batch, strategy, limit=args.max_clusters, progress=True,
                                       pipeline=args.pipeline)
+        if result is None and args.max_clusters < planner.ladder_start():
+            raise RatcError(f"--max-clusters {args.max_clusters} leaves no cluster count to try: counts go in whole "
+                            f"nodes of {planner.platform.network.clusters_per_node} clusters, from "
+                            f"{planner.ladder_start()} (the fewest whose {units.format_bytes(planner.budget)} "
+                            f"each can hold {model.name}'s training state)")
         if result is None:
             raise RatcError(f"no cluster count up to {args.max_clusters} fits {model.name} with global batch "
                             f"{args.global_batch} in {units.format_bytes(planner.budget)} per cluster; "

@@ -294,11 +294,14 @@ class Planner:
         Counts below the state-only bound are skipped: however P, D, T and Z split it, the
         training state totals (2 + 2 + 12) bytes per parameter, so N * budget must hold it.
         """
+        return list(range(self.ladder_start(), limit + 1, self.platform.network.clusters_per_node))
+
+    def ladder_start(self) -> int:
+        """The first count of the cluster ladder: the fewest whole nodes that can hold the state."""
         step = self.platform.network.clusters_per_node
         r = self.recipe
         floor = self.model.param_count * (r.param_bytes + r.grad_bytes + r.optimizer_bytes) / self.budget
-        first = max(step, step * math.ceil(floor / step))
-        return list(range(first, limit + 1, step))
+        return max(step, step * math.ceil(floor / step))
 
     def min_clusters(self, global_batch: int, strategy: str | Strategy = "ratrain", limit: int = 4096,
                      progress: bool = False, pipeline: int | str | None = None):
