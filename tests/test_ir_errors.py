@@ -85,3 +85,24 @@ def test_traceback_flag_shows_the_python_error(tmp_path):
 def test_missing_file_is_a_clear_error(capsys):
     assert main(["opt", "/nonexistent/prog.ir"]) == 1
     assert "no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("body,bad", [
+    ("  test.call {callee = @f}\n  test.func @f {\n  }\n", None),                 # a forward reference
+    ('  test.attrs {d = {k = [1, @f]}, a = [@f]}\n  test.func @f {\n  }\n', None),
+    ('  test.attrs {d = {k = [1, {z = @g}]}}\n', "'test.attrs' attribute 'd' refers to undefined symbol '@g'"),
+    ('  test.attrs {l = [@f, @h]}\n  test.func @f {\n  }\n', "attribute 'l' refers to undefined symbol '@h'"),
+    ('  test.attrs {a = @x}\n  test.call {callee = @y}\n', "attribute 'a' refers to undefined symbol '@x'"),
+    ('  test.func @f {\n    test.call {callee = @q}\n  }\n  test.attrs {r = @p}\n',
+     "'test.call' attribute 'callee' refers to undefined symbol '@q'"),     # walk order: nested first
+])
+def test_symbol_references_anywhere_in_attributes(body, bad):
+    from ratc.ir import VerifyError, parse_module, verify
+
+    module = parse_module(GOOD_HEAD + body + "}\n", "<t>")
+    if bad is None:
+        verify(module)
+        return
+    with pytest.raises(VerifyError, match=bad):
+        verify(module)
+    verify(module, check_symbols=False)

@@ -109,6 +109,7 @@ def verify(module: Module, check_symbols: bool = True) -> None:
     """Raise VerifyError at the first violation: dominance, symbols, then per-op rules."""
     defined: set = set()
     symbols: dict[str, Operation] = {}
+    referenced: set = set()     # every symbol name an attribute refers to
 
     def walk(ops, scope_values: list) -> None:
         sym_here: set[str] = set()
@@ -123,6 +124,12 @@ def verify(module: Module, check_symbols: bool = True) -> None:
                 sym_here.add(op.sym_name)
                 symbols.setdefault(op.sym_name, op)
             verify_op(op)
+            if check_symbols:
+                scan = _SYMBOL_ATTRS.get(op.name)
+                if scan is None:
+                    scan = _symbol_attrs(lookup(op.name))
+                if scan:
+                    _collect_refs(op.attributes, scan, referenced)
             if op.region is not None:
                 inner: list = []
                 walk(op.region.ops, inner)
@@ -134,13 +141,30 @@ def verify(module: Module, check_symbols: bool = True) -> None:
                 scope_values.append(v)
 
     walk(module.body.ops, [])
-    if not check_symbols:
-        return
+    if check_symbols and not referenced <= symbols.keys():
+        _report_undefined_symbol(module, symbols)
+
+
+def _collect_refs(attrs: dict, scan: tuple, into: set) -> None:
+    """Add the names of every symbol the (verified) attributes refer to."""
+    for key, kind in scan:
+        value = attrs.get(key, _MISSING)
+        if value is _MISSING:
+            continue
+        if kind == "list<symref>":
+            into.update([ref.name for ref in value])
+        elif kind == "symref":
+            into.add(value.name)
+        else:
+            into.update([ref.name for ref in _symbol_refs(value)])
+
+
+def _report_undefined_symbol(module: Module, symbols: dict) -> None:
+    """Raise for the first op, in walk order, whose attribute names an undefined symbol."""
     for op in module.walk():
-        opdef = lookup(op.name)
-        scan = _symbol_attrs(opdef) if opdef is not None else None
+        scan = dict(_symbol_attrs(lookup(op.name)))
         for key, value in op.attributes.items():
-            if scan is not None and key not in scan:
+            if key not in scan:
                 continue
             for ref in _symbol_refs(value):
                 if ref.name not in symbols:
@@ -148,17 +172,18 @@ def verify(module: Module, check_symbols: bool = True) -> None:
                                       f"'@{ref.name}'", op)
 
 
+_MISSING = object()
 # Attribute kinds that cannot hold a symbol reference: the symbol check skips them.
 _NO_SYMBOLS = frozenset({"int", "float", "str", "bool", "bytes", "list<int>", "list<str>", "list<float>"})
-_SYMBOL_ATTRS: dict[str, frozenset] = {}
+_SYMBOL_ATTRS: dict[str, tuple] = {}
 
 
-def _symbol_attrs(opdef: OpDef) -> frozenset:
-    """The op's attributes whose kind may hold symbol references."""
+def _symbol_attrs(opdef: OpDef) -> tuple:
+    """The op's attributes whose kind may hold symbol references, as (name, kind) pairs."""
     names = _SYMBOL_ATTRS.get(opdef.name)
     if names is None:
-        names = _SYMBOL_ATTRS[opdef.name] = frozenset(k for k, spec in opdef.attrs.items()
-                                                      if spec.kind not in _NO_SYMBOLS)
+        names = _SYMBOL_ATTRS[opdef.name] = tuple((k, spec.kind) for k, spec in opdef.attrs.items()
+                                                  if spec.kind not in _NO_SYMBOLS)
     return names
 
 
