@@ -142,7 +142,7 @@ def verify(module: Module, check_symbols: bool = True) -> None:
 
     walk(module.body.ops, [])
     if check_symbols and not referenced <= symbols.keys():
-        _report_undefined_symbol(module, symbols)
+        _report_undefined_symbol(module, symbols, referenced - symbols.keys())
 
 
 def _collect_refs(attrs: dict, scan: tuple, into: set) -> None:
@@ -159,7 +159,7 @@ def _collect_refs(attrs: dict, scan: tuple, into: set) -> None:
             into.update([ref.name for ref in _symbol_refs(value)])
 
 
-def _report_undefined_symbol(module: Module, symbols: dict) -> None:
+def _report_undefined_symbol(module: Module, symbols: dict, missing: set) -> None:
     """Raise for the first op, in walk order, whose attribute names an undefined symbol."""
     for op in module.walk():
         scan = dict(_symbol_attrs(lookup(op.name)))
@@ -170,6 +170,7 @@ def _report_undefined_symbol(module: Module, symbols: dict) -> None:
                 if ref.name not in symbols:
                     raise VerifyError(f"'{op.name}' attribute '{key}' refers to undefined symbol "
                                       f"'@{ref.name}'", op)
+    raise VerifyError(f"undefined symbol '@{min(missing)}'")   # (the scan above finds its op)
 
 
 _MISSING = object()
