@@ -5,8 +5,8 @@ beside the paper's row. As in the paper's rows, TP-heavy, ZeRO-3-heavy, Backward
 Full-save keep RATrain's pipeline degree P (the strategies' default); a last column shows
 each of them searched over every P (`--pipeline any`). The global batch is implied by the
 paper's own table: tokens/s x step time / 2048 (LLaMA-2-13B: 12191.13 x 688.09 / 2048 =
-4096 sequences). The paper trains with one sequence per micro-batch (every A in Tables 3
-and 6 equals batch / D), so the planner is run with b = 1.
+4096 sequences). The paper trains with one sequence per micro-batch (every A in
+Table 3 equals batch / D), so the planner is run with b = 1.
 
     python benchmarks/paper/table2.py [--platform mt3000] [--set KEY=VALUE ...]
 """

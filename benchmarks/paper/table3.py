@@ -120,7 +120,7 @@ Every number on the ratc side comes from the planner with the shipped platform p
 the traced model; nothing is fitted per row or per model. Global batches are implied by
 the paper's own rows: tokens/s x step time / 2048 (e.g. LLaMA-2-13B, Table 2:
 12191.13 x 688.09 / 2048 = 4096 sequences; LLaMA-2-70B, Table 3: 232.96 x 281.32 / 2048 = 32).
-The paper runs one sequence per micro-batch (A = batch / D in Tables 3 and 6), so b = 1.
+The paper runs one sequence per micro-batch (A = batch / D in every Table 3 row), so b = 1.
 As in the paper's Table 2 rows, TP-heavy, ZeRO-3-heavy, Backward Ckpt and Full-save keep
 RATrain's pipeline degree P (the strategies' default); the last column searches every P
 (`ratc plan --pipeline any`).
