@@ -113,11 +113,13 @@ listing, per setting, the candidates the planner and the VM order differently):
 
 * **Step-end tail of `layerwise` and `bulk`** (most discordant pairs on LLaMA-2-7B and
   Qwen2.5-32B at 64 clusters): the planner charged the whole UpdateShard + PrefetchW chain
-  after the stage's last Backward as exposed (up to 1.8 s too much). In the program each
-  unit's view is needed only at the next step's first Forward of that unit, which on stage p
-  starts its drain + warm-up window later, exactly as for `deadline`. The planner now runs the
+  after the stage's last Backward as exposed, from the stage's last Backward, where the
+  stage's next step starts only its drain + warm-up window later. The planner now runs the
   bulk chain (updates in forward order from the last GradSync, each PrefetchW after its update
-  and the previous prefetch) against the same due times as the deadline chain.
+  and the previous prefetch) against that window. (Until session 5 the program also let each
+  unit's next Forward start on its own view, as under `deadline`; a step-end phase is now
+  one barrier -- the next step waits for the stage's `life.step_end` -- in the program, the
+  VM and the planner alike.)
 * **The pipeline's fill and drain with unequal stages** (Qwen2.5-32B at 64 clusters, time- vs
   memory-balanced partitions): `trip + (M - 1) x slot` puts the slowest stage's every
   warm-up Forward on the path; the longest path of Megatron's 1F1B order leaves a

@@ -382,15 +382,16 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, ddr, recipe):
     # Layer-wise and bulk run UpdateShard and PrefetchW at the step end (update-prefetch
     # bulk): the updates one after another in forward order from the last sync on, and each
     # prefetch after its unit's update and the previous prefetch, i.e.
-    # P_j = max_{k<=j}(U_k + sum_{i=k..j} AG_i). They too are due at the next step's first
-    # Forward of their unit, so the window hides them as it hides the deadline chain.
+    # P_j = max_{k<=j}(U_k + sum_{i=k..j} AG_i). As one step-end phase (optimizer.step()
+    # before the next iteration) they are all due when the stage's next step starts, at the
+    # window: only the deadline chain hands a unit's view to its next Forward on its own.
     def stepend(sync_end):
         """(exposed tail, its comm part, its update part) [C, P] of a step-end update-prefetch."""
         u_end = sync_end[:, :, None] + np.cumsum(upd, axis=2)
         p_end = cum_ag + np.maximum.accumulate(u_end - (cum_ag - ag), axis=2)
-        total = np.maximum(0.0, (p_end - due).max(axis=2))
+        total = np.maximum(0.0, p_end.max(axis=2) - window)
         comm = np.maximum(0.0, sync_end - window)
-        return total, comm, np.maximum(0.0, np.maximum(0.0, (u_end - due).max(axis=2)) - comm)
+        return total, comm, np.maximum(0.0, np.maximum(0.0, u_end.max(axis=2) - window) - comm)
 
     # Bulk defers what DeepSpeed defers: the gradient all-reduce / reduce-scatter under ZeRO
     # 0/1; under ZeRO >= 2 each bucket is reduce-scattered as backward produces it (the last

@@ -12,7 +12,8 @@ over the D replicas (collectives.py), its `dur` split evenly over the ring's ste
 Values live from their producer's start until their last reader ends; an `inplace` op's
 last result reuses its last operand's buffer; parameters, optimizer state and whatever
 `life.step_end` hands over stay live. `steps` consecutive steps are simulated: step k+1's
-uses of a layer's parameters wait for step k's view of that layer.
+uses of a layer's parameters wait for step k's view of that layer, or after a bulk
+update-prefetch (one step-end phase) for the stage's step_end.
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ class _Translation:
         self.hosts: list = [None] * a["P"]   # per stage, the last compute task's (deps, cycles, corun)
         self.queues: dict = {}       # (stage, res, prio) -> per replica: the queue's last op's end
         self.state: dict = {}        # (stage, op name, unit) -> the first step's param / opt value
+        # Bulk update-prefetch is one step-end phase: a stage's next step starts after its
+        # life.step_end (as optimizer.step() returns before the next iteration), where the
+        # deadline and eager chains hand each layer's view over on its own.
+        self.barrier = self.pipe.attributes.get("update") == "bulk"
+        self.step_ends: dict = {}    # (step, stage) -> per replica, the step_end task
 
     def cycles(self, seconds: float) -> int:
         return int(round(seconds * self.clock))
@@ -226,7 +232,10 @@ def _state(tr, op, p, k, pos):
         tr.state[(p, op.name, unit)] = v
         return
     prev = tr.views.get((k - 1, p, unit)) if op.name == "life.param" else None
-    tr.done[(k, v)] = tr.done[(k - 1, prev)] if prev is not None else [() for _ in range(tr.R)]
+    if tr.barrier and op.name == "life.param":
+        tr.done[(k, v)] = [(i,) for i in tr.step_ends[(k - 1, p)]]
+    else:
+        tr.done[(k, v)] = tr.done[(k - 1, prev)] if prev is not None else [() for _ in range(tr.R)]
     tr.buffer[(k, v)] = tr.buffer.get((0, tr.state[(p, op.name, unit)]))
 
 
@@ -318,6 +327,7 @@ def _collective(tr, op, p, k, pos):
 def _step_end(tr, op, p, k, pos):
     """The stage's step boundary: its operands are the views the next step starts from."""
     ids = tr.add(op, p, k, (), 0, tr.operand_deps(op, k), pos)
+    tr.step_ends[(k, p)] = ids
     for v in op.operands:
         unit = v.owner.attributes.get("unit")
         tr.views.setdefault((k, p, unit), v)

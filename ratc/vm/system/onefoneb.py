@@ -13,8 +13,9 @@ State policies (paper Eq. 2-4): `bulk` runs every GradSync, then every UpdateSha
 every PrefetchW after the stage's last backward; `layerwise` starts GradSync(l) when the
 last micro-batch's Backward(l) ends, then updates and prefetches in bulk; `deadline` also
 chains UpdateShard(l) -> PrefetchW(l) per layer, ordered by the next step's first use
-(forward order). `none` leaves state tasks out. The next step's first Forward(l) waits
-for the layer's parameter view.
+(forward order), and the next step's first Forward(l) waits for that layer's view only;
+under `bulk` and `layerwise` the stage's next step waits for the whole step-end phase.
+`none` leaves state tasks out.
 """
 
 from __future__ import annotations
@@ -264,8 +265,11 @@ class _Builder:
                 else:
                     viewed[j] = [(updated[j][r],) for r in range(self.R)]
             if k + 1 < spec.steps:
-                for j in range(U):
+                # deadline hands each unit's view to its next Forward; bulk and layerwise end
+                # the step with one update-prefetch phase that the stage's next step waits for
+                waits = {j: (j,) for j in range(U)} if spec.state == "deadline" else {0: tuple(range(U))}
+                for j, views in waits.items():
                     nxt = first[(k + 1, "F", p, 0, j)]
                     for r in range(self.R):
                         t = self.prog.tasks[nxt[r]]
-                        t.deps = t.deps + tuple(viewed[j][r])
+                        t.deps = t.deps + tuple(x for v in views for x in viewed[v][r])
