@@ -235,3 +235,18 @@ def test_corun_recover_on_the_critical_path_splits_like_its_host(corun):
     events = chrome_trace(tl)["traceEvents"]
     tracks = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
     assert [tracks[e["tid"]] for e in events if e["ph"] == "X" and e["name"] == "0R0"] == ["co-run"]
+
+
+@pytest.mark.parametrize("state,step", [("bulk", 60), ("layerwise", 60), ("deadline", 50)])
+def test_step_end_phase_is_a_barrier_and_deadline_hands_views_over(state, step):
+    # One stage, two layers (F = B = 10 cycles), D = 2: each PrefetchW all-gathers 10 bytes at
+    # 1 byte/cycle. Step 0 ends its backward at 40. Step-end (bulk, layerwise): P0 [40, 50],
+    # P1 [50, 60], and the next step starts after both: F0 [60, 70] ... B0 [90, 100], P0, P1
+    # -> 120, a 60-cycle step. Deadline: P1 follows B1 [30, 40], P0 follows B0 [40, 50], and
+    # F0 starts on its own view at 50 (F1's came at 40): B0 [80, 90], P0 [90, 100], 50 cycles.
+    units = tuple(UnitSpec(f"l{j}", Work(10), Work(10), param_bytes=20) for j in range(2))
+    spec = StepSpec(P=1, D=2, M=1, stages=(units,), boundary_bytes=0, p2p=FREE, ring_link=FREE,
+                    act="full", state=state, steps=2)
+    tl = simulate(build(spec))
+    assert summarize(tl).step_cycles == step
+    assert tl.makespan == 2 * step
