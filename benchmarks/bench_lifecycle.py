@@ -54,7 +54,7 @@ def paper_configs() -> list:
 def chosen_configs(platform) -> list:
     """(row, model, candidate) for the plans ratc's planner picks at the same settings."""
     rows = []
-    for model, (_, best, free) in table2.run(platform).items():
+    for model, (_, best, free, _) in table2.run(platform).items():
         rows += [(f"Table 2 {s} (ratc)", model, ev.cand) for s, ev in best.items() if ev is not None]
         rows += [(f"Table 2 {s} (ratc, every P)", model, ev.cand) for s, ev in free.items()
                  if ev is not None and (best[s] is None or ev.cand != best[s].cand)]
