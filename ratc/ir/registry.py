@@ -75,16 +75,12 @@ class AttrSpec:
         return None
 
 
+# Attribute kinds that a value's exact Python type decides (the verifier tests these inline).
+EXACT_KINDS = {"int": int, "float": float, "str": str, "bool": bool, "bytes": ByteSize, "symref": SymbolRef,
+               "list": list, "dict": dict}
 # One checker per attribute kind (the verifier calls these for every attribute of every op).
 ATTR_CHECKERS = {
-    "int": lambda v: type(v) is int,
-    "float": lambda v: type(v) is float,
-    "str": lambda v: type(v) is str,
-    "bool": lambda v: type(v) is bool,
-    "bytes": lambda v: type(v) is ByteSize,
-    "symref": lambda v: type(v) is SymbolRef,
-    "list": lambda v: type(v) is list,
-    "dict": lambda v: type(v) is dict,
+    **{kind: (lambda v, t=t: type(v) is t) for kind, t in EXACT_KINDS.items()},
     "any": lambda v: True,
     # set(map(type, v)) runs in C: these lists (sizes, buffers, kernels) are on every task
     "list<int>": lambda v: type(v) is list and set(map(type, v)) <= {int},

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ratc.errors import LocatedError
-from ratc.ir.attributes import ByteSize, SymbolRef
+from ratc.ir.attributes import SymbolRef
 from ratc.ir.core import Module, Operation
-from ratc.ir.registry import ATTR_CHECKERS, OpDef, lookup
+from ratc.ir.registry import ATTR_CHECKERS, EXACT_KINDS, OpDef, lookup
 from ratc.ir.types import DTYPE_BYTES, TensorType
 
 
@@ -33,9 +33,6 @@ def _check_types(specs, values, what: str, op: Operation) -> None:
 
 
 _ATTR_TABLES: dict[str, tuple] = {}
-# Attribute kinds a value's exact Python type decides (the checkers compare type(v) is ...).
-_EXACT = {"int": int, "float": float, "str": str, "bool": bool, "bytes": ByteSize, "symref": SymbolRef,
-          "list": list, "dict": dict}
 
 
 def _op_table(opdef: OpDef) -> tuple:
@@ -44,7 +41,7 @@ def _op_table(opdef: OpDef) -> tuple:
     may have any type, and the operand / result arity as (fixed count, variadic tail))."""
     table = _ATTR_TABLES.get(opdef.name)
     if table is None:
-        checks = {k: (_EXACT.get(spec.kind), ATTR_CHECKERS[spec.kind], spec.choices, spec)
+        checks = {k: (EXACT_KINDS.get(spec.kind), ATTR_CHECKERS[spec.kind], spec.choices, spec)
                   for k, spec in opdef.attrs.items()}
         table = _ATTR_TABLES[opdef.name] = (
             opdef, checks, tuple(k for k, spec in opdef.attrs.items() if spec.required),

@@ -98,6 +98,7 @@ class Planner:
         self.elem = elem_bytes(model.dtype)
         self._units: dict = {}
         self._stages: dict = {}
+        self._held: dict = {}       # (clusters, global batch) -> RATrain's P, or None
 
     @property
     def layers(self) -> int:
@@ -263,11 +264,13 @@ class Planner:
             return _check_pipeline(pipeline), "fixed", ""
         if not strat.hold_pipeline:
             return None, "searched", ""
-        ratrain = get_strategy("ratrain")
-        if self.space(clusters, global_batch, ratrain):
-            anchor = self.plan(clusters, global_batch, ratrain)
-            if anchor.feasible:
-                return anchor.best.cand.P, "ratrain", ""
+        key = (clusters, global_batch)
+        if key not in self._held:   # every baseline of a request holds the same P: plan RATrain once
+            ratrain = get_strategy("ratrain")
+            anchor = self.plan(clusters, global_batch, ratrain) if self.space(clusters, global_batch, ratrain) else None
+            self._held[key] = anchor.best.cand.P if anchor is not None and anchor.feasible else None
+        if self._held[key] is not None:
+            return self._held[key], "ratrain", ""
         return None, "searched", "RATrain has no feasible plan to hold the P of"
 
     def require_feasible(self, result: PlanResult) -> PlanResult:
