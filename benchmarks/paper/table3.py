@@ -81,8 +81,9 @@ MAIN_PATH_HEAD = """
 
 Each paper row's configuration costed by ratc as published and with every activation kept
 (memory ignored): the last column is the paper's step over ratc's recovery-free step, so it
-holds what ratc's main path (GEMMs at Table 5's rates, DDR-bound operators at 30 GB/s,
-collectives on 3.7 GB/s links) leaves out of the paper's measured time.
+compares the paper's measured time with ratc's main path alone (GEMMs at Table 5's
+utilizations of the profile's peak, DDR-bound operators at 30 GB/s, collectives on 3.7 GB/s
+links).
 
 """
 

@@ -10,7 +10,8 @@ from ratc.errors import RatcError
 
 # The paper's measured FP16 GEMM backend (review, Table 5, "at sequence length 2048"):
 # shape N x K with M = 2048 rows, and the MAC utilization it sustained. The latencies of
-# that table equal M*N*K / (utilization * 8.1e12 MAC/s), which is how the shape is read.
+# that table equal M*N*K / (utilization * 8.1e12), which is how the shape is read; at the
+# profile's 8.1 TFLOPS = 4.05e12 MAC/s peak each GEMM takes twice that (mt3000.toml).
 PAPER_TABLE5 = (
     ((2048, 4096, 4096), 0.6496),
     ((2048, 4096, 11008), 0.6616),

@@ -107,5 +107,21 @@ def parse_platform(text: str, source: str) -> Platform:
         if missing:
             raise PlatformError(f"{source}: [{sec_name}]: missing key {missing[0]!r}")
         sections[sec_name] = cls(**{k: _parse(source, sec_name, k, kind, table[k]) for k, kind in kinds.items()})
+    _check_peak(source, sections)
     return Platform(name=str(meta["name"]), description=str(meta.get("description", "")),
                     source=source, text=text, sections=sections)
+
+
+# How far the [cluster] peak may sit from what the DSP model issues (rounded clocks).
+PEAK_TOLERANCE = 0.005
+
+
+def _check_peak(source: str, sections: dict) -> None:
+    """The planner's peak and the kernel VM's DSPs must describe the same machine."""
+    c, d, v = sections["cluster"], sections["dsp"], sections["vliw"]
+    issued = c.dsps * v.vmac_rows * v.vector_lanes * d.clock
+    if abs(issued - c.peak_mac_rate) > PEAK_TOLERANCE * c.peak_mac_rate:
+        raise PlatformError(
+            f"{source}: [cluster].peak_mac_rate is {c.peak_mac_rate:.4g} MAC/s but the DSP model issues "
+            f"{issued:.4g} (dsps {c.dsps} x vmac_rows {v.vmac_rows} x vector_lanes {v.vector_lanes} "
+            f"x clock {d.clock:.6g} Hz); make them agree")
