@@ -46,3 +46,20 @@ def test_bench_lifecycle_reads_the_paper_scripts():
     assert all(isinstance(c, Candidate) for _, _, c in rows)
     labels = {(row, model) for row, model, _ in rows}
     assert ("Table 2 ratrain (ratc)", "llama2-13b") in labels and ("Table 3 (ratc)", "llama2-70b") in labels
+
+
+def test_planner_vs_vm_runs_on_a_small_setting(tmp_path, capsys):
+    # The full script takes about 25 minutes; the same code path on the tiny model checks
+    # that it still compiles, simulates and writes its doc, with the planner near the VM.
+    pvv = _load(ROOT / "benchmarks" / "paper" / "planner_vs_vm.py")
+    out = tmp_path / "pvv.md"
+    assert pvv.main(["--rows", "tiny@4:16", "--top", "4", "--doc", str(out)]) == 0
+    capsys.readouterr()
+    doc = out.read_text()
+    assert doc.startswith("# Planner (Eq. 12) against the system VM")
+    row = next(line for line in doc.splitlines() if line.startswith("| custom | tiny | 4 | 16 |"))
+    error = float(row.rstrip(" |").split("|")[-1].strip().rstrip(" %"))
+    assert abs(error) < 1.0
+    assert "| custom | tiny | 4 | top 4 |" in doc
+    with pytest.raises(SystemExit, match="expected MODEL@CLUSTERS:BATCH"):
+        pvv.parse_rows("tiny4")

@@ -59,3 +59,8 @@ def test_overrides_parse_like_the_toml():
         load_platform("mt3000").with_overrides(warp_drive="1")
     with pytest.raises(PlatformError, match="memory_budget"):
         load_platform("mt3000").with_overrides(memory_budget="lots")
+    # a peak the DSP model does not issue is refused; the clock moves with it
+    with pytest.raises(PlatformError, match="with overrides: .*peak_mac_rate is 8.1e.12 MAC/s"):
+        load_platform("mt3000").with_overrides(peak_mac_rate="8.1T MAC/s")
+    fast = load_platform("mt3000").with_overrides(peak_mac_rate="8.1T MAC/s", clock="1.318359375GHz")
+    assert fast.cluster.peak_mac_rate == 8.1e12

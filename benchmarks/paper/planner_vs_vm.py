@@ -7,7 +7,7 @@ Kendall tau between predicted and simulated step times over the top candidates.
 The global batches are implied by the paper's tables (tokens/s x step time / 2048).
 
     python benchmarks/paper/planner_vs_vm.py [--top 20] [--tau-rows all|none|llama2-7b@8,...]
-                                             [--doc docs/planner_vs_vm.md]
+                                             [--rows MODEL@CLUSTERS:BATCH,...] [--doc docs/planner_vs_vm.md]
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from ratc.cli.io import write_atomic  # noqa: E402
 from ratc.frontend.presets import trace_preset  # noqa: E402
 from ratc.planner.search import Planner  # noqa: E402
 from ratc.platform import load_platform  # noqa: E402
@@ -35,22 +36,37 @@ ROWS = (
 )
 
 
-def main() -> None:
+def parse_rows(text: str) -> tuple:
+    """MODEL@CLUSTERS:BATCH,... as (table, model, clusters, batch) rows labelled "custom"."""
+    rows = []
+    for item in text.split(","):
+        try:
+            model, rest = item.split("@")
+            clusters, batch = rest.split(":")
+            rows.append(("custom", model, int(clusters), int(batch)))
+        except ValueError:
+            raise SystemExit(f"--rows: expected MODEL@CLUSTERS:BATCH, got {item!r}") from None
+    return tuple(rows)
+
+
+def main(argv: list | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--top", type=int, default=20, help="candidates for the rank agreement (default 20)")
     ap.add_argument("--tau-rows", default="all",
                     help="rows (model@clusters, comma-separated, or all / none) whose top candidates are "
                          "all simulated for Kendall tau (default all)")
+    ap.add_argument("--rows", type=parse_rows, default=ROWS,
+                    help="settings to run instead of the paper's, as MODEL@CLUSTERS:BATCH,... (e.g. tiny@4:16)")
     ap.add_argument("--doc", help="also write the tables as markdown to this file")
-    args = ap.parse_args()
-    keys = {f"{m}@{n}" for _, m, n, _ in ROWS}
+    args = ap.parse_args(argv)
+    keys = {f"{m}@{n}" for _, m, n, _ in args.rows}
     tau_rows = keys if args.tau_rows == "all" else set() if args.tau_rows == "none" else set(args.tau_rows.split(","))
     platform = load_platform("mt3000")
     lines = ["| setting | model | clusters | batch | chosen plan | predicted s | simulated s | error |",
              "|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     taus, pairs = [], []
-    for table, model, clusters, batch in ROWS:
+    for table, model, clusters, batch in args.rows:
         t0 = time.perf_counter()
         planner = Planner(trace_preset(model, 2048), platform)
         result = planner.require_feasible(planner.plan(clusters, batch))
@@ -83,7 +99,8 @@ def main() -> None:
         lines += pair_lines
         print("\n".join(pair_lines))
     if args.doc:
-        Path(args.doc).write_text(_doc(lines, args.top))
+        write_atomic(Path(args.doc), _doc(lines, args.top))
+    return 0
 
 
 def discordant(comps: list) -> list:
@@ -149,4 +166,4 @@ model's; the discordant pairs that remain are listed with their simulated differ
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

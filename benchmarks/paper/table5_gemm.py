@@ -37,7 +37,7 @@ def table(platform) -> str:
         "this kernel's DDR traffic (padding of edge tiles included) at the profile's DDR bandwidth; the",
         "compulsory bound reads every input and writes every output exactly once.",
         "",
-        f"The paper's utilization is compared as published; its rate and latency are restated at the",
+        "The paper's utilization is compared as published; its rate and latency are restated at the",
         f"profile's peak ({platform.cluster.peak_mac_rate / 1e12:.4g}e12 MAC/s), with the published latency beside",
         "them (Table 5's rate and latency columns equal M*N*K / (utilization x 8.1e12), i.e. one",
         "operation per MAC against the review's 8.1 TFLOPS; see the profile's header).",

@@ -42,6 +42,7 @@ class Platform:
             kind = section_fields(SECTIONS[sec_name])[field_name]
             value = _parse(self.source, sec_name, field_name, kind, raw)
             sections[sec_name] = dataclasses.replace(sections[sec_name], **{field_name: value})
+        _check_peak(f"{self.source} with overrides", sections)
         return dataclasses.replace(self, sections=sections)
 
 
