@@ -31,13 +31,14 @@ VARIANTS = (
 )
 
 
-def run() -> list:
+def run(model_name: str = "qwen2.5-32b", base: str = BASE) -> list:
+    """One row per variant of `base` (the paper's setting by default)."""
     platform = load_platform("mt3000")
-    model = trace_preset("qwen2.5-32b", 2048)
+    model = trace_preset(model_name, 2048)
     planner = Planner(model, platform)
     rows = []
     for name, act, pref in VARIANTS:
-        cand = parse_config(f"{BASE},{act},{pref}")
+        cand = parse_config(f"{base},{act},{pref}")
         module = compile_candidate(model, cand, platform, planner)
         _, res = run_module(module, platform, model_macs(model) * cand.global_batch, budget=None)
         (ev,) = planner.evaluate_group([cand])

@@ -23,13 +23,14 @@ CLUSTERS = (256, 512, 768, 1024)
 BATCH_PER_256 = 2048
 
 
-def run() -> list:
+def run(model_name: str = "llama2-7b", clusters: tuple = CLUSTERS, batch_per_first: int = BATCH_PER_256) -> list:
+    """One row per cluster count, the global batch growing with it (the paper's setting by default)."""
     platform = load_platform("mt3000")
-    model = trace_preset("llama2-7b", 2048)
+    model = trace_preset(model_name, 2048)
     planner = Planner(model, platform)
     rows = []
-    for n in CLUSTERS:
-        batch = BATCH_PER_256 * n // 256
+    for n in clusters:
+        batch = batch_per_first * n // clusters[0]
         best = planner.require_feasible(planner.plan(n, batch)).best
         module = compile_candidate(model, best.cand, platform, planner)
         _, res = run_module(module, platform, model_macs(model) * batch, budget=None)
