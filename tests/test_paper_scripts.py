@@ -88,3 +88,13 @@ def test_scaling_runs_on_a_small_setting():
     assert rows[0]["speedup"] == 1.0
     assert all(a["speedup"] < b["speedup"] for a, b in zip(rows, rows[1:]))
     assert all(0.5 < r["efficiency"] <= 1.0 + 1e-9 for r in rows)
+
+
+def test_seq_sweep_runs_on_a_small_setting():
+    # The paper's sweep (three models, 512-4096 tokens, 256 clusters) on the tiny model: a
+    # plan per length, and no plan above the clusters' peak.
+    rows = _load(ROOT / "benchmarks" / "paper" / "seq_sweep.py").run(("tiny",), (256, 512), 4, 16)
+    assert [(r["model"], r["seq"]) for r in rows] == [("tiny", 256), ("tiny", 512)]
+    for r in rows:
+        assert r["tokens_per_s"] == pytest.approx(16 * r["seq"] / r["step_time_s"])
+        assert 0 < r["mac_utilization"] <= 1

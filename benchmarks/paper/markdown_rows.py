@@ -6,13 +6,17 @@ import argparse
 import json
 
 
-def main(doc: str, run, columns: list[str], cells) -> None:
-    """Parse --json, call run() for the rows, print them as JSON or as a table of cells(row)."""
+def main(doc: str, run, columns: list[str], cells, add_args=None) -> None:
+    """Parse --json (and what add_args(parser) adds, passed to run by name), call run() for
+    the rows, print them as JSON or as a table of cells(row)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
-    args = ap.parse_args()
-    rows = run()
-    if args.json:
+    if add_args is not None:
+        add_args(ap)
+    args = vars(ap.parse_args())
+    as_json = args.pop("json")
+    rows = run(**args)
+    if as_json:
         print(json.dumps(rows, indent=2, sort_keys=True))
         return
     print("| " + " | ".join(columns) + " |")
