@@ -38,7 +38,8 @@ def run(models: tuple = MODELS, lengths: tuple = LENGTHS, clusters: int = CLUSTE
     for name in models:
         for seq in lengths:
             model = trace_preset(name, seq)
-            best = Planner(model, platform, exec_profile=profile, micro_batches=(1,)).plan(clusters, batch).best
+            planner = Planner(model, platform, exec_profile=profile, micro_batches=(1,))
+            best = planner.require_feasible(planner.plan(clusters, batch)).best
             tokens = batch * seq
             rows.append({"model": name, "seq": seq, "config": best.cand.label(), "step_time_s": best.t_step,
                          "tokens_per_s": tokens / best.t_step, "us_per_token": 1e6 * best.t_step / tokens,
