@@ -98,3 +98,18 @@ def test_seq_sweep_runs_on_a_small_setting():
     for r in rows:
         assert r["tokens_per_s"] == pytest.approx(16 * r["seq"] / r["step_time_s"])
         assert 0 < r["mac_utilization"] <= 1
+
+
+def test_fsr_memory_runs_on_the_tiny_model():
+    # Streaming a Recover into what its Backward host frees: never more hiding than two whole
+    # buffers, and a headroom of one more layer always suffices.
+    from ratc.platform import load_platform
+
+    script = _load(ROOT / "benchmarks" / "paper" / "fsr_memory.py")
+    platform = load_platform("mt3000")
+    r = script.row("tiny", platform)
+    assert r["host"] <= r["two"] <= r["zero"] <= r["host"] + r["recover"] + 1e-12
+    assert 0.0 <= r["need_gb"] <= r["layer_gb"] + 1e-3 and r["paper_gb"] is None
+    ops = script.layer_ops("tiny", platform)
+    assert ops["made"].sum() == pytest.approx(ops["saved"].sum())
+    assert script.pair(ops, r["need_gb"] * 1e9) <= r["two"] * (1 + script.SAME)

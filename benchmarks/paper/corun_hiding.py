@@ -12,7 +12,6 @@ FSR could hide with recoveries running any number of layers ahead (more recovery
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -21,7 +20,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ratc.frontend.presets import trace_preset  # noqa: E402
 from ratc.planner.corun import corun, extra, lower_bound, solo  # noqa: E402
 from ratc.planner.search import Planner  # noqa: E402
-from ratc.platform import load_platform  # noqa: E402
 
 MODELS = ("llama2-7b", "llama2-13b", "baichuan2-13b", "qwen2.5-32b", "llama2-70b")
 LEAD = 4    # layers in the free-running Recover / Backward chains
@@ -40,15 +38,13 @@ def hiding(planner) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--platform", default="mt3000")
-    ap.add_argument("--models", default=",".join(MODELS))
-    args = ap.parse_args(argv)
-    platform = load_platform(args.platform)
+    from markdown_rows import platform_and_models
+
+    platform, names = platform_and_models(__doc__, MODELS, argv)
     print(f"| model | Backward host hides | Forward host hides | Recover stream, {LEAD} layers "
           "| perfect sharing (Backward host) |")
     print("|---|---|---|---|---|")
-    for name in args.models.split(","):
+    for name in names:
         h = hiding(Planner(trace_preset(name, 2048), platform))
         print(f"| {name} | {h['bwd']:.0%} | {h['fwd']:.0%} | {h['stream']:.0%} | {h['perfect']:.0%} |")
     return 0

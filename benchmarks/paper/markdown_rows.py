@@ -1,4 +1,5 @@
-"""Shared entry point of the VM experiment scripts: rows as a Markdown table, or --json."""
+"""Shared entry points of the experiment scripts: rows as a Markdown table or --json, and the
+--platform / --models arguments of the per-model ones."""
 
 from __future__ import annotations
 
@@ -23,3 +24,14 @@ def main(doc: str, run, columns: list[str], cells, add_args=None) -> None:
     print("|" + "---|" * len(columns))
     for r in rows:
         print("| " + " | ".join(cells(r)) + " |")
+
+
+def platform_and_models(doc: str, models: tuple, argv=None) -> tuple:
+    """(the --platform profile, the --models names) of a per-model script."""
+    from ratc.platform import load_platform
+
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--platform", default="mt3000")
+    ap.add_argument("--models", default=",".join(models))
+    args = ap.parse_args(argv)
+    return load_platform(args.platform), args.models.split(",")

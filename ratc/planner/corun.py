@@ -16,7 +16,8 @@ optimal inside a cell (that cost is convex and homogeneous), so a schedule is a 
 path crossing cell edges, found by dynamic programming over K + 1 points per edge. The
 result is a feasible schedule (so an upper bound of the continuous optimum, converged to
 well under 1 % at K = 16 on the traced Transformer layers) and never above running the
-two one after the other.
+two one after the other. `corun_within` runs the same search op by op with the bytes the
+pair holds capped (a Recover streaming into the memory its Backward host frees).
 """
 
 from __future__ import annotations
@@ -72,8 +73,57 @@ def corun(host, guest, points: int = EDGE_POINTS) -> float:
     return _corun(host, guest, points)
 
 
+def corun_within(host, guest, host_frees, guest_allocs, cap: float, points: int = EDGE_POINTS) -> float:
+    """Makespan of corun(host, guest) while the bytes both hold stay within `cap`.
+
+    host, guest: per op (compute s, DDR s), not merged; host_frees[i]: bytes the host
+    releases when its op i ends (a Backward frees the activations op i saved); guest_allocs[j]:
+    bytes the guest allocates when its op j starts (a Recover re-creating op j's). The host
+    starts holding all of host_frees. Where the host, in its op i, and the guest, in its op j,
+    would hold more than cap, that cell of the plane is closed: the guest waits for the host
+    to free memory (or the host for the guest to finish). The y = 0 line (the guest not yet
+    started) and the x = end line (the host done) stay open, so the result is at most the
+    two run one after the other; cap = inf gives corun().
+    """
+    host, frees = _timed_ops(host, host_frees, to_next=False)
+    guest, allocs = _timed_ops(guest, guest_allocs, to_next=True)
+    if not host or not guest:
+        return solo(host) + solo(guest)
+    held = np.cumsum(frees[::-1])[::-1]                 # the host holds ops i.. while in op i
+    made = np.cumsum(allocs)                            # the guest holds ops ..j while in op j
+    if held[0] > cap * (1 + 1e-12):
+        raise ValueError(f"the host alone holds {held[0]:.6g} bytes, over the cap {cap:.6g}")
+    if made[-1] > cap * (1 + 1e-12):
+        raise ValueError(f"the guest alone makes {made[-1]:.6g} bytes, over the cap {cap:.6g}")
+    open_ = held[:, None] + made[None, :] <= cap * (1 + 1e-12)
+    return _corun(tuple(host), tuple(guest), points, tuple(map(tuple, open_.tolist())))
+
+
+def _timed_ops(ops, nbytes, to_next: bool) -> tuple[list, np.ndarray]:
+    """Ops that take time and their bytes; a zero-time op's bytes go to the op it touches
+    (the next one's start for an allocation, the previous one's end for a release)."""
+    ops = [(float(c), float(d)) for c, d in ops]
+    nbytes = [float(x) for x in nbytes]
+    if len(ops) != len(nbytes):
+        raise ValueError(f"{len(ops)} ops but {len(nbytes)} byte counts")
+    keep, out, carry = [], [], 0.0
+    for op, x in zip(ops, nbytes):
+        if max(op) > 0.0:
+            keep.append(op)
+            out.append(x + carry)
+            carry = 0.0
+        elif to_next:
+            carry += x
+        elif out:
+            out[-1] += x
+        # (a release before the first timed op happens at x = 0: never held in the plane)
+    if carry and out:
+        out[-1] += carry        # allocations after the last timed op happen at its end
+    return keep, np.array(out)
+
+
 @lru_cache(maxsize=4096)
-def _corun(host: tuple, guest: tuple, k: int) -> float:
+def _corun(host: tuple, guest: tuple, k: int, open_: tuple | None = None) -> float:
     T = np.array([max(c, d) for c, d in host])
     U = np.array([max(c, d) for c, d in guest])
     a = np.array(host) / T[:, None]             # engine shares at full speed: [n, 2]
@@ -83,6 +133,7 @@ def _corun(host: tuple, guest: tuple, k: int) -> float:
     Y = np.concatenate([[0.0], np.cumsum(U)])
     s = np.linspace(0.0, 1.0, k + 1)
     zeros, ones = np.zeros(k + 1), np.ones(k + 1)
+    shut = None if open_ is None else ~np.array(open_, dtype=bool)     # cells over the memory cap
     # exit values of every cell: its right edge (x = X[i+1]) and top edge (y = Y[j+1])
     right = np.empty((n, m, k + 1))
     top = np.empty((n, m, k + 1))
@@ -91,6 +142,8 @@ def _corun(host: tuple, guest: tuple, k: int) -> float:
         j = diag - i
         # the x = 0 and y = 0 lines: only the other sequence has run, at full speed
         left = np.where((i > 0)[:, None], right[np.maximum(i - 1, 0), j], Y[j][:, None] + s * U[j][:, None])
+        if shut is not None:
+            left = np.where(((i == 0) & shut[i, j])[:, None], np.inf, left)
         low = np.where((j > 0)[:, None], top[i, np.maximum(j - 1, 0)], X[i][:, None] + s * T[i][:, None])
         corner = np.minimum(left[:, 0], low[:, 0])
         left[:, 0] = low[:, 0] = corner
@@ -110,5 +163,13 @@ def _corun(host: tuple, guest: tuple, k: int) -> float:
                           np.maximum(ai[..., 0] * dx + bj[..., 0] * dy, ai[..., 1] * dx + bj[..., 1] * dy))
         entry = np.concatenate([left, low], axis=1)
         best = np.where(back, np.inf, entry[:, :, None] + cost).min(axis=1)
+        if shut is not None:
+            best[shut[i, j]] = np.inf
         right[i, j], top[i, j] = best[:, :k + 1], best[:, k + 1:]
-    return float(right[n - 1, m - 1, k])
+    if shut is None:
+        return float(right[n - 1, m - 1, k])
+    # the host done, the guest runs alone up the x = end line (always within the cap), from
+    # any exit of the last column, any of its corners, or the y = 0 line's end
+    edge = right[n - 1] + (Y[m] - (Y[:-1, None] + s * U[:, None]))
+    corners = top[n - 1, :, k] + (Y[m] - Y[1:])
+    return float(min(edge.min(), corners.min(), X[n] + Y[m]))
