@@ -145,6 +145,8 @@ def test_cap_only_ever_slows_the_pair(host, guest, frees, allocs, room):
 def test_cap_errors_and_zero_time_ops():
     with pytest.raises(ValueError, match="host alone holds"):
         corun_within([(1.0, 0.0)], [(0.0, 1.0)], [10], [1], 5)
+    with pytest.raises(ValueError, match="non-negative"):
+        corun_within([(1.0, 0.0)], [(0.0, 1.0)], [10], [-1], 50)
     with pytest.raises(ValueError, match="2 ops but 1 byte counts"):
         corun_within([(1.0, 0.0), (0.0, 1.0)], [(0.0, 1.0)], [10], [1], 50)
     # a zero-time guest op allocates when the next starts, a zero-time host op frees when the last ended

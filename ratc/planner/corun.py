@@ -83,7 +83,8 @@ def corun_within(host, guest, host_frees, guest_allocs, cap: float, points: int 
     would hold more than cap, that cell of the plane is closed: the guest waits for the host
     to free memory (or the host for the guest to finish). The y = 0 line (the guest not yet
     started) and the x = end line (the host done) stay open, so the result is at most the
-    two run one after the other; cap = inf gives corun().
+    two run one after the other; cap = inf gives corun() on these unmerged ops (merged phases
+    can differ by the grid, under 1 %).
     """
     host, frees = _timed_ops(host, host_frees, to_next=False)
     guest, allocs = _timed_ops(guest, guest_allocs, to_next=True)
@@ -106,6 +107,8 @@ def _timed_ops(ops, nbytes, to_next: bool) -> tuple[list, np.ndarray]:
     nbytes = [float(x) for x in nbytes]
     if len(ops) != len(nbytes):
         raise ValueError(f"{len(ops)} ops but {len(nbytes)} byte counts")
+    if any(x < 0 for x in nbytes):
+        raise ValueError(f"byte counts must be non-negative, got {min(nbytes)}")
     keep, out, carry = [], [], 0.0
     for op, x in zip(ops, nbytes):
         if max(op) > 0.0:
