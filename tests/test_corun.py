@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratc.planner.corun import corun, corun_within, extra, lower_bound, phases, scaled, solo
+from ratc.planner.corun import corun, corun_within, extra, least_headroom, lower_bound, phases, scaled, solo
 
 PHASE = st.tuples(st.floats(0.0, 2.0), st.floats(0.0, 2.0)).filter(lambda p: max(p) > 1e-3)
 SEQ = st.lists(PHASE, min_size=1, max_size=5)
@@ -153,3 +153,24 @@ def test_cap_errors_and_zero_time_ops():
     a = corun_within([(1.0, 0.0), (0.0, 0.0)], [(0.0, 0.0), (0.0, 1.0)], [4, 6], [7, 0], 10)
     b = corun_within([(1.0, 0.0)], [(0.0, 1.0)], [10], [7], 10)
     assert a == pytest.approx(b) == pytest.approx(2.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ALTERNATING, ALTERNATING, BYTES, BYTES)
+def test_least_headroom_is_the_least_that_keeps_the_speed(host, guest, frees, allocs):
+    frees, allocs = frees[:len(host)], allocs[:len(guest)]
+    h = least_headroom(host, guest, frees, allocs)
+    free = corun_within(host, guest, frees, allocs, np.inf)
+    assert 0.0 <= h <= sum(allocs) + 1e-9
+    assert corun_within(host, guest, frees, allocs, sum(frees) + h) <= free * 1.001 + 1e-12
+    floor = max(0.0, sum(allocs) - sum(frees))   # the guest alone must fit
+    if h - floor > 1e-6 * (sum(frees) + sum(allocs)):   # any less closes a cell the fastest schedule needs
+        assert corun_within(host, guest, frees, allocs, sum(frees) + h - 1e-3 * (h - floor)) > free * 1.001
+
+
+def test_least_headroom_by_hand():
+    # host GEMM 1 s holding 10 bytes, guest DDR stream 1 s making 4: together they overlap
+    # fully only if both fit (10 + 4); anything less runs them one after the other
+    assert least_headroom([(1.0, 0.0)], [(0.0, 1.0)], [10], [4]) == pytest.approx(4.0)
+    # same engine: no overlap to keep, so no headroom needed
+    assert least_headroom([(1.0, 0.0)], [(0.7, 0.0)], [10], [4]) == 0.0

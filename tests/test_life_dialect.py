@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratc.ir import parse_module, print_module, verify
+from ratc.ir.attributes import ByteSize
 from ratc.ir.verifier import VerifyError
 from ratc.lifecycle.lowering import find_pipeline
 from test_lifecycle_support import compile_tiny
@@ -169,6 +170,16 @@ def test_corun_recover_must_follow_its_host(programs):
     def host_alone(ops):
         ops[guest(ops)].attributes["placement"] = "bwd"
     assert "carries 'corun' but no Recover co-runs with it" in mutated(host_alone)
+
+    def stream_beside_a_forward(ops):
+        g = next(i for i, op in enumerate(ops) if op.attributes.get("placement") == "corun"
+                 and ops[i - 1].name == "life.fwd")
+        ops[g].attributes["stream"] = ByteSize(1)
+    assert "carries 'stream' but does not co-run with a Backward" in mutated(stream_beside_a_forward)
+
+    def stream_backward_time(ops):
+        ops[guest(ops)].attributes.update(placement="bwd", stream=ByteSize(1))
+    assert "carries 'stream'" in mutated(stream_backward_time)
 
 
 def test_pipeline_with_a_huge_stage_count_is_an_error_not_an_allocation():

@@ -5,8 +5,9 @@ recovery buffer, gradient bucket and workspace) or of the embedding / head (thei
 both -- with every in-flight checkpoint; memory-plan takes the largest sum over the
 scheduled order. So memory-plan is never above Eq. 9, and within 5 % of it on every stage
 (on stages of decoder layers only, where the moments coincide, within 1 %). A is cut to
-max(P, 2) (the peak depends on A only through min(P - p, A) and, under ZeRO >= 2, on
-whether a previous micro-batch's bucket can be live) unless A < P (LLaMA-2-70B's A = 16).
+P + 1 (the peak depends on A only through min(P - p, A), whether stage 0 reaches the steady
+state and, under ZeRO >= 2, whether a previous micro-batch's bucket can be live) unless
+A < P (LLaMA-2-70B's A = 16).
 The full table, at the real A: benchmarks/bench_lifecycle.py (docs/lifecycle.md).
 """
 
@@ -51,8 +52,10 @@ def _planner(model):
 def _compare(model, config):
     planner = _planner(model)
     # A >= 2: a stage's last Backward of a micro-batch and the next micro-batch's first hold
-    # two buckets at once under ZeRO >= 2 (double buffering), which A = 1 never shows.
-    A = max(int(config.split(',')[0][2:]), 2)
+    # two buckets at once under ZeRO >= 2 (double buffering), which A = 1 never shows; A > P:
+    # stage 0 reaches the steady state, where a Forward follows a Backward (under ZeRO-3 it
+    # gathers the embedding's view again while the Backward's is live).
+    A = int(config.split(',')[0][2:]) + 1
     cand = parse_config(config if "A=" in config else f"{config},A={A}")
     _, mem, _ = planner.detail(cand)
     module = compile_program(planner.model, cand, mt3000(), {"planner": planner, "budget": "none",

@@ -157,7 +157,8 @@ def test_fsr_corun_places_each_recover_after_its_host():
     # Every Recover co-runs with the compute task issued before it: a Backward's first one
     # with the last Forward before that Backward's gradient arrives (the paper's F7+R1) or,
     # in the cool-down, with the previous Backward; the others with the Backward of the
-    # layer above, which still reads its own recovery buffer: two buffers.
+    # layer above, which still reads its own recovery buffer: they stream into what it frees
+    # (one buffer, `stream` headroom), or without streaming take a second buffer.
     fsr = _stage(compile_tiny(P=2, A=4, act="fsr"))
     recs = [op for op in fsr if op.name == "life.recover"]
     assert recs and all(op.attributes["placement"] == "corun" for op in recs)
@@ -174,7 +175,15 @@ def test_fsr_corun_places_each_recover_after_its_host():
         else:
             above = ("life.bwd", op.attributes["unit"] + 1, m)
             assert (host.name, host.attributes["unit"], host.attributes["mb"]) == above
-    assert len({op.attributes["buf"][0] for op in recs}) == 2
+    streams = [op for op in recs if "stream" in op.attributes]
+    assert streams and all(any(str(v.type) == "!life.rec" for v in fsr[hosts[fsr.index(op)]].operands)
+                           for op in streams)
+    assert all("stream" not in op.attributes for op in recs if op not in streams
+               and fsr[hosts[fsr.index(op)]].name == "life.fwd")
+    assert len({op.attributes["buf"][0] for op in recs}) == 1
+    two = [op for op in _stage(compile_tiny(P=2, A=4, act="fsr", stream=False)) if op.name == "life.recover"]
+    assert not any("stream" in op.attributes for op in two)
+    assert len({op.attributes["buf"][0] for op in two}) == 2
     # one buffer: only Recovers whose host reads no recovery buffer co-run
     one = _stage(compile_tiny(P=2, A=4, act="fsr", rec_buffers=1))
     placed = {(op.attributes["unit"], op.attributes["mb"]): op.attributes["placement"] for op in one

@@ -30,7 +30,8 @@ def tiny_plan(**kw):
     return plan_module(tiny(), candidate(**kw), mt3000())
 
 
-def compile_tiny(pipeline=None, rec_buffers=2, budget="none", verify_each=True, **kw):
+def compile_tiny(pipeline=None, rec_buffers=2, budget="none", verify_each=True, stream=True, **kw):
     """The tiny model through the lifecycle pipeline (default: the plan's full pipeline)."""
     return compile_program(tiny(), candidate(**kw), mt3000(), {
-        "pipeline": pipeline, "rec_buffers": rec_buffers, "budget": budget, "verify_each": verify_each})
+        "pipeline": pipeline, "rec_buffers": rec_buffers, "budget": budget, "verify_each": verify_each,
+        "stream": stream})

@@ -274,7 +274,7 @@ def test_corun_recover_runs_alongside_its_host(tiny):
     for i, t in enumerate(prog.tasks):
         if t.resources and t.resources[0][2] == "compute":
             host[(t.stage, t.replica, t.step)] = i
-        elif t.kind == "recover":
+        elif t.alongside:
             h = host[(t.stage, t.replica, t.step)]
             assert (tl.start[i], tl.end[i]) == (tl.start[h], tl.end[h])
             assert t.corun == prog.tasks[h].corun > 0 and t.duration == prog.tasks[h].duration
@@ -288,3 +288,28 @@ def test_corun_recover_runs_alongside_its_host(tiny):
               if e["name"] == "thread_name"}
     recs = [e for e in chrome_trace(tl)["traceEvents"] if e["ph"] == "X" and e["cat"] == "recover"]
     assert recs and all(tracks[(e["pid"], e["tid"])] == "co-run" for e in recs)
+
+
+def test_streaming_recovery_needs_less_memory_than_a_second_buffer(tiny):
+    # With the kernel-VM profile the tiny layer's Backward hides part of the Recover it hosts,
+    # and the Recover streams into what that Backward frees: its headroom is below a whole
+    # layer, the VM stays within memory-plan, and both hold less than with a second buffer.
+    from ratc.lifecycle.compile import compile_program
+    from ratc.lifecycle.lowering import find_pipeline
+    from ratc.planner.exec_profile import load_exec_profile
+    from ratc.planner.search import Planner
+    planner = Planner(tiny, MT3000, exec_profile=load_exec_profile(MT3000, "kernel-vm"))
+    layer = next(u for u in planner.units(1).units if u.decoder)
+    assert 0 < layer.stream < layer.saved_bytes
+    cand = parse_config("P=2,D=2,Z=2,b=1,A=4,FSR,deadline")
+    peaks = {}
+    for stream in (True, False):
+        module = compile_program(tiny, cand, MT3000, {"planner": planner, "budget": "none", "stream": stream})
+        recs = [op for s in find_pipeline(module).region.ops for op in s.region.ops if op.name == "life.recover"]
+        assert any("stream" in op.attributes for op in recs) == stream
+        plan = find_pipeline(module).attributes["peak"]
+        _, res = run_module(module, MT3000, budget=None)
+        assert all(vm <= p for vm, p in zip(res.stage_peak_bytes, plan))
+        peaks[stream] = (plan, res.stage_peak_bytes)
+    assert all(a < b for a, b in zip(peaks[True][0], peaks[False][0]))
+    assert all(a <= b for a, b in zip(peaks[True][1], peaks[False][1]))

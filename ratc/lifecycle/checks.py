@@ -266,9 +266,14 @@ def check_stage(stage) -> None:
 
 def _check_corun(ops, c: _Ctx) -> None:
     """fsr: a co-running Recover follows its host -- the Forward or Backward issued before it,
-    with no receive between -- and each host, which carries `corun`, has exactly one."""
+    with no receive between -- and each host, which carries `corun`, has exactly one; only
+    a Recover co-running with a Backward streams into what it frees (`stream`)."""
     host, guests = None, 0
     for op in ops:
+        if "stream" in op.attributes and (op.attributes.get("placement") != "corun" or host is None
+                                          or host.name != "life.bwd"):
+            raise VerifyError(f"stage {c.p}: '{op.name}'{_where(op.attributes)} carries 'stream' but does not "
+                              f"co-run with a Backward", op)
         if op.name in HOST_OPS or op.name == "life.recv":
             if host is not None and guests != 1:
                 raise VerifyError(f"stage {c.p}: '{host.name}'{_where(host.attributes)} carries 'corun' "

@@ -12,19 +12,20 @@ PREF_MODES = {"bulk": ("bulk", "bulk"), "layerwise": ("layerwise", "bulk"), "dea
 
 
 def default_pipeline(pref: str, rec_buffers: int = 2, budget: str = "plan", codegen: bool = False,
-                     tiles: str = "") -> str:
+                     tiles: str = "", stream: bool = True) -> str:
     """The full lifecycle pipeline for a plan's prefetch policy, as pipeline text.
 
     With `codegen` the tasks are charged their generated kernels' cycles before the
     timing-driven passes (update-prefetch deadlines, FSR windows) place work; `tiles` is
-    its tile-choice option.
+    its tile-choice option. `stream` = False gives FSR's co-running Recovers buffers of their
+    own instead of streaming into what their host Backwards free.
     """
     from ratc.passes.base import format_option
 
     state, update = PREF_MODES[pref]
     kernels = (f"codegen{{tiles={format_option(tiles)}}}," if tiles else "codegen,") if codegen else ""
     return (f"lower-to-life,schedule-1f1b,{kernels}state-pipeline{{mode={state}}},update-prefetch{{mode={update}}},"
-            f"fsr{{rec-buffers={rec_buffers}}},memory-plan{{budget={budget}}}")
+            f"fsr{{rec-buffers={rec_buffers}{'' if stream else ',stream=false'}}},memory-plan{{budget={budget}}}")
 
 
 def compile_program(profile, cand, platform, options: dict | None = None) -> Module:
@@ -32,7 +33,7 @@ def compile_program(profile, cand, platform, options: dict | None = None) -> Mod
 
     options: `pipeline` (text; default from the candidate's pref policy), `codegen` (bool:
     include the codegen pass in the default pipeline; default: when the planner's execution
-    profile runs kernels), `tiles` (the codegen pass's tile choices), `rec_buffers`,
+    profile runs kernels), `tiles` (the codegen pass's tile choices), `rec_buffers`, `stream`,
     `budget` ('plan', 'none' or a size), `instrumentation` (a PassManager Instrumentation),
     `verify_each` (default True), `planner` (a Planner to reuse its cost caches).
     """
@@ -43,7 +44,7 @@ def compile_program(profile, cand, platform, options: dict | None = None) -> Mod
     codegen = options.get("codegen", planner is not None and planner.exec_profile.runs_kernels)
     text = options.get("pipeline") or default_pipeline(cand.pref, options.get("rec_buffers", 2),
                                                         options.get("budget", "plan"), codegen,
-                                                        options.get("tiles", ""))
+                                                        options.get("tiles", ""), options.get("stream", True))
     module = plan_module(profile, cand, platform, options.get("planner"))
     pm = PassManager(parse_pipeline(text), verify_each=options.get("verify_each", True),
                      instrumentation=options.get("instrumentation"), ctx=PassContext(platform=platform))

@@ -2,7 +2,8 @@
 
 Per-stage memory is register pressure over the issue order. Each result with a size is a
 buffer; an `inplace` op's last result continues its last operand's buffer. A buffer is
-allocated when its op issues (a co-running Recover's when its host does) and freed after
+allocated when its op issues (a co-running Recover's when its host does, or, streaming into
+what its host frees, after the host with the stream's headroom beside the host) and freed after
 its last use, except step state (parameters, optimizer state, and what step_end hands to
 the next step), which persists. While an op runs its inputs, outputs and operator
 workspace (`ws`) coexist.
@@ -11,8 +12,8 @@ Tiers fall out of live-range length (review, "Explicit lifetime-tiered memory
 management"): long = persists across steps; medium = spans more than one main task
 (checkpoints, gradient accumulators); short = dies within the next main task (recovery
 buffers, buckets, boundary transfers). Short buffers of the same kind reuse freed ones
-(best fit), so e.g. every recovery of a stage runs in one recovery buffer (two under FSR,
-where a Recover co-runs with a Backward that still reads its own). Under ZeRO >= 2 a
+(best fit), so e.g. every recovery of a stage runs in one recovery buffer (two under FSR
+without streaming, where a Recover co-runs with a Backward that still reads its own). Under ZeRO >= 2 a
 bucket stays live until the Backward that reuses its buffer issues (that Backward reads the
 token of the bucket's reduce-scatter), so a stage holds at most two buckets.
 """
@@ -69,8 +70,10 @@ def plan_stage(stage) -> StagePlan:
     hosts = corun_hosts(ops)
     for i, op in enumerate(ops):
         sizes = op.attributes.get("sizes", [])
-        # a co-running Recover (fsr) fills its buffer while its host runs
-        born = hosts.get(i, i)
+        # a co-running Recover (fsr) fills its buffer while its host runs -- unless it streams
+        # into what its host frees: then its buffer is whole when the host ends, and the host
+        # holds the stream's headroom meanwhile
+        born = i if "stream" in op.attributes else hosts.get(i, i)
         for j, v in enumerate(op.results):
             if op.attributes.get("inplace") and j == len(op.results) - 1 and op.operands[-1] in buf_of:
                 buf_of[v] = buf_of[op.operands[-1]]
@@ -110,7 +113,8 @@ def plan_stage(stage) -> StagePlan:
             b.tier = "medium"
     plan = StagePlan(stage.attributes["stage"], buffers)
     _assign_slots(buffers, plan)
-    _peak(ops, buffers, plan, {h: ops[g].attributes.get("ws") for g, h in hosts.items()})
+    _peak(ops, buffers, plan, {h: int(ops[g].attributes.get("ws") or 0) + int(ops[g].attributes.get("stream") or 0)
+                               for g, h in hosts.items()})
     freed: dict = {}
     for b in buffers:
         if b.dies < n:

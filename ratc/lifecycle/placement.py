@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from ratc.errors import RatcError
+from ratc.ir.attributes import ByteSize
 from ratc.lifecycle.checks import HOST_OPS, REC
 from ratc.lifecycle.schedule import main_task
 from ratc.lifecycle.timeline import estimate
@@ -110,7 +111,7 @@ def update_prefetch(pipe, mode: str) -> None:
     pipe.attributes["update"] = mode
 
 
-def fsr(pipe, plan, rec_buffers: int, clock: float | None = None) -> None:
+def fsr(pipe, plan, rec_buffers: int, clock: float | None = None, stream: bool = True) -> None:
     """Co-schedule each Recover with the compute task issued before it (Eq. 7).
 
     A Backward's first Recover moves from behind the wait for its gradient to right after
@@ -123,6 +124,8 @@ def fsr(pipe, plan, rec_buffers: int, clock: float | None = None) -> None:
     gets placement = "corun", `window` (its host's time alone) and `exposed` (what the
     pair adds). A host that itself reads a recovery buffer needs a second one: with
     rec-buffers = 1 such Recovers stay where they are, backward-time (placement = "bwd").
+    With `stream` such a Recover fills what its host frees as it goes instead: it gets
+    `stream`, the headroom over one buffer its host's unit needs (ratc.planner.corun).
     Under ZeRO-3 a co-running Recover's view is gathered one compute task earlier, so that
     it is there when its host starts.
     """
@@ -144,6 +147,9 @@ def fsr(pipe, plan, rec_buffers: int, clock: float | None = None) -> None:
             elif op.name == "life.recover":
                 if host is not None and (rec_buffers >= 2 or not _reads_recovery(host)):
                     view = _corun(host, op, units, clock)
+                    if stream and _reads_recovery(host):
+                        need = units[host.attributes["unit"]].attributes.get("stream", 0)
+                        op.attributes["stream"] = ByteSize(int(need))
                     if view is not None:
                         # gathered one compute task earlier, so that it is there when its host starts
                         target = host if before[id(host)] is None else before[id(host)]

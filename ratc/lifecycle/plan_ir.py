@@ -63,6 +63,8 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             # What the fsr pass co-schedules: per micro-batch, [compute s, DDR s, ...] of the
             # forward's and the backward's phases in execution order (ratc.planner.corun).
             "fph": _flat(u.fwd_phases, b), "bph": _flat(u.bwd_phases, b),
+            # ... and the headroom a Recover streaming into this unit's Backward needs
+            "stream": _b(b * u.stream),
         }
         ops.append(Operation("life.unit", attributes={k: _num(v) for k, v in attrs.items()}))
     attrs = {"model": profile.name, "platform": platform.name, "P": P, "D": D, "T": T, "Z": Z, "b": b,

@@ -81,6 +81,8 @@ class Fsr(Pass):
     name = "fsr"
     rec_buffers: int = option(2, "layer-sized recovery buffers: 2 lets every Recover co-run with the "
                                  "Backward before it; 1 only those whose host reads none (a Forward)")
+    stream: bool = option(True, "a Recover co-running with a Backward that reads a recovery buffer fills "
+                                "what that Backward frees: one buffer plus the unit's headroom, not two")
 
     def run(self, module: Module, ctx: PassContext) -> None:
         from ratc.platform import load_platform
@@ -95,7 +97,7 @@ class Fsr(Pass):
         try:
             if any("cycles" in op.attributes for s in pipe.region.ops for op in s.region.ops):
                 clock = (ctx.platform or load_platform(plan.attributes["platform"])).dsp.clock
-            placement.fsr(pipe, plan, self.rec_buffers, clock)
+            placement.fsr(pipe, plan, self.rec_buffers, clock, stream=self.stream)
         except RatcError as exc:
             raise PassError(str(exc)) from None
 

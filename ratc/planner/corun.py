@@ -16,8 +16,8 @@ optimal inside a cell (that cost is convex and homogeneous), so a schedule is a 
 path crossing cell edges, found by dynamic programming over K + 1 points per edge. The
 result is a feasible schedule (so an upper bound of the continuous optimum, converged to
 well under 1 % at K = 16 on the traced Transformer layers) and never above running the
-two one after the other. `corun_within` runs the same search op by op with the bytes the
-pair holds capped (a Recover streaming into the memory its Backward host frees).
+two one after the other. `corun_within` runs the same search with the bytes the pair holds
+capped (a Recover streaming into the memory its Backward host frees).
 """
 
 from __future__ import annotations
@@ -76,15 +76,16 @@ def corun(host, guest, points: int = EDGE_POINTS) -> float:
 def corun_within(host, guest, host_frees, guest_allocs, cap: float, points: int = EDGE_POINTS) -> float:
     """Makespan of corun(host, guest) while the bytes both hold stay within `cap`.
 
-    host, guest: per op (compute s, DDR s), not merged; host_frees[i]: bytes the host
-    releases when its op i ends (a Backward frees the activations op i saved); guest_allocs[j]:
-    bytes the guest allocates when its op j starts (a Recover re-creating op j's). The host
-    starts holding all of host_frees. Where the host, in its op i, and the guest, in its op j,
-    would hold more than cap, that cell of the plane is closed: the guest waits for the host
-    to free memory (or the host for the guest to finish). The y = 0 line (the guest not yet
-    started) and the x = end line (the host done) stay open, so the result is at most the
-    two run one after the other; cap = inf gives corun() on these unmerged ops (merged phases
-    can differ by the grid, under 1 %).
+    host, guest: per op or phase (compute s, DDR s), taken as given (not merged);
+    host_frees[i]: bytes the host releases when its op i ends (a Backward frees the
+    activations op i saved); guest_allocs[j]: bytes the guest allocates when its op j starts
+    (a Recover re-creating op j's). The host starts holding all of host_frees. Where the host,
+    in its op i, and the guest, in its op j, would hold more than cap, that cell of the plane
+    is closed: the guest waits for the host to free memory (or the host for the guest to
+    finish). The y = 0 line (the guest not yet started) and the x = end line (the host done)
+    stay open, so the result is at most the two run one after the other; cap = inf gives
+    corun() of the same items (corun would merge neighbours bound by one engine first, which
+    changes the grid by under 1 %).
     """
     host, frees = _timed_ops(host, host_frees, to_next=False)
     guest, allocs = _timed_ops(guest, guest_allocs, to_next=True)
@@ -98,6 +99,30 @@ def corun_within(host, guest, host_frees, guest_allocs, cap: float, points: int 
         raise ValueError(f"the guest alone makes {made[-1]:.6g} bytes, over the cap {cap:.6g}")
     open_ = held[:, None] + made[None, :] <= cap * (1 + 1e-12)
     return _corun(tuple(host), tuple(guest), points, tuple(map(tuple, open_.tolist())))
+
+
+def least_headroom(host, guest, host_frees, guest_allocs, rel: float = 1e-3) -> float:
+    """The least bytes over what the host holds at which corun_within is within `rel` of the
+    pair's uncapped co-run. Cells open only as the cap passes one of the sums held + made, so
+    the answer is one of those: a binary search over them (about seven co-runs)."""
+    _, frees = _timed_ops(host, host_frees, to_next=False)
+    _, allocs = _timed_ops(guest, guest_allocs, to_next=True)
+    if not len(frees) or not len(allocs):
+        return 0.0
+    held, made = np.cumsum(frees[::-1])[::-1], np.cumsum(allocs)
+    floor = max(0.0, made[-1] - held[0])              # the guest alone must fit
+    sums = (held[:, None] + made[None, :] - held[0]).ravel()
+    sums[np.abs(sums) <= 1e-12 * (held[0] + made[-1])] = 0.0     # rounding of equal sums
+    need = np.unique(np.maximum(np.concatenate([[0.0], sums]), floor))
+    target = corun_within(host, guest, host_frees, guest_allocs, np.inf) * (1 + rel)
+    lo, hi = 0, len(need) - 1          # need[hi] (every cell open) always meets the target
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if corun_within(host, guest, host_frees, guest_allocs, held[0] + need[mid]) <= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(need[lo])
 
 
 def _timed_ops(ops, nbytes, to_next: bool) -> tuple[list, np.ndarray]:

@@ -82,9 +82,11 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     # head's. Checkpointing recovers each layer right before its Backward: one buffer, never
     # at an edge (the head's Backward comes before its stage's first Recover, the
     # embedding's after the last). FSR co-runs a layer's Recover with the Backward before it
-    # (ratc.planner.corun), which still reads its own: two buffers at a decoder layer, one
-    # beside the head's Backward, which hosts the last layer's, and the embedding's, which
-    # hosts the next micro-batch's first in the cool-down (and their workspaces together).
+    # (ratc.planner.corun), which still reads its own: the Recover streams into what that
+    # Backward frees, so a decoder layer's moment holds one buffer plus the headroom the
+    # stream needs (stream_buf); one buffer beside the head's Backward, which hosts the last
+    # layer's, and the embedding's, which hosts the next micro-batch's first in the cool-down
+    # (and their workspaces together).
     # The head's saved activations die at its Backward too; the last stage holds one
     # micro-batch, so at a decoder layer's Backward they are gone.
     head = b * sc.head_saved
@@ -94,16 +96,22 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     stage = np.arange(sc.P)
     middle = (stage > 0) & (stage < sc.P - 1) & (c.M > 1)
     two = np.where(fsr & ((sc.n_dec >= 2) | middle), 2, 1)
-    rec = np.where(recovers, b * sc.rec_buf, 0.0) * two
+    rec = np.where(recovers, b * (sc.rec_buf + (two - 1) * sc.stream_buf), 0.0)
     rec_edge = np.where(fsr, b * (sc.rec_buf + sc.dec_workspace), 0.0)
     z3 = Z >= 3
     if np.any(z3):
-        z3_dec, z3_edge, z3_fwd = (x + zero for x in _zero3_views_and_buckets(sc, c, recovers, fsr, recipe))
+        z3_dec, z3_edge, z3_alone, z3_fwd = (x + zero for x in _zero3_views_and_buckets(sc, c, recovers, fsr, recipe))
     else:
-        z3_dec = z3_edge = z3_fwd = zero
+        z3_dec = z3_edge = z3_alone = z3_fwd = zero
     # ZeRO-3's views and buckets are counted per moment (a decoder layer's Backward or
     # Recover, an edge's Backward, or a Forward holding the last backward's two buckets).
-    vb_dec, vb_edge = np.where(z3, z3_dec, pair), np.where(z3, z3_edge, pair)
+    # An edge's Backward hosts a Recover (the head's always, the embedding's in the
+    # cool-down) -- or, the embedding's in the steady state, none, while the next Forward's
+    # view of it is gathered: the larger moment counts.
+    vb_dec, vb_host, vb_alone = np.where(z3, z3_dec, pair), np.where(z3, z3_edge, pair), np.where(z3, z3_alone, pair)
+    alone = vb_alone > rec_edge + vb_host
+    vb_edge = np.where(alone, vb_alone, vb_host)
+    rec_edge = np.where(alone, 0.0, rec_edge)
     dec_ws = b * sc.dec_workspace * two
     dec = rec + dec_ws + vb_dec
     edge = head + rec_edge + b * sc.edge_workspace + vb_edge
@@ -116,12 +124,13 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     fwd = np.where(z3 | hosting, head + f_rec + f_ws + vb_fwd, 0.0)
     at_edge = (edge > dec) & (edge >= fwd)
     at_fwd = (fwd > dec) & (fwd > edge)
-    activations = (held - head + np.where(at_edge | at_fwd, head, rec) + np.where(at_edge, b * sc.rec_buf * fsr, 0.0)
+    guest = fsr & ~alone       # a Recover co-runs with the edge's Backward
+    activations = (held - head + np.where(at_edge | at_fwd, head, rec) + np.where(at_edge & guest, b * sc.rec_buf, 0.0)
                    + np.where(at_fwd, f_rec, 0.0))
     vb = np.where(at_edge, vb_edge, np.where(at_fwd, vb_fwd, vb_dec))
     param_view = np.minimum(param_view, vb)
     grad_bucket = np.where(z3, vb - param_view, pair)
-    workspace = np.where(at_edge, b * sc.edge_workspace + np.where(fsr, b * sc.dec_workspace, 0.0),
+    workspace = np.where(at_edge, b * sc.edge_workspace + np.where(guest, b * sc.dec_workspace, 0.0),
                          np.where(at_fwd, f_ws, dec_ws))
     return StageMemory(params=params + zero, grads=grads + zero, optimizer=optimizer + zero,
                        activations=activations, boundary=boundary, grad_bucket=grad_bucket,
@@ -140,7 +149,11 @@ def _zero3_views_and_buckets(sc: StageCosts, c: CandidateBatch, recovers, fsr, r
     Backward(j) and gathers its view one task earlier: a Backward's moment adds j - 2's
     view, and a Forward hosting its stage's first Recover holds its own, that layer's and
     the next one's. Each maximized over the stage's decoder layers, and over its embedding
-    / head: the embedding's view and bucket are not both paired with it twice.
+    / head: the embedding's view and bucket are not both paired with it twice. Returns the
+    (decoder, edge hosting a Recover, embedding hosting none, Forward) moments: the
+    embedding's Backward hosts the next micro-batch's first Recover in the cool-down, where
+    the stage's last unit is gathered next, and none in the steady state (M > P), where the
+    next Forward gathers the embedding again.
     """
     u = sc.u_params if sc.u_params.ndim == 3 else sc.u_params[None]
     dec = (sc.u_dec if sc.u_dec.ndim == 3 else sc.u_dec[None]) > 0
@@ -153,13 +166,24 @@ def _zero3_views_and_buckets(sc: StageCosts, c: CandidateBatch, recovers, fsr, r
     is_last = np.arange(u.shape[-1]) == (n - 1)[..., None]
     many = np.asarray(c.M)[..., None] > 1
     pair = u + np.where(is_last, np.where(many, first, 0.0), right)
-    ahead = np.where(np.arange(u.shape[-1]) == 0, np.where(many, np.maximum(first, last_u), 0.0), left)
+    idx0 = np.arange(u.shape[-1]) == 0
+    ahead = np.where(idx0, np.where(many, np.maximum(first, last_u), 0.0), left)
+    # an edge's Backward hosting a Recover (at index 0, the embedding's in the cool-down: the
+    # next micro-batch's last unit is gathered next), or the embedding's with a Forward next
+    # (stage 0's steady state, M > P): that Forward's view of it
+    ahead_host = np.where(idx0, np.where(many, last_u, 0.0), left)
+    steady = np.asarray(c.M)[..., None] > sc.P
+    ahead_alone = np.where(steady, first, 0.0)
     # FSR: the view two tasks ahead (j - 2; at a stage's first two units the next micro-batch's
     # first Recovers', bounded by the stage's largest decoder layer)
     big = np.where(dec, u, 0.0).max(axis=-1, keepdims=True)
     two_back = np.concatenate([zero, zero, u[..., :-2]], axis=-1)[..., :u.shape[-1]]
     ahead2 = np.where(np.arange(u.shape[-1]) < 2, big, two_back)
-    bwd = (u + ahead + np.where(fsr, ahead2, 0.0)) * recipe.param_bytes + pair * recipe.grad_bytes
+
+    def at_backward(ahead_view):
+        return (u + ahead_view + np.where(fsr, ahead2, 0.0)) * recipe.param_bytes + pair * recipe.grad_bytes
+
+    bwd = at_backward(ahead)
     pz = np.zeros(pair.shape[:-1] + (1,))
     prev_pair = np.where(is_last, np.where(many, pair[..., :1], 0.0), np.concatenate([pair[..., 1:], pz], axis=-1))
     rec = np.where(np.asarray(recovers)[..., None] & dec, u * recipe.param_bytes + prev_pair * recipe.grad_bytes,
@@ -169,5 +193,6 @@ def _zero3_views_and_buckets(sc: StageCosts, c: CandidateBatch, recovers, fsr, r
     fwd = np.where(fsr, np.maximum(fwd, host), fwd)
     real = u > 0
     at_dec = np.where(real & dec, np.maximum(bwd, rec), 0.0).max(axis=-1)
-    at_edge = np.where(real & ~dec, bwd, 0.0).max(axis=-1)
-    return at_dec, at_edge, np.where(real, fwd, 0.0).max(axis=-1)
+    at_edge = np.where(real & ~dec, at_backward(ahead_host), 0.0).max(axis=-1)
+    alone = np.where(real & ~dec & idx0, at_backward(ahead_alone), 0.0).max(axis=-1)
+    return at_dec, at_edge, alone, np.where(real, fwd, 0.0).max(axis=-1)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ratc.errors import RatcError
 from ratc.frontend.profile import LayerProfile, ModelProfile, OpProfile
-from ratc.planner.corun import phases
+from ratc.planner.corun import least_headroom, phases
 
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i64": 8, "i32": 4, "bool": 1}
 
@@ -38,6 +38,11 @@ class UnitCost:
     kernels: "UnitKernels | None" = None   # the generated kernels it runs (ratc.codegen.op_kernels)
     fwd_phases: tuple = ()  # forward's ((compute s, DDR s), ...) in execution order (ratc.planner.corun)
     bwd_phases: tuple = ()  # backward's, ops in reverse order
+    # For a memory-capped co-run (corun_within): the forward's phases with the saved bytes
+    # each starts to make, the backward's with those each frees when it ends.
+    fwd_ops: tuple = ()     # ((compute s, DDR s, bytes made), ...)
+    bwd_ops: tuple = ()     # ((compute s, DDR s, bytes freed), ...)
+    stream: float = 0.0     # FSR: headroom over one layer when its Backward hosts a decoder Recover
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     saved = workspace = 0.0
     kf, kb, other_f, other_b = [], [], 0.0, 0.0
     ph_f, ph_b = [], []     # per op: [(compute, DDR)] of its kernels and its stream / roofline
+    op_saved, op_written = [], []
     for op in layer.ops:
         split = op_split(op, model.hidden)
         div = tp if split else 1
@@ -153,6 +159,8 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
                 other_f += max(c1, d1)
                 other_b += max(c2, d2)
         saved += op.saved_bytes / div
+        op_saved.append(op.saved_bytes / div)
+        op_written.append(op.bytes_written / div)
         if op.kind != "attention":
             # The attention backward keeps its score-gradient tiles in AM/SM (paper Alg. 1),
             # so only other ops need DDR scratch of their output size.
@@ -163,7 +171,48 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
                     saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
                     workspace=workspace, kernels=kernels,
                     fwd_phases=phases(x for op in ph_f for x in op),
-                    bwd_phases=phases(x for op in reversed(ph_b) for x in op))
+                    bwd_phases=phases(x for op in reversed(ph_b) for x in op),
+                    **_stream_ops(layer, ph_f, ph_b, op_saved, op_written))
+
+
+def _stream_ops(layer: LayerProfile, ph_f: list, ph_b: list, saved: list, written: list) -> dict:
+    """fwd_ops / bwd_ops of a unit: what a Recover makes when, what a Backward frees when.
+
+    An op's saved activations are freed when its backward ends. A recovery makes what the op
+    saves of its inputs when their producer starts, the rest when the op itself starts."""
+    index = {op.name: i for i, op in enumerate(layer.ops)}
+    made = [0.0] * len(layer.ops)
+    for i, op in enumerate(layer.ops):
+        inputs = [index[x] for x in op.inputs if x in index]
+        early = min(saved[i], sum(written[j] for j in inputs))
+        made[min(inputs + [i])] += early
+        made[i] += saved[i] - early
+    fwd = ((c, d, made[i] if q == 0 else 0.0) for i, ph in enumerate(ph_f) for q, (c, d) in enumerate(ph))
+    bwd = ((c, d, saved[i] if q == len(ph_b[i]) - 1 else 0.0)
+           for i in reversed(range(len(ph_b))) for q, (c, d) in enumerate(ph_b[i]))
+    return {"fwd_ops": _merged(fwd), "bwd_ops": _merged(bwd)}
+
+
+def _merged(ops) -> tuple:
+    """Consecutive (compute s, DDR s, bytes) bound by the same engine as one, as corun.phases
+    merges them (so the capped co-run runs on the timing model's grid): a run makes its
+    bytes when it starts and frees them when it ends, each at most early or late."""
+    out: list = []
+    for c, d, x in ops:
+        if out and (max(c, d) <= 0.0 or (out[-1][0] >= out[-1][1]) == (c >= d)):
+            out[-1] = (out[-1][0] + c, out[-1][1] + d, out[-1][2] + x)
+        else:
+            out.append((c, d, x))
+    return tuple(out)
+
+
+def stream_headroom(host: UnitCost, guest: UnitCost) -> float:
+    """Bytes over the host's saved activations at which a Recover of `guest`, streaming into
+    what the host's Backward frees, co-runs as fast as with a buffer of its own (0.1 %)."""
+    if not host.bwd_ops or not guest.fwd_ops:
+        return 0.0
+    return least_headroom([op[:2] for op in host.bwd_ops], [op[:2] for op in guest.fwd_ops],
+                          [op[2] for op in host.bwd_ops], [op[2] for op in guest.fwd_ops])
 
 
 def _kernel_time(exec_profile, calls, ddr: float) -> tuple[float, float]:
@@ -181,4 +230,8 @@ def model_units(model: ModelProfile, exec_profile, platform, tp: int) -> list[Un
     pre = unit_cost(model.pre, model, exec_profile, platform, tp, decoder=False)
     post = unit_cost(model.post, model, exec_profile, platform, tp, decoder=False)
     templates = {id(t): unit_cost(t, model, exec_profile, platform, tp, decoder=True) for t in model.layers}
+    # a decoder Backward may host the Recover of any decoder layer (the one below, or in the
+    # cool-down its stage's last): the headroom it needs for the hungriest
+    templates = {k: replace(u, stream=max(stream_headroom(u, g) for g in templates.values()))
+                 for k, u in templates.items()}
     return [pre] + [templates[id(t)] for t in model.decoder_layers()] + [post]

@@ -26,7 +26,8 @@ class UnitTable:
 
     @classmethod
     def of(cls, units) -> "UnitTable":
-        cols = {f: np.array([getattr(u, f) for u in units], dtype=float) for f in _SUM_FIELDS + ("ckpt_bytes", "workspace")}
+        cols = {f: np.array([getattr(u, f) for u in units], dtype=float)
+                for f in _SUM_FIELDS + ("ckpt_bytes", "workspace", "stream")}
         return cls(tuple(units), cols, np.array([u.decoder for u in units]), {})
 
 
@@ -61,6 +62,7 @@ class StageCosts:
     saved_full: np.ndarray         # full-save activation bytes
     ckpt: np.ndarray               # checkpoint bytes: decoder inputs + embedding/head activations
     rec_buf: np.ndarray            # one recovery buffer: the largest decoder layer's activations
+    stream_buf: np.ndarray         # FSR: headroom of a Recover streaming into its host Backward's (largest)
     workspace: np.ndarray          # largest non-attention op output
     dec_workspace: np.ndarray      # ... of the stage's decoder layers
     edge_workspace: np.ndarray     # ... of its embedding / head (0 without one)
@@ -116,7 +118,8 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> Stag
         max_layer_params=u_params.max(axis=1),
         view_pair=(u_params + nxt).max(axis=1), max_dec_params=np.where(dec_pad, u_params, 0.0).max(axis=1),
         saved_full=ssum(c["saved_bytes"]), ckpt=ssum(np.where(dec > 0, c["ckpt_bytes"], c["saved_bytes"])),
-        rec_buf=np.where(dec_pad, saved, 0.0).max(axis=1), workspace=ws.max(axis=1),
+        rec_buf=np.where(dec_pad, saved, 0.0).max(axis=1), stream_buf=np.where(dec_pad, pad(c["stream"]), 0.0).max(axis=1),
+        workspace=ws.max(axis=1),
         dec_workspace=np.where(dec_pad, ws, 0.0).max(axis=1), edge_workspace=np.where(edge, ws, 0.0).max(axis=1),
         edge_params=np.where(edge, u_params, 0.0).max(axis=1), head_saved=head_saved,
         bucket_pair=pair, bucket_pair1=pair1,
@@ -124,7 +127,8 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> Stag
 
 
 _ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "co_f", "co_b", "co_c", "params",
-           "n_dec", "max_layer_params", "view_pair", "max_dec_params", "saved_full", "ckpt", "rec_buf", "workspace",
+           "n_dec", "max_layer_params", "view_pair", "max_dec_params", "saved_full", "ckpt", "rec_buf", "stream_buf",
+           "workspace",
            "dec_workspace", "edge_workspace", "edge_params", "bucket_pair", "bucket_pair1", "head_saved")
 _UNIT_ARRAYS = ("u_params", "u_fwd", "u_bwd", "u_dec", "u_co")
 

@@ -39,7 +39,9 @@ _TASK = {"dur": "float", "res": "compute|ddr|link", "prio": "int", "sizes": "lis
 # `corun`: seconds a Recover co-running with this task (fsr) adds to it; `dur` and `cycles` include them.
 _COSTED = {"dc": "float", "dd": "float", "ws": "bytes", "kernels": "list<symref>?", "calls": "list<int>?",
            "cycles": "int?", "corun": "float?"}
-_PLACED = {"placement": "corun|bwd?", "window": "float?", "exposed": "float?"}
+# `stream`: a co-running Recover that fills the memory its host Backward frees, and the
+# headroom over that Backward's recovery buffer it needs (instead of a buffer of its own).
+_PLACED = {"placement": "corun|bwd?", "window": "float?", "exposed": "float?", "stream": "bytes?"}
 _DEADLINE = {"release": "float?", "deadline": "float?", "start": "float?", "exposed": "float?"}
 
 
@@ -90,7 +92,7 @@ LIFE.op("unit", "one layer (embedding, decoder layer or head) with its costs per
             "opt": "bytes", "grad": "bytes", "shard": "bytes", "bucket": "bytes", "view": "bytes", "sync": "float",
             "sync_kind": "all-reduce|reduce-scatter", "reduce": "float", "update": "float",
             "prefetch": "float", "gather": "float", "kfwd": "list?", "kbwd": "list?", "fwd_other": "float?",
-            "bwd_other": "float?", "fph": "list<float>?", "bph": "list<float>?"})
+            "bwd_other": "float?", "fph": "list<float>?", "bph": "list<float>?", "stream": "bytes?"})
 LIFE.op("kernel", "a generated kernel that tasks call (codegen pass); its code is kernels/<symbol>.rasm",
         symbol=True, attrs={"kind": "gemm|attn_bwd", "shape": "list<int>", "cycles": "int", "mac_util": "float",
                             "ddr_bytes": "int", "tiles": "dict"})

@@ -196,8 +196,10 @@ class _Translation:
                     t.frees = t.frees + (name,)
 
 
-def _buffers(tr, op, p, k, ids):
-    """Name the op's result buffers (new, or its last operand's when inplace) and note reads."""
+def _buffers(tr, op, p, k, ids, made=None):
+    """Name the op's result buffers (new, or its last operand's when inplace) and note reads;
+    `made`: the tasks at whose start the results become live, if not the op's."""
+    made = ids if made is None else made
     a = op.attributes
     sizes = a.get("sizes", [])
     results = op.results
@@ -214,8 +216,8 @@ def _buffers(tr, op, p, k, ids):
         while name in producer:
             name += "'"
         buffer[(k, v)] = name
-        producer[name] = ids
-        tr.allocs.append((name, size, ids))
+        producer[name] = made
+        tr.allocs.append((name, size, made))
     tr.reads.append((k, op, ids))
 
 
@@ -245,14 +247,23 @@ def _compute(tr, op, p, k, pos):
 
     A co-running Recover (fsr) holds no engine of its own: it starts with its host, the
     compute op before it, once its own operands are there too, and lasts as long as the
-    host, whose duration is the pair's; the stream goes on after the host."""
+    host, whose duration is the pair's; the stream goes on after the host. One that streams
+    into what its host frees (`stream`) holds only that headroom while it runs; its result
+    becomes live when it ends (a zero-time marker task), as its host's is released."""
     deps = tr.operand_deps(op, k)
     a = op.attributes
     if a.get("placement") == "corun":
         host_deps, cycles, corun = tr.hosts[p]
         ids = tr.add(op, p, k, (), cycles, lambda r: host_deps(r) + deps(r), pos, corun)
         tr.produce(op, k, ids)
-        _buffers(tr, op, p, k, ids)
+        if "stream" in a:
+            whole = tr.add(op, p, k, (), 0, lambda r: (ids[r],), pos)
+            _buffers(tr, op, p, k, ids, made=whole)
+            name = f"s{k}.{op.results[0].name or 'v'}.stream"
+            tr.producer[name] = ids
+            tr.allocs.append((name, int(a["stream"]), ids))
+        else:
+            _buffers(tr, op, p, k, ids)
         return
     chain = tr.chains[p]
     # After codegen a task runs for exactly its kernels' cycles (plus the rest, rounded once).
