@@ -29,36 +29,36 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ratc.frontend.presets import trace_preset  # noqa: E402
-from ratc.planner.corun import corun_within, solo  # noqa: E402
+from ratc.planner.corun import solo  # noqa: E402
+from ratc.planner.opcost import stream_corun  # noqa: E402
 from ratc.planner.search import Planner  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from table2 import PAPER  # noqa: E402
+
 MODELS = ("llama2-7b", "llama2-13b", "baichuan2-13b", "qwen2.5-32b", "llama2-70b")
-# The paper's FSR peak minus its Backward Ckpt peak at the same configuration (Table 2).
-PAPER_DELTA_GB = {"llama2-13b": 15.84 - 15.73, "qwen2.5-32b": 14.71 - 14.50}
 
 
-def layer_ops(name: str, platform, seq_len: int = 2048):
-    """The planner's cost of one decoder layer (ratc.planner.opcost.UnitCost), op by op."""
+def paper_delta_gb(name: str) -> float | None:
+    """The paper's FSR peak minus its Backward Ckpt peak at the same configuration (Table 2)."""
+    rows = PAPER.get(name)
+    return None if rows is None else rows["ratrain"][1] - rows["backward-ckpt"][1]
+
+
+def decoder_unit(name: str, platform, seq_len: int = 2048):
+    """The planner's cost of one decoder layer (ratc.planner.opcost.UnitCost)."""
     return next(u for u in Planner(trace_preset(name, seq_len), platform).units(1).units if u.decoder)
 
 
-def pair(unit, delta: float) -> float:
-    """Seconds of the Backward (host) and the Recover (guest) co-run within one layer + delta
-    (delta = inf: two buffers, on the same op-by-op grid)."""
-    host, guest = [op[:2] for op in unit.bwd_ops], [op[:2] for op in unit.fwd_ops]
-    frees, made = [op[2] for op in unit.bwd_ops], [op[2] for op in unit.fwd_ops]
-    return corun_within(host, guest, frees, made, sum(frees) + delta)
-
-
 def row(name: str, platform) -> dict:
-    """The columns of one model's row."""
-    unit = layer_ops(name, platform)
+    """The columns of one model's row: a decoder layer's Backward hosting the Recover of the
+    layer below (the same template), with two buffers (inf) and within one layer + delta."""
+    unit = decoder_unit(name, platform)
     host, rec = solo(op[:2] for op in unit.bwd_ops), solo(op[:2] for op in unit.fwd_ops)
-    two = pair(unit, np.inf)
     out = {"model": name, "layer_gb": unit.saved_bytes / 1e9, "host": host, "recover": rec,
-           "two": two, "zero": pair(unit, 0.0), "paper_gb": PAPER_DELTA_GB.get(name)}
-    out["paper"] = None if out["paper_gb"] is None else pair(unit, out["paper_gb"] * 1e9)
-    out["need_gb"] = unit.stream / 1e9
+           "two": stream_corun(unit, unit, np.inf), "zero": stream_corun(unit, unit, 0.0),
+           "paper_gb": paper_delta_gb(name), "need_gb": unit.stream / 1e9}
+    out["paper"] = None if out["paper_gb"] is None else stream_corun(unit, unit, out["paper_gb"] * 1e9)
     return out
 
 

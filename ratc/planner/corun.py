@@ -32,15 +32,20 @@ EDGE_POINTS = 16     # crossing points per cell edge, minus one
 def phases(ops) -> tuple:
     """((compute s, DDR s), ...) of ops in execution order, consecutive ops bound by the same
     engine merged (which keeps every solo time: a sum of maxima of one side) and empty ops dropped."""
+    return tuple((c, d) for c, d, _ in merged_runs((c, d, 0.0) for c, d in ops) if max(c, d) > 0.0)
+
+
+def merged_runs(ops) -> tuple:
+    """(compute s, DDR s, bytes) items with consecutive ones bound by the same engine summed,
+    as `phases` merges them; an empty item joins the run before it (or opens one). With
+    bytes made at a run's start or freed at its end, each is at most early or late."""
     out: list = []
-    for c, d in ops:
-        c, d = float(c), float(d)
-        if max(c, d) <= 0.0:
-            continue
-        if out and (out[-1][0] >= out[-1][1]) == (c >= d):
-            out[-1] = (out[-1][0] + c, out[-1][1] + d)
+    for c, d, x in ops:
+        c, d, x = float(c), float(d), float(x)
+        if out and (max(c, d) <= 0.0 or (out[-1][0] >= out[-1][1]) == (c >= d)):
+            out[-1] = (out[-1][0] + c, out[-1][1] + d, out[-1][2] + x)
         else:
-            out.append((c, d))
+            out.append((c, d, x))
     return tuple(out)
 
 

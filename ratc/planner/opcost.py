@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from ratc.errors import RatcError
 from ratc.frontend.profile import LayerProfile, ModelProfile, OpProfile
-from ratc.planner.corun import least_headroom, phases
+from ratc.planner.corun import corun_within, least_headroom, merged_runs, phases
 
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i64": 8, "i32": 4, "bool": 1}
 
@@ -190,20 +190,15 @@ def _stream_ops(layer: LayerProfile, ph_f: list, ph_b: list, saved: list, writte
     fwd = ((c, d, made[i] if q == 0 else 0.0) for i, ph in enumerate(ph_f) for q, (c, d) in enumerate(ph))
     bwd = ((c, d, saved[i] if q == len(ph_b[i]) - 1 else 0.0)
            for i in reversed(range(len(ph_b))) for q, (c, d) in enumerate(ph_b[i]))
-    return {"fwd_ops": _merged(fwd), "bwd_ops": _merged(bwd)}
+    # merged as the timing model's phases are, so the capped co-run runs on its grid
+    return {"fwd_ops": merged_runs(fwd), "bwd_ops": merged_runs(bwd)}
 
 
-def _merged(ops) -> tuple:
-    """Consecutive (compute s, DDR s, bytes) bound by the same engine as one, as corun.phases
-    merges them (so the capped co-run runs on the timing model's grid): a run makes its
-    bytes when it starts and frees them when it ends, each at most early or late."""
-    out: list = []
-    for c, d, x in ops:
-        if out and (max(c, d) <= 0.0 or (out[-1][0] >= out[-1][1]) == (c >= d)):
-            out[-1] = (out[-1][0] + c, out[-1][1] + d, out[-1][2] + x)
-        else:
-            out.append((c, d, x))
-    return tuple(out)
+def _stream_pair(host: UnitCost, guest: UnitCost) -> tuple:
+    """corun_within's (host phases, guest phases, host frees, guest allocations) for a Recover
+    of `guest` co-running with the Backward of `host`."""
+    return ([op[:2] for op in host.bwd_ops], [op[:2] for op in guest.fwd_ops],
+            [op[2] for op in host.bwd_ops], [op[2] for op in guest.fwd_ops])
 
 
 def stream_headroom(host: UnitCost, guest: UnitCost) -> float:
@@ -211,8 +206,13 @@ def stream_headroom(host: UnitCost, guest: UnitCost) -> float:
     what the host's Backward frees, co-runs as fast as with a buffer of its own (0.1 %)."""
     if not host.bwd_ops or not guest.fwd_ops:
         return 0.0
-    return least_headroom([op[:2] for op in host.bwd_ops], [op[:2] for op in guest.fwd_ops],
-                          [op[2] for op in host.bwd_ops], [op[2] for op in guest.fwd_ops])
+    return least_headroom(*_stream_pair(host, guest))
+
+
+def stream_corun(host: UnitCost, guest: UnitCost, headroom: float) -> float:
+    """Seconds of that pair with `headroom` bytes over the host's (inf: a buffer of its own)."""
+    h, g, frees, made = _stream_pair(host, guest)
+    return corun_within(h, g, frees, made, sum(frees) + headroom)
 
 
 def _kernel_time(exec_profile, calls, ddr: float) -> tuple[float, float]:

@@ -259,11 +259,12 @@ def _compute(tr, op, p, k, pos):
         if "stream" in a:
             whole = tr.add(op, p, k, (), 0, lambda r: (ids[r],), pos)
             _buffers(tr, op, p, k, ids, made=whole)
-            name = f"s{k}.{op.results[0].name or 'v'}.stream"
-            while name in tr.producer:
-                name += "'"
-            tr.producer[name] = ids
-            tr.allocs.append((name, int(a["stream"]), ids))
+            if int(a["stream"]) > 0:
+                name = f"s{k}.{op.results[0].name or 'v'}.stream"
+                while name in tr.producer:
+                    name += "'"
+                tr.producer[name] = ids
+                tr.allocs.append((name, int(a["stream"]), ids))
         else:
             _buffers(tr, op, p, k, ids)
         return
