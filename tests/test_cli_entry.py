@@ -1,0 +1,51 @@
+"""The `ratc` command as a process: its fast exit keeps every byte of output and the exit code."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ratc.cli.main import main
+
+GOLDEN = Path(__file__).parent / "golden"
+RATC = [sys.executable, "-m", "ratc.cli.main"]
+# Buffered stdout, as for a user's shell: with PYTHONUNBUFFERED nothing waits to be flushed.
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+
+def ratc(*args):
+    return subprocess.run([*RATC, *args], capture_output=True, text=True, env=ENV)
+
+
+def life_module(tmp_path) -> Path:
+    """A golden scheduled program as an .ir file."""
+    src = tmp_path / "program.ir"
+    src.write_text((GOLDEN / "life" / "tiny_p2_d2_z2_fsr.all.expected").read_text())
+    return src
+
+
+def test_piped_output_is_complete(tmp_path, capsys):
+    """Many small prints (still in the stdout buffer at exit) and one large one arrive whole."""
+    for args in (["passes"], ["opt", str(life_module(tmp_path)), "-p", "verify"]):
+        assert main(args) == 0
+        expected = capsys.readouterr().out
+        proc = ratc(*args)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == expected
+    assert len(expected) > 4 * 8192
+
+
+def test_user_error_exits_1_with_one_message(tmp_path):
+    proc = ratc("opt", str(tmp_path / "missing.ir"))
+    assert proc.returncode == 1
+    assert proc.stderr == f"ratc: error: {tmp_path / 'missing.ir'}: no such file\n"
+    assert proc.stdout == ""
+
+
+def test_written_files_survive_the_exit(tmp_path):
+    src = life_module(tmp_path)
+    out = tmp_path / "o.ir"
+    proc = ratc("opt", str(src), "-p", "verify", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert main(["opt", str(src), "-p", "verify", "-o", str(tmp_path / "in_process.ir")]) == 0
+    assert out.read_text() == (tmp_path / "in_process.ir").read_text()
