@@ -1,5 +1,6 @@
-"""Shared test setup: put tests/ on the path and register the test dialect once."""
+"""Shared test setup: put tests/ on the path, register the test dialect once, and a lazier GC."""
 
+import gc
 import sys
 from pathlib import Path
 
@@ -13,3 +14,7 @@ import tempfile  # noqa: E402
 # Kernel timings are cached on disk (ratc.codegen.kernel_cache); tests use a fresh cache of
 # their own instead of the user's ~/.cache/ratc, unless one is set explicitly.
 os.environ.setdefault("RATC_CACHE_DIR", tempfile.mkdtemp(prefix="ratc-test-cache-"))
+
+# As the `ratc` command does (ratc.cli.main.run): the suite builds large long-lived IR and
+# VM programs, which CPython's default thresholds re-scan for a fifth of its run time.
+gc.set_threshold(200_000, 30, 30)
