@@ -12,7 +12,6 @@ Both paths build ops from the same recipes, so they cannot disagree.
 
 from __future__ import annotations
 
-import gc
 import json
 import re
 from functools import lru_cache
@@ -22,6 +21,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import VisitError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from ratc.errors import LocatedError, SourceLocation
+from ratc.gcpause import gc_paused
 from ratc.ir.attributes import ByteSize, SymbolRef
 from ratc.ir.core import Block, Module, Operation
 from ratc.ir.types import parse_type
@@ -435,18 +435,12 @@ def _syntax_error(exc: UnexpectedInput, b: _Builder) -> LocatedError:
 
 def parse_module(text: str, filename: str = "<input>") -> Module:
     """Parse IR text into a Module; syntax and name errors raise LocatedError."""
-    # Building a large graph of fresh objects makes the cyclic GC rescan them over and
-    # over (a quarter of the parse time); nothing parsed is garbage until we return.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    # nothing parsed is garbage until we return (the GC pass was a quarter of the parse)
+    with gc_paused():
         try:
             return _parse_lines(text, filename)
         except _NotLineStructured:
             return _parse_general(text, filename)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def parse_file(path: str | Path) -> Module:

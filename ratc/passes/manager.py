@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ratc.errors import RatcError
+from ratc.gcpause import gc_paused
 from ratc.ir.core import Module
 from ratc.ir.printer import print_module
 from ratc.ir.verifier import VerifyError, verify
@@ -63,6 +64,10 @@ class PassManager:
 
     def run(self, module: Module) -> Module:
         """Run every pass; raises PassFailure naming the pass that failed."""
+        with gc_paused():
+            return self._run(module)
+
+    def _run(self, module: Module) -> Module:
         inst = self.inst
         if self.verify_each:
             verify(module)

@@ -18,9 +18,8 @@ update-prefetch (one step-end phase) for the stage's step_end.
 
 from __future__ import annotations
 
-import gc
-
 from ratc.errors import RatcError
+from ratc.gcpause import gc_paused
 from ratc.lifecycle.lowering import find_pipeline, find_plan
 from ratc.vm.system.collectives import ring_of_steps
 from ratc.vm.system.program import Program, ProgramError
@@ -357,12 +356,6 @@ def translate(module, platform, steps: int = 2, symmetric: bool = True, macs_per
     """
     if steps < 1:
         raise RatcError(f"steps must be at least 1, got {steps}")
-    # Like the engine, this builds many long-lived small objects; cyclic GC over them
-    # costs more than the translation itself and frees nothing.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    # many long-lived small objects: cyclic GC over them cost more than the translation
+    with gc_paused():
         return _Translation(module, platform, steps, symmetric, macs_per_step, budget).run()
-    finally:
-        if enabled:
-            gc.enable()

@@ -1,0 +1,45 @@
+"""gc_paused: no automatic collection inside, the collector's state restored after."""
+
+import gc
+
+import pytest
+
+from ratc.gcpause import gc_paused
+
+
+def test_nested_pauses_restore_the_outer_state():
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()          # the inner pause leaves it to the outer one
+    assert gc.isenabled()
+
+
+def test_enabled_again_after_an_error():
+    with pytest.raises(ValueError):
+        with gc_paused():
+            raise ValueError("inside")
+    assert gc.isenabled()
+
+
+def test_a_disabled_collector_stays_disabled():
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_an_explicit_collection_still_frees_cycles_inside():
+    class Node:
+        pass
+
+    with gc_paused():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        del a, b
+        assert gc.collect() > 0
