@@ -64,6 +64,22 @@ def test_time_passes_table(capsys):
     assert re.search(r"\d+\.\d+ s\s+\d+\.\d%\s+cse", err) and re.search(r"Total", err)
 
 
+def test_progress_hook_sees_each_pass_before_it_runs():
+    from ratc.ir import parse_module
+    from ratc.passes import PassManager, parse_pipeline
+    from ratc.passes.manager import Instrumentation
+
+    seen = []
+    module = parse_module((GOLDEN / "cse_dce.ir").read_text())
+    ops = lambda: len(list(module.walk()))    # noqa: E731
+    before = ops()
+    inst = Instrumentation(progress=lambda i, n, p: seen.append((i, n, p.name, ops())))
+    PassManager(parse_pipeline("cse,dce"), instrumentation=inst).run(module)
+    # called before each pass: cse merges ops after the first call, dce erases after the second
+    assert seen == [(1, 2, "cse", before), (2, 2, "dce", seen[1][3])]
+    assert before > seen[1][3] > ops()
+
+
 def test_stdin_and_stdout(monkeypatch, capsys):
     text = (GOLDEN / "dce_chain.ir").read_text()
     monkeypatch.setattr(sys, "stdin", io.StringIO(text))

@@ -1,6 +1,8 @@
 """`ratc compile` end to end: trace, plan, schedule, program directory, VM run, tamper checks."""
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -176,3 +178,31 @@ def test_kernel_spot_check_detects_wrong_numbers(monkeypatch):
 
     monkeypatch.setattr(kernel_vm, "run_program", off_by_one)
     assert not check_kernel(kernel.program, platform, (32, 16, 24), seed=1).ok
+
+
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal."""
+
+    def isatty(self):
+        return True
+
+
+def test_compile_shows_its_phases_on_a_terminal(tmp_path, monkeypatch, capsys):
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    assert main(TINY + ["-o", str(tmp_path / "p")]) == 0
+    shown = term.getvalue()
+    passes = ["lower-to-life", "schedule-1f1b", "codegen", "state-pipeline", "update-prefetch", "fsr", "memory-plan"]
+    at = [shown.index(f"pass {i}/7, {name} ...") for i, name in enumerate(passes, 1)]
+    assert at == sorted(at)
+    for text in (f"tracing {EXAMPLE} ...", f"writing {tmp_path / 'p'} ...", "on the system VM ..."):
+        assert text in shown
+    assert shown.index("tracing") < at[0] < shown.index("writing") < shown.index("on the system VM")
+
+
+def test_no_status_lines_off_a_terminal(tmp_path, capsys):
+    assert main(TINY + ["-o", str(tmp_path / "p"), "--no-run"]) == 0
+    err = capsys.readouterr().err
+    assert " ..." not in err and "\r" not in err
+    assert err == f"compiled tiny: {json.loads((tmp_path / 'p' / 'plan.json').read_text())['top'][0]['label']} " \
+                  f"-> {tmp_path / 'p'}\nwrote {tmp_path / 'p'}; simulate it with `ratc run {tmp_path / 'p'}`\n"

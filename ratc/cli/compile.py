@@ -94,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.emit is None and args.clusters is None and not args.plan:
         raise RatcError("ratc compile: give --clusters N (or --plan CONFIG), or --emit=graph to stop after tracing")
-    profile = trace_inputs(args)
+    from ratc.cli.progress import phase
+
+    with phase(f"tracing {args.hf_config or args.model}"):
+        profile = trace_inputs(args)
     unmodeled = profile.meta.get("unmodeled_ops") or []
     if unmodeled:
         print(f"ratc: warning: no cost formula for {', '.join(unmodeled)}; "
@@ -149,6 +152,7 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
 
     from ratc.cli.pass_options import instrumentation
     from ratc.cli.plan import make_planner
+    from ratc.cli.progress import phase
     from ratc.ir import print_module
     from ratc.lifecycle import compile_program, format_pipeline
     from ratc.lifecycle.lowering import find_pipeline
@@ -159,26 +163,29 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
     cand, result = choose_candidate(args, planner)
     if args.tiles and not planner.exec_profile.runs_kernels:
         raise RatcError("--tiles sets the codegen pass's tiles; it runs with --exec-profile kernel-vm only")
-    module = compile_program(profile, cand, planner.platform, {
-        "planner": planner, "verify_each": not args.no_verify, "tiles": args.tiles,
-        "instrumentation": instrumentation(args, command),
-        # A forced plan may not fit; the VM, not the compiler, reports that.
-        "budget": "none" if args.plan else "plan"})
+    inst = instrumentation(args, command)
+    with phase(f"compiling {cand.label()}") as show:
+        inst.progress = lambda i, n, p: show(f"compiling {cand.label()}: pass {i}/{n}, {p.name}")
+        module = compile_program(profile, cand, planner.platform, {
+            "planner": planner, "verify_each": not args.no_verify, "tiles": args.tiles, "instrumentation": inst,
+            # A forced plan may not fit; the VM, not the compiler, reports that.
+            "budget": "none" if args.plan else "plan"})
     outdir = Path(args.output or Path("out") / profile.name)
-    files = {
-        "model.ir": _header(command + " --emit=graph", profile) + _emit_graph(profile),
-        "program.ir": print_module(module),
-        "schedule.txt": format_pipeline(find_pipeline(module)) + "\n",
-        "platform.toml": planner.platform.text,
-    }
-    if result is not None:
-        files["plan.json"] = render_json(result, profile.seq_len, top=20, with_explain=True)
-    # The tasks' times rest on the codegen pass's kernels, so the program carries their code.
-    from ratc.codegen.program_kernels import program_files
+    with phase(f"writing {outdir}"):
+        files = {
+            "model.ir": _header(command + " --emit=graph", profile) + _emit_graph(profile),
+            "program.ir": print_module(module),
+            "schedule.txt": format_pipeline(find_pipeline(module)) + "\n",
+            "platform.toml": planner.platform.text,
+        }
+        if result is not None:
+            files["plan.json"] = render_json(result, profile.seq_len, top=20, with_explain=True)
+        # The tasks' times rest on the codegen pass's kernels, so the program carries their code.
+        from ratc.codegen.program_kernels import program_files
 
-    files.update(program_files(module, planner.platform))
-    meta = {"command": command, "model": profile.name, "config": cand.label(),
-            "platform": planner.platform.name, "exec_profile": args.exec_profile}
-    write_program(outdir, files, meta)
+        files.update(program_files(module, planner.platform))
+        meta = {"command": command, "model": profile.name, "config": cand.label(),
+                "platform": planner.platform.name, "exec_profile": args.exec_profile}
+        write_program(outdir, files, meta)
     print(f"compiled {profile.name}: {cand.label()} -> {outdir}", file=sys.stderr)
     return outdir, module

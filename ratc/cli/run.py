@@ -113,6 +113,7 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
     import json
 
     from ratc.cli.io import write_output
+    from ratc.cli.progress import phase
     from ratc.ir import verify
     from ratc.ir.dialects.graph import profile_from_module
     from ratc.lifecycle.lowering import find_plan
@@ -138,19 +139,22 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
         if args.plan:
             if profile is None:
                 raise RatcError(f"{args.outdir}: --plan needs the model's graph IR in the program, and there is none")
-            module = compile_candidate(profile, parse_config(args.plan), platform)
+            with phase(f"compiling {args.plan}"):
+                module = compile_candidate(profile, parse_config(args.plan), platform)
         else:
-            module = _find(program, "life.pipeline")
-            if module is None:
-                raise RatcError(f"{args.outdir}: no scheduled life program (a file with a life.pipeline); "
-                                "compile one with `ratc compile`")
-            verify(module)
+            with phase(f"reading {args.outdir}"):
+                module = _find(program, "life.pipeline")
+                if module is None:
+                    raise RatcError(f"{args.outdir}: no scheduled life program (a file with a life.pipeline); "
+                                    "compile one with `ratc compile`")
+                verify(module)
     plan = find_plan(module).attributes
     cand = Candidate(plan["P"], plan["D"], plan["T"], plan["Z"], plan["b"], plan["M"], plan["act"], plan["pref"])
     macs = model_macs(profile) * cand.global_batch if profile is not None else 0.0
     try:
-        tl, res = run_module(module, platform, macs, steps=args.steps, symmetric=not args.explicit_replicas,
-                             budget=None if args.no_memory_limit else "plan")
+        with phase(f"simulating {args.steps} step{'s' if args.steps > 1 else ''} of {cand.label()} on the system VM"):
+            tl, res = run_module(module, platform, macs, steps=args.steps, symmetric=not args.explicit_replicas,
+                                 budget=None if args.no_memory_limit else "plan")
     except OutOfMemory as exc:
         if args.json:
             write_output(args.output, json.dumps({"config": cand.label(), "out_of_memory": exc.as_dict()},

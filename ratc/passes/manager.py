@@ -6,7 +6,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, TextIO
 
 from ratc.errors import RatcError
 from ratc.gcpause import gc_paused
@@ -29,6 +29,8 @@ class Instrumentation:
     time_passes: bool = False
     input_name: str = "<input>"
     stream: TextIO = field(default_factory=lambda: sys.stderr)
+    # called as progress(i, n, pass) before the i-th of n passes runs (a status line)
+    progress: Callable[[int, int, Pass], None] | None = None
 
 
 class PassFailure(RatcError):
@@ -75,6 +77,8 @@ class PassManager:
             inst.dump_dir.mkdir(parents=True, exist_ok=True)
             _write(inst.dump_dir / "00_input.ir", print_module(module))
         for i, p in enumerate(self.passes, 1):
+            if inst.progress is not None:
+                inst.progress(i, len(self.passes), p)
             before = print_module(module) if inst.print_after_change else None
             if p.name in inst.print_before:
                 inst.stream.write(dump_header("Before", p) + print_module(module))

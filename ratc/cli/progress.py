@@ -1,0 +1,22 @@
+"""A status line on stderr for the long phases of a command, on terminals only."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+
+@contextlib.contextmanager
+def phase(text: str):
+    """Show `text` while the block runs (cleared after it); yields set(text) to change it.
+
+    Nothing is written when stderr is not a terminal (pipes, CI, tests), so logs and
+    captured output stay exactly as without it.
+    """
+    from tqdm import tqdm
+
+    bar = tqdm(total=None, desc=text, bar_format="{desc} ...", leave=False, disable=None, file=sys.stderr)
+    try:
+        yield bar.set_description_str
+    finally:
+        bar.close()
