@@ -192,6 +192,12 @@ def test_fixed_pipeline(mt3000):
         planner.plan(8, 64, pipeline=3)
     with pytest.raises(RatcError, match="positive integer or 'any', got 0"):
         planner.plan(8, 64, pipeline=0)
+    # a P that no D x T completes to the cluster count is named as such, with counts that work
+    with pytest.raises(RatcError, match=r"^5 clusters cannot be split into P x D x T with P=2 and T in \[1\]; "
+                                        r"nearby cluster counts that can: 4, 6, 2, 8$"):
+        planner.plan(5, 64, pipeline=2)
+    with pytest.raises(RatcError, match=r"^pipeline degree P=5 exceeds the model's 4 layers \(P <= 4\)$"):
+        planner.plan(5, 64, pipeline=5)
     assert planner.min_clusters(64, pipeline=4, limit=64).clusters % 4 == 0
 
 

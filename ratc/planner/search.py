@@ -162,6 +162,19 @@ class Planner:
                         f"possible on {clusters} clusters (D in {ds}); the next batches that are: "
                         f"{', '.join(map(str, fits[:4]))}")
 
+    def _check_fixed_pipeline(self, clusters: int, strategy: Strategy, P: int) -> None:
+        """For a request with no candidate at all: raise if the fixed P is what cannot split
+        the cluster count (P x D x T), naming counts it can."""
+        if P > self.layers:
+            raise RatcError(f"pipeline degree P={P} exceeds the model's {self.layers} layers (P <= {self.layers})")
+        if any(clusters % (P * T) == 0 for T in strategy.tp):
+            return
+        near = sorted({n for T in strategy.tp for n in range(P * T, clusters + 2 * P * T, P * T)},
+                      key=lambda n: (abs(n - clusters), n))
+        raise RatcError(f"{clusters} clusters cannot be split into P x D x T with P={P} and T in "
+                        f"{list(strategy.tp)}; nearby cluster counts that can: "
+                        f"{', '.join(map(str, near[:4]))}")
+
     # -- costing -------------------------------------------------------------------
     def _stacked(self, cands: list):
         keys = sorted({(c.T, c.balance) for c in cands})
@@ -224,6 +237,8 @@ class Planner:
         start = time.perf_counter()
         groups = self.space(clusters, global_batch, strat)
         if not groups:
+            if pipeline not in (None, "any"):
+                self._check_fixed_pipeline(clusters, strat, _check_pipeline(pipeline))
             self.check_request(clusters, global_batch, strat)
         P, source, why = self._pipeline(clusters, global_batch, strat, pipeline)
         if source == "ratrain" and P not in groups:   # e.g. P x T > N
