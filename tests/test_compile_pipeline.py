@@ -200,6 +200,15 @@ def test_compile_shows_its_phases_on_a_terminal(tmp_path, monkeypatch, capsys):
     assert shown.index("tracing") < at[0] < shown.index("writing") < shown.index("on the system VM")
 
 
+def test_no_status_line_over_ir_dumps(tmp_path, monkeypatch):
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    assert main(TINY + ["-o", str(tmp_path / "p"), "--no-run", "--print-ir-after-all"]) == 0
+    shown = term.getvalue()
+    assert "IR Dump After memory-plan" in shown and "pass 1/7" not in shown
+    assert shown.index("tracing") < shown.index("IR Dump After lower-to-life")
+
+
 def test_no_status_lines_off_a_terminal(tmp_path, capsys):
     assert main(TINY + ["-o", str(tmp_path / "p"), "--no-run"]) == 0
     err = capsys.readouterr().err

@@ -164,7 +164,7 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
     if args.tiles and not planner.exec_profile.runs_kernels:
         raise RatcError("--tiles sets the codegen pass's tiles; it runs with --exec-profile kernel-vm only")
     inst = instrumentation(args, command)
-    with phase(f"compiling {cand.label()}") as show:
+    with phase(f"compiling {cand.label()}", enabled=not inst.prints()) as show:
         inst.progress = lambda i, n, p: show(f"compiling {cand.label()}: pass {i}/{n}, {p.name}")
         module = compile_program(profile, cand, planner.platform, {
             "planner": planner, "verify_each": not args.no_verify, "tiles": args.tiles, "instrumentation": inst,

@@ -70,15 +70,14 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
     """The `ratc` command: main() with a lazier cyclic GC, then a fast exit.
 
-    A compile builds millions of long-lived objects (IR, VM tasks) and little cyclic
-    garbage. With CPython's default thresholds the collector re-scans them some 180 times
-    (14 % of a compile); collecting the young generation every 200,000 allocations instead
-    of 700, as mypy does, leaves about 1 s of it and the same peak memory.
-
-    A compile leaves millions of objects behind (IR, VM timeline, torch's modules); freeing
-    them one by one at interpreter shutdown takes about 2 s and does nothing useful, since
-    every output is written and closed by then. So after the exit handlers (which close
-    what libraries registered) and a flush of stdout / stderr, the process ends at once.
+    A compile makes millions of long-lived objects (IR, VM tasks, torch's modules) and
+    little cyclic garbage. CPython's default thresholds had the collector re-scan them some
+    180 times (14 % of a compile); collecting the young generation every 200,000
+    allocations instead of 700, as mypy does, leaves about 1 s of that at the same peak
+    memory. Freeing those objects one by one at shutdown took another 2 s and served
+    nothing, since every output is written and closed by then: after the exit handlers
+    (which close what libraries registered) and a flush of stdout / stderr, the process
+    ends at once.
     """
     gc.set_threshold(200_000, 30, 30)
     code = main()

@@ -7,15 +7,17 @@ import sys
 
 
 @contextlib.contextmanager
-def phase(text: str):
-    """Show `text` while the block runs (cleared after it); yields set(text) to change it.
+def phase(text: str, enabled: bool = True):
+    """Show `text` while the block runs (cleared after it); yields a function that replaces it.
 
     Nothing is written when stderr is not a terminal (pipes, CI, tests), so logs and
-    captured output stay exactly as without it.
+    captured output stay exactly as without it, nor when not `enabled` (the block itself
+    writes to stderr, e.g. IR dumps, which a status line would break into).
     """
     from tqdm import tqdm
 
-    bar = tqdm(total=None, desc=text, bar_format="{desc} ...", leave=False, disable=None, file=sys.stderr)
+    bar = tqdm(total=None, desc=text, bar_format="{desc} ...", leave=False, disable=None if enabled else True,
+               file=sys.stderr)
     try:
         yield bar.set_description_str
     finally:

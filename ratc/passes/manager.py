@@ -32,6 +32,11 @@ class Instrumentation:
     # called as progress(i, n, pass) before the i-th of n passes runs (a status line)
     progress: Callable[[int, int, Pass], None] | None = None
 
+    def prints(self) -> bool:
+        """Whether the pass manager may write to `stream` (IR dumps, the timing table)."""
+        return bool(self.print_before or self.print_after or self.print_after_all or self.print_after_change
+                    or self.print_after_failure or self.time_passes)
+
 
 class PassFailure(RatcError):
     """A pass (or the verifier after it) failed; names the pass and carries the cause."""
