@@ -16,7 +16,7 @@ from ratc.errors import RatcError
 from ratc.frontend.presets import trace_preset
 from ratc.planner.partition import partition
 from ratc.planner.search import Planner
-from ratc.planner.strategies import STRATEGIES
+from ratc.planner.strategies import STRATEGIES, get_strategy
 from ratc.platform import load_platform
 
 
@@ -308,3 +308,35 @@ def test_micro_batch_that_divides_nothing(mt3000):
     planner = Planner(trace_preset("tiny"), mt3000, micro_batches=(4,))
     with pytest.raises(RatcError, match=r"no micro-batch size in \[4\] divides the per-replica batch"):
         planner.plan(4, 6)
+
+
+@pytest.fixture(scope="module")
+def tiny_planner(mt3000):
+    return Planner(trace_preset("tiny"), mt3000)
+
+
+@settings(max_examples=60, deadline=None)
+@given(clusters=st.integers(1, 40), batch=st.integers(1, 40), pipeline=st.sampled_from([None, 1, 2, 3, 4, 5]),
+       strategy=st.sampled_from(["ratrain", "tp-heavy"]))
+def test_suggested_alternatives_have_candidates(tiny_planner, clusters, batch, pipeline, strategy):
+    """What an impossible request suggests (cluster counts, batches, P values) has candidates."""
+    import re
+
+    try:
+        tiny_planner.plan(clusters, batch, strategy, pipeline=pipeline)
+        return
+    except RatcError as exc:
+        msg = str(exc)
+    nums = lambda text: [int(n) for n in re.findall(r"\d+", text)]    # noqa: E731
+    if m := re.search(r"nearby cluster counts that can: (.*)$", msg):
+        for n in nums(m[1]):     # the same P (if fixed) and strategy split n clusters; any batch D divides
+            assert tiny_planner.space(n, n * 64, get_strategy(strategy)), (msg, n)
+            if pipeline is not None and pipeline <= tiny_planner.layers:
+                assert pipeline in tiny_planner.space(n, n * 64, get_strategy(strategy)), (msg, n)
+    elif m := re.search(r"the next batches that are: (.*)$", msg):
+        for g in nums(m[1]):
+            assert g > batch and tiny_planner.space(clusters, g, get_strategy(strategy)), (msg, g)
+    elif m := re.search(r"P values that have: (.*)$", msg):
+        assert set(nums(m[1])) == set(tiny_planner.space(clusters, batch, get_strategy(strategy))), msg
+    else:
+        assert re.search(r"exceeds the model's \d+ layers", msg), msg
