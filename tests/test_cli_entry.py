@@ -1,4 +1,4 @@
-"""The `ratc` command as a process: its fast exit keeps every byte of output and the exit code."""
+"""The `ratc` command: as a process its fast exit keeps every byte of output and the exit code; its help examples are valid commands."""
 
 import os
 import subprocess
@@ -49,3 +49,28 @@ def test_written_files_survive_the_exit(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert main(["opt", str(src), "-p", "verify", "-o", str(tmp_path / "in_process.ir")]) == 0
     assert out.read_text() == (tmp_path / "in_process.ir").read_text()
+
+
+def test_help_examples_are_valid_commands():
+    """Every `ratc ...` line in a subcommand's help epilog parses, names files that exist,
+    and (for compile) passes the checks the parser cannot make."""
+    import argparse
+    import shlex
+
+    from ratc.cli.compile import check_arguments
+    from ratc.cli.main import build_parser
+
+    root = Path(__file__).parents[1]
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    examples = [(name, line.strip()) for name, p in sub.choices.items()
+                for line in (p.epilog or "").splitlines() if line.strip().startswith("ratc ")]
+    assert {name for name, _ in examples} >= {"compile", "run", "report", "opt", "diagram"}
+    for name, line in examples:
+        argv = shlex.split(line)[1:]
+        args = parser.parse_args(argv)
+        for word in argv:
+            if word.endswith((".py", ".json")) and "/" in word:
+                assert (root / word).is_file(), line
+        if name == "compile":
+            check_arguments(args)

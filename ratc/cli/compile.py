@@ -37,7 +37,7 @@ def register(sub) -> None:
                        epilog="examples:\n"
                               "  ratc compile examples/llama.py --preset llama2-7b --clusters 8 -o out/llama2-7b\n"
                               "  ratc compile examples/llama.py --preset llama2-7b --emit=graph\n"
-                              "  ratc compile --hf-config examples/hf/qwen2.json --seq-len 512 -o qwen2.ir")
+                              "  ratc compile --hf-config examples/hf/qwen2.json --seq-len 512 --clusters 8 -o out/qwen2")
     p.add_argument("model", nargs="?", help="model file following the model-file protocol (docs/frontend.md)")
     p.add_argument("--preset", help="preset of the model file (default: its DEFAULT_PRESET)")
     p.add_argument("--seq-len", type=int, help="sequence length to trace (default: the model's input_spec)")
@@ -89,11 +89,16 @@ def _header(command: str, profile) -> str:
     return f"// {command}\n// tracer: {meta.get('tracer')}, layers traced: {meta.get('traced_layers')}\n"
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """What the parser cannot say: a compile needs a cluster count or a plan, unless it stops at --emit."""
+    if args.emit is None and args.clusters is None and not args.plan:
+        raise RatcError("ratc compile: give --clusters N (or --plan CONFIG), or --emit=graph to stop after tracing")
+
+
 def run(args: argparse.Namespace) -> int:
     from ratc.cli.io import write_output
 
-    if args.emit is None and args.clusters is None and not args.plan:
-        raise RatcError("ratc compile: give --clusters N (or --plan CONFIG), or --emit=graph to stop after tracing")
+    check_arguments(args)
     from ratc.cli.progress import phase
 
     with phase(f"tracing {args.hf_config or args.model}"):
