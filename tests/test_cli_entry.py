@@ -1,4 +1,4 @@
-"""The `ratc` command: as a process its fast exit keeps every byte of output and the exit code; its help examples are valid commands."""
+"""The `ratc` command: its fast exit keeps all output and the exit code; its help examples run."""
 
 import os
 import subprocess
