@@ -74,3 +74,24 @@ def test_help_examples_are_valid_commands():
                 assert (root / word).is_file(), line
         if name == "compile":
             check_arguments(args)
+
+
+def test_readme_commands_parse():
+    """Every `ratc ...` command in the README's shell blocks parses and passes compile's checks."""
+    import re
+    import shlex
+
+    from ratc.cli.compile import check_arguments
+    from ratc.cli.main import build_parser
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    parser = build_parser()
+    commands = [part.strip() for block in re.findall(r"```(?:sh|bash)?\n(.*?)```", readme, re.S)
+                for line in block.splitlines() for part in line.split("  #")[0].split("&&")
+                if part.strip().startswith("ratc ")]
+    assert len(commands) >= 30
+    for command in commands:
+        argv = shlex.split(command.split(" 2>")[0].split(" | ")[0])[1:]
+        args = parser.parse_args(argv)
+        if argv[0] == "compile":
+            check_arguments(args)
