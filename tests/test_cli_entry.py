@@ -76,20 +76,22 @@ def test_help_examples_are_valid_commands():
             check_arguments(args)
 
 
-def test_readme_commands_parse():
-    """Every `ratc ...` command in the README's shell blocks parses and passes compile's checks."""
+def test_documented_commands_parse():
+    """Every `ratc ...` command in the shell blocks of the README and docs/ parses and passes
+    compile's checks."""
     import re
     import shlex
 
     from ratc.cli.compile import check_arguments
     from ratc.cli.main import build_parser
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    root = Path(__file__).parents[1]
     parser = build_parser()
-    commands = [part.strip() for block in re.findall(r"```(?:sh|bash)?\n(.*?)```", readme, re.S)
-                for line in block.splitlines() for part in line.split("  #")[0].split("&&")
+    commands = [part.strip() for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+                for block in re.findall(r"```(?:sh|bash)?\n(.*?)```", doc.read_text(), re.S)
+                for line in block.replace("\\\n", " ").splitlines() for part in line.split("  #")[0].split("&&")
                 if part.strip().startswith("ratc ")]
-    assert len(commands) >= 30
+    assert len(commands) >= 45
     for command in commands:
         argv = shlex.split(command.split(" 2>")[0].split(" | ")[0])[1:]
         args = parser.parse_args(argv)
