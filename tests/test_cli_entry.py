@@ -97,3 +97,21 @@ def test_documented_commands_parse():
         args = parser.parse_args(argv)
         if argv[0] == "compile":
             check_arguments(args)
+
+
+def test_documented_benchmark_scripts_exist_with_their_flags():
+    """Every `python benchmarks/....py --flag` the README and docs/ give names a script that
+    defines those flags (in its own source or a helper beside it)."""
+    import re
+
+    root = Path(__file__).parents[1]
+    uses = [(doc.name, m[1], re.findall(r"--[\w-]+", m[2]))
+            for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+            for m in re.finditer(r"python (benchmarks/[\w/]+\.py)([^`\n|]*)", doc.read_text())]
+    assert len(uses) >= 40
+    for doc, path, flags in uses:
+        script = root / path
+        assert script.is_file(), (doc, path)
+        source = "".join(p.read_text() for p in sorted(script.parent.glob("*.py")))
+        for flag in flags:
+            assert f'"{flag}"' in source or f"'{flag}'" in source, (doc, path, flag)
