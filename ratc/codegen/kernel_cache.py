@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from functools import lru_cache
 from pathlib import Path
+
+from ratc.cache import cache_root, sources_version, write_quietly
 
 # Sources whose edits may change what a kernel is, its text or its cycles: the whole code
 # generator and the kernel VM's timing model (hashing all of them needs no list to keep up).
@@ -22,24 +23,14 @@ _VERSIONED = ("codegen/*.py", "codegen/*.lark", "vm/kernel_timing.py")
 
 def cache_dir() -> Path | None:
     """The kernel cache directory, or None when caching is off."""
-    root = os.environ.get("RATC_CACHE_DIR")
-    if root is not None and root.strip().lower() in ("", "off", "0", "none"):
-        return None
-    if root is None:
-        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-        root = Path(base) / "ratc"
-    return Path(root) / "kernels"
+    root = cache_root()
+    return None if root is None else root / "kernels"
 
 
 @lru_cache(maxsize=1)
 def code_version() -> str:
     """A hash of the generator and timing-model sources."""
-    pkg = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256()
-    for path in sorted(p for pattern in _VERSIONED for p in pkg.glob(pattern)):
-        h.update(path.relative_to(pkg).as_posix().encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
+    return sources_version(_VERSIONED)
 
 
 def _path(key, suffix: str = ".json") -> Path | None:
@@ -66,7 +57,7 @@ def load(key) -> dict | None:
 
 def store(key, entry: dict) -> None:
     """Keep an entry; a cache that cannot be written is skipped, never an error."""
-    _write(_path(key), json.dumps({"key": key, "entry": entry}, sort_keys=True) + "\n")
+    write_quietly(_path(key), json.dumps({"key": key, "entry": entry}, sort_keys=True) + "\n")
 
 
 def load_text(key) -> str | None:
@@ -83,15 +74,4 @@ def load_text(key) -> str | None:
 
 def store_text(key, text: str) -> None:
     """Keep a kernel's .rasm text."""
-    _write(_path(key, ".rasm"), "; " + json.dumps(key, sort_keys=True) + "\n" + text)
-
-
-def _write(path: Path | None, data: str) -> None:
-    if path is None:
-        return
-    from ratc.cli.io import write_atomic
-
-    try:
-        write_atomic(path, data)
-    except OSError:
-        pass
+    write_quietly(_path(key, ".rasm"), "; " + json.dumps(key, sort_keys=True) + "\n" + text)

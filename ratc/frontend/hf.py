@@ -60,11 +60,23 @@ def build_hf_model(config: dict, display: str = "<config>"):
 
 
 def trace_hf_config(path_or_dict, seq_len: int, *, name: str | None = None) -> ModelProfile:
-    """Trace a Hugging Face causal LM described by a config.json via torch.export."""
-    from ratc.frontend.trace import trace_model
+    """Trace a Hugging Face causal LM described by a config.json via torch.export (or take
+    it from the trace cache, ratc.frontend.trace_cache)."""
+    from ratc.frontend import trace_cache
 
     display = "<config>" if isinstance(path_or_dict, dict) else str(path_or_dict)
     config = load_hf_config(path_or_dict, display)
+    key = trace_cache.hf_config_key(config, seq_len, name)
+    profile = trace_cache.load(key, display)
+    if profile is None:
+        profile = _trace(config, seq_len, name, display)
+        trace_cache.store(key, profile, [])
+    return profile
+
+
+def _trace(config: dict, seq_len: int, name: str | None, display: str) -> ModelProfile:
+    from ratc.frontend.trace import trace_model
+
     model = build_hf_model(config, display)
     try:
         profile = trace_model(model, seq_len, name=name or config.get("model_type", "hf"), method="export")

@@ -121,7 +121,20 @@ def load_model_file(path: str, preset: str | None = None, seq_len: int | None = 
 
 def trace_model_file(path: str, preset: str | None = None, seq_len: int | None = None,
                      method: str = "auto"):
-    """load_model_file + trace_model, with errors naming the file."""
+    """load_model_file + trace_model, with errors naming the file; an unchanged model comes
+    from the trace cache (ratc.frontend.trace_cache) without importing torch."""
+    from ratc.frontend import trace_cache
+
+    key = trace_cache.model_file_key(path, preset, seq_len, method)
+    profile = trace_cache.load(key, path)
+    if profile is None:
+        before = set(sys.modules)
+        profile = _trace_model_file(path, preset, seq_len, method)
+        trace_cache.store(key, profile, trace_cache.local_imports(before))
+    return profile
+
+
+def _trace_model_file(path: str, preset: str | None, seq_len: int | None, method: str):
     from ratc.frontend.trace import trace_model
 
     spec = load_model_file(path, preset, seq_len)

@@ -1,0 +1,41 @@
+"""Where ratc keeps its on-disk caches (kernel timings, traced models), and writing to them."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+
+def cache_root() -> Path | None:
+    """$RATC_CACHE_DIR (default $XDG_CACHE_HOME/ratc or ~/.cache/ratc), or None when it is
+    set to off / 0 / none / empty (no caching)."""
+    root = os.environ.get("RATC_CACHE_DIR")
+    if root is not None and root.strip().lower() in ("", "off", "0", "none"):
+        return None
+    if root is None:
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        root = Path(base) / "ratc"
+    return Path(root)
+
+
+def sources_version(patterns: tuple[str, ...]) -> str:
+    """A hash of the ratc sources matching the glob patterns (relative to the package)."""
+    pkg = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(p for pattern in patterns for p in pkg.glob(pattern)):
+        h.update(path.relative_to(pkg).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def write_quietly(path: Path | None, data: str) -> None:
+    """Write a cache file atomically; a cache that cannot be written is skipped, never an error."""
+    if path is None:
+        return
+    from ratc.cli.io import write_atomic
+
+    try:
+        write_atomic(path, data)
+    except OSError:
+        pass

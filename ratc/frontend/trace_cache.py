@@ -1,0 +1,130 @@
+"""An on-disk cache of traced models, so that compiling an unchanged model again skips PyTorch.
+
+Tracing imports torch, and torch._dynamo (which the meta device's Python references pull
+in), and runs the model's forward on the meta device: 3-5 s of every `ratc compile` or
+`ratc plan`. A profile's graph IR (ratc.ir.dialects.graph) is an exact serialization of it,
+so the cache keeps that text and the profile's meta under $RATC_CACHE_DIR/traces/ (see
+ratc.cache; RATC_CACHE_DIR=off disables it).
+
+An entry is keyed by everything a trace reads that ratc can name before running it: the
+model file's bytes (or the Hugging Face config), the preset, sequence length and tracer,
+the torch / transformers versions, and the sources of ratc's frontend and IR. It also lists
+each local source file the model file imported (anything outside the Python installation)
+with its hash, and is used only while all of them are unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import sysconfig
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+from ratc.cache import cache_root, sources_version, write_quietly
+
+# What a profile is made of: the tracer and cost formulas, and the IR that stores it.
+_VERSIONED = ("frontend/*.py", "ir/*.py", "ir/*.lark", "ir/dialects/*.py")
+
+
+@lru_cache(maxsize=1)
+def _versions() -> dict:
+    def version(dist):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    from ratc import __version__
+    return {"ratc": __version__, "sources": sources_version(_VERSIONED), "torch": version("torch"),
+            "transformers": version("transformers")}
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def model_file_key(path: str, preset: str | None, seq_len: int | None, method: str) -> dict | None:
+    """The key of a model file's trace, or None when the file cannot be read."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    return {"kind": "model-file", "file": _digest(data), "preset": preset, "seq_len": seq_len,
+            "method": method, **_versions()}
+
+
+def hf_config_key(config: dict, seq_len: int, name: str | None) -> dict:
+    """The key of a Hugging Face config's trace."""
+    return {"kind": "hf-config", "config": _digest(json.dumps(config, sort_keys=True).encode()),
+            "seq_len": seq_len, "name": name, **_versions()}
+
+
+def _path(key: dict) -> Path | None:
+    root = cache_root()
+    if root is None:
+        return None
+    digest = _digest(json.dumps(key, sort_keys=True).encode())
+    return root / "traces" / digest[:2] / f"{digest}.json"
+
+
+def load(key: dict | None, source: str):
+    """The cached ModelProfile for key (meta["source"] set to `source`), or None: missing,
+    unreadable, from another key, or a local file it imported has changed since."""
+    path = _path(key) if key is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        if record["key"] != key or any(_file_digest(f) != d for f, d in record["deps"].items()):
+            return None
+        from ratc.ir import parse_module
+        from ratc.ir.dialects.graph import profile_from_module
+
+        profile = profile_from_module(parse_module(record["graph"], str(path)))
+    except Exception:  # noqa: BLE001 - a damaged or foreign entry is a miss, never an error
+        return None
+    profile.meta.update(record["meta"], source=source)
+    return profile
+
+
+def store(key: dict | None, profile, deps: list) -> None:
+    """Keep a traced profile with the hashes of the local files its trace imported."""
+    path = _path(key) if key is not None else None
+    if path is None:
+        return
+    from ratc.ir import print_module
+    from ratc.ir.dialects.graph import module_from_profile
+
+    meta = {k: v for k, v in profile.meta.items() if k != "source"}
+    digests = {str(f): _file_digest(f) for f in sorted(set(deps))}
+    if None in digests.values():
+        return
+    record = {"key": key, "deps": digests, "meta": meta, "graph": print_module(module_from_profile(profile))}
+    write_quietly(path, json.dumps(record) + "\n")
+
+
+def _file_digest(path) -> str | None:
+    try:
+        return _digest(Path(path).read_bytes())
+    except OSError:
+        return None
+
+
+def local_imports(before: set) -> list:
+    """Source files of the modules imported since `before` (a set of sys.modules names) that
+    lie outside the Python installation: the model file's own helpers."""
+    installed = {Path(p).resolve() for name in ("stdlib", "platstdlib", "purelib", "platlib")
+                 if (p := sysconfig.get_paths().get(name))}
+    out = []
+    for name in set(sys.modules) - before:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        # (some of torch's C-extension submodules report a bare relative name)
+        if not file or not file.endswith(".py") or not Path(file).is_absolute():
+            continue
+        resolved = Path(file).resolve()
+        if not any(resolved.is_relative_to(root) for root in installed):
+            out.append(resolved)
+    return out

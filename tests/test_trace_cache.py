@@ -1,0 +1,108 @@
+"""The trace cache: a hit is the traced profile exactly, skips torch, and follows every file the trace read."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ratc.frontend import trace_cache, trace_hf_config
+from ratc.frontend.modelfile import _trace_model_file, trace_model_file
+
+ROOT = Path(__file__).parents[1]
+EXAMPLE = ROOT / "examples" / "llama.py"
+HELPER = "ratc_test_trace_helper"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RATC_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "traces"
+
+
+@pytest.fixture
+def model_with_helper(tmp_path, monkeypatch):
+    """The example model file, importing a helper module that sits beside it."""
+    (tmp_path / f"{HELPER}.py").write_text("SEQ = 64\n")
+    model = tmp_path / "model.py"
+    model.write_text(EXAMPLE.read_text() + f"\nimport os, sys  # noqa\nsys.path.insert(0, os.path.dirname(__file__))\n"
+                                           f"import {HELPER}  # noqa\n")
+    monkeypatch.delitem(sys.modules, HELPER, raising=False)
+    yield model
+    sys.modules.pop(HELPER, None)
+    if str(tmp_path) in sys.path:
+        sys.path.remove(str(tmp_path))
+
+
+def entries(cache):
+    return sorted(cache.rglob("*.json")) if cache.exists() else []
+
+
+def test_a_hit_is_the_traced_profile(cache):
+    traced = _trace_model_file(str(EXAMPLE), "tiny", 96, "auto")
+    assert trace_model_file(str(EXAMPLE), "tiny", 96) == traced      # a miss: traces and stores
+    (entry,) = entries(cache)
+    hit = trace_model_file(str(EXAMPLE), "tiny", 96)
+    assert hit == traced and list(hit.meta) == list(traced.meta)
+    # another spelling of the same file: the same entry, its own source
+    again = trace_model_file(os.path.relpath(EXAMPLE), "tiny", 96)
+    assert again.meta["source"] == os.path.relpath(EXAMPLE) and entries(cache) == [entry]
+
+
+def test_key_follows_preset_length_tracer_and_versions(cache):
+    base = trace_cache.model_file_key(str(EXAMPLE), "tiny", 96, "auto")
+    for other in (trace_cache.model_file_key(str(EXAMPLE), "llama2-7b", 96, "auto"),
+                  trace_cache.model_file_key(str(EXAMPLE), "tiny", 128, "auto"),
+                  trace_cache.model_file_key(str(EXAMPLE), "tiny", 96, "fx")):
+        assert other != base
+    assert base["torch"] and base["sources"] and base["ratc"]
+
+
+def test_an_edited_model_file_or_helper_is_traced_again(cache, model_with_helper):
+    path = str(model_with_helper)
+    trace_model_file(path, "tiny", 64)
+    key = trace_cache.model_file_key(path, "tiny", 64, "auto")
+    (entry,) = entries(cache)
+    deps = json.loads(entry.read_text())["deps"]
+    helper = model_with_helper.parent / f"{HELPER}.py"
+    assert str(helper.resolve()) in deps and str(model_with_helper.resolve()) in deps
+    assert trace_cache.load(key, path) is not None
+    helper.write_text("SEQ = 65\n")
+    assert trace_cache.load(key, path) is None                       # the helper changed
+    helper.write_text("SEQ = 64\n")
+    assert trace_cache.load(key, path) is not None
+    model_with_helper.write_text(model_with_helper.read_text() + "\n# edited\n")
+    assert trace_cache.model_file_key(path, "tiny", 64, "auto") != key
+
+
+def test_damaged_entries_are_misses_and_off_means_off(cache, monkeypatch):
+    trace_model_file(str(EXAMPLE), "tiny", 80)
+    (entry,) = entries(cache)
+    key = trace_cache.model_file_key(str(EXAMPLE), "tiny", 80, "auto")
+    record = json.loads(entry.read_text())
+    for damaged in ("{not json", json.dumps({**record, "graph": "module @x {"}),
+                    json.dumps({**record, "key": {**key, "preset": "other"}})):
+        entry.write_text(damaged)
+        assert trace_cache.load(key, str(EXAMPLE)) is None
+    monkeypatch.setenv("RATC_CACHE_DIR", "off")
+    assert trace_model_file(str(EXAMPLE), "tiny", 72).seq_len == 72
+    assert trace_cache.model_file_key(str(EXAMPLE), "tiny", 72, "auto") is not None
+    assert [e for e in entries(cache) if e != entry] == []
+
+
+def test_hf_configs_are_cached_by_content(cache):
+    config = json.loads((ROOT / "examples" / "hf" / "qwen2.json").read_text())
+    traced = trace_hf_config(config, 128)
+    assert trace_hf_config(dict(config), 128) == traced and len(entries(cache)) == 1
+    assert trace_hf_config({**config, "num_hidden_layers": 2}, 128).num_layers == 2
+    assert len(entries(cache)) == 2
+
+
+def test_a_hit_needs_no_torch(tmp_path):
+    env = {**os.environ, "RATC_CACHE_DIR": str(tmp_path)}
+    code = ("import sys; from ratc.frontend import trace_model_file; "
+            f"p = trace_model_file({str(EXAMPLE)!r}, 'tiny', 48); print(p.seq_len, 'torch' in sys.modules)")
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env) for _ in range(2)]
+    assert [r.stdout for r in runs] == ["48 True\n", "48 False\n"], [r.stderr for r in runs]
