@@ -1,9 +1,9 @@
-"""`ratc compile` + run of LLaMA-2-7B on 8 clusters, kernels included: cold and warm kernel cache.
+"""`ratc compile` + run of LLaMA-2-7B on 8 clusters, kernels included: cold and warm caches.
 
 Each run is a fresh `ratc compile examples/llama.py --preset llama2-7b --clusters 8`
 process (trace, plan with the kernel-VM execution profile, lifecycle passes with codegen,
-program directory with kernels, one simulated step). "cold" starts from an empty kernel
-cache ($RATC_CACHE_DIR); "warm" reuses the cache the cold run filled. Reports medians of
+program directory with kernels, one simulated step). "cold" starts from an empty
+$RATC_CACHE_DIR (kernel timings and traces); "warm" reuses what the cold run filled. Reports medians of
 wall-clock and CPU (user + sys) seconds; CPU time is what the compile costs when the
 machine is shared. Targets (issue 10): <= 30 s cold, <= 10 s warm.
 
@@ -52,7 +52,7 @@ def main() -> int:
             results["cold"].append(run_once(cache, str(Path(tmp) / "out")))
             results["warm"].append(run_once(cache, str(Path(tmp) / "out")))
     ok = True
-    print(f"{'kernel cache':<14}{'wall s (median)':>16}{'CPU s (median)':>16}{'target s':>10}")
+    print(f"{'caches':<14}{'wall s (median)':>16}{'CPU s (median)':>16}{'target s':>10}")
     for case, runs in results.items():
         wall = statistics.median(w for w, _ in runs)
         cpu = statistics.median(c for _, c in runs)
