@@ -1,4 +1,4 @@
-"""The trace cache: a hit is the traced profile exactly, skips torch, and follows every file the trace read."""
+"""The trace cache: a hit is the traced profile exactly, skips torch, and tracks every file the trace read."""
 
 import json
 import os
@@ -27,8 +27,10 @@ def model_with_helper(tmp_path, monkeypatch):
     """The example model file, importing a helper module that sits beside it."""
     (tmp_path / f"{HELPER}.py").write_text("SEQ = 64\n")
     model = tmp_path / "model.py"
+    (tmp_path / "notes.txt").write_text("a file the model reads\n")
     model.write_text(EXAMPLE.read_text() + f"\nimport os, sys  # noqa\nsys.path.insert(0, os.path.dirname(__file__))\n"
-                                           f"import {HELPER}  # noqa\n")
+                                           f"import {HELPER}  # noqa\n"
+                                           "NOTES = open(os.path.join(os.path.dirname(__file__), 'notes.txt')).read()\n")
     monkeypatch.delitem(sys.modules, HELPER, raising=False)
     yield model
     sys.modules.pop(HELPER, None)
@@ -60,19 +62,22 @@ def test_key_follows_preset_length_tracer_and_versions(cache):
     assert base["torch"] and base["sources"] and base["ratc"]
 
 
-def test_an_edited_model_file_or_helper_is_traced_again(cache, model_with_helper):
+def test_an_edited_model_file_helper_or_data_file_is_traced_again(cache, model_with_helper):
     path = str(model_with_helper)
     trace_model_file(path, "tiny", 64)
     key = trace_cache.model_file_key(path, "tiny", 64, "auto")
     (entry,) = entries(cache)
     deps = json.loads(entry.read_text())["deps"]
-    helper = model_with_helper.parent / f"{HELPER}.py"
-    assert str(helper.resolve()) in deps and str(model_with_helper.resolve()) in deps
+    helper, notes = model_with_helper.parent / f"{HELPER}.py", model_with_helper.parent / "notes.txt"
+    assert {str(p.resolve()) for p in (helper, notes, model_with_helper)} <= set(deps)
+    assert not any("site-packages" in d for d in deps)              # torch's own files are not listed
     assert trace_cache.load(key, path) is not None
-    helper.write_text("SEQ = 65\n")
-    assert trace_cache.load(key, path) is None                       # the helper changed
-    helper.write_text("SEQ = 64\n")
-    assert trace_cache.load(key, path) is not None
+    for changed, text in ((helper, "SEQ = 65\n"), (notes, "edited\n")):
+        before = changed.read_text()
+        changed.write_text(text)
+        assert trace_cache.load(key, path) is None, changed          # a file the trace read changed
+        changed.write_text(before)
+        assert trace_cache.load(key, path) is not None
     model_with_helper.write_text(model_with_helper.read_text() + "\n# edited\n")
     assert trace_cache.model_file_key(path, "tiny", 64, "auto") != key
 

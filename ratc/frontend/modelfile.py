@@ -128,9 +128,9 @@ def trace_model_file(path: str, preset: str | None = None, seq_len: int | None =
     key = trace_cache.model_file_key(path, preset, seq_len, method)
     profile = trace_cache.load(key, path)
     if profile is None:
-        before = set(sys.modules)
-        profile = _trace_model_file(path, preset, seq_len, method)
-        trace_cache.store(key, profile, trace_cache.local_imports(before))
+        with trace_cache.recording() as reads:
+            profile = _trace_model_file(path, preset, seq_len, method)
+        trace_cache.store(key, profile, reads.files())
     return profile
 
 

@@ -8,14 +8,17 @@ ratc.cache; RATC_CACHE_DIR=off disables it).
 
 An entry is keyed by everything a trace reads that ratc can name before running it: the
 model file's bytes (or the Hugging Face config), the preset, sequence length and tracer,
-the torch / transformers versions, and the sources of ratc's frontend and IR. It also lists
-each local source file the model file imported (anything outside the Python installation)
-with its hash, and is used only while all of them are unchanged.
+the torch / transformers versions, and the sources of ratc's frontend and IR. It also lists,
+with its hash, each local file the trace read (anything outside the Python installation:
+modules the model file imported, a config it opened), and is used only while all of them
+are unchanged. Reads are seen through an audit hook (PEP 578) on Python's "open" event.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.util
 import json
 import sys
 import sysconfig
@@ -113,18 +116,59 @@ def _file_digest(path) -> str | None:
         return None
 
 
-def local_imports(before: set) -> list:
-    """Source files of the modules imported since `before` (a set of sys.modules names) that
-    lie outside the Python installation: the model file's own helpers."""
-    installed = {Path(p).resolve() for name in ("stdlib", "platstdlib", "purelib", "platlib")
-                 if (p := sysconfig.get_paths().get(name))}
-    out = []
-    for name in set(sys.modules) - before:
-        file = getattr(sys.modules.get(name), "__file__", None)
-        # (some of torch's C-extension submodules report a bare relative name)
-        if not file or not file.endswith(".py") or not Path(file).is_absolute():
-            continue
-        resolved = Path(file).resolve()
-        if not any(resolved.is_relative_to(root) for root in installed):
-            out.append(resolved)
-    return out
+# Not the model's: the Python installation (torch reads thousands of its own files), and
+# the kernel's virtual files (torch reads /proc/self/maps, different in every process).
+_INSTALLED = tuple(str(Path(p).resolve()) + "/" for name in ("stdlib", "platstdlib", "purelib", "platlib")
+                   if (p := sysconfig.get_paths().get(name))) + ("/proc/", "/sys/", "/dev/")
+_reads: list | None = None       # the paths opened while a recording() runs
+_hooked = False
+
+
+def _audit(event: str, args: tuple) -> None:
+    # An audit hook stays for the life of the process: outside recording() it returns at once.
+    if event == "open" and _reads is not None and isinstance(args[0], str) and not args[0].startswith(_INSTALLED):
+        _reads.append(args[0])
+
+
+class _Reads:
+    """What a recording saw: the files opened and the modules imported meanwhile."""
+
+    def __init__(self, opened: list, modules_before: set):
+        self.opened, self.modules_before = opened, modules_before
+
+    def files(self) -> list:
+        """The local files the trace read, resolved: sources rather than their bytecode."""
+        paths = list(self.opened)
+        for name in set(sys.modules) - self.modules_before:
+            file = getattr(sys.modules.get(name), "__file__", None)
+            # (some of torch's C-extension submodules report a bare relative name)
+            if file and file.endswith(".py") and Path(file).is_absolute():
+                paths.append(file)
+        out = set()
+        for p in paths:
+            if p.endswith(".pyc"):
+                try:
+                    p = importlib.util.source_from_cache(p)
+                except ValueError:
+                    pass
+            resolved = Path(p).resolve()
+            if not str(resolved).startswith(_INSTALLED) and resolved.is_file():
+                out.add(resolved)
+        return sorted(out)
+
+
+@contextlib.contextmanager
+def recording():
+    """Record the local files read inside (files opened, modules imported); yields a _Reads."""
+    global _reads, _hooked
+    if not _hooked:
+        sys.addaudithook(_audit)
+        _hooked = True
+    outer, _reads = _reads, []
+    reads = _Reads(_reads, set(sys.modules))
+    try:
+        yield reads
+    finally:
+        if outer is not None:
+            outer.extend(_reads)
+        _reads = outer
