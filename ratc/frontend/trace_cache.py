@@ -75,7 +75,7 @@ def _path(key: dict) -> Path | None:
 
 def load(key: dict | None, source: str):
     """The cached ModelProfile for key (meta["source"] set to `source`), or None: missing,
-    unreadable, from another key, or a local file it imported has changed since."""
+    unreadable, from another key, or a local file its trace read has changed since."""
     path = _path(key) if key is not None else None
     if path is None or not path.is_file():
         return None
@@ -94,7 +94,7 @@ def load(key: dict | None, source: str):
 
 
 def store(key: dict | None, profile, deps: list) -> None:
-    """Keep a traced profile with the hashes of the local files its trace imported."""
+    """Keep a traced profile with the hashes of the local files its trace read."""
     path = _path(key) if key is not None else None
     if path is None:
         return
