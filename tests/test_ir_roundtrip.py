@@ -162,3 +162,16 @@ def test_tensor_type_text_round_trips(shape, dtype):
     t = TensorType(shape, dtype)
     assert TensorType.parse(str(t)) == t
     assert t.nbytes == math.prod(shape) * DTYPE_BYTES[dtype]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(), st.lists(st.integers(), max_size=6))
+def test_strings_and_int_lists_print_as_json_does(text, ints):
+    """The printer's fast paths (plain strings, lists of ints) agree with json.dumps, its oracle."""
+    import json
+
+    from ratc.ir.attributes import format_attr
+
+    assert format_attr(text) == json.dumps(text, ensure_ascii=False)
+    assert format_attr(ints) == json.dumps(ints)
+    assert format_attr(["x", True, 1, 2.5]) == '["x", true, 1, 2.5]'

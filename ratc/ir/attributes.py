@@ -54,6 +54,9 @@ class ByteSize:
         return self.n
 
 
+_PLAIN = {int}    # element types whose str() is their IR text (not bool, not float: nan, inf)
+
+
 def format_attr(value) -> str:
     """Print an attribute value in the IR's text form."""
     if value is True:
@@ -64,6 +67,9 @@ def format_attr(value) -> str:
     if t is int:
         return str(value)
     if t is str:
+        # json.dumps escapes only quotes, backslashes and control characters
+        if value.isprintable() and '"' not in value and "\\" not in value:
+            return '"' + value + '"'
         return json.dumps(value, ensure_ascii=False)
     if t is float:
         if math.isnan(value):
@@ -72,6 +78,8 @@ def format_attr(value) -> str:
             return "inf" if value > 0 else "-inf"
         return repr(value)
     if t is list or t is tuple:
+        if set(map(type, value)) <= _PLAIN:     # (sizes, buffers, calls: on every task)
+            return "[" + ", ".join(map(str, value)) + "]"
         return "[" + ", ".join(format_attr(v) for v in value) + "]"
     if t is dict:
         return "{" + ", ".join(f"{k} = {format_attr(value[k])}" for k in sorted(value)) + "}"
