@@ -1,4 +1,4 @@
-"""The `ratc` command: its fast exit keeps all output and the exit code; its help examples run."""
+"""The `ratc` command: its fast exit keeps all output and the exit code; documented commands parse."""
 
 import os
 import subprocess
