@@ -131,21 +131,16 @@ def _audit(event: str, args: tuple) -> None:
 
 
 class _Reads:
-    """What a recording saw: the files opened and the modules imported meanwhile."""
+    """The paths a recording saw opened (module sources and bytecode included: importing
+    opens them through io.open_code, which raises the same event)."""
 
-    def __init__(self, opened: list, modules_before: set):
-        self.opened, self.modules_before = opened, modules_before
+    def __init__(self, opened: list):
+        self.opened = opened
 
     def files(self) -> list:
         """The local files the trace read, resolved: sources rather than their bytecode."""
-        paths = list(self.opened)
-        for name in set(sys.modules) - self.modules_before:
-            file = getattr(sys.modules.get(name), "__file__", None)
-            # (some of torch's C-extension submodules report a bare relative name)
-            if file and file.endswith(".py") and Path(file).is_absolute():
-                paths.append(file)
         out = set()
-        for p in paths:
+        for p in self.opened:
             if p.endswith(".pyc"):
                 try:
                     p = importlib.util.source_from_cache(p)
@@ -159,13 +154,13 @@ class _Reads:
 
 @contextlib.contextmanager
 def recording():
-    """Record the local files read inside (files opened, modules imported); yields a _Reads."""
+    """Record the local files read inside (modules imported, files opened); yields a _Reads."""
     global _reads, _hooked
     if not _hooked:
         sys.addaudithook(_audit)
         _hooked = True
     outer, _reads = _reads, []
-    reads = _Reads(_reads, set(sys.modules))
+    reads = _Reads(_reads)
     try:
         yield reads
     finally:
