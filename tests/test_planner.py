@@ -193,8 +193,8 @@ def test_fixed_pipeline(mt3000):
     with pytest.raises(RatcError, match="positive integer or 'any', got 0"):
         planner.plan(8, 64, pipeline=0)
     # a P that no D x T completes to the cluster count is named as such, with counts that work
-    with pytest.raises(RatcError, match=r"^5 clusters cannot be split into P x D x T with P=2 and T in \[1\]; "
-                                        r"nearby cluster counts that can: 4, 6, 2, 8$"):
+    with pytest.raises(RatcError, match=r"^5 clusters cannot be split into P x D x T with T in \[1\] and P=2; "
+                                        r"nearby cluster counts that can: 4, 6, 2, 8, 10, 12$"):
         planner.plan(5, 64, pipeline=2)
     with pytest.raises(RatcError, match=r"^pipeline degree P=5 exceeds the model's 4 layers \(P <= 4\)$"):
         planner.plan(5, 64, pipeline=5)

@@ -142,15 +142,19 @@ class Planner:
     def _same_partition(self, P: int, T: int, a: str, b: str) -> bool:
         return self.stages(P, T, a).ranges == self.stages(P, T, b).ranges
 
-    def check_request(self, clusters: int, global_batch: int, strategy: Strategy) -> None:
-        """Explain, with alternatives, why a request has no candidate at all."""
-        shapes = [(P, clusters // (P * T), T) for T in strategy.tp for P in range(1, self.layers + 1)
-                  if clusters % (P * T) == 0]
+    def check_request(self, clusters: int, global_batch: int, strategy: Strategy, P: int | None = None) -> None:
+        """Explain, with alternatives, why a request (with P fixed, if given) has no candidate at all."""
+        if P is not None and P > self.layers:
+            raise RatcError(f"pipeline degree P={P} exceeds the model's {self.layers} layers (P <= {self.layers})")
+        Ps = range(1, self.layers + 1) if P is None else (P,)
+        shapes = [(p, clusters // (p * T), T) for T in strategy.tp for p in Ps if clusters % (p * T) == 0]
         if not shapes:
-            near = [n for n in range(max(1, clusters - 64), clusters + 65)
-                    if any(n % (P * T) == 0 for T in strategy.tp for P in range(1, self.layers + 1))]
+            reach = max(64, 2 * max(Ps) * max(strategy.tp))
+            near = [n for n in range(max(1, clusters - reach), clusters + reach + 1)
+                    if any(n % (p * T) == 0 for T in strategy.tp for p in Ps)]
+            which = f"P <= {self.layers} layers" if P is None else f"P={P}"
             raise RatcError(f"{clusters} clusters cannot be split into P x D x T with T in {list(strategy.tp)} "
-                            f"and P <= {self.layers} layers; nearby cluster counts that can: "
+                            f"and {which}; nearby cluster counts that can: "
                             f"{', '.join(map(str, sorted(near, key=lambda n: (abs(n - clusters), n))[:6]))}")
         ds = sorted({D for _, D, _ in shapes})
         per_replica = sorted({global_batch // D for D in ds if global_batch % D == 0})
@@ -161,19 +165,6 @@ class Planner:
         raise RatcError(f"global batch {global_batch} is not divisible by any data-parallel degree D "
                         f"possible on {clusters} clusters (D in {ds}); the next batches that are: "
                         f"{', '.join(map(str, fits[:4]))}")
-
-    def _check_fixed_pipeline(self, clusters: int, strategy: Strategy, P: int) -> None:
-        """For a request with no candidate at all: raise if the fixed P is what cannot split
-        the cluster count (P x D x T), naming counts it can."""
-        if P > self.layers:
-            raise RatcError(f"pipeline degree P={P} exceeds the model's {self.layers} layers (P <= {self.layers})")
-        if any(clusters % (P * T) == 0 for T in strategy.tp):
-            return
-        near = sorted({n for T in strategy.tp for n in range(P * T, clusters + 2 * P * T, P * T)},
-                      key=lambda n: (abs(n - clusters), n))
-        raise RatcError(f"{clusters} clusters cannot be split into P x D x T with P={P} and T in "
-                        f"{list(strategy.tp)}; nearby cluster counts that can: "
-                        f"{', '.join(map(str, near[:4]))}")
 
     # -- costing -------------------------------------------------------------------
     def _stacked(self, cands: list):
@@ -237,9 +228,8 @@ class Planner:
         start = time.perf_counter()
         groups = self.space(clusters, global_batch, strat)
         if not groups:
-            if pipeline not in (None, "any"):
-                self._check_fixed_pipeline(clusters, strat, _check_pipeline(pipeline))
-            self.check_request(clusters, global_batch, strat)
+            self.check_request(clusters, global_batch, strat,
+                               None if pipeline in (None, "any") else _check_pipeline(pipeline))
         P, source, why = self._pipeline(clusters, global_batch, strat, pipeline)
         if source == "ratrain" and P not in groups:   # e.g. P x T > N
             P, source, why = None, "searched", f"RATrain's P={P} has no {strat.name} candidate"
