@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LLAMA2_70B_HF = dict(model_type="llama", hidden_size=8192, intermediate_size=28672, num_attention_heads=64,
                      num_key_value_heads=8, num_hidden_layers=80, vocab_size=32000,
                      max_position_embeddings=4096, rms_norm_eps=1e-5)
-BUDGET = {"hand": 3.0, "hf": 15.0, "cached": 3.0}
+BUDGET = {"hand": 3.0, "hf": 15.0}
+BUDGET["cached"] = BUDGET["hand"]      # a cache hit must not cost more than the trace it replaces
 RSS_BUDGET_MB = 2048
 
 

@@ -8,6 +8,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import testdialect  # noqa: E402,F401  (registers the 'test' dialect)
 
+from ratc.gcpause import LAZY_THRESHOLDS  # noqa: E402
+
 import os  # noqa: E402
 import tempfile  # noqa: E402
 
@@ -17,4 +19,4 @@ os.environ.setdefault("RATC_CACHE_DIR", tempfile.mkdtemp(prefix="ratc-test-cache
 
 # As the `ratc` command does (ratc.cli.main.run): the suite builds large long-lived IR and
 # VM programs, which CPython's default thresholds re-scan for a fifth of its run time.
-gc.set_threshold(200_000, 30, 30)
+gc.set_threshold(*LAZY_THRESHOLDS)

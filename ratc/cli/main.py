@@ -11,6 +11,7 @@ import sys
 
 from ratc import __version__
 from ratc.errors import LocatedError, RatcError
+from ratc.gcpause import LAZY_THRESHOLDS
 
 # Listed in workflow order, as `ratc --help` shows them. Each module defines
 # `register(subparsers)`, which adds its parser and sets `func`.
@@ -79,7 +80,7 @@ def run() -> None:
     (which close what libraries registered) and a flush of stdout / stderr, the process
     ends at once.
     """
-    gc.set_threshold(200_000, 30, 30)
+    gc.set_threshold(*LAZY_THRESHOLDS)
     code = main()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
