@@ -112,6 +112,20 @@ def test_compile_needs_clusters(capsys):
     assert "give --clusters" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["no/such/model.py"], "no/such/model.py: no such file"),
+    (["--hf-config", "no/such/config.json"], "no/such/config.json: no such file"),
+    ([EXAMPLE, "--hf-config", "config.json"], "not both"),
+    (["--hf-config", "config.json", "--preset", "tiny"], "--preset applies to model files"),
+    ([], "no model"),
+])
+def test_compile_names_the_bad_source_before_the_missing_clusters(argv, message, capsys):
+    """What the user typed wrong about the model comes first, even with --clusters missing too."""
+    assert main(["compile", *argv]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "--clusters" not in err
+
+
 def test_forced_plan_over_budget_reports_out_of_memory(tmp_path, capsys):
     out = tmp_path / "oom"
     argv = TINY + ["-o", str(out), "--memory-budget", "2MB", "--plan", "P=1,D=4,Z=0,b=4,A=1,Full,deadline"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ratc.errors import RatcError
 
@@ -68,18 +69,26 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def check_source(args: argparse.Namespace) -> None:
+    """The model the arguments name: one source (a model file or an HF config) that exists."""
+    if args.hf_config and args.model:
+        raise RatcError("give either a model file or --hf-config, not both")
+    if args.hf_config and args.preset:
+        raise RatcError("--preset applies to model files, not to --hf-config")
+    source = args.hf_config or args.model
+    if not source:
+        raise RatcError("no model: give a model file or --hf-config CONFIG_JSON")
+    if not Path(source).is_file():
+        raise RatcError(f"{source}: no such file")
+
+
 def trace_inputs(args: argparse.Namespace):
     """The ModelProfile the arguments describe (model file or HF config)."""
     from ratc.frontend import trace_hf_config, trace_model_file
 
-    if args.hf_config and args.model:
-        raise RatcError("give either a model file or --hf-config, not both")
+    check_source(args)
     if args.hf_config:
-        if args.preset:
-            raise RatcError("--preset applies to model files, not to --hf-config")
         return trace_hf_config(args.hf_config, 2048 if args.seq_len is None else args.seq_len)
-    if not args.model:
-        raise RatcError("no model: give a model file or --hf-config CONFIG_JSON")
     return trace_model_file(args.model, args.preset, args.seq_len, method=args.trace)
 
 
@@ -98,6 +107,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from ratc.cli.io import write_output
 
+    check_source(args)      # a missing model file first: it is what the user typed wrong
     check_arguments(args)
     from ratc.cli.progress import phase
 
