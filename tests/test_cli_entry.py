@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ratc.cli.main import main
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -40,6 +42,29 @@ def test_user_error_exits_1_with_one_message(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr == f"ratc: error: {tmp_path / 'missing.ir'}: no such file\n"
     assert proc.stdout == ""
+
+
+def test_usage_error_exits_1_with_usage_and_message():
+    """argparse's errors exit 1 like every other user error (argparse alone would exit 2)."""
+    proc = ratc("plan", "--preset", "tiny", "--clusters", "four", "--global-batch", "8")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("usage: ratc plan ")
+    assert proc.stderr.endswith("ratc plan: error: argument --clusters: invalid int value: 'four'\n")
+    proc = ratc("plan", "--preset", "tiny", "--clusters", "4", "--global-batch", "8", "--no-such-flag")
+    assert proc.returncode == 1 and "ratc: error: unrecognized arguments: --no-such-flag" in proc.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["compile", "examples/llama.py", "--preset", "tiny", "--clusters", "4", "--global-batch", "0"],
+     "--global-batch must be at least 1, got 0"),
+    (["compile", "examples/llama.py", "--preset", "tiny", "--clusters", "0"], "--clusters must be at least 1, got 0"),
+    (["kernel", "attention-backward", "4", "64", "64", "--kv-heads", "0"],
+     "heads must be a positive multiple of kv_heads"),
+])
+def test_zero_is_refused_not_taken_for_the_default(argv, message, capsys):
+    """A 0 the user typed is an error, not a missing value replaced by the default."""
+    assert main(argv) == 1
+    assert message in capsys.readouterr().err
 
 
 def test_written_files_survive_the_exit(tmp_path):

@@ -301,7 +301,7 @@ def test_cli_pipeline(capsys):
     assert code == 0 and "held at RATrain's pipeline degree" in out
     with pytest.raises(SystemExit) as exc:
         run_cli(capsys, "--clusters", "4", "--global-batch", "32", "--pipeline", "two")
-    assert exc.value.code == 2 and "positive integer or 'any'" in capsys.readouterr().err
+    assert exc.value.code == 1 and "positive integer or 'any'" in capsys.readouterr().err
 
 
 def test_micro_batch_that_divides_nothing(mt3000):

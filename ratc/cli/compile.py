@@ -102,6 +102,9 @@ def check_arguments(args: argparse.Namespace) -> None:
     """What the parser cannot say: a compile needs a cluster count or a plan, unless it stops at --emit."""
     if args.emit is None and args.clusters is None and not args.plan:
         raise RatcError("ratc compile: give --clusters N (or --plan CONFIG), or --emit=graph to stop after tracing")
+    for flag, value in (("--clusters", args.clusters), ("--global-batch", args.global_batch)):
+        if value is not None and value < 1:
+            raise RatcError(f"{flag} must be at least 1, got {value}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -155,7 +158,7 @@ def choose_candidate(args: argparse.Namespace, planner):
             raise RatcError(f"--plan {args.plan} uses {cand.clusters} clusters (P x D x T), "
                             f"but --clusters is {args.clusters}")
         return cand, None
-    global_batch = args.global_batch or 64 * args.clusters
+    global_batch = 64 * args.clusters if args.global_batch is None else args.global_batch
     result = planner.require_feasible(planner.plan(args.clusters, global_batch, get_strategy(args.strategy),
                                                    progress=True, pipeline=args.pipeline))
     return result.feasible[0].cand, result

@@ -59,5 +59,5 @@ def _generate(platform, args, options):
 
     heads, seq, head_dim = args.dims
     staged = args.op.endswith("-ddr")
-    return generate_attention_backward(platform, heads, seq, head_dim, args.kv_heads or heads,
+    return generate_attention_backward(platform, heads, seq, head_dim, heads if args.kv_heads is None else args.kv_heads,
                                        ddr_staged=staged, **options)

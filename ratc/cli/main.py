@@ -30,9 +30,18 @@ COMMAND_MODULES = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with ratc's exit status for bad input: usage errors exit 1, as every other
+    user error does (argparse's own convention is 2). Subcommand parsers inherit it."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(1, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ratc",
         description="Compile, plan, schedule and simulate LLM training for bandwidth-constrained accelerators.")
     parser.add_argument("--version", action="version", version=f"ratc {__version__}")

@@ -73,8 +73,8 @@ def handler(args: argparse.Namespace) -> int:
         exec_name = load_program(args.outdir).meta.get("exec_profile", "paper-table5")
         planner = Planner(model, platform, load_exec_profile(platform, exec_name),
                           budget=int(find_plan(module).attributes["budget"]))
-        clusters = args.clusters or cand.clusters
-        batch = args.global_batch or cand.global_batch
+        clusters = cand.clusters if args.clusters is None else args.clusters
+        batch = cand.global_batch if args.global_batch is None else args.global_batch
     else:
         from ratc.cli.plan import load_model
         from ratc.platform import load_platform
