@@ -34,8 +34,9 @@ def write_quietly(path: Path | None, data: str) -> None:
     if path is None:
         return
     from ratc.cli.io import write_atomic
+    from ratc.errors import OutputError
 
     try:
         write_atomic(path, data)
-    except OSError:
+    except OutputError:
         pass

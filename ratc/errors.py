@@ -7,6 +7,20 @@ class RatcError(Exception):
     """An error caused by the user's input; the CLI prints it without a traceback."""
 
 
+class OutputError(RatcError):
+    """An output that cannot be written (no permission, a directory in the way, disk full)."""
+
+    @classmethod
+    def refused(cls, path, exc: OSError) -> "OutputError":
+        """The error for an output the operating system refused: the path and its reason."""
+        from pathlib import Path
+
+        # mkdir of a path below a file says only "File exists"; name the file in the way
+        blocker = next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
+        reason = f"{blocker} is not a directory" if blocker is not None else exc.strerror or str(exc)
+        return cls(f"cannot write {path}: {reason}")
+
+
 class SourceLocation:
     """A point in a text input: file, 1-based line and column, and the source text."""
 

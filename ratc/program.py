@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from ratc import __version__
-from ratc.errors import RatcError
+from ratc.errors import OutputError, RatcError
 
 MANIFEST = "manifest.json"
 FORMAT = "ratc-program/1"
@@ -33,8 +33,13 @@ def _digest(data: bytes) -> str:
 def write_program(outdir: str | Path, files: dict[str, str | bytes], meta: dict | None = None) -> Path:
     """Write files (relative path -> content) and their manifest to outdir, replacing it whole."""
     outdir = Path(outdir)
-    outdir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
+    if outdir.exists() and not outdir.is_dir():
+        raise ProgramError(f"{outdir}: exists and is not a directory; refusing to overwrite it")
+    try:
+        outdir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
+    except OSError as exc:
+        raise OutputError.refused(outdir, exc) from None
     umask = os.umask(0)
     os.umask(umask)
     # mkdtemp makes the directory private (0700); give it the permissions mkdir() would.
@@ -63,6 +68,9 @@ def write_program(outdir: str | Path, files: dict[str, str | bytes], meta: dict 
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, outdir)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputError.refused(outdir, exc) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -79,6 +79,25 @@ def test_file_that_raises_on_import(tmp_path, capsys):
     assert str(path) in err and "ZeroDivisionError" in err and "line 2" in err
 
 
+@pytest.mark.parametrize("source", [
+    "PRESETS = {}\ndef build_model(:\n    pass\n",
+    "PRESETS = {}\nclass M:\n    def f(self):\n  return 1\n",
+    "PRESETS = {\n",
+])
+def test_syntax_error_points_at_line_and_column(tmp_path, capsys, source):
+    """A model file Python cannot parse is reported like any bad text input: file:line:col,
+    the line and a caret, where Python's own compiler places them (the oracle)."""
+    path = tmp_path / "broken.py"
+    path.write_text(source)
+    with pytest.raises(SyntaxError) as want:
+        compile(source, str(path), "exec")
+    rc, err = run(capsys, str(path))
+    assert rc == 1
+    line = source.splitlines()[want.value.lineno - 1]
+    assert err == (f"{path}:{want.value.lineno}:{want.value.offset}: error: {want.type.__name__}: "
+                   f"{want.value.msg}\n{line}\n{' ' * (want.value.offset - 1)}^\n")
+
+
 def test_build_model_that_raises(tmp_path, capsys):
     path = write_model(tmp_path, build="raise ValueError('hidden must be even')")
     rc, err = run(capsys, path)

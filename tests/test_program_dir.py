@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import sys
 
 import pytest
 
@@ -67,3 +68,35 @@ def test_written_files_get_ordinary_permissions(tmp_path):
         os.umask(umask)
     assert os.stat(out).st_mode & 0o777 == 0o755
     assert os.stat(out / "program.ir").st_mode & 0o777 == 0o644
+
+
+def test_outputs_the_system_refuses_are_user_errors(tmp_path):
+    """A file or a directory in the way is a clear OutputError / ProgramError naming it, and
+    nothing half-written is left behind."""
+    from ratc.cli.io import write_atomic
+    from ratc.errors import OutputError
+
+    blocker = tmp_path / "afile"
+    blocker.write_text("mine")
+    with pytest.raises(ProgramError, match="afile: exists and is not a directory"):
+        write_program(blocker, FILES)
+    with pytest.raises(OutputError, match=f"cannot write {blocker}/sub: {blocker} is not a directory"):
+        write_program(blocker / "sub", FILES)
+    with pytest.raises(OutputError, match=f"cannot write {tmp_path}: it is a directory"):
+        write_atomic(tmp_path, "text")
+    with pytest.raises(OutputError, match=f"{blocker} is not a directory"):
+        write_atomic(blocker / "x.txt", "text")
+    assert blocker.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"], "no temporary left behind"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc, where nothing can be created")
+def test_a_place_nothing_can_be_created_is_a_user_error():
+    """/proc refuses new files even to root: the OS's reason reaches the user."""
+    from ratc.cli.io import write_atomic
+    from ratc.errors import OutputError
+
+    with pytest.raises(OutputError, match="cannot write /proc/ratc-test/x.txt: No such file or directory"):
+        write_atomic("/proc/ratc-test/x.txt", "text")
+    with pytest.raises(OutputError, match="cannot write /proc/ratc-prog: No such file or directory"):
+        write_program("/proc/ratc-prog", FILES)

@@ -7,7 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ratc.errors import RatcError
+from ratc.errors import OutputError, RatcError
 
 
 def read_input(path: str) -> tuple[str, str]:
@@ -24,11 +24,17 @@ def read_input(path: str) -> tuple[str, str]:
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write a file via a temporary sibling and rename, so readers never see half of it."""
+    """Write a file via a temporary sibling and rename, so readers never see half of it.
+    Failures raise OutputError and leave nothing behind."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: it is a directory (give a file name)")
     mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise OutputError.refused(path, exc) from None
     try:
         with os.fdopen(fd, mode) as fh:
             fh.write(data)
@@ -37,6 +43,9 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OutputError.refused(path, exc) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -18,7 +18,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from ratc.errors import RatcError
+from ratc.errors import LocatedError, RatcError, SourceLocation
 
 TRAIN_DTYPE = "float16"
 
@@ -55,6 +55,11 @@ def import_model_file(path: str):
     sys.modules[name] = mod     # dataclasses and pickling look modules up by name
     try:
         spec.loader.exec_module(mod)
+    except SyntaxError as exc:
+        sys.modules.pop(name, None)
+        # the text itself is wrong: file:line:col and a caret, as for every text input
+        loc = SourceLocation(path, exc.lineno or 1, exc.offset or 1, p.read_text(errors="replace"))
+        raise LocatedError(f"{type(exc).__name__}: {exc.msg}", loc) from None
     except Exception as exc:  # noqa: BLE001 - anything the user's file raises is reported
         sys.modules.pop(name, None)
         where = _where(exc, p.resolve())
