@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ratc.cli.model_source import add_model_arguments, check_model_source, describe, load_model
 from ratc.errors import RatcError
 
 
@@ -39,13 +40,8 @@ def register(sub) -> None:
                               "  ratc compile examples/llama.py --preset llama2-7b --clusters 8 -o out/llama2-7b\n"
                               "  ratc compile examples/llama.py --preset llama2-7b --emit=graph\n"
                               "  ratc compile --hf-config examples/hf/qwen2.json --seq-len 512 --clusters 8 -o out/qwen2")
-    p.add_argument("model", nargs="?", help="model file following the model-file protocol (docs/frontend.md)")
-    p.add_argument("--preset", help="preset of the model file (default: its DEFAULT_PRESET)")
-    p.add_argument("--seq-len", type=int, help="sequence length to trace (default: the model's input_spec)")
-    p.add_argument("--hf-config", metavar="CONFIG_JSON",
-                   help="trace a Hugging Face causal LM from its config.json instead (needs ratc[hf])")
-    p.add_argument("--trace", choices=("auto", "fx", "export"), default="auto",
-                   help="tracer for model files: torch.fx, torch.export, or fx then export (default)")
+    add_model_arguments(p, "model file following the model-file protocol (docs/frontend.md); "
+                           "omit for the bundled example with --preset", tracer=True)
     p.add_argument("--emit", choices=sorted(EMITTERS),
                    help="print this stage's IR and stop (default: compile the whole program)")
     p.add_argument("-o", "--output",
@@ -69,29 +65,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def check_source(args: argparse.Namespace) -> None:
-    """The model the arguments name: one source (a model file or an HF config) that exists."""
-    if args.hf_config and args.model:
-        raise RatcError("give either a model file or --hf-config, not both")
-    if args.hf_config and args.preset:
-        raise RatcError("--preset applies to model files, not to --hf-config")
-    source = args.hf_config or args.model
-    if not source:
-        raise RatcError("no model: give a model file or --hf-config CONFIG_JSON")
-    if not Path(source).is_file():
-        raise RatcError(f"{source}: no such file")
-
-
-def trace_inputs(args: argparse.Namespace):
-    """The ModelProfile the arguments describe (model file or HF config)."""
-    from ratc.frontend import trace_hf_config, trace_model_file
-
-    check_source(args)
-    if args.hf_config:
-        return trace_hf_config(args.hf_config, 2048 if args.seq_len is None else args.seq_len)
-    return trace_model_file(args.model, args.preset, args.seq_len, method=args.trace)
-
-
 def _header(command: str, profile) -> str:
     """Comment lines that say how to reproduce the output and how it was traced."""
     meta = profile.meta
@@ -110,23 +83,22 @@ def check_arguments(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from ratc.cli.io import write_output
 
-    check_source(args)      # a missing model file first: it is what the user typed wrong
+    check_model_source(args)      # a missing model file first: it is what the user typed wrong
     check_arguments(args)
     from ratc.cli.progress import phase
 
-    with phase(f"tracing {args.hf_config or args.model}"):
-        profile = trace_inputs(args)
+    with phase(f"tracing {args.hf_config or args.model or args.preset}"):
+        profile = load_model(args)
     unmodeled = profile.meta.get("unmodeled_ops") or []
     if unmodeled:
         print(f"ratc: warning: no cost formula for {', '.join(unmodeled)}; "
               "costed as generic elementwise ops", file=sys.stderr)
-    source = args.hf_config and f"--hf-config {args.hf_config}" or args.model
-    extra = "".join(f" --{flag} {v}" for flag, v in (("preset", args.preset), ("seq-len", args.seq_len)) if v)
+    command = f"ratc compile {describe(args)}"
     if args.emit is not None:
-        text = _header(f"ratc compile {source}{extra} --emit={args.emit}", profile) + EMITTERS[args.emit](profile)
+        text = _header(f"{command} --emit={args.emit}", profile) + EMITTERS[args.emit](profile)
         write_output(args.output, text)
         return 0
-    outdir, module = compile_to_directory(args, profile, f"ratc compile {source}{extra}")
+    outdir, module = compile_to_directory(args, profile, command)
     status = 0
     if args.no_run:
         print(f"wrote {outdir}; simulate it with `ratc run {outdir}`", file=sys.stderr)
@@ -166,8 +138,6 @@ def choose_candidate(args: argparse.Namespace, planner):
 
 def compile_to_directory(args: argparse.Namespace, profile, command: str):
     """Plan, schedule and write the program directory; returns (its path, the scheduled module)."""
-    from pathlib import Path
-
     from ratc.cli.pass_options import instrumentation
     from ratc.cli.plan import make_planner
     from ratc.cli.progress import phase

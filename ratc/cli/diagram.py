@@ -6,7 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from ratc.cli.model_source import add_model_arguments, load_model
 from ratc.errors import RatcError
+
+DEFAULT_PRESET = "llama2-7b"     # of the bundled example, when no model is named
 
 
 def register(subparsers) -> None:
@@ -22,9 +25,7 @@ def register(subparsers) -> None:
     p.add_argument("--microbatches", type=int, required=True, metavar="M", help="micro-batches per step")
     p.add_argument("--policy", choices=("standard", "fsr"), default="fsr",
                    help="standard: recompute at backward time; fsr: forward-side recovery (default)")
-    p.add_argument("model", nargs="?", help="model file (default: examples/llama.py with --preset)")
-    p.add_argument("--preset", default="llama2-7b", help="model preset (default llama2-7b)")
-    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default 2048)")
+    add_model_arguments(p, f"model file (default: examples/llama.py with --preset, else {DEFAULT_PRESET})")
     p.add_argument("--platform", default="mt3000", help="platform profile name or TOML file (default mt3000)")
     p.add_argument("--dp", type=int, default=2, help="data-parallel replicas D (default 2: shows GradSync)")
     p.add_argument("--zero", type=int, choices=(0, 1, 2), default=2, help="ZeRO stage (default 2)")
@@ -39,7 +40,6 @@ def register(subparsers) -> None:
 
 def handler(args: argparse.Namespace) -> int:
     from ratc.cli.io import write_atomic
-    from ratc.cli.plan import load_model
     from ratc.planner.search import Planner
     from ratc.platform import load_platform
     from ratc.report import diagram
@@ -52,7 +52,7 @@ def handler(args: argparse.Namespace) -> int:
                         "or give --format")
     if args.width <= 0:
         raise RatcError(f"--width must be positive, got {args.width}")
-    planner = Planner(load_model(args), load_platform(args.platform))
+    planner = Planner(load_model(args, default_preset=DEFAULT_PRESET), load_platform(args.platform))
     data, res = policy_diagram(planner, args.pp, args.microbatches, args.policy, D=args.dp, Z=args.zero,
                                b=args.micro_batch, pref=args.state)
     write_atomic(args.output, diagram.render(data, fmt, width=args.width))

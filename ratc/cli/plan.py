@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ratc.cli.model_source import add_model_arguments, check_model_source, load_model
 from ratc.errors import RatcError
 
 
@@ -12,10 +13,8 @@ def register(subparsers) -> None:
         "plan", help="search P/D/T/ZeRO/micro-batch/activation/prefetch configurations",
         description="Enumerate training configurations for a model on a platform, prune those over the "
                     "per-cluster memory budget (Eq. 10) and rank the rest by predicted step time (Eq. 12).")
-    p.add_argument("model", nargs="?", help="model file (python, see examples/llama.py); "
-                                            "omit to use the bundled example with --preset")
-    p.add_argument("--preset", help="model preset, e.g. llama2-13b, qwen2.5-32b, tiny")
-    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
+    add_model_arguments(p, "model file (python, see examples/llama.py); omit to use the bundled example "
+                           "with --preset")
     add_planning_arguments(p, global_batch_required=True)
     p.add_argument("--min-clusters", action="store_true",
                    help="find the smallest cluster count (whole nodes) with a feasible plan")
@@ -85,23 +84,13 @@ def make_planner(args: argparse.Namespace, model):
     return Planner(model, platform, load_exec_profile(platform, args.exec_profile), budget, **kwargs)
 
 
-def load_model(args: argparse.Namespace):
-    """The ModelProfile named by a model file and/or preset."""
-    if args.model:
-        from ratc.frontend.modelfile import trace_model_file
-        return trace_model_file(args.model, args.preset, args.seq_len)
-    if not args.preset:
-        raise RatcError("ratc plan: give a model file or --preset NAME")
-    from ratc.frontend.presets import trace_preset
-    return trace_preset(args.preset, 2048 if args.seq_len is None else args.seq_len)
-
-
 def handler(args: argparse.Namespace) -> int:
     from ratc import units
     from ratc.cli.io import write_output
     from ratc.planner.report import render_json, render_text
     from ratc.planner.strategies import get_strategy
 
+    check_model_source(args)
     if args.top < 1:
         raise RatcError(f"--top must be at least 1, got {args.top}")
     if not args.min_clusters and args.clusters is None:

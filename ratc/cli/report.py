@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from ratc.cli.model_source import add_model_arguments, load_model, named
 from ratc.cli.plan import pipeline_degree
 from ratc.errors import RatcError
 
@@ -25,9 +26,7 @@ def register(subparsers) -> None:
                "  ratc report out/\n"
                "  ratc report out/ --preset llama2-7b --clusters 8 --global-batch 512")
     p.add_argument("outdir", help="program directory of `ratc compile`, or where to write the report")
-    p.add_argument("model", nargs="?", help="model file, when OUTDIR holds no compiled program")
-    p.add_argument("--preset", help="model preset, when OUTDIR holds no compiled program (e.g. llama2-7b)")
-    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
+    add_model_arguments(p, "model file, when OUTDIR holds no compiled program (or --preset / --hf-config)")
     p.add_argument("--clusters", type=int, help="clusters (default: the compiled plan's P x D x T)")
     p.add_argument("--global-batch", type=int, help="sequences per step (default: the compiled plan's)")
     p.add_argument("--platform", default="mt3000", help="platform when there is no compiled program (default mt3000)")
@@ -59,9 +58,9 @@ def handler(args: argparse.Namespace) -> int:
         from ratc.lifecycle.lowering import find_plan
         from ratc.report.inputs import load_inputs
 
-        if args.model or args.preset:
+        if named(args):
             raise RatcError(f"{args.outdir} holds a compiled program; its model is the one reported "
-                            "(drop the model file / --preset)")
+                            "(drop the model file / --preset / --hf-config)")
         say(f"reading {args.outdir}")
         inputs = load_inputs(args.outdir)
         module, platform, model = inputs.module, inputs.platform, inputs.profile
@@ -76,13 +75,12 @@ def handler(args: argparse.Namespace) -> int:
         clusters = cand.clusters if args.clusters is None else args.clusters
         batch = cand.global_batch if args.global_batch is None else args.global_batch
     else:
-        from ratc.cli.plan import load_model
         from ratc.platform import load_platform
 
-        if not (args.model or args.preset) or args.clusters is None or args.global_batch is None:
+        if not named(args) or args.clusters is None or args.global_batch is None:
             raise RatcError(f"{args.outdir} holds no compiled program (no {MANIFEST}); compile one with "
-                            "`ratc compile`, or give a model (--preset NAME or a model file) with --clusters N "
-                            "and --global-batch G")
+                            "`ratc compile`, or give a model (--preset NAME, a model file or --hf-config) "
+                            "with --clusters N and --global-batch G")
         say("tracing the model")
         model = load_model(args)
         planner = Planner(model, load_platform(args.platform))

@@ -31,8 +31,13 @@ def _trace(name: str, seq_len: int) -> ModelProfile:
     return trace_model_file(str(EXAMPLE_MODEL), name, seq_len)
 
 
-def trace_preset(name: str, seq_len: int = 2048) -> ModelProfile:
-    """The ModelProfile of a preset (llama2-7b, llama2-13b, llama2-70b, baichuan2-13b, qwen2.5-32b, tiny)."""
+def check_preset(name: str) -> None:
+    """Raise unless examples/llama.py has the preset."""
     if name not in preset_names():
         raise RatcError(f"unknown preset '{name}' (available: {', '.join(preset_names())})")
+
+
+def trace_preset(name: str, seq_len: int = 2048) -> ModelProfile:
+    """The ModelProfile of a preset (llama2-7b, llama2-13b, llama2-70b, baichuan2-13b, qwen2.5-32b, tiny)."""
+    check_preset(name)
     return _trace(name, int(seq_len))

@@ -1,0 +1,71 @@
+"""The model a command reads: a model file, a preset of the bundled example, or a Hugging Face config.
+
+`ratc compile`, `plan`, `report` and `diagram` take the same three sources with the same
+flags, checks and messages; only the help texts differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ratc.errors import RatcError
+
+HF_SEQ_LEN = 2048      # an HF config.json names no training sequence length
+
+
+def add_model_arguments(p: argparse.ArgumentParser, model_help: str, tracer: bool = False) -> None:
+    """The positional model file, --preset, --seq-len and --hf-config (and --trace if `tracer`)."""
+    p.add_argument("model", nargs="?", help=model_help)
+    p.add_argument("--preset", help="preset of the model file (default: its DEFAULT_PRESET), or without a "
+                                    "file one of the bundled examples/llama.py's, e.g. llama2-7b, qwen2.5-32b, tiny")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help=f"sequence length (default: the model file's input_spec; {HF_SEQ_LEN} for --hf-config)")
+    p.add_argument("--hf-config", metavar="CONFIG_JSON",
+                   help="trace a Hugging Face causal LM from its config.json instead (needs ratc[hf])")
+    if tracer:
+        p.add_argument("--trace", choices=("auto", "fx", "export"), default="auto",
+                       help="tracer for model files: torch.fx, torch.export, or fx then export (default)")
+
+
+def named(args: argparse.Namespace) -> bool:
+    """Whether the arguments name a model at all."""
+    return bool(args.model or args.preset or args.hf_config)
+
+
+def check_model_source(args: argparse.Namespace, default_preset: str | None = None) -> None:
+    """One source, and a file that exists; checked before anything slow runs."""
+    if args.hf_config and args.model:
+        raise RatcError("give either a model file or --hf-config, not both")
+    if args.hf_config and args.preset:
+        raise RatcError("--preset applies to model files, not to --hf-config")
+    if not named(args) and default_preset is None:
+        raise RatcError("no model: give a model file, --preset NAME (the bundled examples/llama.py) "
+                        "or --hf-config CONFIG_JSON")
+    source = args.hf_config or args.model
+    if source and not Path(source).is_file():
+        raise RatcError(f"{source}: no such file")
+
+
+def load_model(args: argparse.Namespace, default_preset: str | None = None):
+    """The ModelProfile the arguments name (traced, or from the trace cache)."""
+    check_model_source(args, default_preset)
+    if args.hf_config:
+        from ratc.frontend.hf import trace_hf_config
+        return trace_hf_config(args.hf_config, HF_SEQ_LEN if args.seq_len is None else args.seq_len)
+    from ratc.frontend.modelfile import trace_model_file
+    from ratc.frontend.presets import EXAMPLE_MODEL, check_preset
+
+    path = args.model
+    if not path:        # a preset alone is the bundled example's: the same as naming the file
+        path = str(EXAMPLE_MODEL)
+        check_preset(args.preset or default_preset)
+    return trace_model_file(path, args.preset or (None if args.model else default_preset), args.seq_len,
+                            method=getattr(args, "trace", "auto"))
+
+
+def describe(args: argparse.Namespace) -> str:
+    """The source as command-line words, to reproduce an output: 'FILE --preset X --seq-len N'."""
+    words = [f"--hf-config {args.hf_config}" if args.hf_config else args.model or ""]
+    words += [f"--{flag} {v}" for flag, v in (("preset", args.preset), ("seq-len", args.seq_len)) if v]
+    return " ".join(w for w in words if w)
