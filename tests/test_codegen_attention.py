@@ -81,3 +81,7 @@ def test_attention_time_grows_with_sequence_and_uses_the_timing_mode():
     t512 = attention_backward_time(P, 2, 512, 128, 2)
     t1024 = attention_backward_time(P, 2, 1024, 128, 2)
     assert 2 < t1024 / t512 < 5  # quadratic work, partly amortized fixed costs
+    # the profile's seconds are the generated kernel's timing-mode cycles at the DSP clock
+    kernel = generate_attention_backward(P, 2, 512, 128, 2)
+    timing = kernel.run(mode="timing").cycles
+    assert t512 == timing / P.dsp.clock

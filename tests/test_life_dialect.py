@@ -110,14 +110,26 @@ def test_every_rule_names_what_is_wrong(programs):
 
 
 def test_inplace_write_before_last_read_is_caught(programs):
+    """The stage rule itself, on the stage alone: in a program whose every task has its role's
+    operands, an in-place write is its buffer's only reader, so this mutation (which gives the
+    overwritten buffer a second reader) also breaks the reader's role, and verify() may report
+    either."""
+    from ratc.lifecycle.checks import check_stage
+
     module = parse_module(programs[0])
-    s0 = find_pipeline(module).region.ops[0].region.ops
+    stage = find_pipeline(module).region.ops[0]
+    s0 = stage.region.ops
     # ZeRO-0 GradSync all-reduces the accumulated gradient in place; give it a later reader.
     sync = next(op for op in s0 if op.name == "life.grad_sync")
     upd = next(op for op in s0 if op.name == "life.update" and op.attributes["unit"] == sync.attributes["unit"])
     s0.remove(sync)
     s0.insert(s0.index(sync.operands[0].owner) + 1, sync)
+    check_stage(stage)                     # the order alone is fine
     upd.operands[0] = sync.operands[0]     # reads the buffer GradSync overwrote
+    unit = sync.attributes["unit"]
+    with pytest.raises(VerifyError, match=rf"stage 0: 'life.grad_sync' \(unit {unit}\) overwrites a buffer that "
+                                          rf"'life.update' \(unit {unit}\) still reads later"):
+        check_stage(stage)
     with pytest.raises(VerifyError):
         verify(module)
 

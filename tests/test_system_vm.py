@@ -1,5 +1,6 @@
 """System VM: closed-form 1F1B checks, a hand-timed contended link, symmetry, memory."""
 
+import dataclasses
 import json
 
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 from ratc.vm.system.collectives import ring
 from ratc.vm.system.engine import simulate
 from ratc.vm.system.memory import OutOfMemory
-from ratc.vm.system.onefoneb import StepSpec, UnitSpec, Work, build, one_f_one_b
+from ratc.vm.system.onefoneb import StepSpec, UnitSpec, Work, build
 from ratc.vm.system.program import Link, Program, ProgramError
 from ratc.vm.system.results import critical_path, summarize
 from ratc.vm.system.trace import chrome_trace
@@ -37,12 +38,19 @@ def test_uniform_zero_comm_makespan_and_bubble_are_closed_form(P, M, tf, tb, uni
     assert sum(res.critical_cycles.values()) == res.step_cycles
 
 
-def test_one_f_one_b_order_matches_megatron_reference():
-    # Megatron-LM forward_backward_pipelining_without_interleaving, P=4, M=6, rank 1:
-    # warm-up P - rank - 1 = 2 forwards, 4 steady 1F1B pairs, 2 cool-down backwards.
-    assert one_f_one_b(4, 6, 1) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("F", 3), ("B", 1),
-                                    ("F", 4), ("B", 2), ("F", 5), ("B", 3), ("B", 4), ("B", 5)]
-    assert one_f_one_b(4, 2, 0) == [("F", 0), ("F", 1), ("B", 0), ("B", 1)]
+@pytest.mark.parametrize("P,M", [(4, 6), (4, 2), (3, 3), (1, 5), (6, 13)])
+def test_synthetic_programs_issue_the_megatron_order(P, M):
+    """Each stage's main tasks, in the order the built program issues them, are Megatron-LM's
+    non-interleaved 1F1B (the transcription tests/test_schedule_1f1b.py checks against torch)."""
+    from test_schedule_1f1b import megatron_order
+
+    prog = build(uniform(P, M, 3, 5, D=1, steps=1))
+    tl = simulate(prog)
+    for p in range(P):
+        k = len(str(p))
+        main = sorted((tl.start[i], t.name) for i, t in enumerate(prog.tasks)
+                      if t.stage == p and t.replica == 0 and t.name[k] in "FB")
+        assert [(name[k], int(name[k + 1:])) for _, name in main] == megatron_order(P, M, p), p
 
 
 def contended(symmetric):
@@ -164,8 +172,12 @@ def test_fsr_holds_checkpoints_not_full_activations():
     spec = StepSpec(P=4, D=1, M=8, stages=(stage,) * 4, boundary_bytes=0, p2p=FREE, ring_link=FREE,
                     act="fsr", state="none", steps=1)
     peaks = summarize(simulate(build(spec))).stage_peak_bytes
-    # Eq. 6: N_act checkpoints plus at most the recovery buffers of two micro-batches in flight
-    assert all(10 * min(4 - p, 8) <= peaks[p] <= 10 * min(4 - p, 8) + 2 * 1000 for p in range(4))
+    # Eq. 6: N_act(p) = min(P - p, M) checkpoints plus the recovery buffers: two (one being
+    # consumed, the next recovered ahead), but no more than the micro-batches in flight (one
+    # on the last stage)
+    assert list(peaks) == [10 * min(4 - p, 8) + 1000 * min(2, 4 - p) for p in range(4)]
+    full = summarize(simulate(build(dataclasses.replace(spec, act="full")))).stage_peak_bytes
+    assert list(full) == [1000 * min(4 - p, 8) for p in range(4)]      # what FSR saves on stages 0-1
 
 
 def test_over_budget_plan_stops_with_out_of_memory_report():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -267,10 +266,16 @@ def test_tensor_parallel_adds_megatron_allreduces(planner13):
     link = Link(load_platform("mt3000").network.intra_node_latency, load_platform("mt3000").network.intra_node_bandwidth)
     ar = all_reduce(2, m.seq_len * m.hidden * 2, link)
     assert float(t2.tp_allreduce[0, 0]) == pytest.approx(ar)
-    # two all-reduces per layer in forward, two in backward, on the critical path
-    compute_half = t2.fwd[0, 0] - 2 * m.num_layers * ar
-    assert compute_half < t1.fwd[0, 0]
-    assert one.t_step > 0
+    # Megatron (Shoeybi et al. 2019, Sec. 3): two all-reduces of the hidden stream per layer in
+    # forward and two in backward, plus the vocab-parallel embedding's output (forward) and the
+    # LM head's input gradient (backward); one stage holds them all at P = 1, on the critical path
+    sc1, sc2 = planner13.stages(1, 1, "time"), planner13.stages(1, 2, "time")
+    assert t2.fwd[0, 0] == pytest.approx(sc2.fwd[0] + (2 * m.num_layers + 1) * ar, rel=1e-12)
+    assert t2.bwd[0, 0] == pytest.approx(sc2.bwd[0] + (2 * m.num_layers + 1) * ar, rel=1e-12)
+    assert (t1.fwd[0, 0], t1.bwd[0, 0]) == pytest.approx((sc1.fwd[0], sc1.bwd[0]), rel=1e-12)   # T = 1: none
+    # and each rank computes about half of the layer's work (the split GEMMs run a little less efficiently)
+    assert 0.5 < sc2.fwd[0] / sc1.fwd[0] < 0.6
+    assert one.t_step == pytest.approx(float(t1.t_step[0]))
 
 
 def test_detail_pieces_add_up(planner13):
@@ -281,11 +286,10 @@ def test_detail_pieces_add_up(planner13):
     assert ev.t_step == pytest.approx(ev.t_1f1b + ev.e_comm + ev.e_upd + ev.e_pref + ev.e_rec)
     # checkpointing exposes the whole Recover task in every slot
     assert np.allclose(t.rec_exposed, t.rec)
-    assert dataclasses.replace(c, act="full") != c
 
 
 def test_kernel_vm_profile_plugs_in():
-    gemm_time = pytest.importorskip("ratc.codegen.exec_profile").gemm_time
+    from ratc.codegen.exec_profile import gemm_time
     from ratc.planner.exec_profile import load_exec_profile
     plat = load_platform("mt3000")
     prof = load_exec_profile(plat, "kernel-vm")

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ratc.errors import RatcError
+from ratc.lifecycle.onefoneb import stage_order
 from ratc.vm.system.collectives import ring
 from ratc.vm.system.program import Link, Program
 
@@ -80,15 +81,6 @@ class StepSpec:
     rec_slots: int = 2           # FSR recovery buffers (one layer each): one filled while one is consumed
     steps: int = 2
     symmetric: bool = True
-
-
-def one_f_one_b(P: int, M: int, p: int) -> list:
-    """Stage p's ('F'|'B', micro-batch) order under non-interleaved 1F1B."""
-    warm = min(P - p - 1, M)
-    order = [("F", m) for m in range(warm)]
-    for i in range(M - warm):
-        order += [("F", warm + i), ("B", i)]
-    return order + [("B", m) for m in range(M - warm, M)]
 
 
 def build(spec: StepSpec) -> Program:
@@ -168,7 +160,7 @@ class _Builder:
         for k in range(spec.steps):
             for p, units in enumerate(spec.stages):
                 U = len(units)
-                for op, m in one_f_one_b(spec.P, spec.M, p):
+                for op, m in stage_order(spec.P, spec.M, p):
                     js = range(U) if op == "F" else range(U - 1, -1, -1)
                     for j in js:
                         u = units[j]
