@@ -67,4 +67,4 @@ def run_and_report(program, platform, args, useful_macs=None, min_ddr_bytes=None
             raise RatcError(f"--save {spec!r}: needs --mode full and a DDR buffer of the kernel")
         np.save(path, result.ddr[buf].reshape(program.buffer(buf).shape))
     stats = kernel_stats(program, platform, result.cycles, result.counts, useful_macs, min_ddr_bytes)
-    return format_report(stats, platform).rstrip("\n")
+    return format_report(stats, platform, counted=useful_macs is None).rstrip("\n")

@@ -58,9 +58,11 @@ def kernel_stats(program: Program, platform, cycles: int, counts: dict, useful_m
         ddr_bound_s=counts["ddr_bytes"] / bw, compulsory_ddr_bound_s=compulsory / bw)
 
 
-def format_report(stats: KernelStats, platform) -> str:
-    """The llvm-mca-like text report."""
+def format_report(stats: KernelStats, platform, counted: bool = False) -> str:
+    """The llvm-mca-like text report. `counted`: the useful MACs and compulsory bytes are the
+    program's own counts, as for a .rasm file, which does not say what is padding."""
     s = stats
+    unknown = " (as executed: a .rasm file does not mark padding)" if counted else ""
     lines = [
         f"Kernel:              {s.name}",
         f"Platform:            {platform.name} ({s.dsps} of {platform.cluster.dsps} DSPs at "
@@ -72,7 +74,7 @@ def format_report(stats: KernelStats, platform) -> str:
         f"IPC:                 {s.instructions / s.cycles if s.cycles else 0:.2f}",
         f"Bundles per cycle:   {s.bundles / s.cycles if s.cycles else 0:.3f}",
         "",
-        f"MACs (useful):       {s.useful_macs}",
+        f"MACs (useful):       {s.useful_macs}{unknown}",
         f"MACs (executed):     {s.executed_macs}",
         f"MAC utilization:     {100 * s.mac_utilization:.2f} % of the cluster peak",
         f"DDR bytes:           {s.ddr_bytes} ({format_bytes(s.ddr_bytes)}; compulsory "
