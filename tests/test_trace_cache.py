@@ -111,3 +111,14 @@ def test_a_hit_needs_no_torch(tmp_path):
             f"p = trace_model_file({str(EXAMPLE)!r}, 'tiny', 48); print(p.seq_len, 'torch' in sys.modules)")
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env) for _ in range(2)]
     assert [r.stdout for r in runs] == ["48 True\n", "48 False\n"], [r.stderr for r in runs]
+
+
+def test_a_preset_named_alone_hits_the_cache_without_torch(tmp_path):
+    """`ratc plan --preset X` (the bundled example) reads a cached trace without importing the
+    example file, which imports torch: the preset is checked only when the file is traced."""
+    env = {**os.environ, "RATC_CACHE_DIR": str(tmp_path)}
+    code = ("import sys; from ratc.cli.main import main; "
+            "rc = main(['plan', '--preset', 'tiny', '--clusters', '4', '--global-batch', '16', '--json', "
+            f"'-o', {str(tmp_path / 'plan.json')!r}]); print(rc, 'torch' in sys.modules)")
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env) for _ in range(2)]
+    assert [r.stdout for r in runs] == ["0 True\n", "0 False\n"], [r.stderr for r in runs]

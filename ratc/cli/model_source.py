@@ -54,12 +54,11 @@ def load_model(args: argparse.Namespace, default_preset: str | None = None):
         from ratc.frontend.hf import trace_hf_config
         return trace_hf_config(args.hf_config, HF_SEQ_LEN if args.seq_len is None else args.seq_len)
     from ratc.frontend.modelfile import trace_model_file
-    from ratc.frontend.presets import EXAMPLE_MODEL, check_preset
+    from ratc.frontend.presets import example_model
 
-    path = args.model
-    if not path:        # a preset alone is the bundled example's: the same as naming the file
-        path = str(EXAMPLE_MODEL)
-        check_preset(args.preset or default_preset)
+    # A preset alone is the bundled example's: the same as naming the file, trace cache
+    # included (the file checks the preset when it is imported, which a cached trace skips).
+    path = args.model or str(example_model())
     return trace_model_file(path, args.preset or (None if args.model else default_preset), args.seq_len,
                             method=getattr(args, "trace", "auto"))
 

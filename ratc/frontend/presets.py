@@ -18,10 +18,16 @@ def _preset_names() -> tuple[str, ...]:
     return tuple(import_model_file(str(EXAMPLE_MODEL)).PRESETS)
 
 
-def preset_names() -> list[str]:
-    """The presets of examples/llama.py (the paper's five models and `tiny`)."""
+def example_model() -> Path:
+    """examples/llama.py, or an error saying it is missing."""
     if not EXAMPLE_MODEL.is_file():
         raise RatcError(f"{EXAMPLE_MODEL}: the example model is missing (ratc runs from its source tree)")
+    return EXAMPLE_MODEL
+
+
+def preset_names() -> list[str]:
+    """The presets of examples/llama.py (the paper's five models and `tiny`)."""
+    example_model()
     return list(_preset_names())
 
 
@@ -31,13 +37,8 @@ def _trace(name: str, seq_len: int) -> ModelProfile:
     return trace_model_file(str(EXAMPLE_MODEL), name, seq_len)
 
 
-def check_preset(name: str) -> None:
-    """Raise unless examples/llama.py has the preset."""
-    if name not in preset_names():
-        raise RatcError(f"unknown preset '{name}' (available: {', '.join(preset_names())})")
-
-
 def trace_preset(name: str, seq_len: int = 2048) -> ModelProfile:
     """The ModelProfile of a preset (llama2-7b, llama2-13b, llama2-70b, baichuan2-13b, qwen2.5-32b, tiny)."""
-    check_preset(name)
+    if name not in preset_names():
+        raise RatcError(f"unknown preset '{name}' (available: {', '.join(preset_names())})")
     return _trace(name, int(seq_len))
