@@ -51,6 +51,36 @@ def test_run_simulates_and_compares_with_the_planner(program, capsys):
     assert abs(out["prediction_error"]) < 0.02
 
 
+def test_compile_then_run_and_report_in_one_command(program, tmp_path, capsys):
+    """--report, --json and --trace-out hand the compiled program to `ratc run` and `ratc report`
+    in the same process: the same results as running those commands on the directory."""
+    out = tmp_path / "tiny"
+    argv = TINY + ["-o", str(out), "--report", "--json", "--trace-out", str(tmp_path / "step.json")]
+    assert main(argv) == 0
+    stdout = capsys.readouterr().out
+    results = json.loads(stdout[:stdout.index("\n}\n") + 3])
+    assert main(["run", str(program), "--json"]) == 0
+    assert results == json.loads(capsys.readouterr().out)
+    assert json.loads((tmp_path / "step.json").read_text())["traceEvents"]
+    html = (out / "report.html").read_text()
+    assert main(["report", str(out), "-o", str(tmp_path / "again.html")]) == 0
+    assert (tmp_path / "again.html").read_text() == html
+
+
+def test_run_with_the_programs_own_plan_changes_nothing(program, capsys):
+    """`ratc run DIR --plan` recompiles with the program's execution profile (kernel-VM: with
+    its kernels), so forcing the plan the program was compiled with gives its results."""
+    config = load_program(program).meta["config"]
+    assert main(["run", str(program), "--json"]) == 0
+    own = json.loads(capsys.readouterr().out)
+    assert main(["run", str(program), "--json", "--plan", config]) == 0
+    assert json.loads(capsys.readouterr().out) == own
+    assert main(["run", str(program), "--plan", config]) == 0
+    forced = capsys.readouterr().out
+    assert main(["run", str(program)]) == 0
+    assert forced == capsys.readouterr().out
+
+
 def test_kernels_and_their_calls(program, capsys):
     prog = load_program(program)
     table = json.loads(prog.text("kernels.json"))

@@ -105,18 +105,21 @@ def run(args: argparse.Namespace) -> int:
     else:
         from ratc.cli import run as run_command
 
-        status = run_command.handler(argparse.Namespace(
-            outdir=str(outdir), plan=None, platform=None, steps=2, explicit_replicas=False,
-            no_memory_limit=False, json=args.json, trace=args.trace_out, output=None), compiled=(module, profile))
+        argv = ["run", str(outdir)] + ["--json"] * args.json + (["--trace", args.trace_out] if args.trace_out else [])
+        status = run_command.handler(_subcommand_args(argv), compiled=(module, profile))
     if args.report:
         from ratc.cli import report as report_command
 
-        report_command.handler(argparse.Namespace(
-            outdir=str(outdir), model=None, preset=None, seq_len=None, clusters=None, global_batch=None,
-            platform=args.platform, strategy=args.strategy, pipeline=args.pipeline, top=10, simulate_top=3,
-            format="png",
-            output="report.html"))
+        argv = ["report", str(outdir), "--platform", args.platform, "--strategy", args.strategy]
+        report_command.handler(_subcommand_args(argv + (["--pipeline", str(args.pipeline)] if args.pipeline else [])))
     return status
+
+
+def _subcommand_args(argv: list[str]) -> argparse.Namespace:
+    """Another subcommand's arguments, parsed by its own parser (so every option has its default)."""
+    from ratc.cli.main import build_parser
+
+    return build_parser().parse_args(argv)
 
 
 def choose_candidate(args: argparse.Namespace, planner):

@@ -131,6 +131,8 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
     if getattr(args, "kernel", None):
         return spot_check(program, args)
     platform = program_platform(program, args.platform)
+    # the GEMM profile the program was compiled with: its tasks' times and the prediction's
+    exec_profile = load_exec_profile(platform, program.meta.get("exec_profile", "paper-table5"))
     if compiled is not None:
         module, profile = compiled
     else:
@@ -140,7 +142,9 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
             if profile is None:
                 raise RatcError(f"{args.outdir}: --plan needs the model's graph IR in the program, and there is none")
             with phase(f"compiling {args.plan}"):
-                module = compile_candidate(profile, parse_config(args.plan), platform)
+                # with the program's execution profile, so a kernel-VM program is recompiled with its kernels
+                module = compile_candidate(profile, parse_config(args.plan), platform,
+                                           Planner(profile, platform, exec_profile))
         else:
             with phase(f"reading {args.outdir}"):
                 module = _find(program, "life.pipeline")
@@ -163,7 +167,6 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
         raise
     predicted = None
     if profile is not None:
-        exec_profile = load_exec_profile(platform, program.meta.get("exec_profile", "paper-table5"))
         (ev,) = Planner(profile, platform, exec_profile).evaluate_group([cand])
         predicted = ev.t_step
     if args.trace:
@@ -180,7 +183,14 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
                  f"{100 * (predicted - res.step_seconds) / res.step_seconds:+.2f} % against the VM\n")
     if not macs:
         text += "MAC utilization needs the model's graph IR in the program\n"
-    if "kernels.json" in program.files:
-        text += _kernel_table(json.loads(program.text("kernels.json")), res.step_seconds)
+    if args.plan and compiled is None:
+        # the kernels of the plan just compiled, which need not be the program's
+        from ratc.codegen.program_kernels import program_files
+
+        kernels = program_files(module, platform).get("kernels.json")
+    else:
+        kernels = program.text("kernels.json") if "kernels.json" in program.files else None
+    if kernels:
+        text += _kernel_table(json.loads(kernels), res.step_seconds)
     write_output(args.output, text)
     return 0
