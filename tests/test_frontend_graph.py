@@ -9,6 +9,7 @@ import ratc.ir.dialects.graph  # noqa: F401  (registers the dialect)
 from ratc.cli.main import main
 from ratc.frontend import trace_preset
 from ratc.ir import VerifyError, parse_module, print_module, verify
+from ratc.ir.core import Operation
 from ratc.ir.dialects.graph import module_from_profile, profile_from_module
 
 EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "llama.py")
@@ -63,3 +64,41 @@ def test_verifier_rejects_bad_gqa_and_repeat():
     text = _tiny_text().replace("repeat = 4", "repeat = 0", 1)
     with pytest.raises(VerifyError, match="repeat must be at least 1"):
         verify(parse_module(text))
+
+
+def test_each_layer_hands_on_its_sinks_through_graph_output():
+    """graph.output lists what leaves each layer: the decoder's residual stream, the head's loss,
+    the embedding's hidden state and the tables the decoder reads as arguments."""
+    module = module_from_profile(trace_preset("tiny", 64))
+    outputs = {op.sym_name: [v.owner.attributes["name"] for v in op.region.ops[-1].operands]
+               for op in module.body.ops}
+    head = trace_preset("tiny", 64).post
+    assert outputs["head"] == [next(op.name for op in head.ops if op.kind == "loss")]
+    decoder = trace_preset("tiny", 64).layers[0]
+    assert outputs["decoder"] == [decoder.ops[-1].name]
+    # the embedding hands on one tensor per argument of the decoder
+    assert len(outputs["embedding"]) == len(decoder.args)
+
+
+def test_generic_cleanups_keep_every_costed_op():
+    """cse and dce on graph IR: every op feeds graph.output, so nothing is dead, and the model
+    the IR describes is unchanged (it used to be emptied: nothing read the layers' last ops)."""
+    from ratc.passes import PassContext, PassManager, parse_pipeline
+
+    profile = trace_preset("tiny", 64)
+    module = module_from_profile(profile)
+    PassManager(parse_pipeline("cse,dce"), ctx=PassContext()).run(module)
+    assert profile_from_module(module) == dataclasses.replace(profile, meta={})
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda ops: ops.pop(), "must end with graph.output"),
+    (lambda ops: ops.insert(1, Operation("graph.output", [ops[0].result], ())),
+     "'graph.output' must be the last op of a graph.layer"),
+])
+def test_verifier_wants_one_graph_output_last(edit, message):
+    module = module_from_profile(trace_preset("tiny", 64))
+    edit(module.body.ops[1].region.ops)
+    module = parse_module(print_module(module))      # set the ops' parents, as a file would
+    with pytest.raises(VerifyError, match=message):
+        verify(module)

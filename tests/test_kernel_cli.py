@@ -20,6 +20,9 @@ def test_kernel_gemm_writes_rasm_that_asm_runs_with_a_report(tmp_path, capsys):
     # a .rasm file does not say which MACs are padding: the report says it counts them all
     assert _field(report, "MACs (useful)") == _field(report, "MACs (executed)") == str(kernel.stats().executed_macs)
     assert "(as executed: a .rasm file does not mark padding)" in report
+    # and its compulsory DDR traffic is its declared DDR arrays, A[40x30], B[30x70], C[40x70] in f16,
+    # the kernel's own figure here (a GEMM has no scratch arrays)
+    assert "compulsory 12.20 KB" in report and kernel.min_ddr_bytes == 2 * (40 * 30 + 30 * 70 + 40 * 70)
     assert main(["asm", str(path), "-o", str(tmp_path / "again.rasm")]) == 0
     assert (tmp_path / "again.rasm").read_text() == path.read_text()
 

@@ -191,8 +191,8 @@ def test_over_budget_plan_stops_with_out_of_memory_report():
     # 1F1B: stage 0 holds min(P, M) = 2 micro-batches, 500 + 2 * 1000 > 2400 when 0F1 starts
     # at cycle 3; stage 1 never holds more than one (1500).
     assert (oom.stage, oom.replica, oom.time, oom.task) == (0, 0, 3, "0F1")
-    assert oom.live == [("s0.m0.u0.act", 1000), ("s0.m1.u0.act", 1000), ("params", 500)]
-    assert "out of memory on stage 0" in str(oom) and "s0.m1.u0.act" in str(oom)
+    assert oom.live == [("step0.m0.u0.act", 1000), ("step0.m1.u0.act", 1000), ("params", 500)]
+    assert "out of memory on stage 0" in str(oom) and "step0.m1.u0.act" in str(oom)
     assert oom.as_dict()["budget_bytes"] == 2400
 
 

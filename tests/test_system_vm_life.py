@@ -235,7 +235,7 @@ def test_cli_over_budget_plan_stops_with_out_of_memory_report(program_dir, tmp_p
     small.write_text(text.replace('memory_budget = "20GB"', 'memory_budget = "4MB"'))
     code, _, stderr = _ratc(capsys, "run", str(program_dir), "--platform", str(small), "--plan", "P=2,D=2,A=4,full")
     assert code == 1
-    assert "out of memory on stage 0" in stderr and "live values:" in stderr and "s0.opt1" in stderr
+    assert "out of memory on stage 0" in stderr and "live values:" in stderr and "step0.opt1" in stderr
     code, stdout, _ = _ratc(capsys, "run", str(program_dir), "--platform", str(small), "--plan", "P=2,D=2,A=4,full",
                             "--json")
     assert code == 1

@@ -66,5 +66,8 @@ def run_and_report(program, platform, args, useful_macs=None, min_ddr_bytes=None
         if args.mode != "full" or buf not in result.ddr:
             raise RatcError(f"--save {spec!r}: needs --mode full and a DDR buffer of the kernel")
         np.save(path, result.ddr[buf].reshape(program.buffer(buf).shape))
+    if min_ddr_bytes is None:
+        # a .rasm file declares its DDR arrays: each read (inputs) or written (outputs) once
+        min_ddr_bytes = sum(b.size * b.itemsize for b in program.buffers if b.space == "ddr")
     stats = kernel_stats(program, platform, result.cycles, result.counts, useful_macs, min_ddr_bytes)
     return format_report(stats, platform, counted=useful_macs is None).rstrip("\n")

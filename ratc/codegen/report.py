@@ -59,10 +59,12 @@ def kernel_stats(program: Program, platform, cycles: int, counts: dict, useful_m
 
 
 def format_report(stats: KernelStats, platform, counted: bool = False) -> str:
-    """The llvm-mca-like text report. `counted`: the useful MACs and compulsory bytes are the
-    program's own counts, as for a .rasm file, which does not say what is padding."""
+    """The llvm-mca-like text report. `counted`: the useful MACs and compulsory bytes are what
+    the program itself shows (a .rasm file does not mark padding or scratch arrays)."""
     s = stats
     unknown = " (as executed: a .rasm file does not mark padding)" if counted else ""
+    compulsory = ("every declared DDR array moved once: a .rasm file does not mark scratch" if counted
+                  else "inputs read once, outputs written once")
     lines = [
         f"Kernel:              {s.name}",
         f"Platform:            {platform.name} ({s.dsps} of {platform.cluster.dsps} DSPs at "
@@ -84,7 +86,7 @@ def format_report(stats: KernelStats, platform, counted: bool = False) -> str:
         f"  compute bound:     {format_time(s.compute_bound_s)} (useful MACs at peak)",
         f"  DDR bound:         {format_time(s.ddr_bound_s)} (this kernel's DDR bytes at "
         f"{platform.cluster.ddr_bandwidth / 1e9:.4g} GB/s)",
-        f"  compulsory DDR:    {format_time(s.compulsory_ddr_bound_s)} (inputs read once, outputs written once)",
+        f"  compulsory DDR:    {format_time(s.compulsory_ddr_bound_s)} ({compulsory})",
         f"  bound:             {format_time(s.roofline_s)} -> at most "
         f"{100 * min(1.0, s.compute_bound_s / s.roofline_s) if s.roofline_s else 0:.2f} % MAC utilization; "
         f"achieved {100 * s.roofline_s / s.seconds if s.seconds else 0:.2f} % of the bound",

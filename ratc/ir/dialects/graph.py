@@ -53,16 +53,29 @@ def _verify_attention(op: Operation) -> None:
 def _verify_layer(op: Operation) -> None:
     if op.attributes["repeat"] < 1:
         raise VerifyError(f"'{op.name}' repeat must be at least 1", op)
-    for inner in op.region.ops:
+    ops = op.region.ops
+    for inner in ops:
         if inner.dialect != "graph" or inner.name == "graph.layer":
             raise VerifyError(f"'{op.name}' may only hold graph ops other than graph.layer, "
                               f"found '{inner.name}'", inner)
+    if not ops or ops[-1].name != "graph.output":
+        raise VerifyError(f"'{op.name}' @{op.sym_name} must end with graph.output (the values it hands on)", op)
+
+
+def _verify_output(op: Operation) -> None:
+    layer = op.block.parent if op.block is not None else None
+    if layer is None or layer.name != "graph.layer" or layer.region.ops[-1] is not op:
+        raise VerifyError("'graph.output' must be the last op of a graph.layer", op)
 
 
 GRAPH.op("layer", "a layer template (embedding, decoder layer or head) repeated `repeat` times",
          attrs={"name": "str", "role": "|".join(ROLES), "repeat": "int", "param_count": "int",
                 "param_bytes": "bytes", "input_bytes": "bytes"},
          symbol=True, region=True, verify=_verify_layer)
+# The terminator: what a layer hands on (the next layer's input, the loss). It keeps the
+# layer's dataflow alive for generic passes such as dce, as a region's terminator does in MLIR.
+GRAPH.op("output", "the layer's results: the values it hands on to the next layer (its terminator)",
+         operands=["outputs:tensor*"], verify=_verify_output)
 GRAPH.op("arg", "a tensor the layer reads from outside (its checkpoint, a model input, a shared table)",
          results=["out:tensor"], attrs={"index": "int"}, pure=True)
 GRAPH.op("param", "a parameter held by the layer", results=["out:tensor"], attrs={"name": "str"}, pure=True)
@@ -110,6 +123,9 @@ def _layer_op(layer: LayerProfile, role: str, sym: str) -> Operation:
         operands = [values[i] for i in op.inputs]
         values[op.name] = body.append(Operation(f"graph.{op.kind}", operands, [TensorType(op.out_shape, op.dtype)],
                                                 attrs, result_names=[_hint(op.name)])).result
+    # what leaves the layer: every op result nothing inside it reads
+    used = {name for op in layer.ops for name in op.inputs}
+    body.append(Operation("graph.output", [values[op.name] for op in layer.ops if op.name not in used], ()))
     attrs = {"name": layer.name, "role": role, "repeat": layer.repeat, "param_count": layer.param_count,
              "param_bytes": ByteSize(layer.param_bytes), "input_bytes": ByteSize(layer.input_bytes)}
     return Operation("graph.layer", (), (), attrs, sym_name=sym, region=body)
@@ -130,6 +146,8 @@ def _layer_profile(op: Operation) -> LayerProfile:
     names = {}
     args, params, ops = [], [], []
     for inner in op.region.ops:
+        if inner.name == "graph.output":
+            continue            # derived: the ops' results nothing else reads
         out = inner.result
         if inner.name == "graph.arg":
             names[out] = f"${inner.attributes['index']}"

@@ -211,7 +211,7 @@ def _buffers(tr, op, p, k, ids, made=None):
         size = int(sizes[j]) if j < len(sizes) else 0
         if size <= 0:
             continue
-        name = f"s{k}.{v.name or 'v'}"
+        name = f"step{k}.{v.name or 'v'}"
         while name in producer:
             name += "'"
         buffer[(k, v)] = name
@@ -259,7 +259,7 @@ def _compute(tr, op, p, k, pos):
             whole = tr.add(op, p, k, (), 0, lambda r: (ids[r],), pos)
             _buffers(tr, op, p, k, ids, made=whole)
             if int(a["stream"]) > 0:
-                name = f"s{k}.{op.results[0].name or 'v'}.stream"
+                name = f"step{k}.{op.results[0].name or 'v'}.stream"
                 while name in tr.producer:
                     name += "'"
                 tr.producer[name] = ids

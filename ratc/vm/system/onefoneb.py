@@ -165,7 +165,7 @@ class _Builder:
                     for j in js:
                         u = units[j]
                         key = (k, op, p, m, j)
-                        tag = f"s{k}.m{m}.u{j}"
+                        tag = f"step{k}.m{m}.u{j}"
                         if op == "F":
                             recovered = spec.act != "full" and u.rec is not None
                             alloc = ((f"{tag}.ckpt", u.ckpt_bytes),) if recovered else ((f"{tag}.act", u.saved_bytes),)
@@ -216,7 +216,7 @@ class _Builder:
                 # the receiving stage holds each incoming buffer until its consumer ends
                 for op, src, dst, producer, consumer in (("F", p, p + 1, (k, "F", p, m, U - 1), (k, "F", p + 1, m, 0)),
                                                          ("B", p + 1, p, (k, "B", p + 1, m, 0), (k, "B", p, m, U - 1))):
-                    buf = f"s{k}.m{m}.recv_{op}"
+                    buf = f"step{k}.m{m}.recv_{op}"
                     ids = self.add(f"{src}SEND_{op}{m}", "send", src, [(src, "tx"), (dst, "rx")], cyc, mb=m, step=k,
                                    allocs=((buf, nb, dst),))
                     self.dep(ids, last[producer])
