@@ -98,6 +98,41 @@ def test_syntax_error_points_at_line_and_column(tmp_path, capsys, source):
                    f"{want.value.msg}\n{line}\n{' ' * (want.value.offset - 1)}^\n")
 
 
+def test_a_script_parsing_its_arguments_at_import_sees_none_of_ratcs(tmp_path, capsys):
+    """A training script reused as a model file: its module-level argparse gets its defaults."""
+    path = write_model(tmp_path, extra="""
+        import argparse
+        ARGS = argparse.ArgumentParser().parse_args()
+    """)
+    rc, err = run(capsys, path, "--seq-len", "8")
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("edit, message", [
+    (dict(extra="import sys\nsys.exit(3)\n"), "exited with status 3 while loading (line "),
+    (dict(build="raise SystemExit(7)"), "build_model exited with status 7 (line "),
+])
+def test_a_model_file_that_exits_is_an_error_not_ratcs_exit_status(tmp_path, capsys, edit, message):
+    rc, err = run(capsys, write_model(tmp_path, **edit), "--seq-len", "8")
+    assert rc == 1 and message in err and "must not call sys.exit" in err
+
+
+@pytest.mark.parametrize("replace, message", [
+    (('PRESETS = {"small":', 'PRESETS = {1:'), "PRESETS must be a dict of name (a string)"),
+    (("return dict(seq_len=", "return dict(batch='x', seq_len="), "input_spec must return a dict with integers"),
+    (("return dict(seq_len=", "return dict(batch=0, seq_len="), "optionally 'batch' (>= 1)"),
+    (("return F.cross_entropy(self.head(x).flatten(0, 1), labels.flatten())", "return self.head(x)"),
+     "forward(input_ids, labels) must return the scalar training loss, got a tensor of shape (1, 8, 32)"),
+])
+def test_protocol_values_are_checked(tmp_path, capsys, replace, message):
+    path = write_model(tmp_path)
+    text = open(path).read()
+    assert replace[0] in text
+    open(path, "w").write(text.replace(*replace))
+    rc, err = run(capsys, path, "--seq-len", "8")
+    assert rc == 1 and message in err, err
+
+
 def test_build_model_that_raises(tmp_path, capsys):
     path = write_model(tmp_path, build="raise ValueError('hidden must be even')")
     rc, err = run(capsys, path)

@@ -58,3 +58,16 @@ def test_faults_and_bad_options_exit_1_with_one_message(tmp_path, capsys):
     assert f"{path}:4:19: error: unexpected end of input" in capsys.readouterr().err
     assert main(["kernel", "gemm", "8", "8", "8", "--tile", "kt=oops"]) == 1
     assert "expected NAME=INTEGER" in capsys.readouterr().err
+
+
+def test_tile_options_are_checked_against_the_kernel(capsys):
+    """A GEMM option on an attention kernel, and a 0 for a tile size, are refused by name."""
+    for argv, message in [
+        (["attention-backward", "2", "128", "64", "--tile", "md=32"], "unknown option 'md' (attention-backward kernels take br, bc)"),
+        (["gemm", "40", "70", "30", "--tile", "br=4"], "unknown option 'br' (gemm kernels take gm, gn, md"),
+        (["attention-backward", "2", "128", "64", "--tile", "br=0"], "br=0 must be a positive integer"),
+        (["attention-backward", "2", "128", "64", "--tile", "bc=0"], "bc=0 must be a positive integer"),
+    ]:
+        assert main(["kernel", *argv]) == 1
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err

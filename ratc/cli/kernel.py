@@ -30,7 +30,10 @@ def run(args) -> int:
     from ratc.cli.io import write_output
     from ratc.platform import load_platform
 
+    from ratc.codegen.program_kernels import TILE_OPTIONS
+
     platform = load_platform(args.platform)
+    known = TILE_OPTIONS["gemm" if args.op == "gemm" else "attn_bwd"]
     options = {}
     for spec in args.tile:
         key, _, value = spec.partition("=")
@@ -38,6 +41,8 @@ def run(args) -> int:
             options[key] = int(value)
         except ValueError:
             raise RatcError(f"--tile {spec!r}: expected NAME=INTEGER") from None
+        if key not in known:
+            raise RatcError(f"--tile {spec!r}: unknown option '{key}' ({args.op} kernels take {', '.join(known)})")
     kernel = _generate(platform, args, options)
     if args.output or not args.run:
         write_output(args.output, kernel.text)

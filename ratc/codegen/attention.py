@@ -74,12 +74,15 @@ class _AttnGen:
         self.rows, self.lanes = vl.vmac_rows, vl.vector_lanes
         self.mr = attention_tile_rows(vl)
         self.groups = self.mr // self.rows
-        problems = []
+        problems = [f"{name}={value} must be a positive integer" for name, value in (("br", br), ("bc", bc))
+                    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1)]
+        if problems:
+            raise RatcError(f"attention backward h={heads} s={seq} d={d} kv={kv_heads}: " + "; ".join(problems))
         if min(heads, seq, d, kv_heads) < 1 or heads % kv_heads:
             problems.append("heads must be a positive multiple of kv_heads")
         if d % self.lanes or d % self.mr:
             problems.append(f"head_dim must be a multiple of {math.lcm(self.lanes, self.mr)}")
-        self.bc = bc or self.lanes
+        self.bc = self.lanes if bc is None else bc
         if self.bc % self.lanes or self.bc % self.mr or seq % self.bc:
             problems.append(f"bc={self.bc} must divide seq and be a multiple of {math.lcm(self.lanes, self.mr)}")
         chosen = None if problems else self._choose(br)
@@ -114,11 +117,11 @@ class _AttnGen:
         S, d, bc, p = self.S, self.d, self.bc, self.platform
         macs_per_cycle = self.rows * self.lanes
         best = None
-        for br in ([br_fixed] if br_fixed else (self.mr, 2 * self.mr, 4 * self.mr)):
+        for br in ([br_fixed] if br_fixed is not None else (self.mr, 2 * self.mr, 4 * self.mr)):
             if S % br or br % self.mr:
                 continue
             fp = eq1_footprint(br, bc, d)
-            if not br_fixed and (fp["sm"] > p.dsp.sm_size or fp["am"] > p.dsp.am_size):
+            if br_fixed is None and (fp["sm"] > p.dsp.sm_size or fp["am"] > p.dsp.am_size):
                 continue  # a fixed br that does not fit is reported with its footprint below
             nq = S // br
             for ndsp in sorted({n for n in range(1, p.cluster.dsps + 1) if nq % n == 0} | {p.cluster.dsps}):

@@ -236,20 +236,39 @@ def capture(module: nn.Module, seq_len: int, method: str = "auto", batch: int = 
         try:
             gm = torch.fx.symbolic_trace(module)
             with torch.no_grad():
-                _ShapeRecorder(gm).run(*[inputs[p] for p in _placeholders(gm)])
-            return from_fx(gm, module), "fx"
+                out = _ShapeRecorder(gm).run(*[inputs[p] for p in _placeholders(gm)])
+            nodes = from_fx(gm, module)
         except Exception as exc:  # noqa: BLE001 - any tracer failure means "try export"
             errors.append(f"torch.fx.symbolic_trace: {type(exc).__name__}: {_first_line(exc)}")
+        else:
+            _check_loss(out)
+            return nodes, "fx"
     if method in ("auto", "export"):
         try:
             with _quiet_torch_logs():
                 ep = torch.export.export(module, (), inputs, strict=False)
-            return from_export(ep), "export"
+            nodes = from_export(ep)
         except Exception as exc:  # noqa: BLE001
             errors.append(f"torch.export: {type(exc).__name__}: {_first_line(exc)}")
+        else:
+            (output,) = [n for n in ep.graph_module.graph.nodes if n.op == "output"]
+            _check_loss([a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+                         for a in torch.utils._pytree.tree_leaves(output.args)])
+            return nodes, "export"
     if not errors:
         raise RatcError(f"unknown trace method {method!r} (expected auto, fx or export)")
     raise RatcError("cannot trace the model; " + "; ".join(errors))
+
+
+def _check_loss(out) -> None:
+    """The protocol's forward returns the training loss: a one-element tensor (first, for a
+    Hugging Face model's output, whose logits follow)."""
+    leaves = torch.utils._pytree.tree_leaves(out)
+    if leaves and isinstance(leaves[0], torch.Tensor) and leaves[0].numel() == 1:
+        return
+    got = ", ".join(f"a tensor of shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+                    for t in leaves) or "nothing"
+    raise RatcError(f"forward(input_ids, labels) must return the scalar training loss, got {got}")
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ weights) in the training dtype, so build_model must not read tensor values.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 import traceback
@@ -54,17 +55,39 @@ def import_model_file(path: str):
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod     # dataclasses and pickling look modules up by name
     try:
-        spec.loader.exec_module(mod)
+        with _own_argv(path):
+            spec.loader.exec_module(mod)
     except SyntaxError as exc:
         sys.modules.pop(name, None)
         # the text itself is wrong: file:line:col and a caret, as for every text input
         loc = SourceLocation(path, exc.lineno or 1, exc.offset or 1, p.read_text(errors="replace"))
         raise LocatedError(f"{type(exc).__name__}: {exc.msg}", loc) from None
-    except Exception as exc:  # noqa: BLE001 - anything the user's file raises is reported
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - anything the user's file raises is reported
         sys.modules.pop(name, None)
-        where = _where(exc, p.resolve())
-        raise RatcError(f"{path}: raised {type(exc).__name__} while loading{where}: {exc}") from None
+        raise RatcError(_raised(exc, path)) from None
     return mod
+
+
+@contextlib.contextmanager
+def _own_argv(path: str):
+    """sys.argv as if the file ran alone: a training script's module-level argparse then sees
+    no arguments (its defaults), not ratc's command line."""
+    saved, sys.argv = sys.argv, [path]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def _raised(exc: BaseException, path: str, what: str | None = None) -> str:
+    """'FILE: [WHAT] raised E [while loading] (line N): msg' (WHAT: the protocol function, or
+    None for the import); for sys.exit, also what a model file must not do."""
+    where = _where(exc, Path(path).resolve())
+    subject, tail = (f"{what} ", "") if what else ("", " while loading")
+    if isinstance(exc, SystemExit):
+        return (f"{path}: {subject}exited with status {exc.code!r}{tail}{where}; a model file must not call "
+                "sys.exit (see docs/frontend.md, 'Model-file protocol')")
+    return f"{path}: {subject}raised {type(exc).__name__}{tail}{where}: {exc}"
 
 
 def _check_protocol(mod, path: str) -> None:
@@ -72,8 +95,9 @@ def _check_protocol(mod, path: str) -> None:
     if missing:
         raise RatcError(f"{path}: not a ratc model file: missing {', '.join(missing)} "
                         "(see docs/frontend.md, 'Model-file protocol')")
-    if not isinstance(mod.PRESETS, dict) or not all(isinstance(v, dict) for v in mod.PRESETS.values()):
-        raise RatcError(f"{path}: PRESETS must be a dict of name -> dict of build_model arguments")
+    if not isinstance(mod.PRESETS, dict) or not all(isinstance(k, str) and isinstance(v, dict)
+                                                    for k, v in mod.PRESETS.items()):
+        raise RatcError(f"{path}: PRESETS must be a dict of name (a string) -> dict of build_model arguments")
     for fn in ("build_model", "input_spec"):
         if not callable(getattr(mod, fn)):
             raise RatcError(f"{path}: {fn} must be a function")
@@ -94,10 +118,15 @@ def _choose_preset(mod, path: str, preset: str | None) -> str:
 
 def _call(fn, config: dict, path: str, what: str):
     try:
-        return fn(**config)
-    except Exception as exc:  # noqa: BLE001
-        where = _where(exc, Path(path).resolve())
-        raise RatcError(f"{path}: {what} raised {type(exc).__name__}{where}: {exc}") from None
+        with _own_argv(path):
+            return fn(**config)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001
+        raise RatcError(_raised(exc, path, what)) from None
+
+
+def _count(value, low: int) -> bool:
+    """An int (not a bool) of at least `low`."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
 def load_model_file(path: str, preset: str | None = None, seq_len: int | None = None) -> ModelSpec:
@@ -113,8 +142,10 @@ def load_model_file(path: str, preset: str | None = None, seq_len: int | None = 
             raise RatcError(f"sequence length must be at least 2, got {seq_len}")
         config["seq_len"] = seq_len
     spec = _call(mod.input_spec, dict(config), path, "input_spec")
-    if not isinstance(spec, dict) or not isinstance(spec.get("seq_len"), int) or not isinstance(spec.get("vocab"), int):
-        raise RatcError(f"{path}: input_spec must return a dict with integer 'seq_len' and 'vocab', got {spec!r}")
+    if not isinstance(spec, dict) or not all(_count(spec.get(k), low) for k, low in (("seq_len", 2), ("vocab", 1))) \
+            or not _count(spec.get("batch", 1), 1):
+        raise RatcError(f"{path}: input_spec must return a dict with integers 'seq_len' (>= 2), 'vocab' (>= 1) "
+                        f"and optionally 'batch' (>= 1), got {spec!r}")
     with torch.device("meta"):
         module = _call(mod.build_model, dict(config), path, "build_model")
     if not isinstance(module, torch.nn.Module):
