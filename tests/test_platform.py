@@ -38,6 +38,17 @@ def test_mt3000_holds_the_reviews_measured_numbers():
     (lambda t: t.replace('[network]', '[network'), "invalid TOML"),
     (lambda t: t.replace('name = "mt3000"', ''), "missing [platform] table with a 'name'"),
     (lambda t: t.replace('vmac_rows = 4', 'vmac_rows = 8'), "peak_mac_rate is 4.05e+12 MAC/s but the DSP model issues 8.1e+12"),
+    # amounts must be positive, durations may be zero but not negative, numbers finite
+    (lambda t: t.replace('memory_budget = "20GB"', 'memory_budget = "0GB"'), "[cluster].memory_budget: must be positive, got '0GB'"),
+    (lambda t: t.replace('ddr_bandwidth = "30GB/s"', 'ddr_bandwidth = "-30GB/s"'), "[cluster].ddr_bandwidth: must be positive"),
+    (lambda t: t.replace("clusters_per_node = 4", "clusters_per_node = 0"), "[network].clusters_per_node: must be positive"),
+    (lambda t: t.replace('intra_node_latency = "10us"', 'intra_node_latency = "-10us"'), "must not be negative, got '-10us'"),
+    (lambda t: t.replace("vmac_latency = 4", "vmac_latency = -4"), "[vliw].vmac_latency: must not be negative"),
+    (lambda t: t.replace("vector_registers = 64", "vector_registers = 100000000000"), "must be at most 4096"),
+    (lambda t: t.replace("vector_lanes = 64", "vector_lanes = -64").replace("vmac_rows = 4", "vmac_rows = -4"),
+     "[vliw].vector_lanes: must be positive"),
+    (lambda t: t.replace("[cluster]", "[[cluster]]"), "[cluster] must be one table of keys, got list"),
+    (lambda t: t.replace('name = "mt3000"', "name = 5"), "[platform].name must be a string"),
 ])
 def test_bad_profiles_say_what_and_where(edit, message):
     with pytest.raises(PlatformError, match=None) as info:
@@ -64,3 +75,18 @@ def test_overrides_parse_like_the_toml():
         load_platform("mt3000").with_overrides(peak_mac_rate="8.1T MAC/s")
     fast = load_platform("mt3000").with_overrides(peak_mac_rate="8.1T MAC/s", clock="1.318359375GHz")
     assert fast.cluster.peak_mac_rate == 8.1e12
+
+
+def test_a_profile_that_is_not_utf8_is_refused(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_bytes(MT3000.replace("# MT-3000", "# MT-3000 \xff", 1).encode("latin-1"))
+    with pytest.raises(PlatformError, match="bad.toml: not a UTF-8 text file"):
+        load_platform(path)
+
+
+def test_shipped_zero_durations_are_allowed():
+    """A latency of 0 is a physical idealization, not an error (an amount of 0 is)."""
+    p = load_platform("mt3000").with_overrides(intra_node_latency="0us", branch_penalty=0)
+    assert (p.network.intra_node_latency, p.vliw.branch_penalty) == (0.0, 0)
+    with pytest.raises(PlatformError, match="must be positive"):
+        load_platform("mt3000").with_overrides(ddr_bandwidth="0GB/s")

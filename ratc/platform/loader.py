@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ratc import units
 from ratc.errors import RatcError
-from ratc.platform.schema import PARSERS, SECTIONS, section_fields
+from ratc.platform.schema import PARSERS, SECTIONS, check_range, section_bounds, section_fields
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -40,7 +40,8 @@ class Platform:
         for key, raw in overrides.items():
             sec_name, field_name = _resolve_key(key)
             kind = section_fields(SECTIONS[sec_name])[field_name]
-            value = _parse(self.source, sec_name, field_name, kind, raw)
+            value = _parse(self.source, sec_name, field_name, kind, raw,
+                           section_bounds(SECTIONS[sec_name])[field_name])
             sections[sec_name] = dataclasses.replace(sections[sec_name], **{field_name: value})
         _check_peak(f"{self.source} with overrides", sections)
         return dataclasses.replace(self, sections=sections)
@@ -58,9 +59,11 @@ def _resolve_key(key: str) -> tuple[str, str]:
     raise PlatformError(f"unknown platform parameter {key!r}")
 
 
-def _parse(source: str, section: str, key: str, kind: str, raw):
+def _parse(source: str, section: str, key: str, kind: str, raw, bounds: tuple = (None, None)):
     try:
-        return PARSERS[kind](raw)
+        value = PARSERS[kind](raw)
+        check_range(value, *bounds, shown=raw)
+        return value
     except units.UnitError as exc:
         raise PlatformError(f"{source}: [{section}].{key}: {exc}") from None
 
@@ -78,9 +81,13 @@ def load_platform(name_or_path: str | Path = "mt3000") -> Platform:
         if not path.exists():
             raise PlatformError(
                 f"unknown platform {str(name_or_path)!r} (shipped: {', '.join(list_platforms())})")
-    if not path.exists():
+    if not path.is_file():
         raise PlatformError(f"{path}: no such platform profile")
-    return parse_platform(path.read_text(), str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise PlatformError(f"{path}: not a UTF-8 text file (byte {exc.start})") from None
+    return parse_platform(text, str(path))
 
 
 def parse_platform(text: str, source: str) -> Platform:
@@ -92,6 +99,9 @@ def parse_platform(text: str, source: str) -> Platform:
     meta = raw.pop("platform", {})
     if not isinstance(meta, dict) or "name" not in meta:
         raise PlatformError(f"{source}: missing [platform] table with a 'name'")
+    for key in ("name", "description"):
+        if not isinstance(meta.get(key, ""), str):
+            raise PlatformError(f"{source}: [platform].{key} must be a string, got {meta[key]!r}")
     unknown = sorted(set(raw) - set(SECTIONS))
     if unknown:
         raise PlatformError(f"{source}: unknown section [{unknown[0]}] (known: {', '.join(SECTIONS)})")
@@ -100,6 +110,9 @@ def parse_platform(text: str, source: str) -> Platform:
         table = raw.get(sec_name)
         if table is None:
             raise PlatformError(f"{source}: missing section [{sec_name}]")
+        if not isinstance(table, dict):
+            raise PlatformError(f"{source}: [{sec_name}] must be one table of keys, got {type(table).__name__} "
+                                f"(write [{sec_name}], not [[{sec_name}]] or {sec_name} = ...)")
         kinds = section_fields(cls)
         extra = sorted(set(table) - set(kinds))
         if extra:
@@ -107,7 +120,9 @@ def parse_platform(text: str, source: str) -> Platform:
         missing = [k for k in kinds if k not in table]
         if missing:
             raise PlatformError(f"{source}: [{sec_name}]: missing key {missing[0]!r}")
-        sections[sec_name] = cls(**{k: _parse(source, sec_name, k, kind, table[k]) for k, kind in kinds.items()})
+        bounds = section_bounds(cls)
+        sections[sec_name] = cls(**{k: _parse(source, sec_name, k, kind, table[k], bounds[k])
+                                    for k, kind in kinds.items()})
     _check_peak(source, sections)
     return Platform(name=str(meta["name"]), description=str(meta.get("description", "")),
                     source=source, text=text, sections=sections)

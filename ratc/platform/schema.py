@@ -2,14 +2,37 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
 from ratc import units
 
 
-def quantity(kind: str, doc: str):
-    """A dataclass field parsed from a TOML value in the given unit kind."""
-    return field(metadata={"kind": kind, "doc": doc})
+# What a value of each kind may be: durations may be zero, every other amount must be positive.
+LOWER = {"int": ">0", "float": ">0", "bytes": ">0", "bandwidth": ">0", "frequency": ">0", "mac_rate": ">0",
+         "time": ">=0"}
+
+
+def quantity(kind: str, doc: str, low: str | None = None, high: float | None = None):
+    """A dataclass field parsed from a TOML value in the given unit kind; `low` ('>0' or '>=0',
+    default per kind) and `high` bound it."""
+    return field(metadata={"kind": kind, "doc": doc, "low": low or LOWER.get(kind), "high": high})
+
+
+def check_range(value, low: str | None, high: float | None, shown=None) -> None:
+    """Raise UnitError unless the parsed value is finite and within its bounds (`shown`: the
+    value as written, for the message)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    got = f"got {value if shown is None else shown!r}"
+    if not math.isfinite(value):
+        raise units.UnitError(f"must be a finite number, {got}")
+    if low == ">0" and value <= 0:
+        raise units.UnitError(f"must be positive, {got}")
+    if low == ">=0" and value < 0:
+        raise units.UnitError(f"must not be negative, {got}")
+    if high is not None and value > high:
+        raise units.UnitError(f"must be at most {high:g}, {got}")
 
 
 # Each kind maps a raw TOML value to the SI number stored on the dataclass.
@@ -71,21 +94,24 @@ class DSPSpec:
     am_size: int = quantity("bytes", "array memory per DSP")
 
 
+MAX_REGISTERS = 4096     # per register file: the kernel VM allocates each one whole
+
+
 @dataclass(frozen=True)
 class VLIWSpec:
     """The DSP's 8-slot VLIW core as the kernel VM models it (latencies in cycles)."""
 
     vector_lanes: int = quantity("int", "FP32 lanes per vector register (FP16 elements per vector load)")
     vmac_rows: int = quantity("int", "rows one VMAC updates: MACs per VMAC = vmac_rows * vector_lanes")
-    scalar_registers: int = quantity("int", "integer registers r0..")
-    quad_registers: int = quantity("int", "registers q0.. holding vmac_rows FP16 left-operand values")
-    vector_registers: int = quantity("int", "vector registers v0..")
-    vmac_latency: int = quantity("int", "cycles from VMAC issue until its accumulators are readable")
-    alu_latency: int = quantity("int", "cycles of an integer ALU op (SMAC1/SMAC2/SIEU)")
-    sld_latency: int = quantity("int", "cycles of a scalar (quad) load from SM")
-    vld_latency: int = quantity("int", "cycles of a vector load from AM")
-    branch_penalty: int = quantity("int", "bubble cycles after a taken loop branch (SBR)")
-    barrier_latency: int = quantity("int", "cycles for the cluster barrier to release after the last arrival")
+    scalar_registers: int = quantity("int", "integer registers r0..", high=MAX_REGISTERS)
+    quad_registers: int = quantity("int", "registers q0.. holding vmac_rows FP16 left-operand values", high=MAX_REGISTERS)
+    vector_registers: int = quantity("int", "vector registers v0..", high=MAX_REGISTERS)
+    vmac_latency: int = quantity("int", "cycles from VMAC issue until its accumulators are readable", low=">=0")
+    alu_latency: int = quantity("int", "cycles of an integer ALU op (SMAC1/SMAC2/SIEU)", low=">=0")
+    sld_latency: int = quantity("int", "cycles of a scalar (quad) load from SM", low=">=0")
+    vld_latency: int = quantity("int", "cycles of a vector load from AM", low=">=0")
+    branch_penalty: int = quantity("int", "bubble cycles after a taken loop branch (SBR)", low=">=0")
+    barrier_latency: int = quantity("int", "cycles for the cluster barrier to release after the last arrival", low=">=0")
 
 
 @dataclass(frozen=True)
@@ -112,3 +138,8 @@ SECTIONS: dict[str, type] = {
 def section_fields(cls: type) -> dict[str, str]:
     """Field name -> unit kind for a section dataclass."""
     return {f.name: f.metadata["kind"] for f in fields(cls)}
+
+
+def section_bounds(cls: type) -> dict[str, tuple]:
+    """Field name -> (low, high) for a section dataclass."""
+    return {f.name: (f.metadata["low"], f.metadata["high"]) for f in fields(cls)}
