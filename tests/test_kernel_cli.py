@@ -71,3 +71,35 @@ def test_tile_options_are_checked_against_the_kernel(capsys):
         assert main(["kernel", *argv]) == 1
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
+
+
+def test_input_and_save_files_are_checked_and_saves_are_atomic(tmp_path, capsys):
+    """--input takes numeric .npy arrays only (never unpickles), --save names DDR buffers and
+    needs the full mode, all checked before the run; the saved array is the VM's result."""
+    import numpy as np
+
+    kernel = tmp_path / "g.rasm"
+    assert main(["kernel", "gemm", "40", "70", "30", "-o", str(kernel)]) == 0
+    a, b = np.random.default_rng(0).standard_normal((40, 30)), np.random.default_rng(1).standard_normal((30, 70))
+    np.save(tmp_path / "A.npy", a)
+    np.save(tmp_path / "B.npy", b)
+    np.save(tmp_path / "obj.npy", np.array([{"x": 1}], dtype=object))
+    (tmp_path / "text.npy").write_text("not an array")
+    run = ["asm", str(kernel), "--run", "--input", f"A={tmp_path / 'A.npy'}", "--input", f"B={tmp_path / 'B.npy'}"]
+    for extra, message in [
+        (["--input", f"A={tmp_path / 'obj.npy'}"], "is not a .npy array file"),
+        (["--input", f"A={tmp_path / 'text.npy'}"], "is not a .npy array file"),
+        (["--input", f"A={tmp_path / 'none.npy'}"], "none.npy: no such file"),
+        (["--save", f"C={tmp_path / 'c.npy'}", "--save", f"Z={tmp_path / 'z.npy'}"], "the kernel has no DDR buffer 'Z'"),
+        (["--save", f"C={tmp_path / 'c.npy'}", "--mode", "timing"], "needs --mode full"),
+        (["--random-inputs", "-1"], "must be a non-negative seed"),
+    ]:
+        assert main(run + extra) == 1
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+        assert not (tmp_path / "c.npy").exists(), "nothing is written when the command fails"
+    assert main(run + ["--save", f"C={tmp_path / 'c'}"]) == 0
+    c = np.load(tmp_path / "c.npy")           # numpy's naming: .npy appended
+    assert np.allclose(c, a.astype(np.float16).astype(np.float32) @ b.astype(np.float16).astype(np.float32),
+                       rtol=2e-2, atol=2e-2)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

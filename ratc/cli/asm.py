@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+
+from ratc.cli.io import write_atomic
 from ratc.errors import RatcError
 
 
@@ -39,6 +42,34 @@ def run(args) -> int:
     return 0
 
 
+def _specs(specs, flag: str, ddr: set):
+    """(spec, buffer, path) of each BUF=FILE.npy, the buffer one of the kernel's DDR arrays."""
+    for spec in specs:
+        buf, _, path = spec.partition("=")
+        if not buf or not path:
+            raise RatcError(f"{flag} {spec!r}: expected BUF=FILE.npy")
+        if buf not in ddr:
+            raise RatcError(f"{flag} {spec!r}: the kernel has no DDR buffer {buf!r} (its DDR buffers: "
+                            f"{', '.join(sorted(ddr)) or 'none'})")
+        yield spec, buf, path
+
+
+def _load_array(spec: str, buf: str, path: str):
+    """A numeric array from a .npy file, or an error naming the file."""
+    import numpy as np
+
+    try:
+        array = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise RatcError(f"--input {spec!r}: {path}: no such file") from None
+    except (OSError, ValueError, EOFError) as exc:
+        raise RatcError(f"--input {spec!r}: {path} is not a .npy array file ({exc})") from None
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
+        raise RatcError(f"--input {spec!r}: {path} holds {getattr(array, 'dtype', type(array).__name__)} "
+                        "values; the kernel reads numbers")
+    return array
+
+
 def run_and_report(program, platform, args, useful_macs=None, min_ddr_bytes=None) -> str:
     """Run a program per the --mode/--input/--save flags and return its report."""
     import numpy as np
@@ -46,26 +77,24 @@ def run_and_report(program, platform, args, useful_macs=None, min_ddr_bytes=None
     from ratc.codegen.report import format_report, kernel_stats
     from ratc.vm.kernel_vm import run_program
 
-    inputs = {}
-    for spec in args.input:
-        buf, _, path = spec.partition("=")
-        if not path:
-            raise RatcError(f"--input {spec!r}: expected BUF=FILE.npy")
-        try:
-            inputs[buf] = np.load(path)
-        except OSError as exc:
-            raise RatcError(f"--input {spec}: {exc}") from None
+    ddr = {b.name for b in program.buffers if b.space == "ddr"}
+    inputs = {buf: _load_array(spec, buf, path) for spec, buf, path in _specs(args.input, "--input", ddr)}
+    # every --save is checked before the run, and written after it, each file atomically
+    saves = list(_specs(args.save, "--save", ddr))
+    if saves and args.mode != "full":
+        raise RatcError(f"--save {saves[0][0]!r}: needs --mode full (timing mode computes no values)")
     if args.random_inputs is not None:
+        if args.random_inputs < 0:
+            raise RatcError(f"--random-inputs must be a non-negative seed, got {args.random_inputs}")
         rng = np.random.default_rng(args.random_inputs)
         for b in program.buffers:
             if b.space == "ddr" and b.name not in inputs:
                 inputs[b.name] = rng.standard_normal(b.shape)
     result = run_program(program, platform, inputs, args.mode)
-    for spec in args.save:
-        buf, _, path = spec.partition("=")
-        if args.mode != "full" or buf not in result.ddr:
-            raise RatcError(f"--save {spec!r}: needs --mode full and a DDR buffer of the kernel")
-        np.save(path, result.ddr[buf].reshape(program.buffer(buf).shape))
+    for _, buf, path in saves:
+        out = io.BytesIO()
+        np.save(out, result.ddr[buf].reshape(program.buffer(buf).shape))
+        write_atomic(path if path.endswith(".npy") else path + ".npy", out.getvalue())     # numpy's naming
     if min_ddr_bytes is None:
         # a .rasm file declares its DDR arrays: each read (inputs) or written (outputs) once
         min_ddr_bytes = sum(b.size * b.itemsize for b in program.buffers if b.space == "ddr")
