@@ -47,6 +47,14 @@ CASES = [
      "option 'symbols' must be true or false"),
     ("unknown-option", GOOD_HEAD + "}\n", "verify{colour=red}", "<pipeline>:1:8", "has no option 'colour'"),
     ("unclosed-options", GOOD_HEAD + "}\n", "verify{symbols=true", "<pipeline>:1:20", "missing '}'"),
+    # literals the lexer takes but that do not convert, in the module header and in an op
+    ("signed-byte-size", "module @m {x = -1KiB} {\n}\n", "", "1:16", "bad byte size -1: a byte size has no sign"),
+    ("signed-byte-size-in-op", GOOD_HEAD + "  test.attrs {b = +5B}\n}\n", "", "2:19", "a byte size has no sign"),
+    ("double-sign", "module @m {x = --5} {\n}\n", "", "1:16", "unexpected character '-'"),
+    ("bad-escape", 'module @m {x = "\\q"} {\n}\n', "", "1:16", 'bad string "\\q": Invalid \\escape'),
+    ("lone-surrogate", 'module @m {x = "\\ud800"} {\n}\n', "", "1:16", "surrogates not allowed"),
+    ("deep-nesting", "module @m {x = " + "[" * 2000 + "]" * 2000 + "} {\n}\n", "", "1:1",
+     "nested too deeply to parse"),
 ]
 
 

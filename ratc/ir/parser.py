@@ -25,14 +25,28 @@ from ratc.gcpause import gc_paused
 from ratc.ir.attributes import ByteSize, SymbolRef
 from ratc.ir.core import Block, Module, Operation
 from ratc.ir.types import parse_type
-from ratc.units import parse_bytes
+from ratc.units import UnitError, parse_bytes
 
 _LITERALS = ("VALUE", "SYMBOL", "STRING", "INT", "FLOAT", "BYTES")
+def _string(s: str) -> str:
+    if "\\" not in s:
+        return s[1:-1]
+    value = json.loads(s)
+    value.encode("utf-8")       # a lone surrogate escape (\ud800) is not text that can be written
+    return value
+
+
+def _bytes(s: str) -> ByteSize:
+    if s[0] in "+-":
+        raise ValueError("a byte size has no sign")
+    return ByteSize(parse_bytes(s))
+
+
 _CONVERT = {
     "INT": int,
     "FLOAT": float,
-    "STRING": lambda s: s[1:-1] if "\\" not in s else json.loads(s),
-    "BYTES": lambda s: ByteSize(parse_bytes(s)),
+    "STRING": _string,
+    "BYTES": _bytes,
     "SYMBOL": lambda s: SymbolRef(s[1:]),
 }
 # Literals in the order ir.lark's lexer tries them; identifiers, types and comments are
@@ -42,9 +56,9 @@ _LITERAL_RE = re.compile(
     r'(?:("(?:[^"\\\n]|\\.)*")'
     r"|(%[A-Za-z0-9_.$-]+)"
     r"|(@[A-Za-z0-9_.$-]+)"
-    r"|(?<![\w<.!])(\d+(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)(?![A-Za-z0-9_]))"
-    r"|(?<![\w<.!])([-+]?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|inf(?!\w)|nan(?!\w)))"
-    r"|(?<![\w<.!])([-+]?\d+))")
+    r"|(?<![\w<.!+-])(\d+(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)(?![A-Za-z0-9_]))"
+    r"|(?<![\w<.!+-])([-+]?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|inf(?!\w)|nan(?!\w)))"
+    r"|(?<![\w<.!+-])([-+]?\d+))")
 _PLACEHOLDER = {1: '""', 2: "%_", 3: "@_", 4: "0B", 5: "0.0", 6: "0"}
 
 _TERMINAL_NAMES = {
@@ -227,6 +241,16 @@ class _NotLineStructured(Exception):
     """The text needs the general parser (a line is not one complete op)."""
 
 
+_KIND_NAMES = {"INT": "integer", "FLOAT": "float", "STRING": "string", "BYTES": "byte size", "SYMBOL": "symbol"}
+
+
+class _BadLiteral(Exception):
+    """A literal the lexer accepted but that does not convert (h: its index in the line's texts)."""
+
+    def __init__(self, hole: int, message: str):
+        self.hole, self.message = hole, message
+
+
 class _Builder:
     """Builds ops from recipes, resolving value names through nested scopes."""
 
@@ -276,8 +300,7 @@ class _Builder:
                 raise self.error(f"use of undefined value '{texts[h]}'", *self.place(h))
             operands.append(v)
         line, col = op_loc if type(op_loc) is tuple else next(op_loc)
-        op = Operation(name, operands, types,
-                       {k: f(texts) for k, f in attrs} if attrs else None,
+        op = Operation(name, operands, types, self.attributes(attrs, texts),
                        sym_name=texts[sym][1:] if sym is not None else None,
                        result_names=[texts[h][1:] for h in result_holes],
                        loc=SourceLocation(self.filename, line, col, self.text))
@@ -290,6 +313,14 @@ class _Builder:
         if define:
             self.define(op, result_holes, texts)
         return op
+
+    def attributes(self, attrs, texts) -> dict | None:
+        """The attribute dictionary of compiled entries; a literal that does not convert is an
+        error at its place."""
+        try:
+            return {k: f(texts) for k, f in attrs} if attrs else None
+        except _BadLiteral as exc:
+            raise self.error(exc.message, *self.place(exc.hole)) from None
 
     def define(self, op: Operation, result_holes, texts) -> None:
         scope = self.scope
@@ -305,7 +336,13 @@ def _compile_attr(recipe):
     tag = recipe[0]
     if tag == "h":
         convert, i = _CONVERT[recipe[2]], recipe[1]
-        return lambda texts: convert(texts[i])
+
+        def literal(texts):
+            try:
+                return convert(texts[i])
+            except (ValueError, UnitError) as exc:      # json's, the units' and encoding errors
+                raise _BadLiteral(i, f"bad {_KIND_NAMES[recipe[2]]} {texts[i]}: {exc}") from None
+        return literal
     if tag == "c":
         value = recipe[1]
         return lambda texts: value
@@ -376,8 +413,7 @@ def _parse_lines(text: str, filename: str) -> Module:
             sym, attrs, body = recipe
             if not opens or body:
                 raise _NotLineStructured
-            module = Module(texts[sym][1:] if sym is not None else None,
-                            {k: f(texts) for k, f in attrs} if attrs else None)
+            module = Module(texts[sym][1:] if sym is not None else None, b.attributes(attrs, texts))
             stack.append(module.body)
             continue
         if opens and recipe[6]:
@@ -404,8 +440,7 @@ def _parse_general(text: str, filename: str) -> Module:
         raise b.error(exc.message, exc.line, exc.col) from None
     order = iter(rec.op_places)
     b.places = rec.places
-    module = Module(rec.texts[sym][1:] if sym is not None else None,
-                    {k: f(rec.texts) for k, f in attrs} if attrs else None)
+    module = Module(rec.texts[sym][1:] if sym is not None else None, b.attributes(attrs, rec.texts))
     for recipe in body:
         module.body.append(b.build(recipe, rec.texts, order))
     return module
@@ -438,9 +473,13 @@ def parse_module(text: str, filename: str = "<input>") -> Module:
     # nothing parsed is garbage until we return (the GC pass was a quarter of the parse)
     with gc_paused():
         try:
-            return _parse_lines(text, filename)
-        except _NotLineStructured:
-            return _parse_general(text, filename)
+            try:
+                return _parse_lines(text, filename)
+            except _NotLineStructured:
+                return _parse_general(text, filename)
+        except RecursionError:
+            raise LocatedError("lists or dictionaries nested too deeply to parse",
+                               SourceLocation(filename, 1, 1, text)) from None
 
 
 def parse_file(path: str | Path) -> Module:
