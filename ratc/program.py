@@ -115,8 +115,15 @@ def load_program(root: str | Path) -> Program:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ProgramError(f"{mpath}: unknown program format {manifest.get('format') if isinstance(manifest, dict) else None!r} "
                            f"(expected {FORMAT!r})")
+    listed = manifest.get("files", {})
+    if not isinstance(listed, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in listed.items()) \
+            or not isinstance(manifest.get("meta", {}), dict):
+        raise ProgramError(f"{mpath}: malformed manifest: 'files' must map file names to sha256 digests "
+                           "and 'meta' be an object; recompile with `ratc compile`")
     files = {}
-    for rel, want in sorted(manifest.get("files", {}).items()):
+    for rel, want in sorted(listed.items()):
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise ProgramError(f"{mpath}: malformed manifest: file name {rel!r} leaves the program directory")
         path = root / rel
         if not path.is_file():
             raise ProgramError(f"{root}: file '{rel}' listed in the manifest is missing; "

@@ -2,6 +2,8 @@
 
 import io
 import json
+import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -135,6 +137,42 @@ def test_tampered_program_is_refused(program, tmp_path, capsys):
     (copy / "program.ir").unlink()
     assert main(["run", str(copy)]) == 1
     assert "listed in the manifest is missing" in capsys.readouterr().err
+
+
+def _edited_copy(program, tmp_path, name, edit):
+    """A copy of the program with one file edited and the manifest's hash of it updated, so
+    what reads the file sees the edit (the manifest check passes)."""
+    import hashlib
+
+    copy = tmp_path / "edited"
+    shutil.copytree(program, copy)
+    path = copy / name
+    text = path.read_text()
+    assert edit(text) != text, "the edit must change the file"
+    path.write_text(edit(text))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    if name in manifest["files"]:
+        manifest["files"][name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+@pytest.mark.parametrize("name, edit, message", [
+    ("kernels.json", lambda t: "{not json", "kernels.json: malformed kernel table: not JSON"),
+    ("kernels.json", lambda t: "[]", "malformed kernel table: expected an object with a 'kernels' list"),
+    ("kernels.json", lambda t: json.dumps({"kernels": [{"kernel": "k"}]}), "entry 0 needs 'kernel', 'cycles'"),
+    ("manifest.json", lambda t: json.dumps({**json.loads(t), "files": []}), "malformed manifest: 'files' must map"),
+    ("manifest.json", lambda t: json.dumps({**json.loads(t), "files": {"../x": "0"}}), "leaves the program directory"),
+    ("program.ir", lambda t: re.sub(r"life.plan @plan \{D = \d+", "life.plan @plan {D = 0", t, count=1),
+     "error: 'life.plan' D must be at least 1, got 0"),
+    ("program.ir", lambda t: re.sub(r", P = \d+,", ", P = 0,", t, count=1), "error: 'life.plan' P must be at least 1, got 0"),
+])
+def test_edited_program_files_are_refused_by_name(program, tmp_path, capsys, name, edit, message):
+    """Files that pass the manifest (its hash updated) but are not what ratc writes."""
+    copy = _edited_copy(program, tmp_path, name, edit)
+    assert main(["run", str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
 
 
 def test_compile_needs_clusters(capsys):

@@ -191,6 +191,8 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
     else:
         kernels = program.text("kernels.json") if "kernels.json" in program.files else None
     if kernels:
-        text += _kernel_table(json.loads(kernels), res.step_seconds)
+        from ratc.codegen.program_kernels import read_kernel_table
+
+        text += _kernel_table(read_kernel_table(kernels, f"{args.outdir}/kernels.json"), res.step_seconds)
     write_output(args.output, text)
     return 0

@@ -86,7 +86,7 @@ def plan_stage(stage) -> StagePlan:
             if b is not None:
                 b.dies = n if op.name == "life.step_end" else max(b.dies, i)
     for op in ops:
-        if op.name in LONG_OPS:
+        if op.name in LONG_OPS and op.result in buf_of:     # (a parameter-free unit holds none)
             buf_of[op.result].dies = n
     # ZeRO >= 2 double buffering: a bucket's buffer is free for reuse only when the Backward
     # that takes it (the reader of its collective's token) issues; until then it holds the bucket.

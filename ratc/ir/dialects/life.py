@@ -79,8 +79,28 @@ def _check_unit(op):
         raise VerifyError(f"'{op.name}' must be inside life.plan", op)
 
 
+def _check_counts(op, keys, low: int = 1):
+    for key in keys:
+        if key in op.attributes and op.attributes[key] < low:
+            raise VerifyError(f"'{op.name}' {key} must be at least {low}, got {op.attributes[key]}", op)
+
+
+def _check_plan(op):
+    _check_counts(op, ("P", "D", "T", "b", "M", "seq_len"))
+    _check_counts(op, ("Z",), 0)
+    if op.attributes["Z"] > 3:
+        raise VerifyError(f"'{op.name}' Z must be a ZeRO stage 0-3, got {op.attributes['Z']}", op)
+    if op.attributes["p2p"] < 0:
+        raise VerifyError(f"'{op.name}' p2p must not be negative", op)
+
+
+def _check_pipeline_counts(op):
+    _check_counts(op, ("P", "M", "units"))
+    _check_pipeline(op)
+
+
 LIFE.op("plan", "a training configuration and its per-unit costs: the lowering's input",
-        symbol=True, region=True, attrs={
+        symbol=True, region=True, verify=_check_plan, attrs={
             "model": "str", "platform": "str", "P": "int", "D": "int", "T": "int", "Z": "int", "b": "int",
             "M": "int", "act": "full|ckpt|fsr", "pref": "bulk|layerwise|deadline", "seq_len": "int",
             "p2p": "float", "budget": "bytes"})
@@ -97,7 +117,7 @@ LIFE.op("kernel", "a generated kernel that tasks call (codegen pass); its code i
         symbol=True, attrs={"kind": "gemm|attn_bwd", "shape": "list<int>", "cycles": "int", "mac_util": "float",
                             "ddr_bytes": "int", "tiles": "dict"})
 LIFE.op("pipeline", "one training step of all pipeline stages", symbol=True, region=True,
-        verify=_check_pipeline, attrs={
+        verify=_check_pipeline_counts, attrs={
             "plan": "symref", "P": "int", "M": "int", "Z": "int", "act": "full|ckpt|fsr", "units": "int",
             "schedule": "gpipe|1f1b", "state": "bulk|layerwise?", "update": "bulk|eager|deadline?",
             "fsr": "bool?", "peak": "list<int>?", "peak_at": "list<int>?", "budget": "bytes?"})
