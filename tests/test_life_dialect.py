@@ -198,6 +198,6 @@ def test_pipeline_with_a_huge_stage_count_is_an_error_not_an_allocation():
     from ratc.ir.core import Block, Module, Operation
     from ratc.ir.attributes import SymbolRef
     pipe = Operation("life.pipeline", attributes={"plan": SymbolRef("p"), "P": 10**15, "M": 1, "Z": 0, "act": "full",
-                                                  "units": 0, "schedule": "gpipe"}, sym_name="s", region=Block([]))
+                                                  "units": 3, "schedule": "gpipe"}, sym_name="s", region=Block([]))
     with pytest.raises(VerifyError, match="exactly P = 1000000000000000 life.stage ops"):
         verify(Module("m", {}, [pipe]))
