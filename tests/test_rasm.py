@@ -112,6 +112,9 @@ def _error(text: str) -> str:
     ("{ li r1, 0 }", "{ li r1, 0 | li r1, 2 }", "bad.rasm:5:14:", "written twice"),
     ("{ li r1, 0 }", "{ li r1, 0 } @", "bad.rasm:5:14:", "unexpected character '@'"),
     ("vld v0, B[r1]", "vld v0, A[r1]", "bad.rasm:7:7:", "'vld' accesses AM only; A is in DDR"),
+    (".dsps 1", ".dsps 0", "bad.rasm:2:1:", ".dsps 0: the cluster has 24 DSPs"),
+    (".dsps 1", ".dsps 1\n.dsps 2", "bad.rasm:3:1:", "a second '.dsps' directive"),
+    ("{ li r1, 0 }", "{ divi r1, r0, 0 }", "bad.rasm:5:3:", "division by zero"),
 ])
 def test_malformed_rasm_is_located_with_a_caret(old, new, where, words):
     message = _error(GOOD.replace(old, new))

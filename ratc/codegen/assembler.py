@@ -62,12 +62,14 @@ class _Builder:
         return SourceLocation(self.filename, line, meta.column, self.text)
 
     def program(self, tree: Tree) -> Program:
-        name, dsps, buffers, body = None, None, [], []
+        name, dsps, dsps_loc, buffers, body = None, None, None, [], []
         for child in tree.children:
+            if child.data in ("kernel", "dsps") and (name if child.data == "kernel" else dsps) is not None:
+                raise LocatedError(f"a second '.{child.data}' directive", self.loc(child))
             if child.data == "kernel":
                 name = str(child.children[0])
             elif child.data == "dsps":
-                dsps = int(child.children[0])
+                dsps, dsps_loc = int(child.children[0]), self.loc(child)
             elif child.data == "buffer":
                 space, bname, dtype, *dims = child.children
                 buffers.append(Buffer(str(bname), str(space), str(dtype), tuple(int(d) for d in dims),
@@ -78,7 +80,7 @@ class _Builder:
             raise LocatedError("missing '.kernel NAME' directive", SourceLocation(self.filename, 1, 1, self.text))
         if dsps is None:
             raise LocatedError("missing '.dsps N' directive", SourceLocation(self.filename, 1, 1, self.text))
-        return Program(name, dsps, tuple(buffers), tuple(body))
+        return Program(name, dsps, tuple(buffers), tuple(body), dsps_loc)
 
     def item(self, node: Tree):
         if node.data == "loop":

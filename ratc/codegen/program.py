@@ -103,6 +103,7 @@ class Program:
     dsps: int
     buffers: tuple[Buffer, ...]
     body: tuple
+    loc: SourceLocation | None = field(default=None, compare=False)     # of the .dsps directive
 
     def buffer(self, name: str) -> Buffer:
         for b in self.buffers:
@@ -149,7 +150,7 @@ def validate(program: Program, platform) -> None:
     used = {s: 0 for s in MEMORY_SPACES}
     names = set()
     if program.dsps < 1 or program.dsps > platform.cluster.dsps:
-        raise LocatedError(f".dsps {program.dsps}: the cluster has {platform.cluster.dsps} DSPs")
+        raise LocatedError(f".dsps {program.dsps}: the cluster has {platform.cluster.dsps} DSPs", program.loc)
     for b in program.buffers:
         if b.name in names:
             raise LocatedError(f"buffer {b.name!r} declared twice", b.loc)
@@ -196,6 +197,8 @@ def _check_bundle(bundle: Bundle, buffers, counts, rows, closing: Loop | None):
         if spec is None:
             raise LocatedError(f"unknown instruction {ins.op!r}", ins.loc)
         _check_operands(ins, spec, buffers, counts, rows)
+        if ins.op in ("divi", "remi") and ins.operands[2] == 0:
+            raise LocatedError(f"'{ins}': division by zero", ins.loc)
         if ins.op == "sbr":
             if closing is None or ins.operands[0].name != closing.label:
                 raise LocatedError(f"'{ins}' must be the back-branch in the last bundle of loop "
