@@ -175,6 +175,18 @@ def test_edited_program_files_are_refused_by_name(program, tmp_path, capsys, nam
     assert message in err and "Traceback" not in err, err
 
 
+def test_a_plan_too_many_micro_batches_to_compile_is_refused_at_once(capsys):
+    """The planner ranks any accumulation count; a program of more micro-batches than ratc
+    compiles (16,384) is refused before it is built, with what to change."""
+    import time
+
+    start = time.perf_counter()
+    assert main(["compile", EXAMPLE, "--preset", "tiny", "--clusters", "4", "--global-batch", "2000000", "--no-run"]) == 1
+    err = capsys.readouterr().err
+    assert "micro-batches per step; ratc compiles programs of at most 16384" in err and "--micro-batch" in err
+    assert time.perf_counter() - start < 30
+
+
 def test_compile_needs_clusters(capsys):
     assert main(["compile", EXAMPLE, "--preset", "tiny"]) == 1
     assert "give --clusters" in capsys.readouterr().err

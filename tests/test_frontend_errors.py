@@ -166,6 +166,11 @@ def test_no_such_model_file(tmp_path, capsys):
     ('{"hidden_size": 64}', "missing string field 'model_type'"),
     ('{"model_type": "no-such-arch"}', "cannot read config"),
     ('{"model_type": "llama", "hidden_size": 30, "num_attention_heads": 4}', "not a multiple"),
+    # what sizes the model comes from the file, never from transformers' defaults
+    ('{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 64}',
+     "no 'hidden_size' (transformers would assume 4096)"),
+    ('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1000000000, "num_attention_heads": 4, '
+     '"vocab_size": 64}', "num_hidden_layers must be 1..4096"),
 ])
 def test_malformed_hf_config(tmp_path, capsys, content, cause):
     pytest.importorskip("transformers")

@@ -29,6 +29,10 @@ def load_hf_config(path_or_dict, display: str | None = None) -> dict:
     return data
 
 
+SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+MAX_LAYERS = 4096      # building the module on the meta device still costs time per layer
+
+
 def _cause(exc: BaseException) -> str:
     """The innermost cause's message: transformers wraps validation errors."""
     while exc.__cause__ is not None:
@@ -50,6 +54,16 @@ def build_hf_model(config: dict, display: str = "<config>"):
         cfg = transformers.AutoConfig.for_model(**{**config, "use_cache": False})
     except Exception as exc:  # noqa: BLE001 - transformers validates with its own exception types
         raise RatcError(f"{display}: cannot read config: {_cause(exc)}") from None
+    # transformers fills what a config leaves out with its model type's defaults (a 7B-sized
+    # model for llama): the model's size must come from the file
+    for attr in SIZE_KEYS:
+        names = {attr} | {alias for alias, target in getattr(type(cfg), "attribute_map", {}).items() if target == attr}
+        if not names & config.keys():
+            raise RatcError(f"{display}: malformed config.json: no '{attr}' (transformers would assume "
+                            f"{getattr(cfg, attr, '?')})")
+    layers = getattr(cfg, "num_hidden_layers", 0)
+    if not isinstance(layers, int) or not 1 <= layers <= MAX_LAYERS:
+        raise RatcError(f"{display}: num_hidden_layers must be 1..{MAX_LAYERS}, got {layers!r}")
     try:
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, TRAIN_DTYPE))

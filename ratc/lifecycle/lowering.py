@@ -252,6 +252,11 @@ class _StageLowering:
         self.emit(Operation("life.step_end", [views[i] for i in sorted(views)]))
 
 
+# A step's program holds every micro-batch's tasks: beyond this it would take minutes and
+# gigabytes to build and simulate (the planner's Eq. 12 ranks any M in microseconds).
+MAX_MICRO_BATCHES = 16384
+
+
 def lower(module: Module, act_policy: str | None = None) -> Operation:
     """Append a `life.pipeline` lowered from the module's plan; return it."""
     plan = find_plan(module)
@@ -261,6 +266,11 @@ def lower(module: Module, act_policy: str | None = None) -> Operation:
     act = act_policy or a["act"]
     P, M = a["P"], a["M"]
     units = plan.region.ops
+    if M > MAX_MICRO_BATCHES:
+        raise RatcError(f"life.plan: M = {M} micro-batches per step; ratc compiles programs of at most "
+                        f"{MAX_MICRO_BATCHES} (each micro-batch is a Forward and a Backward of every layer on "
+                        f"every stage, about {M * len(units) * 2:,} tasks here); use larger micro-batches "
+                        "(--micro-batch) or a smaller global batch")
     if len(units) < 3:
         raise RatcError("life.plan needs at least three units (embedding, a decoder layer, head)")
     for i, u in enumerate(units):
