@@ -7,6 +7,7 @@ peaks against the planner's Eq. 9 on the paper's Table 2 / Table 3 configuration
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import statistics
 import sys
@@ -43,11 +44,13 @@ def paper_configs() -> list:
     for model, strategies in table2.PAPER.items():
         batch = table2.implied_batch(strategies)
         for strategy, (cfg, *_rest) in strategies.items():
-            if cfg == "-":
-                cfg = strategies["ratrain"][0] + ",act=full"
+            full_save = cfg == "-"
+            cfg = strategies["ratrain"][0] if full_save else cfg
             D = parse_config(cfg + ",A=1").D
+            cand = parse_config(f"{cfg},A={batch // D}")
             pref = "bulk" if strategy == "tuned-pp-dp-zero" else "deadline"
-            rows.append((f"Table 2 {strategy}", model, parse_config(f"{cfg},A={batch // D},pref={pref}")))
+            rows.append((f"Table 2 {strategy}", model,
+                         dataclasses.replace(cand, pref=pref, act="full" if full_save else cand.act)))
     return rows
 
 

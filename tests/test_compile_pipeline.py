@@ -187,6 +187,27 @@ def test_a_plan_too_many_micro_batches_to_compile_is_refused_at_once(capsys):
     assert time.perf_counter() - start < 30
 
 
+@pytest.mark.parametrize("extra, message", [
+    (["--plan", "P=2,D=2,Z=2,b=3,A=3,FSR", "--global-batch", "16"], "trains 18 sequences per step (D x b x A), "
+     "but --global-batch is 16"),
+    (["--plan", ""], "--plan is empty"),
+    (["-o", ""], "-o needs a path"),
+])
+def test_compile_refuses_contradictory_or_empty_options(extra, message, capsys):
+    assert main(["compile", EXAMPLE, "--preset", "tiny", "--clusters", "4", "--no-run", *extra]) == 1
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: re.sub(r"dur = [0-9.e+-]+", "dur = nan", t, count=1), "duration must be finite and not negative"),
+    (lambda t: re.sub(r"tier = \[\"(\w+)\"", 'tier = ["eternal"', t, count=1), "tier must name long, medium"),
+])
+def test_verifier_refuses_values_no_pass_writes(program, tmp_path, capsys, edit, message):
+    copy = _edited_copy(program, tmp_path, "program.ir", edit)
+    assert main(["run", str(copy)]) == 1
+    assert message in capsys.readouterr().err
+
+
 def test_compile_needs_clusters(capsys):
     assert main(["compile", EXAMPLE, "--preset", "tiny"]) == 1
     assert "give --clusters" in capsys.readouterr().err

@@ -173,7 +173,8 @@ def test_parse_config_reads_planner_labels_and_rejects_junk():
     assert (c.P, c.D, c.T, c.Z, c.b, c.A, c.act, c.pref) == (2, 4, 1, 2, 1, 128, "fsr", "deadline")
     assert parse_config(c.label()) == c
     assert parse_config("P=8,D=32,A=128,checkpoint,bulk").act == "ckpt"
-    for bad in ("P=2,D=4", "P=2,D=4,A=8,turbo", "P=x,D=4,A=8", "P=0,D=1,A=1"):
+    for bad in ("P=2,D=4", "P=2,D=4,A=8,turbo", "P=x,D=4,A=8", "P=0,D=1,A=1", "", "P=2,P=3,D=4,A=8",
+                "P=2,D=4,A=8,FSR,ckpt"):
         with pytest.raises(Exception, match="--plan"):
             parse_config(bad)
 

@@ -73,7 +73,9 @@ def _header(command: str, profile) -> str:
 
 def check_arguments(args: argparse.Namespace) -> None:
     """What the parser cannot say: a compile needs a cluster count or a plan, unless it stops at --emit."""
-    if args.emit is None and args.clusters is None and not args.plan:
+    if args.output == "":
+        raise RatcError("-o needs a path (omit it for out/<model>)")
+    if args.emit is None and args.clusters is None and args.plan is None:
         raise RatcError("ratc compile: give --clusters N (or --plan CONFIG), or --emit=graph to stop after tracing")
     for flag, value in (("--clusters", args.clusters), ("--global-batch", args.global_batch)):
         if value is not None and value < 1:
@@ -127,11 +129,14 @@ def choose_candidate(args: argparse.Namespace, planner):
     from ratc.planner.strategies import get_strategy
     from ratc.vm.system.driver import parse_config
 
-    if args.plan:
+    if args.plan is not None:
         cand = parse_config(args.plan)
         if args.clusters is not None and cand.clusters != args.clusters:
             raise RatcError(f"--plan {args.plan} uses {cand.clusters} clusters (P x D x T), "
                             f"but --clusters is {args.clusters}")
+        if args.global_batch is not None and cand.global_batch != args.global_batch:
+            raise RatcError(f"--plan {args.plan} trains {cand.global_batch} sequences per step (D x b x A), "
+                            f"but --global-batch is {args.global_batch}")
         return cand, None
     global_batch = 64 * args.clusters if args.global_batch is None else args.global_batch
     result = planner.require_feasible(planner.plan(args.clusters, global_batch, get_strategy(args.strategy),

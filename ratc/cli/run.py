@@ -138,7 +138,7 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
     else:
         graph = _find(program, "graph.layer")
         profile = profile_from_module(graph) if graph is not None else None
-        if args.plan:
+        if args.plan is not None:
             if profile is None:
                 raise RatcError(f"{args.outdir}: --plan needs the model's graph IR in the program, and there is none")
             with phase(f"compiling {args.plan}"):
@@ -183,7 +183,7 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
                  f"{100 * (predicted - res.step_seconds) / res.step_seconds:+.2f} % against the VM\n")
     if not macs:
         text += "MAC utilization needs the model's graph IR in the program\n"
-    if args.plan and compiled is None:
+    if args.plan is not None and compiled is None:
         # the kernels of the plan just compiled, which need not be the program's
         from ratc.codegen.program_kernels import program_files
 

@@ -12,7 +12,12 @@ finish (no cross-stage deadlock).
 
 from __future__ import annotations
 
+import math
+
 from ratc.ir.verifier import VerifyError, verify_op
+
+# memory-plan's lifetime tiers (ratc.lifecycle.liveness); "none" for a result that takes no memory
+TIERS = ("long", "medium", "short", "none")
 
 ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = ("!life.act", "!life.saved", "!life.rec", "!life.grad",
                                                  "!life.param", "!life.opt", "!life.view", "!life.token")
@@ -183,8 +188,15 @@ def check_task(op) -> None:
             raise VerifyError(f"'{op.name}'{_where(a)}: inplace must be {str(inplace).lower()}", op)
         if len(a["sizes"]) != len(op.results) or any(s < 0 for s in a["sizes"]):
             raise VerifyError(f"'{op.name}'{_where(a)}: sizes needs one non-negative byte count per result", op)
-        if a["dur"] < 0:
-            raise VerifyError(f"'{op.name}'{_where(a)}: negative duration", op)
+        if not 0 <= a["dur"] < math.inf:       # (also false for NaN)
+            raise VerifyError(f"'{op.name}'{_where(a)}: duration must be finite and not negative, "
+                              f"got {a['dur']}", op)
+        if len(a.get("calls", a.get("kernels", []))) != len(a.get("kernels", [])) or \
+                any(c < 1 for c in a.get("calls", [])):
+            raise VerifyError(f"'{op.name}'{_where(a)}: calls needs one positive count per kernel", op)
+        if any(t not in TIERS for t in a.get("tier", [])) or any(b < -1 for b in a.get("buf", [])):
+            raise VerifyError(f"'{op.name}'{_where(a)}: tier must name {', '.join(TIERS)} and buf be a buffer id "
+                              "(-1: no buffer)", op)
 
 
 def _where(a: dict) -> str:

@@ -113,8 +113,14 @@ LIFE.op("unit", "one layer (embedding, decoder layer or head) with its costs per
             "sync_kind": "all-reduce|reduce-scatter", "reduce": "float", "update": "float",
             "prefetch": "float", "gather": "float", "kfwd": "list?", "kbwd": "list?", "fwd_other": "float?",
             "bwd_other": "float?", "fph": "list<float>?", "bph": "list<float>?", "stream": "bytes?"})
+def _check_kernel(op):
+    if op.attributes["cycles"] < 0 or op.attributes["ddr_bytes"] < 0 or not 0 <= op.attributes["mac_util"] <= 1:
+        raise VerifyError(f"'{op.name}' @{op.sym_name}: cycles and ddr_bytes must not be negative and mac_util "
+                          "be in 0..1", op)
+
+
 LIFE.op("kernel", "a generated kernel that tasks call (codegen pass); its code is kernels/<symbol>.rasm",
-        symbol=True, attrs={"kind": "gemm|attn_bwd", "shape": "list<int>", "cycles": "int", "mac_util": "float",
+        symbol=True, verify=_check_kernel, attrs={"kind": "gemm|attn_bwd", "shape": "list<int>", "cycles": "int", "mac_util": "float",
                             "ddr_bytes": "int", "tiles": "dict"})
 LIFE.op("pipeline", "one training step of all pipeline stages", symbol=True, region=True,
         verify=_check_pipeline_counts, attrs={

@@ -19,9 +19,17 @@ def parse_config(text: str) -> Candidate:
     T, Z, b default to 1, 2, 1; the activation policy to FSR and the state policy to deadline.
     """
     values = {"T": 1, "Z": 2, "b": 1, "act": "fsr", "pref": "deadline", "balance": "time"}
+    if not text.strip():
+        raise RatcError("--plan is empty (expected e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline')")
+    given: set = set()
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, eq, val = part.partition("=")
         key, val = key.strip(), val.strip()
+        what = key if eq else ("act" if part.lower() in _ACT_NAMES else "pref" if part.lower() in PREF_POLICIES
+                               else part)
+        if what in given:
+            raise RatcError(f"--plan {text!r}: {what} is given twice")
+        given.add(what)
         if eq and key in _INT_KEYS:
             if not re.fullmatch(r"\d+", val):
                 raise RatcError(f"--plan: {key} must be a positive integer, got {val!r}")
