@@ -127,3 +127,10 @@ def test_malformed_rasm_is_located_with_a_caret(old, new, where, words):
 def test_good_program_assembles_and_round_trips():
     program = assemble(GOOD, P, "good.rasm")
     assert disassemble(assemble(disassemble(program), P)) == disassemble(program)
+
+
+def test_loops_nested_too_deep_are_an_error_not_a_recursion():
+    for depth, where in ((100, "bad.rasm:67:1:"), (3000, "bad.rasm:")):
+        body = "".join(f"l{i}: loop 1 {{\n" for i in range(depth)) + "{ li r1, 0 }\n" + "}\n" * depth
+        message = _error(".kernel k\n.dsps 1\n" + body)
+        assert message.startswith(where) and "nested" in message, message[:200]

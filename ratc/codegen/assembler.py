@@ -21,10 +21,17 @@ def _parser() -> Lark:
     return Lark(GRAMMAR.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False)
 
 
+# The VMs and the checks walk loops recursively; real kernels nest a handful deep.
+MAX_LOOP_DEPTH = 64
+
+
 def assemble(text: str, platform, filename: str = "<rasm>") -> Program:
     """Parse and validate .rasm text; errors are LocatedError with file:line:col and a caret."""
     try:
         tree = _parser().parse(text)
+    except RecursionError:
+        raise LocatedError(f"loops nested too deeply to assemble (at most {MAX_LOOP_DEPTH} levels)",
+                           SourceLocation(filename, 1, 1, text)) from None
     except UnexpectedInput as exc:
         line, col = exc.line, exc.column
         if isinstance(exc, UnexpectedEOF) or (isinstance(exc, UnexpectedToken) and exc.token.type == "$END"):
@@ -82,10 +89,12 @@ class _Builder:
             raise LocatedError("missing '.dsps N' directive", SourceLocation(self.filename, 1, 1, self.text))
         return Program(name, dsps, tuple(buffers), tuple(body), dsps_loc)
 
-    def item(self, node: Tree):
+    def item(self, node: Tree, depth: int = 1):
         if node.data == "loop":
+            if depth > MAX_LOOP_DEPTH:
+                raise LocatedError(f"loops nested more than {MAX_LOOP_DEPTH} deep", self.loc(node))
             label, count, *items = node.children
-            return Loop(str(label), int(count), tuple(self.item(i) for i in items), self.loc(node))
+            return Loop(str(label), int(count), tuple(self.item(i, depth + 1) for i in items), self.loc(node))
         instrs = [self.instr(i) for i in node.children if i is not None]
         return assign_slots(instrs, self.loc(node))
 
