@@ -67,6 +67,8 @@ def test_tile_options_are_checked_against_the_kernel(capsys):
         (["gemm", "40", "70", "30", "--tile", "br=4"], "unknown option 'br' (gemm kernels take gm, gn, md"),
         (["attention-backward", "2", "128", "64", "--tile", "br=0"], "br=0 must be a positive integer"),
         (["attention-backward", "2", "128", "64", "--tile", "bc=0"], "bc=0 must be a positive integer"),
+        (["gemm", "4", "4", "4", "--kv-heads", "2"], "--kv-heads applies to attention kernels"),
+        (["gemm", "4", "4", "4", "--random-inputs", "1"], "--random-inputs fills the inputs of a run"),
     ]:
         assert main(["kernel", *argv]) == 1
         err = capsys.readouterr().err

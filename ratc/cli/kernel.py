@@ -32,6 +32,10 @@ def run(args) -> int:
 
     from ratc.codegen.program_kernels import TILE_OPTIONS
 
+    if args.op == "gemm" and args.kv_heads is not None:
+        raise RatcError("--kv-heads applies to attention kernels, not to gemm")
+    if args.random_inputs is not None and not args.run:
+        raise RatcError("--random-inputs fills the inputs of a run: add --run (and --mode full)")
     platform = load_platform(args.platform)
     known = TILE_OPTIONS["gemm" if args.op == "gemm" else "attn_bwd"]
     options = {}
