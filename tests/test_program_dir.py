@@ -100,3 +100,29 @@ def test_a_place_nothing_can_be_created_is_a_user_error():
         write_atomic("/proc/ratc-test/x.txt", "text")
     with pytest.raises(OutputError, match="cannot write /proc/ratc-prog: No such file or directory"):
         write_program("/proc/ratc-prog", FILES)
+
+
+def test_writing_to_a_device_fifo_or_symlink_keeps_it(tmp_path):
+    """-o /dev/null writes into the device (renaming a file over it would replace it, as root);
+    a FIFO gets the bytes; a symlink keeps pointing at the file it names, which gets the text."""
+    import os
+    import stat
+    import threading
+
+    from ratc.cli.io import write_atomic
+
+    write_atomic("/dev/null", "discarded")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    write_atomic(fifo, "through the pipe")
+    reader.join(10)
+    assert got == ["through the pipe"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    real, link = tmp_path / "real.txt", tmp_path / "link.txt"
+    real.write_text("old")
+    link.symlink_to(real)
+    write_atomic(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"

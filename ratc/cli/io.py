@@ -30,6 +30,17 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a directory (give a file name)")
     mode = "wb" if isinstance(data, bytes) else "w"
+    if path.exists() and not path.is_file():
+        # a device (/dev/null), a FIFO or a socket: write into it; renaming over it would
+        # replace it with a file (as root, even /dev/null)
+        try:
+            with open(path, mode) as fh:
+                fh.write(data)
+        except OSError as exc:
+            raise OutputError.refused(path, exc) from None
+        return
+    if path.is_symlink():
+        path = path.resolve()      # replace what the link points to, and keep the link
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
