@@ -82,3 +82,24 @@ def test_program_round_trip_and_a_corrupted_program(tmp_path, capsys):
     assert main(["train", MODEL, "--steps", "1", "--program", str(bad)]) == 1
     err = capsys.readouterr().err
     assert f"{bad}:" in err and "error: use of undefined value '%rec" in err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--lr", "1e39"], "--lr must be positive and finite in fp32"),
+    (["--seed", "-1"], "--seed must be 0..2**63-1"),
+    (["--threads", "100000"], "--threads must be 1..1024"),
+    (["--csv", "README.md/loss.csv"], "README.md is not a directory"),
+    (["--plot", ""], "--plot needs a file name"),
+])
+def test_bad_values_and_outputs_are_refused_before_training(extra, message, capsys):
+    assert main(["train", MODEL, "--preset", "tiny", "--steps", "1", *extra]) == 1
+    captured = capsys.readouterr()
+    assert message in captured.err and "step    0" not in captured.out
+
+
+def test_a_diverging_loss_is_reported_not_hidden(capsys):
+    """A NaN deviation makes the summary's maximum NaN (max() alone skips it), with a warning."""
+    assert main(["train", MODEL, "--preset", "tiny", "--steps", "3", "--lr", "1e30", "--micro-batches", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "max per-step relative loss deviation nan" in captured.out
+    assert "the loss is not finite from step" in captured.err

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 from pathlib import Path
 
 from ratc.errors import RatcError
@@ -93,6 +95,21 @@ def _load_program(path: str, cfg):
                                        act=pipe["act"], state_pipeline=pipe.get("state") == "layerwise")
 
 
+MAX_THREADS = 1024      # torch's own pools fail (or crash) far above a machine's cores
+
+
+def _check_output(flag: str, path: str | None) -> None:
+    """An output option names a file that can be written (checked before the work)."""
+    if path is None:
+        return
+    p = Path(path)
+    if not path or p.is_dir():
+        raise RatcError(f"{flag} needs a file name, got {path!r}")
+    blocker = next((q for q in p.parents if q.exists() and not q.is_dir()), None)
+    if blocker is not None:
+        raise RatcError(f"cannot write {path}: {blocker} is not a directory")
+
+
 def handler(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
@@ -104,11 +121,16 @@ def handler(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise RatcError(f"--steps must be at least 1, got {args.steps}")
     if args.threads is not None:
-        if args.threads < 1:
-            raise RatcError(f"--threads must be at least 1, got {args.threads}")
+        if not 1 <= args.threads <= MAX_THREADS:
+            raise RatcError(f"--threads must be 1..{MAX_THREADS}, got {args.threads}")
         torch.set_num_threads(args.threads)
-    if not args.lr > 0:
-        raise RatcError(f"--lr must be positive, got {args.lr}")
+    # the optimizer runs in fp32: a learning rate it cannot hold overflows the update
+    if not 0 < args.lr <= torch.finfo(torch.float32).max:
+        raise RatcError(f"--lr must be positive and finite in fp32, got {args.lr}")
+    if not 0 <= args.seed < 2 ** 63:
+        raise RatcError(f"--seed must be 0..2**63-1, got {args.seed}")
+    for flag, path in (("--csv", args.csv), ("--plot", args.plot), ("--emit-program", args.emit_program)):
+        _check_output(flag, path)       # before training, so a typo does not lose the run
     cfg = TrainConfig(model=args.model, preset=args.preset, P=args.pp, D=args.dp, Z=args.zero,
                       act=ACT_NAMES[args.act_policy], state_pipeline=not args.no_state_pipeline,
                       M=args.micro_batches, b=args.micro_batch_size, seed=args.seed, opt=AdamW(lr=args.lr),
@@ -136,9 +158,14 @@ def handler(args: argparse.Namespace) -> int:
         tqdm.write(line)
     bar.close()
     if cfg.reference:
-        worst = max(r[3] for r in rows)
+        devs = [r[3] for r in rows]
+        worst = math.nan if any(math.isnan(d) for d in devs) else max(devs)     # max() would skip a NaN
         print(f"max per-step relative loss deviation {worst:.2e}; "
               f"final parameter deviation {session.parameter_deviation():.2e} (relative L2, worst unit)")
+    bad = [i for i, ours, _, _ in rows if not math.isfinite(ours)]
+    if bad:
+        print(f"ratc train: warning: the loss is not finite from step {bad[0]} on (learning rate "
+              f"{args.lr:g}?)", file=sys.stderr)
     if args.csv:
         write_atomic(args.csv, _csv(rows))
     if args.plot:

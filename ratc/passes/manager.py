@@ -79,7 +79,14 @@ class PassManager:
         if self.verify_each:
             verify(module)
         if inst.dump_dir is not None:
-            inst.dump_dir.mkdir(parents=True, exist_ok=True)
+            from ratc.errors import OutputError
+
+            if inst.dump_dir.exists() and not inst.dump_dir.is_dir():
+                raise OutputError(f"--dump-dir {inst.dump_dir}: it is a file, not a directory")
+            try:
+                inst.dump_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise OutputError.refused(inst.dump_dir, exc) from None
             _write(inst.dump_dir / "00_input.ir", print_module(module))
         for i, p in enumerate(self.passes, 1):
             if inst.progress is not None:

@@ -296,13 +296,13 @@ class Planner:
             f"{format_bytes(least.peak_mem)} on stage {least.peak_stage}, so a budget of at least "
             f"{format_bytes(least.peak_mem)} would fit{hint}")
 
-    def cluster_ladder(self, limit: int) -> list[int]:
+    def cluster_ladder(self, limit: int) -> range:
         """Cluster counts tried by --min-clusters: whole nodes (multiples of clusters_per_node).
 
         Counts below the state-only bound are skipped: however P, D, T and Z split it, the
         training state totals (2 + 2 + 12) bytes per parameter, so N * budget must hold it.
         """
-        return list(range(self.ladder_start(), limit + 1, self.platform.network.clusters_per_node))
+        return range(self.ladder_start(), limit + 1, self.platform.network.clusters_per_node)   # lazy: limits may be huge
 
     def ladder_start(self) -> int:
         """The first count of the cluster ladder: the fewest whole nodes that can hold the state."""
