@@ -77,6 +77,28 @@ def write_program(outdir: str | Path, files: dict[str, str | bytes], meta: dict 
     return outdir
 
 
+def refuse_own_files(outdir, outputs: dict) -> None:
+    """Raise if an output (flag -> path) would overwrite a file of the program in outdir."""
+    manifest = Path(outdir) / MANIFEST
+    if not manifest.is_file():
+        return
+    try:
+        own = set(json.loads(manifest.read_text()).get("files", {})) | {MANIFEST}
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        return      # load_program reports a damaged manifest
+    root = Path(outdir).resolve()
+    for flag, path in outputs.items():
+        if not path:
+            continue
+        p = Path(path) if Path(path).is_absolute() else Path.cwd() / path
+        try:
+            rel = p.resolve().relative_to(root)
+        except ValueError:
+            continue
+        if str(rel) in own:
+            raise ProgramError(f"{flag} {path} would overwrite the program's own {rel}; choose another name")
+
+
 class Program:
     """A verified program directory: its manifest and byte-exact file contents."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import re
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -44,6 +46,8 @@ def parse_bytes(text: str | int) -> int:
     value, unit = _split(str(text), "a byte size")
     if unit not in _BYTE_SCALE:
         raise UnitError(f"unknown byte unit {unit!r} in {text!r} (use one of {', '.join(_BYTE_SCALE)})")
+    if not math.isfinite(value * _BYTE_SCALE[unit]):
+        raise UnitError(f"byte size {text!r} is too large")
     return int(round(value * _BYTE_SCALE[unit]))
 
 

@@ -208,6 +208,26 @@ def test_verifier_refuses_values_no_pass_writes(program, tmp_path, capsys, edit,
     assert message in capsys.readouterr().err
 
 
+def test_outputs_never_overwrite_the_programs_own_files(program, tmp_path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(program, copy)
+    for argv in (["run", str(copy), "--trace", str(copy / "program.ir")],
+                 ["report", str(copy), "-o", "program.ir"], ["report", str(copy), "-o", "manifest.json"]):
+        assert main(argv) == 1
+        assert "would overwrite the program's own" in capsys.readouterr().err
+    assert main(["run", str(copy), "--json"]) == 0           # still intact
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--steps", "17"], "--steps must be 1..16"),
+    (["--explicit-replicas", "--plan", "P=1,D=128,Z=2,b=1,A=1,Full,deadline"],
+     "D = 128 data-parallel replicas: the VM simulates at most 64 with --explicit-replicas"),
+])
+def test_run_refuses_simulations_it_cannot_hold(program, extra, message, capsys):
+    assert main(["run", str(program), *extra]) == 1
+    assert message in capsys.readouterr().err
+
+
 def test_compile_needs_clusters(capsys):
     assert main(["compile", EXAMPLE, "--preset", "tiny"]) == 1
     assert "give --clusters" in capsys.readouterr().err

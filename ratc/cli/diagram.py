@@ -10,6 +10,8 @@ from ratc.cli.model_source import add_model_arguments, load_model
 from ratc.errors import RatcError
 
 DEFAULT_PRESET = "llama2-7b"     # of the bundled example, when no model is named
+# narrower leaves no room for the axes; wider is a multi-gigapixel image
+MIN_WIDTH, MAX_WIDTH = 2.0, 100.0
 
 
 def register(subparsers) -> None:
@@ -50,8 +52,8 @@ def handler(args: argparse.Namespace) -> int:
     if fmt not in ("png", "svg"):
         raise RatcError(f"-o {args.output}: cannot tell the image format from the suffix; use .png or .svg, "
                         "or give --format")
-    if args.width <= 0:
-        raise RatcError(f"--width must be positive, got {args.width}")
+    if not MIN_WIDTH <= args.width <= MAX_WIDTH:       # (also refuses NaN)
+        raise RatcError(f"--width must be {MIN_WIDTH:g}..{MAX_WIDTH:g} inches, got {args.width}")
     planner = Planner(load_model(args, default_preset=DEFAULT_PRESET), load_platform(args.platform))
     data, res = policy_diagram(planner, args.pp, args.microbatches, args.policy, D=args.dp, Z=args.zero,
                                b=args.micro_batch, pref=args.state)

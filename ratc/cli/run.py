@@ -107,6 +107,9 @@ def _kernel_table(table: dict, step_seconds: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+MAX_STEPS = 16       # the VM holds every step's tasks at once
+
+
 def handler(args: argparse.Namespace, compiled=None) -> int:
     """`ratc run`; compiled = (verified module, model profile) when `ratc compile` just wrote
     the program, so the files it holds in memory are not parsed and verified again."""
@@ -125,8 +128,14 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
     from ratc.vm.system.memory import OutOfMemory
     from ratc.vm.system.trace import trace_json
 
-    if args.steps < 1:
-        raise RatcError(f"--steps must be at least 1, got {args.steps}")
+    if not 1 <= args.steps <= MAX_STEPS:
+        raise RatcError(f"--steps must be 1..{MAX_STEPS}, got {args.steps} (the first steps show the "
+                        "steady state: every later one repeats them)")
+    if not 0 <= args.seed < 2 ** 63:
+        raise RatcError(f"--seed must be 0..2**63-1, got {args.seed}")
+    from ratc.program import refuse_own_files
+
+    refuse_own_files(args.outdir, {"--trace": args.trace, "-o": args.output})
     program = load_program(args.outdir)
     if getattr(args, "kernel", None):
         return spot_check(program, args)

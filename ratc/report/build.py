@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ratc.errors import RatcError
+from ratc.errors import OutputError, RatcError
 from ratc.report.data import KernelRow, ReportData
 from ratc.units import format_bytes, format_time
 
@@ -185,12 +185,17 @@ def write_report(outdir, report, images: dict, html_name: str = "report.html") -
     from ratc.cli.io import write_atomic
     from ratc.report import html
 
+    from ratc.program import refuse_own_files
+
     out = Path(outdir)
+    page = Path(html_name) if Path(html_name).is_absolute() else out / html_name
+    refuse_own_files(out, {"-o": page, **{key: out / f"{key}.{fmt}" for key, (_, fmt, _) in images.items()}})
+    if page.is_dir():       # before any picture is written
+        raise OutputError(f"cannot write {page}: it is a directory (give a file name)")
     written = []
     for key, (data, fmt, _) in sorted(images.items()):
         path = out / f"{key}.{fmt}"
         write_atomic(path, data)
         written.append(path)
-    page = Path(html_name) if Path(html_name).is_absolute() else out / html_name
     write_atomic(page, html.render(report, images))
     return [page, *written]

@@ -348,6 +348,11 @@ def _step_end(tr, op, p, k, pos):
     tr.reads.append((k, op, ids))
 
 
+# Ring collectives have 2 (D - 1) steps per replica, so memory grows with D even when one
+# replica stands for all; explicit replicas multiply every stage's tasks by D.
+MAX_REPLICAS, MAX_EXPLICIT_REPLICAS = 8192, 64
+
+
 def translate(module, platform, steps: int = 2, symmetric: bool = True, macs_per_step: float = 0.0,
               budget="plan") -> Program:
     """The VM program of a module holding a scheduled life.pipeline (and its life.plan).
@@ -356,6 +361,14 @@ def translate(module, platform, steps: int = 2, symmetric: bool = True, macs_per
     """
     if steps < 1:
         raise RatcError(f"steps must be at least 1, got {steps}")
+    from ratc.lifecycle.lowering import find_plan
+
+    D = find_plan(module).attributes["D"]
+    if D > MAX_REPLICAS or (not symmetric and D > MAX_EXPLICIT_REPLICAS):
+        limit = MAX_REPLICAS if symmetric else MAX_EXPLICIT_REPLICAS
+        raise RatcError(f"D = {D} data-parallel replicas: the VM simulates at most {limit}"
+                        + ("" if symmetric else " with --explicit-replicas (each is a whole copy of every "
+                           "stage's tasks; without it one replica stands for all)"))
     # many long-lived small objects: cyclic GC over them cost more than the translation
     with gc_paused():
         return _Translation(module, platform, steps, symmetric, macs_per_step, budget).run()
