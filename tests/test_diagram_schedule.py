@@ -140,3 +140,13 @@ def test_diagram_cli_errors(tmp_path, capsys):
     assert "P=64" in capsys.readouterr().err
     assert main(["diagram", "--pp", "4", "--microbatches", "0", "-o", str(tmp_path / "x.png")]) == 1
     assert "at least 1" in capsys.readouterr().err
+
+
+def test_a_diagram_of_more_micro_batches_than_can_be_drawn_is_refused(tmp_path, capsys):
+    from ratc.cli.main import main
+
+    for extra, message in ((["--microbatches", "10000"], "a diagram shows at most 256"),
+                           (["--microbatches", "4", "--width", "1"], "--width must be 2..100 inches")):
+        assert main(["diagram", "--preset", "tiny", "--pp", "2", *extra, "-o", str(tmp_path / "d.png")]) == 1
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "d.png").exists()

@@ -103,3 +103,16 @@ def test_a_diverging_loss_is_reported_not_hidden(capsys):
     captured = capsys.readouterr()
     assert "max per-step relative loss deviation nan" in captured.out
     assert "the loss is not finite from step" in captured.err
+
+
+def test_a_loss_that_trains_nothing_is_an_error(tmp_path, capsys):
+    """A head that detaches its logits leaves nothing for backward to train: a clear message,
+    not autograd's traceback."""
+    text = open(MODEL).read()
+    line = "logits = self.lm_head(self.norm(x))"
+    assert line in text
+    path = tmp_path / "detached.py"
+    path.write_text(text.replace(line, line + ".detach()", 1))
+    assert main(["train", str(path), "--preset", "tiny", "--steps", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "does not depend on any trainable parameter" in err and "Traceback" not in err

@@ -12,6 +12,7 @@ from ratc.errors import RatcError
 DEFAULT_PRESET = "llama2-7b"     # of the bundled example, when no model is named
 # narrower leaves no room for the axes; wider is a multi-gigapixel image
 MIN_WIDTH, MAX_WIDTH = 2.0, 100.0
+MAX_MICROBATCHES = 256
 
 
 def register(subparsers) -> None:
@@ -52,6 +53,9 @@ def handler(args: argparse.Namespace) -> int:
     if fmt not in ("png", "svg"):
         raise RatcError(f"-o {args.output}: cannot tell the image format from the suffix; use .png or .svg, "
                         "or give --format")
+    if args.microbatches > MAX_MICROBATCHES:
+        raise RatcError(f"--microbatches {args.microbatches}: a diagram shows at most {MAX_MICROBATCHES} "
+                        "(its tasks would not be told apart; `ratc run` simulates more)")
     if not MIN_WIDTH <= args.width <= MAX_WIDTH:       # (also refuses NaN)
         raise RatcError(f"--width must be {MIN_WIDTH:g}..{MAX_WIDTH:g} inches, got {args.width}")
     planner = Planner(load_model(args, default_preset=DEFAULT_PRESET), load_platform(args.platform))

@@ -24,6 +24,10 @@ class Reference:
     def step(self, batch: dict[str, torch.Tensor]) -> float:
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.model(**batch)
+        if not loss.requires_grad:
+            from ratc.errors import RatcError
+            raise RatcError("the model's loss does not depend on any trainable parameter (detached?); "
+                            "there is nothing to train")
         loss.backward()
         self.optimizer.step()
         return float(loss.detach())
