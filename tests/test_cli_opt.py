@@ -119,3 +119,12 @@ def test_version(capsys):
     except SystemExit as exc:
         assert exc.code == 0
     assert capsys.readouterr().out.startswith("ratc ")
+
+
+def test_print_ir_names_must_be_passes(capsys):
+    """--print-ir-before/after with a name that is no pass is a usage error, not silence."""
+    import pytest
+
+    with pytest.raises(SystemExit) as exc:
+        main(["opt", str(GOLDEN / "cse_dce.ir"), "-p", "cse", "--print-ir-after", "cse,csee"])
+    assert exc.value.code == 1 and "unknown pass 'csee' (passes: " in capsys.readouterr().err

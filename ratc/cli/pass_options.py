@@ -9,7 +9,15 @@ from ratc.passes.manager import Instrumentation
 
 
 def _names(text: str) -> set[str]:
-    return {n.strip() for n in text.split(",") if n.strip()}
+    """--print-ir-before/after: pass names, each one that exists (argparse reports the rest)."""
+    from ratc.passes.base import load_passes
+
+    names = {n.strip() for n in text.split(",") if n.strip()}
+    passes = load_passes()
+    unknown = sorted(names - set(passes))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown pass '{unknown[0]}' (passes: {', '.join(sorted(passes))})")
+    return names
 
 
 def add_pass_options(parser: argparse.ArgumentParser) -> None:
