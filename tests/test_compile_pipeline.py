@@ -267,6 +267,8 @@ def test_kernel_spot_check_runs_a_task_against_numpy(program, capsys):
     assert "MISMATCH" not in out
     assert main(["run", str(program), "--kernel", "0:G1"]) == 1
     assert "expected STAGE:TASK" in capsys.readouterr().err
+    assert main(["run", str(program), "--kernel", "0:F0", "--json", "--plan", "P=1,D=4,A=1"]) == 1
+    assert "--json, --plan apply only to the simulation" in capsys.readouterr().err
     assert main(["run", str(program), "--kernel", "3:F0"]) == 1
     assert "stages 0..0" in capsys.readouterr().err
 

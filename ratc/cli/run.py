@@ -138,6 +138,13 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
     refuse_own_files(args.outdir, {"--trace": args.trace, "-o": args.output})
     program = load_program(args.outdir)
     if getattr(args, "kernel", None):
+        simulation_only = [flag for flag, given in (("--json", args.json), ("--trace", args.trace),
+                                                    ("--plan", args.plan is not None),
+                                                    ("--explicit-replicas", args.explicit_replicas),
+                                                    ("--no-memory-limit", args.no_memory_limit)) if given]
+        if simulation_only:
+            raise RatcError(f"--kernel runs one task's kernels against numpy; {', '.join(simulation_only)} "
+                            f"{'applies' if len(simulation_only) == 1 else 'apply'} only to the simulation")
         return spot_check(program, args)
     platform = program_platform(program, args.platform)
     # the GEMM profile the program was compiled with: its tasks' times and the prediction's
