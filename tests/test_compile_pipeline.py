@@ -180,10 +180,15 @@ def test_a_plan_too_many_micro_batches_to_compile_is_refused_at_once(capsys):
     compiles (16,384) is refused before it is built, with what to change."""
     import time
 
+    from ratc.lifecycle.lowering import MAX_MICRO_BATCHES
+
+    # 4 clusters and micro-batches of at most 16 sequences: A >= batch / 64 micro-batches
+    batch = 64 * (MAX_MICRO_BATCHES + 1)
     start = time.perf_counter()
-    assert main(["compile", EXAMPLE, "--preset", "tiny", "--clusters", "4", "--global-batch", "2000000", "--no-run"]) == 1
+    assert main(["compile", EXAMPLE, "--preset", "tiny", "--clusters", "4", "--global-batch", str(batch), "--no-run"]) == 1
     err = capsys.readouterr().err
-    assert "micro-batches per step; ratc compiles programs of at most 16384" in err and "--micro-batch" in err
+    assert f"micro-batches per step; ratc compiles programs of at most {MAX_MICRO_BATCHES}" in err
+    assert "--micro-batch" in err
     assert time.perf_counter() - start < 30
 
 
@@ -218,10 +223,16 @@ def test_outputs_never_overwrite_the_programs_own_files(program, tmp_path, capsy
     assert main(["run", str(copy), "--json"]) == 0           # still intact
 
 
+def _limits():
+    from ratc.cli.run import MAX_STEPS
+    from ratc.vm.system.life import MAX_EXPLICIT_REPLICAS as X
+    return MAX_STEPS, X
+
+
 @pytest.mark.parametrize("extra, message", [
-    (["--steps", "17"], "--steps must be 1..16"),
-    (["--explicit-replicas", "--plan", "P=1,D=128,Z=2,b=1,A=1,Full,deadline"],
-     "D = 128 data-parallel replicas: the VM simulates at most 64 with --explicit-replicas"),
+    (["--steps", str(_limits()[0] + 1)], f"--steps must be 1..{_limits()[0]}"),
+    (["--explicit-replicas", "--plan", f"P=1,D={2 * _limits()[1]},Z=2,b=1,A=1,Full,deadline"],
+     f"D = {2 * _limits()[1]} data-parallel replicas: the VM simulates at most {_limits()[1]} with --explicit-replicas"),
 ])
 def test_run_refuses_simulations_it_cannot_hold(program, extra, message, capsys):
     assert main(["run", str(program), *extra]) == 1

@@ -145,7 +145,9 @@ def test_diagram_cli_errors(tmp_path, capsys):
 def test_a_diagram_of_more_micro_batches_than_can_be_drawn_is_refused(tmp_path, capsys):
     from ratc.cli.main import main
 
-    for extra, message in ((["--microbatches", "10000"], "a diagram shows at most 256"),
+    from ratc.cli.diagram import MAX_MICROBATCHES
+
+    for extra, message in ((["--microbatches", str(MAX_MICROBATCHES + 1)], f"a diagram shows at most {MAX_MICROBATCHES}"),
                            (["--microbatches", "4", "--width", "1"], "--width must be 2..100 inches")):
         assert main(["diagram", "--preset", "tiny", "--pp", "2", *extra, "-o", str(tmp_path / "d.png")]) == 1
         assert message in capsys.readouterr().err

@@ -4,6 +4,7 @@ import pytest
 
 from ratc.platform import PlatformError, list_platforms, load_platform, parse_platform
 from ratc.platform.loader import PROFILE_DIR
+from ratc.platform.schema import MAX_REGISTERS
 
 MT3000 = (PROFILE_DIR / "mt3000.toml").read_text()
 
@@ -44,7 +45,7 @@ def test_mt3000_holds_the_reviews_measured_numbers():
     (lambda t: t.replace("clusters_per_node = 4", "clusters_per_node = 0"), "[network].clusters_per_node: must be positive"),
     (lambda t: t.replace('intra_node_latency = "10us"', 'intra_node_latency = "-10us"'), "must not be negative, got '-10us'"),
     (lambda t: t.replace("vmac_latency = 4", "vmac_latency = -4"), "[vliw].vmac_latency: must not be negative"),
-    (lambda t: t.replace("vector_registers = 64", "vector_registers = 100000000000"), "must be at most 4096"),
+    (lambda t: t.replace("vector_registers = 64", "vector_registers = 100000000000"), f"must be at most {MAX_REGISTERS}"),
     (lambda t: t.replace("vector_lanes = 64", "vector_lanes = -64").replace("vmac_rows = 4", "vmac_rows = -4"),
      "[vliw].vector_lanes: must be positive"),
     (lambda t: t.replace("[cluster]", "[[cluster]]"), "[cluster] must be one table of keys, got list"),

@@ -23,12 +23,25 @@ def read_input(path: str) -> tuple[str, str]:
         raise RatcError(f"{path}: not a UTF-8 text file") from None
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write a file via a temporary sibling and rename, so readers never see half of it.
-    Failures raise OutputError and leave nothing behind."""
+def check_output(path: str | Path, flag: str | None = None) -> None:
+    """Raise OutputError unless `path` names a file that can be written: not empty, not a
+    directory, no file where a parent directory must be. Cheap, so callers with long work
+    ahead check before it."""
+    if not str(path):
+        raise OutputError(f"{flag or 'the output'} needs a file name, got ''")
     path = Path(path)
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a directory (give a file name)")
+    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise OutputError(f"cannot write {path}: {blocker} is not a directory")
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write a file via a temporary sibling and rename, so readers never see half of it.
+    Failures raise OutputError and leave nothing behind."""
+    check_output(path)
+    path = Path(path)
     mode = "wb" if isinstance(data, bytes) else "w"
     if path.exists() and not path.is_file():
         # a device (/dev/null), a FIFO or a socket: write into it; renaming over it would

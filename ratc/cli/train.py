@@ -98,23 +98,11 @@ def _load_program(path: str, cfg):
 MAX_THREADS = 1024      # torch's own pools fail (or crash) far above a machine's cores
 
 
-def _check_output(flag: str, path: str | None) -> None:
-    """An output option names a file that can be written (checked before the work)."""
-    if path is None:
-        return
-    p = Path(path)
-    if not path or p.is_dir():
-        raise RatcError(f"{flag} needs a file name, got {path!r}")
-    blocker = next((q for q in p.parents if q.exists() and not q.is_dir()), None)
-    if blocker is not None:
-        raise RatcError(f"cannot write {path}: {blocker} is not a directory")
-
-
 def handler(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
-    from ratc.cli.io import write_atomic
+    from ratc.cli.io import check_output, write_atomic
     from ratc.vm.functional.session import ACT_NAMES, Session, TrainConfig, relative_deviation
     from ratc.vm.functional.shards import AdamW
 
@@ -130,7 +118,8 @@ def handler(args: argparse.Namespace) -> int:
     if not 0 <= args.seed < 2 ** 63:
         raise RatcError(f"--seed must be 0..2**63-1, got {args.seed}")
     for flag, path in (("--csv", args.csv), ("--plot", args.plot), ("--emit-program", args.emit_program)):
-        _check_output(flag, path)       # before training, so a typo does not lose the run
+        if path is not None:
+            check_output(path, flag)       # before training, so a typo does not lose the run
     cfg = TrainConfig(model=args.model, preset=args.preset, P=args.pp, D=args.dp, Z=args.zero,
                       act=ACT_NAMES[args.act_policy], state_pipeline=not args.no_state_pipeline,
                       M=args.micro_batches, b=args.micro_batch_size, seed=args.seed, opt=AdamW(lr=args.lr),

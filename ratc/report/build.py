@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ratc.errors import OutputError, RatcError
+from ratc.errors import RatcError
 from ratc.report.data import KernelRow, ReportData
 from ratc.units import format_bytes, format_time
 
@@ -182,7 +182,7 @@ def kernel_rows(table: dict) -> list:
 
 def write_report(outdir, report, images: dict, html_name: str = "report.html") -> list:
     """Write the HTML page and each picture beside it; returns the paths written."""
-    from ratc.cli.io import write_atomic
+    from ratc.cli.io import check_output, write_atomic
     from ratc.report import html
 
     from ratc.program import refuse_own_files
@@ -190,8 +190,7 @@ def write_report(outdir, report, images: dict, html_name: str = "report.html") -
     out = Path(outdir)
     page = Path(html_name) if Path(html_name).is_absolute() else out / html_name
     refuse_own_files(out, {"-o": page, **{key: out / f"{key}.{fmt}" for key, (_, fmt, _) in images.items()}})
-    if page.is_dir():       # before any picture is written
-        raise OutputError(f"cannot write {page}: it is a directory (give a file name)")
+    check_output(page)       # before any picture is written
     written = []
     for key, (data, fmt, _) in sorted(images.items()):
         path = out / f"{key}.{fmt}"
