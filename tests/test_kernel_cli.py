@@ -63,8 +63,8 @@ def test_faults_and_bad_options_exit_1_with_one_message(tmp_path, capsys):
 def test_tile_options_are_checked_against_the_kernel(capsys):
     """A GEMM option on an attention kernel, and a 0 for a tile size, are refused by name."""
     for argv, message in [
-        (["attention-backward", "2", "128", "64", "--tile", "md=32"], "unknown option 'md' (attention-backward kernels take br, bc)"),
-        (["gemm", "40", "70", "30", "--tile", "br=4"], "unknown option 'br' (gemm kernels take gm, gn, md"),
+        (["attention-backward", "2", "128", "64", "--tile", "md=32"], "--tile: unknown option 'md' (attn_bwd kernels take br, bc)"),
+        (["gemm", "40", "70", "30", "--tile", "br=4"], "--tile: unknown option 'br' (gemm kernels take gm, gn, md"),
         (["attention-backward", "2", "128", "64", "--tile", "br=0"], "br=0 must be a positive integer"),
         (["attention-backward", "2", "128", "64", "--tile", "bc=0"], "bc=0 must be a positive integer"),
         (["gemm", "4", "4", "4", "--kv-heads", "2"], "--kv-heads applies to attention kernels"),

@@ -28,16 +28,14 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from ratc.cli.asm import run_and_report
     from ratc.cli.io import write_output
+    from ratc.codegen.program_kernels import check_tile_options
     from ratc.platform import load_platform
-
-    from ratc.codegen.program_kernels import TILE_OPTIONS
 
     if args.op == "gemm" and args.kv_heads is not None:
         raise RatcError("--kv-heads applies to attention kernels, not to gemm")
     if args.random_inputs is not None and not args.run:
         raise RatcError("--random-inputs fills the inputs of a run: add --run (and --mode full)")
     platform = load_platform(args.platform)
-    known = TILE_OPTIONS["gemm" if args.op == "gemm" else "attn_bwd"]
     options = {}
     for spec in args.tile:
         key, _, value = spec.partition("=")
@@ -45,8 +43,7 @@ def run(args) -> int:
             options[key] = int(value)
         except ValueError:
             raise RatcError(f"--tile {spec!r}: expected NAME=INTEGER") from None
-        if key not in known:
-            raise RatcError(f"--tile {spec!r}: unknown option '{key}' ({args.op} kernels take {', '.join(known)})")
+    check_tile_options("gemm" if args.op == "gemm" else "attn_bwd", options, "--tile")
     kernel = _generate(platform, args, options)
     if args.output or not args.run:
         write_output(args.output, kernel.text)

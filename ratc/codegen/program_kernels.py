@@ -65,6 +65,13 @@ def unit_kernels(units) -> dict[str, tuple[str, tuple]]:
     return needed
 
 
+def check_tile_options(kind: str, options, where: str) -> None:
+    """Raise unless every tile option is one the kernel kind ('gemm', 'attn_bwd') takes."""
+    bad = sorted(set(options) - set(TILE_OPTIONS[kind]))
+    if bad:
+        raise RatcError(f"{where}: unknown option '{bad[0]}' ({kind} kernels take {', '.join(TILE_OPTIONS[kind])})")
+
+
 def codegen(module, platform, tiles: dict[str, dict[str, int]] | None = None) -> list[Operation]:
     """Generate the program's kernels into `life.kernel` ops and charge its tasks; returns the ops."""
     from ratc.lifecycle.lowering import find_pipeline, find_plan
@@ -80,10 +87,7 @@ def codegen(module, platform, tiles: dict[str, dict[str, int]] | None = None) ->
     profiles = {}
     for sym, (kind, shape) in sorted(needed.items()):
         opts = tiles.get(sym, {})
-        bad = sorted(set(opts) - set(TILE_OPTIONS[kind]))
-        if bad:
-            raise RatcError(f"tiles for @{sym}: unknown option '{bad[0]}' "
-                            f"(a {kind} kernel takes {', '.join(TILE_OPTIONS[kind])})")
+        check_tile_options(kind, opts, f"tiles for @{sym}")
         try:
             profiles[sym] = kernel_profile(platform, kind, shape, **opts)
         except RatcError as exc:
