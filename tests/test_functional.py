@@ -201,3 +201,42 @@ def test_tied_weights_are_refused():
     cfg = dict(mod.PRESETS["tiny"], tie_embeddings=True)
     with pytest.raises(RatcError, match="tied weights"):
         split_model(mod.build_model(**cfg))
+
+
+FROZEN_MODEL = '''
+import importlib.util, pathlib
+_spec = importlib.util.spec_from_file_location("_llama", {llama!r})
+_llama = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_llama)
+PRESETS = _llama.PRESETS
+DEFAULT_PRESET = _llama.DEFAULT_PRESET
+DEFAULT_SEQ_LEN = _llama.DEFAULT_SEQ_LEN
+input_spec = _llama.input_spec
+
+def build_model(**config):
+    model = _llama.build_model(**config)
+    for name, p in model.named_parameters():
+        if name.startswith("embed") or name in ("layers.1.self_attn.q_proj.weight", "layers.2.input_layernorm.weight"):
+            p.requires_grad_(False)
+    return model
+'''
+
+
+def test_frozen_parameters_stay_frozen_as_in_pytorch(tmp_path):
+    """Oracle: PyTorch's AdamW skips requires_grad=False parameters (no step, no weight decay)."""
+    import pathlib
+    path = tmp_path / "frozen.py"
+    path.write_text(FROZEN_MODEL.format(llama=str(pathlib.Path(MODEL).resolve())))
+    model, _ = build_model(str(path), "tiny", 0)
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    assert len(frozen) == 3 and "layers.1.self_attn.q_proj.weight" in frozen
+    # D=3 with ZeRO-1 splits the frozen mask across shards that also hold trained elements.
+    worst, param_dev, s = _train(TrainConfig(model=str(path), P=2, D=3, Z=1, M=2, b=1), steps=3)
+    assert worst <= TOL and param_dev <= TOL
+    for u, now in zip(s.units.units, s.executor.parameters()):
+        before = flat_params(u, model)
+        mask = u.frozen_mask()
+        if mask is not None:
+            assert torch.equal(now[mask], before[mask])       # bit-for-bit untouched
+            if not mask.all():
+                assert not torch.equal(now[~mask], before[~mask])  # the rest trained

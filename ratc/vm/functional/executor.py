@@ -69,8 +69,9 @@ class FunctionalExecutor:
         self.stages = [s.region.ops for s in pipe.region.ops]
         self.live = live_in(units)
         self.head = len(units.units) - 1
-        self.state = [[UnitState(init_params[u.index], r, self.D, self.Z, opt) for u in units.units]
-                      for r in range(self.D)]
+        frozen = [u.frozen_mask() for u in units.units]
+        self.state = [[UnitState(init_params[u.index], r, self.D, self.Z, opt, frozen[u.index])
+                       for u in units.units] for r in range(self.D)]
         # Each value is dropped after its last reader, as the memory plan assumes.
         self.last_use = []
         for ops in self.stages:
@@ -184,8 +185,9 @@ class FunctionalExecutor:
         leaves = [a.detach().requires_grad_(True) if g and a.dtype.is_floating_point else a
                   for a, g in zip(args, unit.input_grad)]
         # One leaf per parameter tensor: slicing a single flat leaf would make every slice's
-        # backward materialize a gradient of the whole vector.
-        params = [v.requires_grad_(True) for v in unit.views(flat.detach())]
+        # backward materialize a gradient of the whole vector. Frozen ones get no gradient
+        # (flat_grad fills zeros), as in PyTorch.
+        params = [v.requires_grad_(t) for v, t in zip(unit.views(flat.detach()), unit.trainable)]
         with torch.enable_grad():
             outs = unit.run(params, leaves)
         return _Saved(leaves, params, outs)
@@ -246,9 +248,11 @@ class FunctionalExecutor:
                     outs.append(o)
                     seeds.append(g)
             inputs = [a for a in saved.leaves if isinstance(a, torch.Tensor) and a.requires_grad]
-            wrt = inputs + saved.params
+            trained = [w for w in saved.params if w.requires_grad]
+            wrt = inputs + trained
             got = list(torch.autograd.grad(outs, wrt, seeds, allow_unused=True)) if outs else [None] * len(wrt)
-            g_param = unit.flat_grad(got[len(inputs):])
+            by_param = iter(got[len(inputs):])
+            g_param = unit.flat_grad([next(by_param) if w.requires_grad else None for w in saved.params])
             dx = {n: dy[n] for n in self.live[i] if n in dy}      # values passing through unit i
             it = iter(got[:len(inputs)])
             for name, a in zip(unit.inputs, saved.leaves):

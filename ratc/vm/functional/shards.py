@@ -34,22 +34,35 @@ class AdamW:
 class UnitState:
     """What replica r holds of one unit: master shard, its optimizer state, the parameter view."""
 
-    def __init__(self, flat: torch.Tensor, replica: int, D: int, Z: int, opt: AdamW):
+    def __init__(self, flat: torch.Tensor, replica: int, D: int, Z: int, opt: AdamW,
+                 frozen: torch.Tensor | None = None):
         self.N, self.D, self.Z = flat.numel(), D, Z
         self.c = math.ceil(self.N / D) if Z >= 1 else self.N
         self.lo = replica * self.c if Z >= 1 else 0
         padded = torch.zeros(self.c * D if Z >= 1 else self.N)
         padded[:self.N] = flat
         self.master = torch.nn.Parameter(padded[self.lo:self.lo + self.c].clone())
+        # This shard's frozen elements (requires_grad=False in the model), or None.
+        self.frozen = None
+        if frozen is not None:
+            mask = torch.zeros(padded.numel(), dtype=torch.bool)
+            mask[:self.N] = frozen
+            shard = mask[self.lo:self.lo + self.c]
+            self.frozen = shard if bool(shard.any()) else None
         self.optimizer = opt.make([self.master])
         # The previous step boundary's view; ZeRO-3 keeps none (it gathers before every use).
         self.view: torch.Tensor | None = flat.clone() if Z < 3 else None
 
     def step(self, grad: torch.Tensor) -> None:
-        """One AdamW step on this replica's master shard."""
+        """One AdamW step on this replica's master shard; frozen elements keep their values."""
+        # torch's AdamW skips a frozen parameter entirely; in one flat shard the frozen
+        # elements would still get weight decay, so they are put back after the step.
+        kept = self.master.data[self.frozen].clone() if self.frozen is not None else None
         self.master.grad = grad
         self.optimizer.step()
         self.master.grad = None
+        if kept is not None:
+            self.master.data[self.frozen] = kept
 
 
 def all_reduce_mean(tensors: list[torch.Tensor]) -> torch.Tensor:

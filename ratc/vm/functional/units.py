@@ -36,10 +36,17 @@ class Unit:
     param_shapes: list[torch.Size]
     numel: int = 0
     offsets: list[int] = field(default_factory=list)
+    trainable: list[bool] = field(default_factory=list)   # False = frozen (requires_grad=False)
 
     def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """The unit's parameters as shaped views of one flat vector (no copies)."""
         return [flat[o:o + s.numel()].view(s) for s, o in zip(self.param_shapes, self.offsets)]
+
+    def frozen_mask(self) -> torch.Tensor | None:
+        """Per element of the flat vector, whether it is frozen; None when every parameter trains."""
+        if all(self.trainable):
+            return None
+        return torch.cat([torch.full((s.numel(),), not t) for s, t in zip(self.param_shapes, self.trainable)])
 
     def flat_grad(self, grads) -> torch.Tensor:
         """Per-parameter gradients (None = zero) concatenated in the flat layout."""
@@ -187,6 +194,7 @@ def split_model(model: nn.Module) -> UnitSet:
         gm = torch.fx.GraphModule(model, g)
         names = [name for name, _ in gm.named_parameters()]
         shapes = [p.shape for _, p in gm.named_parameters()]
+        trainable = [p.requires_grad for _, p in gm.named_parameters()]
         offsets, total = [], 0
         for s in shapes:
             offsets.append(total)
@@ -195,7 +203,8 @@ def split_model(model: nn.Module) -> UnitSet:
         units.append(Unit(index=u, name=name, module=gm,
                           inputs=[a.name for a in ext], outputs=[n.name for n in later],
                           input_grad=[grad[a] for a in ext],
-                          param_names=names, param_shapes=shapes, numel=total, offsets=offsets))
+                          param_names=names, param_shapes=shapes, numel=total, offsets=offsets,
+                          trainable=trainable))
     return UnitSet(units=units, loss=loss_node.name)
 
 
