@@ -187,9 +187,36 @@ def test_a_plan_too_many_micro_batches_to_compile_is_refused_at_once(capsys):
     start = time.perf_counter()
     assert main(["compile", EXAMPLE, "--preset", "tiny", "--clusters", "4", "--global-batch", str(batch), "--no-run"]) == 1
     err = capsys.readouterr().err
-    assert f"micro-batches per step; ratc compiles programs of at most {MAX_MICRO_BATCHES}" in err
+    assert f"every configuration that fits runs more than {MAX_MICRO_BATCHES} micro-batches per step" in err
     assert "--micro-batch" in err
     assert time.perf_counter() - start < 30
+    # A forced plan reaches the compiler's own check.
+    plan = f"P=1,D=4,Z=0,b=1,A={MAX_MICRO_BATCHES + 1},FSR"
+    assert main(["compile", EXAMPLE, "--preset", "tiny", "--plan", plan, "--no-run"]) == 1
+    err = capsys.readouterr().err
+    assert f"micro-batches per step; ratc compiles programs of at most {MAX_MICRO_BATCHES}" in err
+
+
+def test_compile_builds_the_fastest_plan_it_can(monkeypatch, tmp_path, capsys):
+    """When the planner's fastest needs more micro-batches than ratc compiles, compile takes
+    the fastest feasible plan within the limit, and says so."""
+    from ratc.cli.plan import make_planner
+    from ratc.cli.compile import _subcommand_args
+    from ratc.cli.model_source import load_model
+    from ratc.lifecycle import lowering
+
+    monkeypatch.setattr(lowering, "MAX_MICRO_BATCHES", 8)
+    argv = ["compile", EXAMPLE, "--preset", "tiny", "--clusters", "1", "--global-batch", "64"]
+    args = _subcommand_args(argv)
+    ranked = make_planner(args, load_model(args)).plan(1, 64).feasible
+    assert ranked[0].cand.A > 8            # the premise: the planner's fastest is not compilable
+    expect = next(e.cand for e in ranked if e.cand.A <= 8)
+    out = tmp_path / "prog"
+    assert main(argv + ["--no-run", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"the planner's fastest, {ranked[0].cand.label()}, runs A={ranked[0].cand.A}" in err
+    assert f"compiling the fastest that it can, {expect.label()}" in err
+    assert json.loads((out / "manifest.json").read_text())["meta"]["config"] == expect.label()
 
 
 @pytest.mark.parametrize("extra, message", [

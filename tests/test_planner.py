@@ -273,6 +273,20 @@ def test_cli_json_is_deterministic(capsys):
                                                + top["e_pref_s"] + top["e_rec_s"])
 
 
+def test_cli_marks_plans_too_long_to_compile(capsys, monkeypatch):
+    """A candidate of more micro-batches than `ratc compile` builds is ranked, and marked."""
+    from ratc.planner import report
+    monkeypatch.setattr(report, "MAX_MICRO_BATCHES", 4)
+    _, out, _ = run_cli(capsys, "--clusters", "4", "--global-batch", "32", "--json", "--top", "100")
+    top = json.loads(out)["top"]
+    assert {t["compilable"] for t in top} == {True, False}
+    assert all(t["compilable"] == (t["config"]["A"] <= 4) for t in top)
+    _, out, _ = run_cli(capsys, "--clusters", "4", "--global-batch", "32", "--top", "100")
+    rows = [line for line in out.splitlines() if line[:4].strip().rstrip(".").isdigit()]
+    marks = out.count("micro-batches per step: more than ratc compile builds (4)")
+    assert marks == sum(t["config"]["A"] > 4 for t in top) and 0 < marks < len(rows)
+
+
 def test_cli_min_clusters_and_errors(capsys):
     code, out, _ = run_cli(capsys, "--min-clusters", "--global-batch", "32", "--json")
     assert code == 0 and json.loads(out)["clusters"] == 4

@@ -141,7 +141,25 @@ def choose_candidate(args: argparse.Namespace, planner):
     global_batch = 64 * args.clusters if args.global_batch is None else args.global_batch
     result = planner.require_feasible(planner.plan(args.clusters, global_batch, get_strategy(args.strategy),
                                                    progress=True, pipeline=args.pipeline))
-    return result.feasible[0].cand, result
+    return _compilable(result), result
+
+
+def _compilable(result):
+    """The fastest feasible candidate whose step ratc can build (A <= MAX_MICRO_BATCHES)."""
+    from ratc.lifecycle.lowering import MAX_MICRO_BATCHES
+    from ratc.units import format_time
+
+    best = result.feasible[0]
+    ev = next((e for e in result.feasible if e.cand.A <= MAX_MICRO_BATCHES), None)
+    if ev is None:
+        raise RatcError(f"every configuration that fits runs more than {MAX_MICRO_BATCHES} micro-batches per step "
+                        f"(the fastest, {best.cand.label()}, runs A={best.cand.A}), more than ratc compiles; "
+                        "allow larger micro-batches (--micro-batch) or use a smaller global batch")
+    if ev is not best:
+        print(f"note: the planner's fastest, {best.cand.label()}, runs A={best.cand.A} micro-batches per step, "
+              f"more than ratc compiles ({MAX_MICRO_BATCHES}); compiling the fastest that it can, "
+              f"{ev.cand.label()} ({format_time(ev.t_step)}, {ev.t_step / best.t_step:.3f}x the fastest)", file=sys.stderr)
+    return ev.cand
 
 
 def compile_to_directory(args: argparse.Namespace, profile, command: str):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ratc.lifecycle.lowering import MAX_MICRO_BATCHES
 from ratc.units import format_bytes
 
 
@@ -15,6 +16,11 @@ def tokens_per_second(result, ev, seq_len: int) -> float:
 def _row(result, ev, seq_len: int) -> str:
     return (f"{ev.cand.label():58s} {ev.t_step:10.2f} s {tokens_per_second(result, ev, seq_len):10.1f} tok/s  "
             f"peak {format_bytes(ev.peak_mem):>9s} (stage {ev.peak_stage})")
+
+
+def compilable(ev) -> bool:
+    """Whether `ratc compile` can build the candidate's step (it refuses more micro-batches)."""
+    return ev.cand.A <= MAX_MICRO_BATCHES
 
 
 def breakdown(ev) -> str:
@@ -73,6 +79,9 @@ def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False) 
     for i, ev in enumerate(result.feasible[:top], 1):
         lines.append(f"{i:2d}. {_row(result, ev, seq_len)}")
         lines.append(breakdown(ev))
+        if not compilable(ev):
+            lines.append(f"    A={ev.cand.A} micro-batches per step: more than ratc compile builds "
+                         f"({MAX_MICRO_BATCHES}); it takes the fastest plan within that")
     if with_explain:
         lines.append("")
         lines += explain(result)
@@ -86,7 +95,7 @@ def render_json(result, seq_len: int, top: int = 5, with_explain: bool = False) 
             "memory_budget_bytes": result.budget, "evaluated": result.evaluated,
             "feasible_count": len(result.feasible), "pruned_count": len(result.infeasible),
             "pipeline": {"P": result.pipeline, "source": result.pipeline_source, "why": result.pipeline_why},
-            "top": [dict(ev.as_dict(), tokens_per_s=tokens_per_second(result, ev, seq_len))
+            "top": [dict(ev.as_dict(), tokens_per_s=tokens_per_second(result, ev, seq_len), compilable=compilable(ev))
                     for ev in result.feasible[:top]]}
     if with_explain:
         data["explain"] = explain(result)
