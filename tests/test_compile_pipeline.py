@@ -233,6 +233,9 @@ def test_compile_refuses_contradictory_or_empty_options(extra, message, capsys):
 @pytest.mark.parametrize("edit, message", [
     (lambda t: re.sub(r"dur = [0-9.e+-]+", "dur = nan", t, count=1), "duration must be finite and not negative"),
     (lambda t: re.sub(r"tier = \[\"(\w+)\"", 'tier = ["eternal"', t, count=1), "tier must name long, medium"),
+    # the pipeline must agree with its plan (the VM reads D and b from the plan, M and Z from the pipeline)
+    (lambda t: re.sub(r"(life.pipeline @step \{M = )\d+", r"\g<1>3", t), "'life.pipeline' M = 3, but its plan @plan has M = "),
+    (lambda t: re.sub(r"(life.pipeline @step \{.*?Z = )\d", r"\g<1>0", t), "'life.pipeline' Z = 0, but its plan @plan has Z = "),
 ])
 def test_verifier_refuses_values_no_pass_writes(program, tmp_path, capsys, edit, message):
     copy = _edited_copy(program, tmp_path, "program.ir", edit)

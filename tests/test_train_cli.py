@@ -84,6 +84,25 @@ def test_program_round_trip_and_a_corrupted_program(tmp_path, capsys):
     assert f"{bad}:" in err and "error: use of undefined value '%rec" in err
 
 
+@pytest.mark.parametrize("old, new, message", [
+    ('model = "tiny"', 'model = "llama2-7b"', "the program is compiled for model 'llama2-7b' at sequence length 64, "
+     "the model file builds 'tiny' at 64"),
+    ("seq_len = 64", "seq_len = 128", "at sequence length 128, the model file builds 'tiny' at 64"),
+    ("T = 1,", "T = 2,", "the program's plan has T=2; ratc train runs no tensor parallelism"),
+])
+def test_a_program_for_another_model_is_refused(tmp_path, capsys, old, new, message):
+    """The executor would run any program whose unit count fits; its plan must be this model's."""
+    prog = tmp_path / "step.ir"
+    assert main(["train", MODEL, "--steps", "1", "--no-reference", "--emit-program", str(prog)]) == 0
+    text = prog.read_text()
+    assert text.count(old) == 1
+    prog.write_text(text.replace(old, new))
+    capsys.readouterr()
+    assert main(["train", MODEL, "--steps", "1", "--program", str(prog)]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--lr", "1e39"], "--lr must be positive and finite in fp32"),
     (["--seed", "-1"], "--seed must be 0..2**63-1"),

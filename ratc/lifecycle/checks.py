@@ -311,6 +311,7 @@ def check_pipeline(pipe) -> None:
     # (compare the count first: P comes from the text and may be huge)
     if len(stages) != a["P"] or any(s.name != "life.stage" for s in stages):
         raise VerifyError(f"'life.pipeline' must hold exactly P = {a['P']} life.stage ops", pipe)
+    _check_against_plan(pipe)
     units = []
     for p, s in enumerate(stages):
         if s.attributes.get("stage") != p:
@@ -319,6 +320,22 @@ def check_pipeline(pipe) -> None:
     if units != list(range(a["units"])):
         raise VerifyError(f"the stages' units must be 0..{a['units'] - 1} in order, got {units}", pipe)
     simulate_issue(stages)
+
+
+def _check_against_plan(pipe) -> None:
+    """The pipeline's P, M, Z and unit count are its plan's (the executors read both)."""
+    a = pipe.attributes
+    ref = a["plan"].name
+    plan = next((op for op in (pipe.block.ops if pipe.block is not None else ())
+                 if op.name == "life.plan" and op.sym_name == ref), None)
+    if plan is None:
+        return      # an undefined @plan is the symbol check's to report
+    p = plan.attributes
+    got = {"P": p["P"], "M": p["M"], "Z": p["Z"], "units": len(plan.region.ops)}
+    for key, want in got.items():
+        if a[key] != want:
+            raise VerifyError(f"'life.pipeline' {key} = {a[key]}, but its plan @{ref} has "
+                              f"{'units' if key == 'units' else key} = {want}", pipe)
 
 
 def simulate_issue(stages) -> None:

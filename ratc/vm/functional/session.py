@@ -74,6 +74,19 @@ def compile_for(cfg: TrainConfig):
     return compile_program(profile, cand, load_platform(cfg.platform), {"budget": "none"})
 
 
+def _check_program(module, spec) -> None:
+    """A given program must be compiled for this model and sequence length, without TP."""
+    from ratc.lifecycle.lowering import find_plan
+
+    plan = find_plan(module).attributes
+    if plan["model"] != spec.preset or plan["seq_len"] != spec.seq_len:
+        raise RatcError(f"the program is compiled for model '{plan['model']}' at sequence length "
+                        f"{plan['seq_len']}, the model file builds '{spec.preset}' at {spec.seq_len}")
+    if plan["T"] != 1:
+        raise RatcError(f"the program's plan has T={plan['T']}; ratc train runs no tensor parallelism "
+                        "(compile it with T=1)")
+
+
 class Session:
     """ratc's executor and (optionally) the PyTorch reference, fed the same batches."""
 
@@ -85,6 +98,8 @@ class Session:
         model, spec = build_model(cfg.model, cfg.preset, cfg.seed)
         self.preset, self.seq_len = spec.preset, spec.seq_len
         self.units: UnitSet = split_model(model)
+        if module is not None:
+            _check_program(module, spec)
         self.module = module if module is not None else compile_for(cfg)
         self.executor = FunctionalExecutor(self.module, self.units,
                                            [flat_params(u, model) for u in self.units.units], cfg.opt)
