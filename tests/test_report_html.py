@@ -47,7 +47,8 @@ def hand_report() -> tuple:
                         pipelines=[pipe], memory=mem, breakdown=bd, budget=2e10,
                         candidates=[CandidateRow(1, "P=2,D=1,Z=0", 10.0, 8.0, 5e9, 0),
                                     CandidateRow(2, "P=1,D=2,Z=0", 12.0, None, 6e9, 0)],
-                        kernels=[KernelRow("gemm_2048x4096x4096_f16", "2048x4096x4096", 123456, 0.8123, 999, 10**8)])
+                        kernels=[KernelRow("gemm_2048x4096x4096_f16", "2048x4096x4096", 123456, 0.8123,
+                                           ddr_bytes=10**8, calls=4321, share=0.125)])
     images = {"pipeline": (diagram.render(pipe, "svg"), "svg", "pipeline"),
               "memory": (memory_plot.render_timeline(mem, "png"), "png", "memory"),
               "breakdown": (memory_plot.render_breakdown(bd, 2e10, "bd", "png"), "png", "breakdown")}
@@ -92,6 +93,7 @@ def test_text_is_escaped_and_tables_hold_the_rows(page):
     assert "P=2,D=1,Z=0" in cells and "not simulated" in cells
     assert "+25.00 %" in cells               # (10 - 8) / 8
     assert "81.23 %" in cells and "123,456" in cells and "2048x4096x4096" in cells
+    assert "4,321" in cells and "12.50 %" in cells
 
 
 def test_candidate_error_is_relative_to_the_simulation():

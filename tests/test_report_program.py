@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -23,9 +24,9 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
          "--virtual-time-budget=10000"]
 
 
-def compiled_program(outdir, preset: str, seq_len: int, clusters: int, batch: int, kernels: dict | None = None):
-    """A program directory as `ratc compile` writes it: the graph IR and the scheduled life
-    program of the planner's best candidate (and optionally an execution-profile table)."""
+def compiled_program(outdir, preset: str, seq_len: int, clusters: int, batch: int):
+    """A program directory as `ratc compile --exec-profile paper-table5` writes it: the graph
+    IR and the scheduled life program of the planner's best candidate."""
     from ratc.frontend.presets import trace_preset
     from ratc.ir import print_module
     from ratc.ir.dialects.graph import module_from_profile
@@ -39,20 +40,16 @@ def compiled_program(outdir, preset: str, seq_len: int, clusters: int, batch: in
     best = planner.plan(clusters, batch).best.cand
     files = {"graph.ir": print_module(module_from_profile(profile)),
              "program.ir": print_module(compile_candidate(profile, best, planner.platform, planner))}
-    if kernels:
-        files["exec_profile.json"] = json.dumps(kernels)
     write_program(outdir, files)
     return best
 
 
-KERNELS = {"platform": "mt3000", "clock_hz": 1.0e9, "peak_mac_rate": 8.1e12, "attention_backward": [],
-           "gemm": [{"m": 64, "n": 128, "k": 128, "kernel": "gemm_64x128x128_f16", "cycles": 5000,
-                     "mac_utilization": 0.5, "ddr_bytes": 65536, "seconds": 5e-6}]}
+EXAMPLE = str(Path(__file__).parents[1] / "examples" / "llama.py")
 
 
 def test_report_of_a_compiled_program(tmp_path, capsys):
     out = tmp_path / "prog"
-    best = compiled_program(out, "tiny", 64, 4, 16, KERNELS)
+    best = compiled_program(out, "tiny", 64, 4, 16)
     assert main(["report", str(out), "--simulate-top", "2"]) == 0
     summary = capsys.readouterr().out
     assert len(summary.splitlines()) <= 24
@@ -61,13 +58,41 @@ def test_report_of_a_compiled_program(tmp_path, capsys):
     assert {p.name for p in out.iterdir()} >= {"report.html", "pipeline.png", "memory.png", "breakdown.png",
                                                "manifest.json"}
     assert page.count("<img ") == 3
-    assert "gemm_64x128x128_f16" in page and "50.00 %" in page
+    assert "<h2>Kernels</h2>" not in page      # this program's tasks are costed without generated kernels
     # the compiled plan is the planner's best, and it was simulated
     row = re.search(r'<tr class="best">(.*?)</tr>', page).group(1)
     assert best.label() in row and "not simulated" not in row
     # the program directory is still a valid program after the report was added to it
     from ratc.program import load_program
     load_program(out)
+
+
+def test_report_lists_the_programs_kernels(tmp_path, capsys):
+    """The kernels table is the program's kernels.json (as `ratc compile` writes it), each
+    kernel's calls on its busiest stage and their share of the step `ratc run` simulates."""
+    out = tmp_path / "prog"
+    assert main(["compile", EXAMPLE, "--preset", "tiny", "--clusters", "4", "--global-batch", "16",
+                 "--no-run", "-o", str(out)]) == 0
+    table = json.loads((out / "kernels.json").read_text())["kernels"]
+    assert {e["kind"] for e in table} == {"gemm", "attn_bwd"}
+    capsys.readouterr()
+    assert main(["run", str(out), "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)["results"]["step_time_s"]
+    assert main(["report", str(out), "--simulate-top", "0"]) == 0
+    page = (out / "report.html").read_text()
+    section = page[page.index("<h2>Kernels</h2>"):]
+    rows = re.findall(r"<tr>(.*?)</tr>", section[:section.index("</table>")], re.S)
+    cells = [re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", r) for r in rows]
+    assert cells[0] == ["kernel", "shape", "cycles", "MAC utilization", "DDR bytes", "calls per step",
+                        "share of step"]
+    assert len(cells) == 1 + len(table)
+    for e, row in zip(table, cells[1:]):
+        calls = max(e["calls_per_step"].values())
+        assert row[0] == e["kernel"] and row[2] == f"{e['cycles']:,}"
+        assert row[3] == f"{100 * e['mac_utilization']:.2f} %"
+        assert row[5] == f"{calls:,}" and row[6] == f"{100 * calls * e['seconds'] / step:.2f} %"
+        if e["kind"] == "gemm":
+            assert row[1] == "x".join(map(str, e["shape"]))
 
 
 def test_report_needs_a_program_or_a_model(tmp_path, capsys):

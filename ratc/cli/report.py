@@ -46,14 +46,14 @@ def register(subparsers) -> None:
 def handler(args: argparse.Namespace) -> int:
     from ratc.planner.search import Planner
     from ratc.program import MANIFEST
-    from ratc.report.build import build_report, kernel_rows, plan_candidate, write_report
+    from ratc.report.build import build_report, plan_candidate, write_report
     from ratc.report.summary import report_summary
 
     if args.top < 1 or args.simulate_top < 0:
         raise RatcError(f"--top must be >= 1 and --simulate-top >= 0 (got {args.top}, {args.simulate_top})")
     start = time.perf_counter()
     say = lambda msg: print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr)  # noqa: E731
-    module, kernels = None, []
+    module = None
     if (Path(args.outdir) / MANIFEST).is_file():
         from ratc.lifecycle.lowering import find_plan
         from ratc.report.inputs import load_inputs
@@ -64,7 +64,6 @@ def handler(args: argparse.Namespace) -> int:
         say(f"reading {args.outdir}")
         inputs = load_inputs(args.outdir)
         module, platform, model = inputs.module, inputs.platform, inputs.profile
-        kernels = kernel_rows(inputs.kernels) if inputs.kernels else []
         cand = plan_candidate(module)
         from ratc.planner.exec_profile import load_exec_profile
         from ratc.program import load_program
@@ -90,7 +89,7 @@ def handler(args: argparse.Namespace) -> int:
     if module is None:
         result = planner.require_feasible(result)
     report, images = build_report(planner, result, module, top=args.top, simulate_top=args.simulate_top,
-                                  fmt=args.format, kernels=kernels, progress=say)
+                                  fmt=args.format, progress=say)
     paths = write_report(args.outdir, report, images, args.output)
     print(report_summary(report, str(paths[0]), time.perf_counter() - start).render(), end="")
     return 0

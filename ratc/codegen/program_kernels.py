@@ -141,20 +141,28 @@ def kernel_calls(module) -> dict[str, dict[int, int]]:
     return {sym: dict(sorted(s.items())) for sym, s in sorted(calls.items())}
 
 
-def program_files(module, platform) -> dict[str, str]:
-    """kernels/<symbol>.rasm for every life.kernel op, and kernels.json describing them."""
-    kernels = [op for op in module.body.ops if op.name == "life.kernel"]
-    if not kernels:
-        return {}
+def kernel_entries(module, platform) -> list[dict]:
+    """One kernels.json entry per life.kernel op: shape, cycles, seconds, tiles, calls per stage."""
     calls = kernel_calls(module)
-    files, entries = {}, []
-    for op in kernels:
+    entries = []
+    for op in module.body.ops:
+        if op.name != "life.kernel":
+            continue
         a = op.attributes
-        files[f"kernels/{op.sym_name}.rasm"] = kernel_text(platform, a["kind"], tuple(a["shape"]), **a["tiles"])
         entries.append({"kernel": op.sym_name, "kind": a["kind"], "shape": a["shape"], "cycles": a["cycles"],
                         "seconds": a["cycles"] / platform.dsp.clock, "mac_utilization": a["mac_util"],
                         "ddr_bytes": a["ddr_bytes"], "tiles": a["tiles"],
                         "calls_per_step": {str(s): c for s, c in calls.get(op.sym_name, {}).items()}})
+    return entries
+
+
+def program_files(module, platform) -> dict[str, str]:
+    """kernels/<symbol>.rasm for every life.kernel op, and kernels.json describing them."""
+    entries = kernel_entries(module, platform)
+    if not entries:
+        return {}
+    files = {f"kernels/{e['kernel']}.rasm": kernel_text(platform, e["kind"], tuple(e["shape"]), **e["tiles"])
+             for e in entries}
     table = {"platform": platform.name, "clock_hz": platform.dsp.clock,
              "peak_mac_rate": platform.cluster.peak_mac_rate, "kernels": entries}
     files["kernels.json"] = json.dumps(table, indent=1, sort_keys=True) + "\n"

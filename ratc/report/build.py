@@ -73,7 +73,7 @@ def compile_quietly(planner, cand):
 
 
 def build_report(planner, result, module=None, top: int = 10, simulate_top: int = 3, fmt: str = "png",
-                 kernels: list = (), progress=None) -> tuple:
+                 progress=None) -> tuple:
     """(ReportData, images) for a planning result and the compiled module of the chosen plan
     (compiled here from the best candidate when `module` is None).
 
@@ -132,7 +132,8 @@ def build_report(planner, result, module=None, top: int = 10, simulate_top: int 
         notes.append(f"the compiled plan {cand.label()} is not among the planner's top {top} candidates")
     report = ReportData(title=f"ratc report: {model.name} on {result.clusters} x {platform.name}",
                         facts=facts, notes=notes, budget=planner.budget, breakdown=breakdown(mem),
-                        candidates=candidate_rows(result, top, runs), kernels=list(kernels))
+                        candidates=candidate_rows(result, top, runs),
+                        kernels=kernel_rows(module, platform, res.step_seconds))
     say("drawing")
     title = f"{model.name}, {cand.label()}"
     report.pipelines.append(pipeline_from_timeline(sim.timeline, title))
@@ -167,16 +168,17 @@ def policy_diagram(planner, P: int, M: int, policy: str, D: int = 2, Z: int = 2,
     return pipeline_from_timeline(tl, title), res
 
 
-def kernel_rows(table: dict) -> list:
-    """Kernel table rows from an execution-profile JSON (ratc.codegen.exec_profile)."""
+def kernel_rows(module, platform, step_seconds: float) -> list:
+    """The program's generated kernels (its life.kernel ops), with calls and share of the step."""
+    from ratc.codegen.program_kernels import kernel_entries, kernel_shares
+
+    entries = kernel_entries(module, platform)
     rows = []
-    for e in table.get("gemm", []):
-        rows.append(KernelRow(e["kernel"], f"{e['m']}x{e['n']}x{e['k']}", int(e["cycles"]),
-                              float(e["mac_utilization"]), ddr_bytes=e.get("ddr_bytes")))
-    for e in table.get("attention_backward", []):
-        rows.append(KernelRow(e["kernel"], f"heads {e['heads']}, seq {e['seq']}, head dim {e['head_dim']}, "
-                                           f"kv heads {e['kv_heads']}", int(e["cycles"]),
-                              float(e["mac_utilization"]), ddr_bytes=e.get("ddr_bytes")))
+    for e, (name, cycles, util, calls, share) in zip(entries, kernel_shares({"kernels": entries}, step_seconds)):
+        shape = e["shape"]
+        what = ("x".join(map(str, shape)) if e["kind"] == "gemm" else
+                "heads {}, seq {}, head dim {}, kv heads {}".format(*shape))
+        rows.append(KernelRow(name, what, cycles, util, ddr_bytes=e["ddr_bytes"], calls=calls, share=share))
     return rows
 
 

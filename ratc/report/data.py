@@ -154,14 +154,15 @@ class CandidateRow:
 
 @dataclass(frozen=True)
 class KernelRow:
-    """One generated kernel: its GEMM or attention shape and the kernel VM's counts."""
+    """One generated kernel: its GEMM or attention shape, the kernel VM's counts, its use per step."""
 
     name: str
     shape: str
     cycles: int
     mac_utilization: float
-    bundles: int | None = None
     ddr_bytes: int | None = None
+    calls: int | None = None        # per step, on the stage that calls it most
+    share: float | None = None      # calls x kernel time / step time
 
 
 @dataclass

@@ -80,11 +80,13 @@ def candidates_table(rows: list) -> str:
 
 
 def kernels_table(rows: list) -> str:
-    """Generated kernels: shape, cycles, MAC utilization (and bundles, DDR bytes when known)."""
+    """Generated kernels: shape, cycles, MAC utilization, DDR bytes, calls and share of the step."""
     out = [[k.name, k.shape, f"{k.cycles:,}", f"{100 * k.mac_utilization:.2f} %",
-            f"{k.bundles:,}" if k.bundles is not None else "",
-            format_bytes(k.ddr_bytes) if k.ddr_bytes is not None else ""] for k in rows]
-    return _table(["kernel", "shape", "cycles", "MAC utilization", "bundles", "DDR bytes"], out, left=2)
+            format_bytes(k.ddr_bytes) if k.ddr_bytes is not None else "",
+            f"{k.calls:,}" if k.calls is not None else "",
+            f"{100 * k.share:.2f} %" if k.share is not None else ""] for k in rows]
+    return _table(["kernel", "shape", "cycles", "MAC utilization", "DDR bytes", "calls per step",
+                   "share of step"], out, left=2)
 
 
 def breakdown_table(breakdown: list, budget: float | None) -> str:
@@ -126,7 +128,9 @@ def render(report: ReportData, images: dict) -> str:
                      "by predicted step time (Eq. 12) and the system VM's simulated step time.</p>")
         parts.append(candidates_table(report.candidates))
     if report.kernels:
-        parts.append("<h2>Kernels</h2>")
+        parts.append("<h2>Kernels</h2><p class=\"note\">The generated GEMM and attention-backward kernels the "
+                     "program calls (timed on the kernel VM): calls per step on the stage that calls each most, "
+                     "and those calls' share of the simulated step.</p>")
         parts.append(kernels_table(report.kernels))
     parts.append('<p id="ratc-image-check">images not checked (scripts off)</p>')
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from ratc.errors import RatcError
@@ -10,12 +9,11 @@ from ratc.errors import RatcError
 
 @dataclass
 class ProgramInputs:
-    """The model profile, the scheduled life module, its platform and any kernel table."""
+    """The model profile, the scheduled life module (its kernels included) and its platform."""
 
     profile: object
     module: object
     platform: object
-    kernels: dict | None
 
 
 def _module_with(program, marker: str):
@@ -24,19 +22,6 @@ def _module_with(program, marker: str):
     for name in program.names():
         if name.endswith((".ir", ".mlir")) and marker in program.text(name):
             return parse_module(program.text(name), str(program.root / name))
-    return None
-
-
-def _kernel_table(program) -> dict | None:
-    """The execution-profile JSON (ratc.codegen.exec_profile) in the program, if any."""
-    for name in program.names():
-        if name.endswith(".json"):
-            try:
-                table = json.loads(program.text(name))
-            except json.JSONDecodeError:
-                continue
-            if isinstance(table, dict) and isinstance(table.get("gemm"), list) and "clock_hz" in table:
-                return table
     return None
 
 
@@ -59,4 +44,4 @@ def load_inputs(outdir) -> ProgramInputs:
                         "compile one with `ratc compile`")
     verify(module)
     platform = load_platform(find_plan(module).attributes["platform"])
-    return ProgramInputs(profile_from_module(graph), module, platform, _kernel_table(program))
+    return ProgramInputs(profile_from_module(graph), module, platform)
