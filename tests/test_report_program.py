@@ -95,6 +95,30 @@ def test_report_lists_the_programs_kernels(tmp_path, capsys):
             assert row[1] == "x".join(map(str, e["shape"]))
 
 
+def test_report_uses_the_programs_own_platform_file(tmp_path, capsys):
+    """A program compiled for a platform file (not a shipped profile) carries it: the report
+    reads its platform.toml, as `ratc run` does, not the shipped profile of that name."""
+    from ratc.platform import load_platform
+
+    text = load_platform("mt3000").text.replace('name = "mt3000"', 'name = "lab-mt3000"', 1)
+    text = text.replace('memory_budget = "20GB"', 'memory_budget = "24GB"', 1)
+    assert 'name = "lab-mt3000"' in text and '"24GB"' in text
+    plat = tmp_path / "lab.toml"
+    plat.write_text(text)
+    out = tmp_path / "prog"
+    assert main(["compile", EXAMPLE, "--preset", "tiny", "--clusters", "4", "--global-batch", "16",
+                 "--platform", str(plat), "--no-run", "-o", str(out)]) == 0
+    plat.unlink()                      # the program alone must suffice
+    capsys.readouterr()
+    assert main(["run", str(out), "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)["results"]["step_time_s"]
+    assert main(["report", str(out), "--simulate-top", "0"]) == 0
+    summary = capsys.readouterr().out
+    assert "4 x lab-mt3000 clusters, budget 24.00 GB per cluster" in summary
+    from ratc.units import format_time
+    assert f"simulated step           {format_time(step)}" in summary
+
+
 def test_report_needs_a_program_or_a_model(tmp_path, capsys):
     assert main(["report", str(tmp_path / "empty")]) == 1
     err = capsys.readouterr().err

@@ -66,10 +66,8 @@ def handler(args: argparse.Namespace) -> int:
         module, platform, model = inputs.module, inputs.platform, inputs.profile
         cand = plan_candidate(module)
         from ratc.planner.exec_profile import load_exec_profile
-        from ratc.program import load_program
 
-        exec_name = load_program(args.outdir).meta.get("exec_profile", "paper-table5")
-        planner = Planner(model, platform, load_exec_profile(platform, exec_name),
+        planner = Planner(model, platform, load_exec_profile(platform, inputs.exec_profile),
                           budget=int(find_plan(module).attributes["budget"]))
         clusters = cand.clusters if args.clusters is None else args.clusters
         batch = cand.global_batch if args.global_batch is None else args.global_batch

@@ -39,30 +39,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=handler)
 
 
-def _find(program, dialect_op: str):
-    """The parsed module of the program file holding `dialect_op`, or None."""
-    from ratc.ir import parse_module
-
-    for name in program.names():
-        if not name.endswith((".ir", ".mlir")):
-            continue
-        text = program.text(name)
-        if dialect_op in text:
-            return parse_module(text, str(program.root / name))
-    return None
-
-
-def program_platform(program, override: str | None):
-    """The platform the program was compiled for (its platform.toml), unless overridden."""
-    from ratc.platform import load_platform, parse_platform
-
-    if override:
-        return load_platform(override)
-    if "platform.toml" in program.files:
-        return parse_platform(program.text("platform.toml"), str(program.root / "platform.toml"))
-    return load_platform(program.meta.get("platform", "mt3000"))
-
-
 def spot_check(program, args: argparse.Namespace) -> int:
     """`--kernel STAGE:TASK`: execute the kernels that task calls and compare them with numpy."""
     from ratc.cli.io import write_output
@@ -70,7 +46,7 @@ def spot_check(program, args: argparse.Namespace) -> int:
     from ratc.codegen.spot_check import check_kernel, task_ops
     from ratc.lifecycle.lowering import find_pipeline
 
-    module = _find(program, "life.pipeline")
+    module = program.module_with("life.pipeline")
     if module is None:
         raise RatcError(f"{args.outdir}: --kernel needs the scheduled program (a file with a life.pipeline)")
     kernels = {op.sym_name: op.attributes for op in module.body.ops if op.name == "life.kernel"}
@@ -79,7 +55,7 @@ def spot_check(program, args: argparse.Namespace) -> int:
                         "--exec-profile kernel-vm, which runs the codegen pass)")
     stage, ops = task_ops(find_pipeline(module), args.kernel)
     names = sorted({ref.name for op in ops for ref in op.attributes.get("kernels", ())})
-    platform = program_platform(program, args.platform)
+    platform = program.platform(args.platform)
     units = sorted({op.attributes["unit"] for op in ops})
     lines, failed = [f"task {args.kernel}: stage {stage}, units {units}"], 0
     for name in names:
@@ -146,13 +122,13 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
             raise RatcError(f"--kernel runs one task's kernels against numpy; {', '.join(simulation_only)} "
                             f"{'applies' if len(simulation_only) == 1 else 'apply'} only to the simulation")
         return spot_check(program, args)
-    platform = program_platform(program, args.platform)
+    platform = program.platform(args.platform)
     # the GEMM profile the program was compiled with: its tasks' times and the prediction's
     exec_profile = load_exec_profile(platform, program.meta.get("exec_profile", "paper-table5"))
     if compiled is not None:
         module, profile = compiled
     else:
-        graph = _find(program, "graph.layer")
+        graph = program.module_with("graph.layer")
         profile = profile_from_module(graph) if graph is not None else None
         if args.plan is not None:
             if profile is None:
@@ -163,7 +139,7 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
                                            Planner(profile, platform, exec_profile))
         else:
             with phase(f"reading {args.outdir}"):
-                module = _find(program, "life.pipeline")
+                module = program.module_with("life.pipeline")
                 if module is None:
                     raise RatcError(f"{args.outdir}: no scheduled life program (a file with a life.pipeline); "
                                     "compile one with `ratc compile`")
