@@ -38,6 +38,17 @@ def test_train_writes_csv_and_plot(tmp_path, capsys):
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_train_plot_as_svg_is_deterministic(tmp_path, capsys):
+    """The suffix picks the format; the same run gives the same bytes (no timestamps)."""
+    paths = [tmp_path / "a.svg", tmp_path / "b.svg"]
+    for path in paths:
+        assert main(["train", MODEL, "--steps", "1", "--micro-batches", "1", "--micro-batch-size", "1",
+                     "--plot", str(path)]) == 0
+    svg = paths[0].read_text()
+    assert svg.startswith("<?xml") and "<svg" in svg and "training loss" in svg
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+
+
 def test_train_without_reference(tmp_path, capsys):
     out_csv = tmp_path / "loss.csv"
     assert main(["train", MODEL, "--steps", "1", "--no-reference", "--micro-batches", "1",
@@ -109,6 +120,7 @@ def test_a_program_for_another_model_is_refused(tmp_path, capsys, old, new, mess
     (["--threads", "100000"], "--threads must be 1..1024"),
     (["--csv", "README.md/loss.csv"], "README.md is not a directory"),
     (["--plot", ""], "--plot needs a file name"),
+    (["--plot", "loss.pdfx"], "--plot loss.pdfx: cannot tell the image format from the suffix; use .png or .svg"),
 ])
 def test_bad_values_and_outputs_are_refused_before_training(extra, message, capsys):
     assert main(["train", MODEL, "--preset", "tiny", "--steps", "1", *extra]) == 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ratc.cli.model_source import add_model_arguments, load_model
 from ratc.errors import RatcError
@@ -47,12 +46,10 @@ def handler(args: argparse.Namespace) -> int:
     from ratc.platform import load_platform
     from ratc.report import diagram
     from ratc.report.build import policy_diagram
+    from ratc.report.style import format_of
     from ratc.units import format_time
 
-    fmt = args.format or Path(args.output).suffix.lstrip(".").lower() or "png"
-    if fmt not in ("png", "svg"):
-        raise RatcError(f"-o {args.output}: cannot tell the image format from the suffix; use .png or .svg, "
-                        "or give --format")
+    fmt = format_of(args.output, "-o", args.format)
     if args.microbatches > MAX_MICROBATCHES:
         raise RatcError(f"--microbatches {args.microbatches}: a diagram shows at most {MAX_MICROBATCHES} "
                         "(its tasks would not be told apart; `ratc run` simulates more)")

@@ -34,7 +34,7 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the synthetic data")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--csv", help="write step, ratc loss, reference loss, relative deviation to this CSV")
-    p.add_argument("--plot", help="write a PNG of both loss curves and their relative deviation")
+    p.add_argument("--plot", help="write both loss curves and their relative deviation as a .png or .svg")
     p.add_argument("--no-reference", action="store_true", help="train with ratc only (no comparison)")
     p.add_argument("--program", metavar="FILE.ir",
                    help="execute this scheduled life program (e.g. one written by --emit-program) instead of "
@@ -50,16 +50,14 @@ def _csv(rows: list[tuple]) -> str:
 
 
 def _plot(rows: list[tuple], path: str, title: str) -> None:
-    import io
-
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     from ratc.cli.io import write_atomic
+    from ratc.report.style import format_of, save
 
     steps = [r[0] for r in rows]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, height_ratios=(3, 1))
+    fig = Figure(figsize=(7, 6))
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1))
     top.plot(steps, [r[1] for r in rows], label="ratc (scheduled program)", lw=2)
     if rows[0][2] is not None:
         top.plot(steps, [r[2] for r in rows], "--", label="PyTorch reference", lw=1.5)
@@ -73,10 +71,7 @@ def _plot(rows: list[tuple], path: str, title: str) -> None:
     top.legend()
     bottom.set_xlabel("step")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    write_atomic(path, buf.getvalue())
+    write_atomic(path, save(fig, format_of(path, "--plot")))
 
 
 def _load_program(path: str, cfg):
@@ -120,6 +115,9 @@ def handler(args: argparse.Namespace) -> int:
     for flag, path in (("--csv", args.csv), ("--plot", args.plot), ("--emit-program", args.emit_program)):
         if path is not None:
             check_output(path, flag)       # before training, so a typo does not lose the run
+    if args.plot:
+        from ratc.report.style import format_of
+        format_of(args.plot, "--plot")
     cfg = TrainConfig(model=args.model, preset=args.preset, P=args.pp, D=args.dp, Z=args.zero,
                       act=ACT_NAMES[args.act_policy], state_pipeline=not args.no_state_pipeline,
                       M=args.micro_batches, b=args.micro_batch_size, seed=args.seed, opt=AdamW(lr=args.lr),

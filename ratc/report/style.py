@@ -38,6 +38,17 @@ def time_unit(span: float) -> tuple:
     return "ns", 1e-9
 
 
+def format_of(path: str, flag: str, given: str | None = None) -> str:
+    """The image format a file name asks for (png without a suffix), or a clear error."""
+    from pathlib import Path
+
+    fmt = given or Path(path).suffix.lstrip(".").lower() or "png"
+    if fmt not in FORMATS:
+        raise RatcError(f"{flag} {path}: cannot tell the image format from the suffix; use "
+                        f"{' or '.join('.' + f for f in FORMATS)}" + (", or give --format" if given is None else ""))
+    return fmt
+
+
 def save(fig, fmt: str) -> bytes:
     """The figure as PNG or SVG bytes, without timestamps so equal inputs give equal files.
 
