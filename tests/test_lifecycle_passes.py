@@ -260,6 +260,46 @@ def test_passes_need_a_lowered_module_and_refuse_to_lower_twice():
         compile_tiny(P=2, A=2, pipeline="lower-to-life,fsr{rec-buffers=0}")
 
 
+def test_fsr_runs_once_per_lowering():
+    """A second fsr would grow each host's co-run duration again."""
+    with pytest.raises(PassFailure, match=r"already co-scheduled \(fsr = true\); fsr runs once"):
+        compile_tiny(P=2, A=4, act="fsr", pipeline="lower-to-life,schedule-1f1b,state-pipeline,update-prefetch,fsr,fsr")
+
+
+PLACED = "lower-to-life,schedule-1f1b,state-pipeline,update-prefetch"
+
+
+@pytest.mark.parametrize("Z", [0, 2])
+@pytest.mark.parametrize("act", ["ckpt", "fsr"])
+def test_moving_tasks_after_memory_plan_drops_it_and_a_new_one_matches_a_fresh_compile(act, Z):
+    """Oracle: the same program compiled with the bulk state chain from the start. Re-placing
+    UpdateShard/PrefetchW after memory-plan leaves no stale buffers, tiers or peaks; memory-plan
+    run again gives exactly the fresh compile's (the placement's own time estimates, which read
+    the order they start from, aside)."""
+    from ratc.ir import print_module
+
+    def strip(text):
+        return re.sub(r"(deadline|exposed|release|start) = [0-9.e+-]+, ", "", text)
+
+    fresh = compile_tiny(P=2, A=4, Z=Z, act=act, pipeline="lower-to-life,schedule-1f1b,state-pipeline,"
+                                                           "update-prefetch{mode=bulk},fsr,memory-plan")
+    moved = compile_tiny(P=2, A=4, Z=Z, act=act, pipeline=f"{PLACED},memory-plan,update-prefetch{{mode=bulk}}")
+    text = print_module(moved)
+    assert not re.search(r"\b(peak|peak_at|buffers|tiers|buf|frees|tier) = ", text)
+    again = compile_tiny(P=2, A=4, Z=Z, act=act, pipeline=f"{PLACED},memory-plan,update-prefetch{{mode=bulk}},"
+                                                           "fsr,memory-plan")
+    assert strip(print_module(again)) == strip(print_module(fresh))
+
+
+def test_a_pass_that_moves_nothing_keeps_the_memory_plan():
+    from ratc.ir import print_module
+
+    planned = compile_tiny(P=2, A=4, Z=1, act="fsr", pipeline=f"{PLACED},fsr,memory-plan")
+    rerun = compile_tiny(P=2, A=4, Z=1, act="fsr", pipeline=f"{PLACED},fsr,memory-plan,state-pipeline")
+    assert print_module(rerun) == print_module(planned)
+    assert "peak = " in print_module(rerun)
+
+
 def test_serve_is_non_preemptive_earliest_deadline_first():
     from ratc.lifecycle.placement import _serve
     tasks = lambda: [{"unit": 0, "release": 0.0, "deadline": 10.0, "dur": 5.0},  # noqa: E731

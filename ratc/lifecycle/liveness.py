@@ -59,6 +59,27 @@ def value_name(v) -> str:
     return v.name or f"{v.owner.name}#{v.index}"
 
 
+# What memory-plan writes; a pass that reorders tasks afterwards makes all of it stale.
+PLAN_OP_ATTRS = ("frees", "tier", "buf")
+PLAN_STAGE_ATTRS = ("peak", "peak_at", "buffers", "tiers")
+PLAN_PIPELINE_ATTRS = ("peak", "peak_at", "budget")
+
+
+def clear_plan(pipe) -> bool:
+    """Drop a memory plan's annotations from the pipeline (re-run memory-plan for new ones);
+    whether there was one."""
+    had = "peak" in pipe.attributes
+    for key in PLAN_PIPELINE_ATTRS:
+        pipe.attributes.pop(key, None)
+    for stage in pipe.region.ops:
+        for key in PLAN_STAGE_ATTRS:
+            stage.attributes.pop(key, None)
+        for op in stage.region.ops:
+            for key in PLAN_OP_ATTRS:
+                op.attributes.pop(key, None)
+    return had
+
+
 def plan_stage(stage) -> StagePlan:
     """Live ranges and the peak of one stage program; annotates `tier` and `buf` on ops."""
     ops = stage.region.ops

@@ -20,6 +20,23 @@ def _pipeline(module: Module):
         raise PassError(str(exc)) from None
 
 
+def _snapshot(pipe) -> list:
+    """Each stage's tasks in order with their attributes, memory-plan annotations aside."""
+    skip = liveness.PLAN_OP_ATTRS
+    return [[(op, {k: v for k, v in op.attributes.items() if k not in skip}) for op in s.region.ops]
+            for s in pipe.region.ops]
+
+
+def _moving(module: Module, move) -> None:
+    """Run `move(pipeline)`; if it moved or re-placed any task, an earlier memory plan no
+    longer holds and its annotations go (memory-plan, run again, writes new ones)."""
+    pipe = _pipeline(module)
+    before = _snapshot(pipe)
+    move(pipe)
+    if _snapshot(pipe) != before:
+        liveness.clear_plan(pipe)
+
+
 @register_pass
 class LowerToLife(Pass):
     """Lower the life.plan into per-stage programs of Forward/Backward/Recover and state tasks."""
@@ -42,11 +59,12 @@ class Schedule1F1B(Pass):
     name = "schedule-1f1b"
 
     def run(self, module: Module, ctx: PassContext) -> None:
-        pipe = _pipeline(module)
-        a = pipe.attributes
-        for stage in pipe.region.ops:
-            reorder_stage(stage, a["P"], a["M"])
-        a["schedule"] = "1f1b"
+        def move(pipe):
+            a = pipe.attributes
+            for stage in pipe.region.ops:
+                reorder_stage(stage, a["P"], a["M"])
+            a["schedule"] = "1f1b"
+        _moving(module, move)
 
 
 @register_pass
@@ -59,7 +77,7 @@ class StatePipeline(Pass):
                      "reduce-scattered during backward, as ZeRO-2 does)")
 
     def run(self, module: Module, ctx: PassContext) -> None:
-        placement.state_pipeline(_pipeline(module), self.mode)
+        _moving(module, lambda pipe: placement.state_pipeline(pipe, self.mode))
 
 
 @register_pass
@@ -71,7 +89,7 @@ class UpdatePrefetch(Pass):
         "deadline", "deadline (EDF), eager (right after each GradSync), or bulk (step end)")
 
     def run(self, module: Module, ctx: PassContext) -> None:
-        placement.update_prefetch(_pipeline(module), self.mode)
+        _moving(module, lambda pipe: placement.update_prefetch(pipe, self.mode))
 
 
 @register_pass
@@ -92,12 +110,16 @@ class Fsr(Pass):
         pipe = _pipeline(module)
         if pipe.attributes["act"] != "fsr":
             return
+        if pipe.attributes.get("fsr"):
+            # co-running grows each host's duration by its Recover's: a second run would grow it again
+            raise PassError(f"fsr: @{pipe.sym_name}'s Recovers are already co-scheduled (fsr = true); "
+                            "fsr runs once per lowering (re-run the pipeline from lower-to-life)")
         plan = lowering.find_plan(module)
         clock = None
         try:
             if any("cycles" in op.attributes for s in pipe.region.ops for op in s.region.ops):
                 clock = (ctx.platform or load_platform(plan.attributes["platform"])).dsp.clock
-            placement.fsr(pipe, plan, self.rec_buffers, clock, stream=self.stream)
+            _moving(module, lambda pipe: placement.fsr(pipe, plan, self.rec_buffers, clock, stream=self.stream))
         except RatcError as exc:
             raise PassError(str(exc)) from None
 
