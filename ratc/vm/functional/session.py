@@ -37,6 +37,44 @@ class TrainConfig:
         return self.M * self.b * self.D
 
 
+def host_bytes(params: int, cfg: TrainConfig) -> int:
+    """Host memory the run's persistent tensors take, in fp32 bytes per parameter of each copy."""
+    per = 4 + 4                                  # the built model; the executor's initial flat vectors
+    per += 4 * cfg.D                             # each replica's parameter view
+    per += 12 if cfg.Z >= 1 else 12 * cfg.D      # fp32 master + AdamW moments (sharded under ZeRO >= 1)
+    per += 4 * cfg.D                             # each replica's gradient accumulator
+    if cfg.reference:
+        per += 16                                # the reference's copy: weights, gradients, AdamW moments
+    return params * per
+
+
+def machine_bytes() -> int:
+    """This machine's physical memory."""
+    import os
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_host_memory(cfg: TrainConfig, limit: int | None = None) -> int:
+    """The run's host_bytes, counted on a meta-device build; an error if over the machine's memory."""
+    from ratc.frontend.modelfile import import_model_file, load_model_file
+    from ratc.units import format_bytes
+
+    spec = load_model_file(cfg.model, cfg.preset)
+    try:
+        with torch.device("meta"):
+            params = sum(p.numel() for p in import_model_file(cfg.model).build_model(**dict(spec.config)).parameters())
+    except Exception as exc:  # noqa: BLE001 - anything the user's file raises is reported
+        raise RatcError(f"{cfg.model}: build_model raised {type(exc).__name__}: {exc}") from None
+    need = host_bytes(params, cfg)
+    limit = machine_bytes() if limit is None else limit
+    if need > limit:
+        raise RatcError(f"training {spec.preset} for real ({params:,} parameters, D={cfg.D}, Z={cfg.Z}"
+                        f"{', with the PyTorch reference' if cfg.reference else ''}) needs about "
+                        f"{format_bytes(need)} of host memory, more than this machine's {format_bytes(limit)}; "
+                        "ratc train runs small models (e.g. --preset tiny)")
+    return need
+
+
 def build_model(path: str, preset: str | None, seed: int):
     """The model file's module for real (CPU, float32, seeded init) and its input spec."""
     from ratc.frontend.modelfile import import_model_file, load_model_file
@@ -95,6 +133,7 @@ class Session:
             if v < 1:
                 raise RatcError(f"{name} must be at least 1, got {v}")
         self.cfg = cfg
+        check_host_memory(cfg)      # before any real tensor: a 70B model would exhaust the machine
         model, spec = build_model(cfg.model, cfg.preset, cfg.seed)
         self.preset, self.seq_len = spec.preset, spec.seq_len
         self.units: UnitSet = split_model(model)
