@@ -270,7 +270,7 @@ def lower(module: Module, act_policy: str | None = None) -> Operation:
         raise RatcError(f"life.plan: M = {M} micro-batches per step; ratc compiles programs of at most "
                         f"{MAX_MICRO_BATCHES} (each micro-batch is a Forward and a Backward of every layer on "
                         f"every stage, about {M * len(units) * 2:,} tasks here); use larger micro-batches "
-                        "(--micro-batch) or a smaller global batch")
+                        "(b in a plan, --micro-batch to the planner) or a smaller global batch")
     if len(units) < 3:
         raise RatcError("life.plan needs at least three units (embedding, a decoder layer, head)")
     for i, u in enumerate(units):
