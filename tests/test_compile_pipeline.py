@@ -37,6 +37,24 @@ def test_program_directory_holds_the_whole_program(program):
     assert prog.meta["config"] == plan["top"][0]["label"]
     # Each stage's order is printed in action notation.
     assert prog.text("schedule.txt").startswith("stage 0: 0F0")
+    # The manifest records the whole command as typed.
+    assert prog.meta["command"] == "ratc " + " ".join(TINY + ["-o", str(program), "--no-run"])
+
+
+def test_compile_dumps_replay_with_their_reproduce_lines(tmp_path, capsys):
+    """Each --dump-dir file says how to remake it from the dumped input; doing so gives its IR."""
+    import shlex
+
+    dumps = tmp_path / "dumps"
+    assert main(TINY + ["-o", str(tmp_path / "p"), "--no-run", "--dump-dir", str(dumps)]) == 0
+    last = sorted(dumps.glob("*_after_*.ir"))[-1]
+    repro = last.read_text().splitlines()[1]
+    assert repro.startswith(f"// reproduce: ratc opt {dumps / '00_input.ir'} -p ")
+    argv = shlex.split(repro.removeprefix("// reproduce: ratc "))
+    out = tmp_path / "again.ir"
+    assert main(argv + ["-o", str(out)]) == 0
+    body = lambda text: "\n".join(line for line in text.splitlines() if not line.startswith("//"))  # noqa: E731
+    assert body(out.read_text()) == body(last.read_text()) == body((tmp_path / "p" / "program.ir").read_text())
 
 
 def test_compile_is_deterministic(program, tmp_path):

@@ -117,6 +117,14 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
+def invocation(args: argparse.Namespace, fallback: str) -> str:
+    """The whole command line as typed (`ratc compile ...` with every option), for the manifest."""
+    import shlex
+
+    argv = getattr(args, "argv", None)
+    return f"ratc {shlex.join(argv)}" if argv else fallback
+
+
 def _subcommand_args(argv: list[str]) -> argparse.Namespace:
     """Another subcommand's arguments, parsed by its own parser (so every option has its default)."""
     from ratc.cli.main import build_parser
@@ -177,7 +185,7 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
     cand, result = choose_candidate(args, planner)
     if args.tiles and not planner.exec_profile.runs_kernels:
         raise RatcError("--tiles sets the codegen pass's tiles; it runs with --exec-profile kernel-vm only")
-    inst = instrumentation(args, command)
+    inst = instrumentation(args)
     with phase(f"compiling {cand.label()}", enabled=not inst.prints()) as show:
         inst.progress = lambda i, n, p: show(f"compiling {cand.label()}: pass {i}/{n}, {p.name}")
         module = compile_program(profile, cand, planner.platform, {
@@ -198,7 +206,7 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
         from ratc.codegen.program_kernels import program_files
 
         files.update(program_files(module, planner.platform))
-        meta = {"command": command, "model": profile.name, "config": cand.label(),
+        meta = {"command": invocation(args, command), "model": profile.name, "config": cand.label(),
                 "platform": planner.platform.name, "exec_profile": args.exec_profile}
         write_program(outdir, files, meta)
     print(f"compiled {profile.name}: {cand.label()} -> {outdir}", file=sys.stderr)

@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(argv)          # as typed, for outputs that record how they were made
     if not getattr(args, "func", None):
         parser.print_help()
         return 1

@@ -38,8 +38,9 @@ def add_pass_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--time-passes", action="store_true", help="print the wall time of each pass")
 
 
-def instrumentation(args: argparse.Namespace, input_name: str) -> Instrumentation:
-    """The Instrumentation the parsed options ask for."""
+def instrumentation(args: argparse.Namespace, input_name: str | None = None) -> Instrumentation:
+    """The Instrumentation the parsed options ask for; `input_name` is the IR file the passes
+    read (None when they start from a module built in memory, e.g. by `ratc compile`)."""
     return Instrumentation(
         print_before=args.print_ir_before, print_after=args.print_ir_after,
         print_after_all=args.print_ir_after_all, print_after_change=args.print_ir_after_change,

@@ -27,7 +27,7 @@ class Instrumentation:
     print_after_failure: bool = False
     dump_dir: Path | None = None
     time_passes: bool = False
-    input_name: str = "<input>"
+    input_name: str | None = None      # the IR file read; None: the dumped 00_input.ir replays the run
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     # called as progress(i, n, pass) before the i-th of n passes runs (a status line)
     progress: Callable[[int, int, Pass], None] | None = None
@@ -119,7 +119,8 @@ class PassManager:
             if inst.dump_dir is not None:
                 text = text or print_module(module)
                 prefix = pipeline_text(self.passes[:i])
-                repro = f"// reproduce: ratc opt {inst.input_name} -p '{prefix}'\n"
+                source = inst.input_name or inst.dump_dir / "00_input.ir"
+                repro = f"// reproduce: ratc opt {source} -p '{prefix}'\n"
                 _write(inst.dump_dir / f"{i:02d}_after_{p.name}.ir", dump_header("After", p) + repro + text)
         if inst.time_passes:
             inst.stream.write(self.timing_report())
