@@ -46,6 +46,7 @@ def test_train_plot_as_svg_is_deterministic(tmp_path, capsys):
                      "--plot", str(path)]) == 0
     svg = paths[0].read_text()
     assert svg.startswith("<?xml") and "<svg" in svg and "training loss" in svg
+    assert "Matplotlib v" not in svg
     assert paths[0].read_bytes() == paths[1].read_bytes()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ratc.cli.model_source import add_model_arguments, check_model_source, load_model
 from ratc.errors import RatcError
@@ -115,4 +116,5 @@ def handler(args: argparse.Namespace) -> int:
                                                        pipeline=args.pipeline))
     render = render_json if args.json else render_text
     write_output(args.output, render(result, model.seq_len, args.top, args.explain))
+    print(f"ratc plan: {result.evaluated} candidates in {result.seconds:.3f} s", file=sys.stderr)
     return 0

@@ -32,7 +32,9 @@ def register(subparsers) -> None:
     p.add_argument("--micro-batch-size", type=int, default=2, metavar="B", help="sequences per micro-batch (default 2)")
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the synthetic data")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: PyTorch's sums, so the reference's losses, are then the "
+                        "same on every machine; more threads may change their last bits)")
     p.add_argument("--csv", help="write step, ratc loss, reference loss, relative deviation to this CSV")
     p.add_argument("--plot", help="write both loss curves and their relative deviation as a .png or .svg")
     p.add_argument("--no-reference", action="store_true", help="train with ratc only (no comparison)")
@@ -103,10 +105,9 @@ def handler(args: argparse.Namespace) -> int:
 
     if args.steps < 1:
         raise RatcError(f"--steps must be at least 1, got {args.steps}")
-    if args.threads is not None:
-        if not 1 <= args.threads <= MAX_THREADS:
-            raise RatcError(f"--threads must be 1..{MAX_THREADS}, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    if not 1 <= args.threads <= MAX_THREADS:
+        raise RatcError(f"--threads must be 1..{MAX_THREADS}, got {args.threads}")
+    torch.set_num_threads(args.threads)
     # the optimizer runs in fp32: a learning rate it cannot hold overflows the update
     if not 0 < args.lr <= torch.finfo(torch.float32).max:
         raise RatcError(f"--lr must be positive and finite in fp32, got {args.lr}")

@@ -13,6 +13,7 @@ weights) in the training dtype, so build_model must not read tensor values.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import sys
 import traceback
@@ -48,7 +49,8 @@ def import_model_file(path: str):
     p = Path(path)
     if not p.is_file():
         raise RatcError(f"{path}: no such file")
-    name = f"_ratc_model_{abs(hash(str(p.resolve())))}"
+    # a stable name (hash() varies with PYTHONHASHSEED, and class reprs in messages show it)
+    name = f"_ratc_model_{hashlib.sha256(str(p.resolve()).encode()).hexdigest()[:16]}"
     spec = importlib.util.spec_from_file_location(name, p)
     if spec is None or spec.loader is None:
         raise RatcError(f"{path}: not a Python file")

@@ -68,10 +68,11 @@ def _why(best, ev) -> str:
 
 
 def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False) -> str:
-    """The ranked table with breakdowns, and optionally the explanation."""
+    """The ranked table with breakdowns, and optionally the explanation (no timings: the same
+    request gives the same text; the CLI reports the search time on stderr)."""
     head = (f"plan for {result.model} on {result.clusters} x {result.platform} clusters, global batch "
             f"{result.global_batch} x {seq_len} tokens, strategy {result.strategy}, budget {format_bytes(result.budget)}\n"
-            f"evaluated {result.evaluated} candidates in {result.seconds:.3f} s: {len(result.feasible)} fit, "
+            f"evaluated {result.evaluated} candidates: {len(result.feasible)} fit, "
             f"{len(result.infeasible)} pruned by memory\n")
     if result.pipeline_source != "searched" or result.pipeline_why:
         head += f"pipeline degree {result.pipeline_note()}\n"

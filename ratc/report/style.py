@@ -50,7 +50,7 @@ def format_of(path: str, flag: str, given: str | None = None) -> str:
 
 
 def save(fig, fmt: str) -> bytes:
-    """The figure as PNG or SVG bytes, without timestamps so equal inputs give equal files.
+    """The figure as PNG or SVG bytes, without timestamps or versions so equal inputs give equal files.
 
     Figures place their axes themselves: a tight bounding box would cost a second layout pass."""
     import matplotlib
@@ -60,7 +60,8 @@ def save(fig, fmt: str) -> bytes:
         raise RatcError(f"unknown image format {fmt!r} (known: {', '.join(FORMATS)})")
     FigureCanvasAgg(fig)    # raster output through Agg, never an interactive backend
     buf = io.BytesIO()
-    meta = {"Date": None} if fmt == "svg" else {"Software": None}
+    # no date, and no Matplotlib version: equal inputs give equal files across installs
+    meta = {"Date": None, "Creator": None} if fmt == "svg" else {"Software": None}
     with matplotlib.rc_context({"svg.hashsalt": "ratc", "svg.fonttype": "none"}):
         fig.savefig(buf, format=fmt, dpi=DPI, metadata=meta)
     return buf.getvalue()
