@@ -33,8 +33,8 @@ def register(subparsers) -> None:
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the synthetic data")
     p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1: PyTorch's sums, so the reference's losses, are then the "
-                        "same on every machine; more threads may change their last bits)")
+                   help="torch CPU threads (default 1: PyTorch's sums, so the reference's losses, then do "
+                        "not depend on the core count; more threads may change their last bits)")
     p.add_argument("--csv", help="write step, ratc loss, reference loss, relative deviation to this CSV")
     p.add_argument("--plot", help="write both loss curves and their relative deviation as a .png or .svg")
     p.add_argument("--no-reference", action="store_true", help="train with ratc only (no comparison)")
