@@ -46,6 +46,7 @@ def test_a_hit_is_the_traced_profile(cache):
     traced = _trace_model_file(str(EXAMPLE), "tiny", 96, "auto")
     assert trace_model_file(str(EXAMPLE), "tiny", 96) == traced      # a miss: traces and stores
     (entry,) = entries(cache)
+    assert "cwd" not in json.loads(entry.read_text())     # it read no file relative to the working directory
     hit = trace_model_file(str(EXAMPLE), "tiny", 96)
     assert hit == traced and list(hit.meta) == list(traced.meta)
     # another spelling of the same file: the same entry, its own source
@@ -64,8 +65,10 @@ def test_key_follows_preset_length_tracer_and_versions(cache):
 
 def test_an_edited_model_file_helper_or_data_file_is_traced_again(cache, model_with_helper):
     path = str(model_with_helper)
+    key = trace_cache.model_file_key(path, "tiny", 64, "auto")     # (the model adds its folder to sys.path)
     trace_model_file(path, "tiny", 64)
-    key = trace_cache.model_file_key(path, "tiny", 64, "auto")
+    saved_path = sys.path[:]
+    sys.path[:] = [p for p in sys.path if p != str(model_with_helper.parent)]
     (entry,) = entries(cache)
     deps = json.loads(entry.read_text())["deps"]
     helper, notes = model_with_helper.parent / f"{HELPER}.py", model_with_helper.parent / "notes.txt"
@@ -80,6 +83,58 @@ def test_an_edited_model_file_helper_or_data_file_is_traced_again(cache, model_w
         assert trace_cache.load(key, path) is not None
     model_with_helper.write_text(model_with_helper.read_text() + "\n# edited\n")
     assert trace_cache.model_file_key(path, "tiny", 64, "auto") != key
+    sys.path[:] = saved_path
+
+
+COPY = ("import os, sys\nsys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\n"
+        "from base import PRESETS, DEFAULT_PRESET, build_model, input_spec  # noqa\n")
+
+
+def test_same_file_elsewhere_or_another_search_path_is_traced_again(cache, tmp_path, monkeypatch):
+    """Oracle: RATC_CACHE_DIR=off. Identical model files whose imports resolve to different
+    modules (a copy in another folder; another PYTHONPATH) must not share an entry."""
+    narrow = EXAMPLE.read_text().replace('"tiny": dict(layers=4, hidden=128', '"tiny": dict(layers=4, hidden=256')
+    assert narrow != EXAMPLE.read_text()
+    for name, base in (("a", EXAMPLE.read_text()), ("b", narrow)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "base.py").write_text(base)
+        (tmp_path / name / "m.py").write_text(COPY)
+    saved = sys.path[:]
+    try:
+        hidden = []
+        for name in ("a", "b"):
+            sys.modules.pop("base", None)
+            sys.path[:] = saved
+            hidden.append(trace_model_file(str(tmp_path / name / "m.py"), "tiny").hidden)
+        assert hidden == [128, 256]
+        # one file, imports found through PYTHONPATH: the search path is part of the key
+        (tmp_path / "m.py").write_text("from base import PRESETS, DEFAULT_PRESET, build_model, input_spec  # noqa\n")
+        got = []
+        for name in ("a", "b"):
+            sys.modules.pop("base", None)
+            sys.path[:] = [str(tmp_path / name)] + saved
+            got.append(trace_model_file(str(tmp_path / "m.py"), "tiny").hidden)
+        assert got == [128, 256]
+    finally:
+        sys.path[:] = saved
+        sys.modules.pop("base", None)
+
+
+def test_a_relative_read_ties_the_entry_to_its_working_directory(cache, tmp_path, monkeypatch):
+    model = tmp_path / "m.py"
+    model.write_text(EXAMPLE.read_text().replace(
+        'PRESETS: dict[str, dict] = {', 'LAYERS = int(open("layers.txt").read())\nPRESETS: dict[str, dict] = {', 1)
+        .replace('"tiny": dict(layers=4,', '"tiny": dict(layers=LAYERS,'))
+    assert "LAYERS," in model.read_text()
+    layers = []
+    for name, n in (("x", 4), ("y", 2)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "layers.txt").write_text(str(n))
+        monkeypatch.chdir(tmp_path / name)
+        layers.append(trace_model_file(str(model), "tiny").num_layers)
+    assert layers == [4, 2]
+    monkeypatch.chdir(tmp_path / "x")
+    assert trace_model_file(str(model), "tiny").num_layers == 4       # its own entry hits again
 
 
 def test_damaged_entries_are_misses_and_off_means_off(cache, monkeypatch):

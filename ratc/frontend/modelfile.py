@@ -168,7 +168,7 @@ def trace_model_file(path: str, preset: str | None = None, seq_len: int | None =
     if profile is None:
         with trace_cache.recording() as reads:
             profile = _trace_model_file(path, preset, seq_len, method)
-        trace_cache.store(key, profile, reads.files())
+        trace_cache.store(key, profile, reads.files(), reads.cwd())
     return profile
 
 

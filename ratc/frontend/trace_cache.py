@@ -7,11 +7,18 @@ so the cache keeps that text and the profile's meta under $RATC_CACHE_DIR/traces
 ratc.cache; RATC_CACHE_DIR=off disables it).
 
 An entry is keyed by everything a trace reads that ratc can name before running it: the
-model file's bytes (or the Hugging Face config), the preset, sequence length and tracer,
-the torch / transformers versions, and the sources of ratc's frontend and IR. It also lists,
-with its hash, each local file the trace read (anything outside the Python installation:
-modules the model file imported, a config it opened), and is used only while all of them
-are unchanged. Reads are seen through an audit hook (PEP 578) on Python's "open" event.
+model file's path and bytes (or the Hugging Face config), the import search path
+(sys.path, so PYTHONPATH too), the preset, sequence length and tracer, the torch /
+transformers versions, and the sources of ratc's frontend and IR. It also lists, with its
+hash, each local file the trace read (anything outside the Python installation: modules the
+model file imported, a config it opened), and is used only while all of them are
+unchanged; when the trace opened a path relative to the working directory, only from that
+directory. Reads are seen through an audit hook (PEP 578) on Python's "open" event.
+
+What the hook cannot see is not in the key: environment variables the model reads, and
+existence checks (os.path.exists) it branches on; and packages of the Python
+installation other than torch and transformers are named by no version. A model file
+that depends on those needs RATC_CACHE_DIR=off.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import contextlib
 import hashlib
 import importlib.util
 import json
+import os
 import sys
 import sysconfig
 from functools import lru_cache
@@ -55,8 +63,22 @@ def model_file_key(path: str, preset: str | None, seq_len: int | None, method: s
         data = Path(path).read_bytes()
     except OSError:
         return None
-    return {"kind": "model-file", "file": _digest(data), "preset": preset, "seq_len": seq_len,
-            "method": method, **_versions()}
+    # The path and the search path decide what the file's imports resolve to: a copy of it
+    # elsewhere, or another PYTHONPATH, may import other modules under the same names.
+    return {"kind": "model-file", "file": _digest(data), "path": str(Path(path).resolve()),
+            "search_path": [_search_entry(p) for p in sys.path],
+            "preset": preset, "seq_len": seq_len, "method": method, **_versions()}
+
+
+def _search_entry(entry: str) -> str:
+    """A sys.path entry as imports read it: '' and relative folders from the working
+    directory; anything else (absolute, or a path hook's marker such as an editable
+    install's) as written."""
+    if entry == "":
+        return os.getcwd()
+    if not os.path.isabs(entry) and os.path.isdir(entry):
+        return os.path.abspath(entry)
+    return entry
 
 
 def hf_config_key(config: dict, seq_len: int, name: str | None) -> dict:
@@ -81,7 +103,8 @@ def load(key: dict | None, source: str):
         return None
     try:
         record = json.loads(path.read_text())
-        if record["key"] != key or any(_file_digest(f) != d for f, d in record["deps"].items()):
+        if record["key"] != key or record.get("cwd") not in (None, os.getcwd()) or \
+                any(_file_digest(f) != d for f, d in record["deps"].items()):
             return None
         from ratc.ir import parse_module
         from ratc.ir.dialects.graph import profile_from_module
@@ -93,8 +116,9 @@ def load(key: dict | None, source: str):
     return profile
 
 
-def store(key: dict | None, profile, deps: list) -> None:
-    """Keep a traced profile with the hashes of the local files its trace read."""
+def store(key: dict | None, profile, deps: list, cwd: str | None = None) -> None:
+    """Keep a traced profile with the hashes of the local files its trace read (and the
+    working directory, when it read a path relative to it)."""
     path = _path(key) if key is not None else None
     if path is None:
         return
@@ -106,6 +130,8 @@ def store(key: dict | None, profile, deps: list) -> None:
     if None in digests.values():
         return
     record = {"key": key, "deps": digests, "meta": meta, "graph": print_module(module_from_profile(profile))}
+    if cwd is not None:
+        record["cwd"] = cwd
     write_quietly(path, json.dumps(record) + "\n")
 
 
@@ -136,6 +162,11 @@ class _Reads:
 
     def __init__(self, opened: list):
         self.opened = opened
+
+    def cwd(self) -> str | None:
+        """The working directory, if a file was opened relative to it (else None). (Path hooks
+        show up as relative names too: an editable install's finder marker is no file.)"""
+        return os.getcwd() if any(not os.path.isabs(p) and os.path.isfile(p) for p in self.opened) else None
 
     def files(self) -> list:
         """The local files the trace read, resolved: sources rather than their bytecode."""
