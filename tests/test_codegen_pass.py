@@ -177,7 +177,7 @@ def test_codegen_option_errors_name_the_kernel(tiny, planner):
 
 def test_opt_runs_codegen_on_a_lowered_file(tiny, planner, tmp_path, capsys):
     module = compile_program(tiny, parse_config("P=1,D=1,Z=0,b=1,A=1,Full,deadline"), PLATFORM,
-                             {"planner": planner, "codegen": False})
+                             {"planner": planner, "pipeline": "lower-to-life,schedule-1f1b"})
     src = tmp_path / "p.ir"
     src.write_text(print_module(module))
     assert main(["opt", str(src), "-p", 'codegen{tiles="gemm_64x128x344_f16:kt=32"}']) == 0

@@ -260,6 +260,23 @@ def test_passes_need_a_lowered_module_and_refuse_to_lower_twice():
         compile_tiny(P=2, A=2, pipeline="lower-to-life,fsr{rec-buffers=0}")
 
 
+@pytest.mark.parametrize("pipeline, refused, ran", [
+    # the placement passes' order: each rests on what the earlier ones left
+    (f"lower-to-life,schedule-1f1b,state-pipeline,update-prefetch,state-pipeline{{mode=bulk}}",
+     "state-pipeline", "update-prefetch"),
+    ("lower-to-life,fsr,schedule-1f1b", "schedule-1f1b", "fsr"),
+    ("lower-to-life,schedule-1f1b,state-pipeline,update-prefetch,schedule-1f1b", "schedule-1f1b",
+     "state-pipeline and update-prefetch"),
+    ("lower-to-life,schedule-1f1b,state-pipeline,update-prefetch,fsr,codegen", "codegen", "update-prefetch and fsr"),
+    ("lower-to-life,schedule-1f1b,state-pipeline,fsr,update-prefetch", "update-prefetch", "fsr"),
+])
+def test_a_placement_pass_refuses_to_run_after_the_passes_that_build_on_it(pipeline, refused, ran):
+    """Run out of order they produced invalid programs (an UpdateShard before its GradSync, a
+    Recover away from its host) or stale numbers (co-run durations codegen overwrote)."""
+    with pytest.raises(PassFailure, match=f"{refused} runs before {ran}, and @step has been through"):
+        compile_tiny(P=2, A=4, Z=1, act="fsr", pipeline=pipeline)
+
+
 def test_fsr_runs_once_per_lowering():
     """A second fsr would grow each host's co-run duration again."""
     with pytest.raises(PassFailure, match=r"already co-scheduled \(fsr = true\); fsr runs once"):
@@ -294,8 +311,9 @@ def test_moving_tasks_after_memory_plan_drops_it_and_a_new_one_matches_a_fresh_c
 def test_a_pass_that_moves_nothing_keeps_the_memory_plan():
     from ratc.ir import print_module
 
-    planned = compile_tiny(P=2, A=4, Z=1, act="fsr", pipeline=f"{PLACED},fsr,memory-plan")
-    rerun = compile_tiny(P=2, A=4, Z=1, act="fsr", pipeline=f"{PLACED},fsr,memory-plan,state-pipeline")
+    placed = "lower-to-life,schedule-1f1b,state-pipeline"
+    planned = compile_tiny(P=2, A=4, Z=1, act="fsr", pipeline=f"{placed},memory-plan")
+    rerun = compile_tiny(P=2, A=4, Z=1, act="fsr", pipeline=f"{placed},memory-plan,state-pipeline")
     assert print_module(rerun) == print_module(planned)
     assert "peak = " in print_module(rerun)
 

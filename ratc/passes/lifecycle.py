@@ -20,6 +20,21 @@ def _pipeline(module: Module):
         raise PassError(str(exc)) from None
 
 
+# Evidence on a pipeline that a placement pass has run (fsr only places under act = fsr).
+_RAN = {"state-pipeline": lambda a: "state" in a, "update-prefetch": lambda a: "update" in a,
+        "fsr": lambda a: bool(a.get("fsr"))}
+
+
+def _before(pipe, name: str, later: tuple, why: str) -> None:
+    """Refuse to run pass `name` on a pipeline that has been through any of `later` already:
+    what those placed rests on what `name` would change (`why`)."""
+    ran = [p for p in later if _RAN[p](pipe.attributes)]
+    if ran:
+        raise PassError(f"{name} runs before {' and '.join(ran)}, and @{pipe.sym_name} has been through "
+                        f"{'them' if len(ran) > 1 else 'it'} already: {why}; run the pipeline again from "
+                        "lower-to-life (e.g. on the plan alone)")
+
+
 def _snapshot(pipe) -> list:
     """Each stage's tasks in order with their attributes, memory-plan annotations aside."""
     skip = liveness.PLAN_OP_ATTRS
@@ -59,6 +74,9 @@ class Schedule1F1B(Pass):
     name = "schedule-1f1b"
 
     def run(self, module: Module, ctx: PassContext) -> None:
+        _before(_pipeline(module), self.name, ("state-pipeline", "update-prefetch", "fsr"),
+                "the state chain and the co-running Recovers are placed around the main path's order")
+
         def move(pipe):
             a = pipe.attributes
             for stage in pipe.region.ops:
@@ -77,6 +95,8 @@ class StatePipeline(Pass):
                      "reduce-scattered during backward, as ZeRO-2 does)")
 
     def run(self, module: Module, ctx: PassContext) -> None:
+        _before(_pipeline(module), self.name, ("update-prefetch", "fsr"),
+                "UpdateShard and PrefetchW follow their GradSync, and Recovers their hosts, where they are")
         _moving(module, lambda pipe: placement.state_pipeline(pipe, self.mode))
 
 
@@ -89,6 +109,7 @@ class UpdatePrefetch(Pass):
         "deadline", "deadline (EDF), eager (right after each GradSync), or bulk (step end)")
 
     def run(self, module: Module, ctx: PassContext) -> None:
+        _before(_pipeline(module), self.name, ("fsr",), "each co-running Recover directly follows its host")
         _moving(module, lambda pipe: placement.update_prefetch(pipe, self.mode))
 
 
@@ -191,6 +212,8 @@ class Codegen(Pass):
         from ratc.codegen.program_kernels import codegen, parse_tiles
         from ratc.platform import load_platform
 
+        _before(_pipeline(module), self.name, ("update-prefetch", "fsr"),
+                "their placement and co-run durations rest on the task durations codegen sets")
         try:
             platform = ctx.platform or load_platform(lowering.find_plan(module).attributes["platform"])
             codegen(module, platform, parse_tiles(self.tiles))
