@@ -77,26 +77,29 @@ def write_program(outdir: str | Path, files: dict[str, str | bytes], meta: dict 
     return outdir
 
 
-def refuse_own_files(outdir, outputs: dict) -> None:
-    """Raise if an output (flag -> path) would overwrite a file of the program in outdir."""
-    manifest = Path(outdir) / MANIFEST
-    if not manifest.is_file():
-        return
-    try:
-        own = set(json.loads(manifest.read_text()).get("files", {})) | {MANIFEST}
-    except (ValueError, AttributeError, UnicodeDecodeError):
-        return      # load_program reports a damaged manifest
-    root = Path(outdir).resolve()
+def owning_program(path) -> tuple[Path, str] | None:
+    """(program directory, file name in it) when `path` names a file a ratc program's
+    manifest lists, or the manifest itself; None otherwise (the nearest manifest decides)."""
+    p = Path(path).resolve()        # (through symlinks, which writes follow)
+    for root in p.parents:
+        manifest = root / MANIFEST
+        if manifest.is_file():
+            try:
+                own = set(json.loads(manifest.read_text()).get("files", {})) | {MANIFEST}
+            except (OSError, ValueError, AttributeError, UnicodeDecodeError):
+                return None     # load_program reports a damaged manifest
+            rel = p.relative_to(root).as_posix()
+            return (root, rel) if rel in own else None
+    return None
+
+
+def refuse_own_files(outputs: dict) -> None:
+    """Raise if an output (flag -> path) would overwrite a file of a ratc program."""
     for flag, path in outputs.items():
-        if not path:
-            continue
-        p = Path(path) if Path(path).is_absolute() else Path.cwd() / path
-        try:
-            rel = p.resolve().relative_to(root)
-        except ValueError:
-            continue
-        if str(rel) in own:
-            raise ProgramError(f"{flag} {path} would overwrite the program's own {rel}; choose another name")
+        own = owning_program(path) if path else None
+        if own is not None:
+            raise ProgramError(f"{flag} {path} would overwrite the program's own {own[1]} (in {own[0]}); "
+                               "choose another name")
 
 
 class Program:

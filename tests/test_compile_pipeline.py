@@ -264,11 +264,19 @@ def test_verifier_refuses_values_no_pass_writes(program, tmp_path, capsys, edit,
 def test_outputs_never_overwrite_the_programs_own_files(program, tmp_path, capsys):
     copy = tmp_path / "copy"
     shutil.copytree(program, copy)
+    link = tmp_path / "link.ir"
+    link.symlink_to(copy / "schedule.txt")
     for argv in (["run", str(copy), "--trace", str(copy / "program.ir")],
-                 ["report", str(copy), "-o", "program.ir"], ["report", str(copy), "-o", "manifest.json"]):
+                 ["report", str(copy), "-o", "program.ir"], ["report", str(copy), "-o", "manifest.json"],
+                 # every command's outputs: ratc opt -o, through a symlink too, and a nested file
+                 ["opt", str(copy / "program.ir"), "-p", "verify", "-o", str(copy / "manifest.json")],
+                 ["opt", str(copy / "program.ir"), "-p", "verify", "-o", str(link)],
+                 ["plan", "--preset", "tiny", "--clusters", "4", "--global-batch", "16", "-o",
+                  str(next(copy.glob("kernels/*.rasm")))]):
         assert main(argv) == 1
         assert "would overwrite the program's own" in capsys.readouterr().err
     assert main(["run", str(copy), "--json"]) == 0           # still intact
+    assert main(["opt", str(copy / "program.ir"), "-p", "verify", "-o", str(copy / "edited.ir")]) == 0
 
 
 def _limits():

@@ -262,7 +262,7 @@ def test_passes_need_a_lowered_module_and_refuse_to_lower_twice():
 
 @pytest.mark.parametrize("pipeline, refused, ran", [
     # the placement passes' order: each rests on what the earlier ones left
-    (f"lower-to-life,schedule-1f1b,state-pipeline,update-prefetch,state-pipeline{{mode=bulk}}",
+    ("lower-to-life,schedule-1f1b,state-pipeline,update-prefetch,state-pipeline{mode=bulk}",
      "state-pipeline", "update-prefetch"),
     ("lower-to-life,fsr,schedule-1f1b", "schedule-1f1b", "fsr"),
     ("lower-to-life,schedule-1f1b,state-pipeline,update-prefetch,schedule-1f1b", "schedule-1f1b",

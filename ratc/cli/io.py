@@ -25,8 +25,8 @@ def read_input(path: str) -> tuple[str, str]:
 
 def check_output(path: str | Path, flag: str | None = None) -> None:
     """Raise OutputError unless `path` names a file that can be written: not empty, not a
-    directory, no file where a parent directory must be. Cheap, so callers with long work
-    ahead check before it."""
+    directory, no file where a parent directory must be, not a file of a ratc program.
+    Cheap, so callers with long work ahead check before it."""
     if not str(path):
         raise OutputError(f"{flag or 'the output'} needs a file name, got ''")
     path = Path(path)
@@ -35,12 +35,16 @@ def check_output(path: str | Path, flag: str | None = None) -> None:
     blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         raise OutputError(f"cannot write {path}: {blocker} is not a directory")
+    # A program directory's files are hash-checked: overwriting one breaks the program.
+    from ratc.program import refuse_own_files
+    refuse_own_files({flag or "the output": path})
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> None:
+def write_atomic(path: str | Path, data: str | bytes, flag: str | None = None) -> None:
     """Write a file via a temporary sibling and rename, so readers never see half of it.
-    Failures raise OutputError and leave nothing behind."""
-    check_output(path)
+    Failures raise OutputError (naming `flag`, the option that gave the path) and leave
+    nothing behind."""
+    check_output(path, flag)
     path = Path(path)
     mode = "wb" if isinstance(data, bytes) else "w"
     if path.exists() and not path.is_file():
@@ -80,4 +84,4 @@ def write_output(path: str | None, text: str) -> None:
     if path in (None, "-"):
         sys.stdout.write(text)
     else:
-        write_atomic(path, text)
+        write_atomic(path, text, "-o")

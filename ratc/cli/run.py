@@ -111,7 +111,7 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
         raise RatcError(f"--seed must be 0..2**63-1, got {args.seed}")
     from ratc.program import refuse_own_files
 
-    refuse_own_files(args.outdir, {"--trace": args.trace, "-o": args.output})
+    refuse_own_files({"--trace": args.trace, "-o": args.output})
     program = load_program(args.outdir)
     if getattr(args, "kernel", None):
         simulation_only = [flag for flag, given in (("--json", args.json), ("--trace", args.trace),

@@ -191,7 +191,7 @@ def write_report(outdir, report, images: dict, html_name: str = "report.html") -
 
     out = Path(outdir)
     page = Path(html_name) if Path(html_name).is_absolute() else out / html_name
-    refuse_own_files(out, {"-o": page, **{key: out / f"{key}.{fmt}" for key, (_, fmt, _) in images.items()}})
+    refuse_own_files({"-o": page, **{key: out / f"{key}.{fmt}" for key, (_, fmt, _) in images.items()}})
     check_output(page)       # before any picture is written
     written = []
     for key, (data, fmt, _) in sorted(images.items()):
