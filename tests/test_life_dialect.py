@@ -147,6 +147,23 @@ def test_wrong_peer_and_micro_batch_range(programs):
         verify(module)
 
 
+@pytest.mark.parametrize("op_name, attr, message", [
+    ("life.param", "unit", "'life.param': attribute 'unit' must be an integer"),
+    ("life.send", "peer", "'life.send': attribute 'peer' must be an integer"),
+    ("life.stage", "stage", "'life.stage': attribute 'stage' must be an integer"),
+])
+def test_a_malformed_attribute_is_named_before_the_stage_rules_it_breaks(programs, op_name, attr, message):
+    """A wrong-typed identity attribute used to surface as a stage-level consequence
+    ('missing task', 'no matching recv', 'stage #0 is numbered 0')."""
+    module = parse_module(programs[2])
+    ops = find_pipeline(module).region.ops if op_name == "life.stage" else _ops(module)
+    op = next(o for o in ops if o.name == op_name)
+    op.attributes[attr] = str(op.attributes[attr])
+    with pytest.raises(VerifyError, match=message) as info:
+        verify(module)
+    assert info.value.op is op
+
+
 def test_parse_error_points_at_the_bad_op(programs):
     text = programs[2].replace('true, kind = "reduce-scatter"', 'true, kind = "all-reduce"', 1)
     with pytest.raises(VerifyError, match="kind must match ZeRO-2") as info:

@@ -55,6 +55,22 @@ def _shape(specs) -> tuple:
     return len(specs) - variadic, variadic
 
 
+def _check_attributes(op: Operation, checks: dict, required: tuple) -> None:
+    attrs = op.attributes
+    for key, value in attrs.items():
+        check = checks.get(key)
+        if check is None:
+            raise VerifyError(f"'{op.name}' has unknown attribute '{key}' "
+                              f"(known: {', '.join(sorted(checks)) or 'none'})", op)
+        exact, checker, choices, spec = check
+        if (type(value) is not exact and (exact is not None or not checker(value))) or (
+                choices and value not in choices):
+            raise VerifyError(f"'{op.name}': {spec.check(value)}", op)
+    for key in required:
+        if key not in attrs:
+            raise VerifyError(f"'{op.name}' requires attribute '{key}'", op)
+
+
 def verify_op(op: Operation) -> None:
     """Check one op against its registered definition (not its region's ops)."""
     table = _ATTR_TABLES.get(op.name)
@@ -77,19 +93,7 @@ def verify_op(op: Operation) -> None:
     for v in op.results:
         if isinstance(v.type, TensorType) and v.type.dtype not in DTYPE_BYTES:
             raise VerifyError(f"'{op.name}' result has unknown element type '{v.type.dtype}'", op)
-    attrs = op.attributes
-    for key, value in attrs.items():
-        check = checks.get(key)
-        if check is None:
-            raise VerifyError(f"'{op.name}' has unknown attribute '{key}' "
-                              f"(known: {', '.join(sorted(checks)) or 'none'})", op)
-        exact, checker, choices, spec = check
-        if (type(value) is not exact and (exact is not None or not checker(value))) or (
-                choices and value not in choices):
-            raise VerifyError(f"'{op.name}': {spec.check(value)}", op)
-    for key in required:
-        if key not in attrs:
-            raise VerifyError(f"'{op.name}' requires attribute '{key}'", op)
+    _check_attributes(op, checks, required)
     if opdef.symbol and op.sym_name is None:
         raise VerifyError(f"'{op.name}' requires a symbol name (@name)", op)
     if not opdef.symbol and op.sym_name is not None:
@@ -100,6 +104,19 @@ def verify_op(op: Operation) -> None:
         raise VerifyError(f"'{op.name}' does not take a region", op)
     if opdef.verify is not None:
         opdef.verify(op)
+
+
+def prefer_local(ops, exc: VerifyError) -> None:
+    """Raise the first malformed attribute among `ops` (a wrong type, an unknown choice),
+    else `exc`: a region holder's cross-op rule (a missing task, an unmatched send) may
+    fail only because an op's attribute is malformed, and then that attribute is what to
+    fix. Checked once the rule has failed, so valid IR pays nothing."""
+    for op in ops:
+        opdef = lookup(op.name)
+        if opdef is not None:
+            _, checks, required, *_ = _op_table(opdef)
+            _check_attributes(op, checks, required)
+    raise exc
 
 
 def verify(module: Module, check_symbols: bool = True) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ratc.ir.verifier import VerifyError, verify_op
+from ratc.ir.verifier import VerifyError, prefer_local, verify_op
 
 # memory-plan's lifetime tiers (ratc.lifecycle.liveness); "none" for a result that takes no memory
 TIERS = ("long", "medium", "short", "none")
@@ -240,6 +240,13 @@ def required_tasks(c: _Ctx) -> set:
 
 def check_stage(stage) -> None:
     """Completeness, step_end last, and no read of a buffer after an in-place overwrite."""
+    try:
+        _check_stage(stage)
+    except VerifyError as exc:
+        prefer_local([stage, *stage.region.ops], exc)
+
+
+def _check_stage(stage) -> None:
     pipe = stage.block.parent if stage.block is not None else None
     if pipe is None or pipe.name != "life.pipeline":
         raise VerifyError("'life.stage' must be inside a life.pipeline", stage)
@@ -306,6 +313,13 @@ def _check_corun(ops, c: _Ctx) -> None:
 
 def check_pipeline(pipe) -> None:
     """Stages 0..P-1 partitioning the units, sends matching receives, and no deadlock."""
+    try:
+        _check_pipeline(pipe)
+    except VerifyError as exc:
+        prefer_local([op for s in pipe.region.ops for op in (s, *(s.region.ops if s.region else ()))], exc)
+
+
+def _check_pipeline(pipe) -> None:
     a = pipe.attributes
     stages = pipe.region.ops
     # (compare the count first: P comes from the text and may be huge)
