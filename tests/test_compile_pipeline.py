@@ -254,6 +254,16 @@ def test_compile_refuses_contradictory_or_empty_options(extra, message, capsys):
     # the pipeline must agree with its plan (the VM reads D and b from the plan, M and Z from the pipeline)
     (lambda t: re.sub(r"(life.pipeline @step \{M = )\d+", r"\g<1>3", t), "'life.pipeline' M = 3, but its plan @plan has M = "),
     (lambda t: re.sub(r"(life.pipeline @step \{.*?Z = )\d", r"\g<1>0", t), "'life.pipeline' Z = 0, but its plan @plan has Z = "),
+    # annotations the VM or the report read
+    (lambda t: re.sub(r"(life.fwd\(.*?cycles = )\d+", r"\g<1>-5", t, count=1), "cycles must not be negative, got -5"),
+    (lambda t: re.sub(r"buf = \[\d+\]", "buf = [999]", t, count=1), "names buffer 999, but the stage has"),
+    (lambda t: re.sub(r"(life.pipeline @step \{.*?peak = )\[\d+\]", r"\g<1>[1, 2]", t),
+     "'life.pipeline' peak needs one entry per stage (P = 1), got 2"),
+    (lambda t: re.sub(r"(life.stage @s0 \{.*?peak_at = )\d+", r"\g<1>9999", t), "peak_at 9999 is not an op of the stage"),
+    (lambda t: re.sub(r"(life.kernel @attn_bwd\w* \{.*?shape = )\[[\d, ]+\]", r"\g<1>[64]", t),
+     "kind attn_bwd takes a shape of 4 positive integers, got [64]"),
+    (lambda t: t.replace("life.pipeline @step {", "life.pipeline @step {fsr = true, ", 1),
+     "'life.pipeline' fsr = true needs act = \"fsr\", got \"full\""),
 ])
 def test_verifier_refuses_values_no_pass_writes(program, tmp_path, capsys, edit, message):
     copy = _edited_copy(program, tmp_path, "program.ir", edit)

@@ -331,10 +331,47 @@ def test_serve_is_non_preemptive_earliest_deadline_first():
     assert [t["start"] for t in fifo] == [0.0, 5.0, 6.0, 9.0]
 
 
-def _lower_text(text):
+def _lower_text(text, pipeline="lower-to-life"):
     from ratc.ir import parse_module
     from ratc.passes import PassManager, parse_pipeline
-    return PassManager(parse_pipeline("lower-to-life")).run(parse_module(text, "plan.ir"))
+    return PassManager(parse_pipeline(pipeline)).run(parse_module(text, "plan.ir"))
+
+
+@pytest.mark.parametrize("edit, message", [
+    # values lowering would turn into programs the verifier rejects after the fact (or tracebacks)
+    (lambda t: re.sub(r"p2p = [0-9.e+-]+", "p2p = nan", t), "p2p must be finite and not negative, got nan"),
+    (lambda t: re.sub(r"\bfwd = [0-9.e+-]+", "fwd = inf", t, count=1), "'fwd' must be finite and not negative"),
+    (lambda t: re.sub(r"\bsync = [0-9.e+-]+", "sync = nan", t, count=1), "'sync' must be finite and not negative"),
+    (lambda t: t.replace("decoder = true", "decoder = false", 1), "decoder must be true (unit 0 is the embedding"),
+    (lambda t: t.replace('sync_kind = "reduce-scatter"', 'sync_kind = "all-reduce"', 1),
+     "sync_kind must be 'reduce-scatter' under ZeRO-2"),
+    (lambda t: t.replace("P = 2,", "P = 1,", 1), "is on stage 1: units go on stages 0..0 in order"),
+    (lambda t: t.replace("P = 2,", "P = 3,", 1), "P = 3, but its units are on stages 0..1 only"),
+    (lambda t: t.replace('kfwd = [["gemm", 64, 32, 64, 4]', 'kfwd = [["gemm", 64, 32, 4]', 1),
+     "'kfwd': each entry must be [kind, *shape, calls]"),
+    (lambda t: t.replace('kfwd = [["gemm", 64, 32, 64, 4]', 'kfwd = [["x", 64, 32, 64, 4]', 1),
+     "'kfwd': each entry must be [kind, *shape, calls]"),
+    (lambda t: t.replace('kbwd = [["attn_bwd", 4, 64, 64, 2, 1]', 'kbwd = [["attn_bwd", 4]', 1),
+     "'kbwd': each entry must be [kind, *shape, calls]"),
+])
+def test_plans_lowering_cannot_use_are_refused_where_they_are_wrong(edit, message):
+    from ratc.ir import print_module
+    from ratc.ir.verifier import VerifyError
+    from test_lifecycle_support import tiny_plan
+    text = print_module(tiny_plan(P=2, A=2, Z=2))
+    edited = edit(text)
+    assert edited != text
+    with pytest.raises(VerifyError, match=re.escape(message)):
+        _lower_text(edited)
+
+
+def test_a_kernel_too_large_to_time_is_refused_up_front():
+    from ratc.ir import print_module
+    from test_lifecycle_support import tiny_plan
+    text = print_module(tiny_plan(P=1, A=1)).replace('kfwd = [["gemm", 64, 32, 64, 4]',
+                                                     'kfwd = [["gemm", 1000000, 1000000, 1000000, 4]', 1)
+    with pytest.raises(PassFailure, match=r"gemm 1000000x1000000x1000000: 1e\+18 MACs, more than ratc generates"):
+        _lower_text(text, "lower-to-life,codegen")
 
 
 def test_bad_plans_are_clear_errors():
@@ -345,10 +382,10 @@ def test_bad_plans_are_clear_errors():
     lines = text.splitlines()
     unit1 = next(i for i, line in enumerate(lines) if "index = 1," in line)
     lines[unit1] = lines[unit1].replace("stage = 0", "stage = 1")
-    with pytest.raises(PassFailure, match=r"stage 0 must own a non-empty contiguous range of units, got \[0, 2\]"):
-        _lower_text("\n".join(lines))
-    with pytest.raises(PassFailure, match="unit #1 has index 7"):
-        _lower_text(text.replace("index = 1,", "index = 7,", 1))
     from ratc.ir.verifier import VerifyError
-    with pytest.raises(VerifyError, match="'fwd' must not be negative"):
+    with pytest.raises(VerifyError, match=r"'life.unit' #2 is on stage 0: units go on stages 0..1 in order"):
+        _lower_text("\n".join(lines))
+    with pytest.raises(VerifyError, match="unit #1 has index 7"):
+        _lower_text(text.replace("index = 1,", "index = 7,", 1))
+    with pytest.raises(VerifyError, match="'fwd' must be finite and not negative"):
         _lower_text(text.replace("fwd = ", "fwd = -", 1))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from ratc.codegen.kernel import Emitter, Kernel
+from ratc.codegen.kernel import Emitter, Kernel, check_kernel_size
 from ratc.codegen.microkernel import gemm_tile
 from ratc.codegen.op_kernels import attention_tile_rows
 from ratc.errors import RatcError
@@ -40,6 +40,8 @@ def generate_attention_backward(platform, heads: int, seq: int, head_dim: int, k
                                 ddr_staged: bool = False, br: int | None = None, bc: int | None = None) -> Kernel:
     """dQ, dK, dV of one sequence's attention on one cluster (memory-resident, or the DDR-staged baseline)."""
     kv_heads = heads if kv_heads is None else kv_heads
+    check_kernel_size(f"attention backward, {heads} heads, sequence {seq}, head dim {head_dim}",
+                      4 * heads * seq * seq * head_dim)
     gen = _AttnGen(platform, heads, seq, head_dim, kv_heads, ddr_staged, br, bc)
     program = gen.emit()
     h, s, d, hk = heads, seq, head_dim, kv_heads

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from itertools import groupby
 
-from ratc.codegen.kernel import Emitter, Kernel
+from ratc.codegen.kernel import Emitter, Kernel, check_kernel_size
 from ratc.codegen.microkernel import Operand, micro_tile
 from ratc.codegen.tiling import GemmTiles, choose_tiles
 
@@ -31,6 +31,7 @@ def gemm_name(m: int, n: int, k: int) -> str:
 
 def generate_gemm(platform, m: int, n: int, k: int, **tile_options) -> Kernel:
     """A GEMM kernel for one cluster; tile options (see GemmTiles) override the chooser."""
+    check_kernel_size(f"gemm {m}x{n}x{k}", m * n * k)
     tiles = choose_tiles(platform, m, n, k, **tile_options)
     gen = _GemmGen(platform, m, n, k, tiles)
     program = gen.emit()

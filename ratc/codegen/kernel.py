@@ -9,6 +9,21 @@ from ratc.codegen.assembler import disassemble, parse_instruction
 from ratc.codegen.program import Buffer, Bundle, Loop, Program, assign_slots, validate
 
 
+# Timing a kernel runs its loop nest: 2**51 MACs (a 131072^3 GEMM) takes seconds, larger
+# ones minutes. The paper's largest kernels (an LM head of 16 x 8192 tokens) are ~2**47.
+MAX_KERNEL_MACS = 2 ** 51
+
+
+def check_kernel_size(what: str, macs: int) -> None:
+    """Raise unless a kernel of `macs` MACs is small enough to generate and time."""
+    from ratc.errors import RatcError
+
+    if macs > MAX_KERNEL_MACS:
+        raise RatcError(f"{what}: {macs:.3g} MACs, more than ratc generates and times in one kernel "
+                        f"({MAX_KERNEL_MACS:.3g}, a 131072^3 GEMM: larger ones would take minutes); "
+                        "split the shape")
+
+
 @dataclass
 class Kernel:
     """A kernel ready for the kernel VM.

@@ -191,6 +191,8 @@ def check_task(op) -> None:
         if not 0 <= a["dur"] < math.inf:       # (also false for NaN)
             raise VerifyError(f"'{op.name}'{_where(a)}: duration must be finite and not negative, "
                               f"got {a['dur']}", op)
+        if a.get("cycles", 0) < 0:
+            raise VerifyError(f"'{op.name}'{_where(a)}: cycles must not be negative, got {a['cycles']}", op)
         if len(a.get("calls", a.get("kernels", []))) != len(a.get("kernels", [])) or \
                 any(c < 1 for c in a.get("calls", [])):
             raise VerifyError(f"'{op.name}'{_where(a)}: calls needs one positive count per kernel", op)
@@ -269,6 +271,15 @@ def _check_stage(stage) -> None:
                           f"({len(missing)} missing)", stage)
     if not ops or ops[-1].name != "life.step_end":
         raise VerifyError(f"stage {c.p}: life.step_end must be the last op", stage)
+    sa = stage.attributes
+    if not 0 <= sa.get("peak_at", 0) < len(ops):
+        raise VerifyError(f"stage {c.p}: peak_at {sa['peak_at']} is not an op of the stage (0..{len(ops) - 1})", stage)
+    if "buffers" in sa:      # memory-plan's slots: 0..buffers-1
+        for op in ops:
+            bad = [b for key in ("buf", "frees") for b in op.attributes.get(key, ()) if b >= sa["buffers"]]
+            if bad:
+                raise VerifyError(f"stage {c.p}: '{op.name}'{_where(op.attributes)} names buffer {bad[0]}, but the "
+                                  f"stage has {sa['buffers']} (0..{sa['buffers'] - 1})", op)
     _check_corun(ops, c)
     last_use: dict = {}
     for pos, op in enumerate(ops):

@@ -26,6 +26,7 @@ send/recv matching and that the stages cannot deadlock (ratc.lifecycle.checks).
 
 from __future__ import annotations
 
+import math
 from functools import cache
 
 from ratc.ir.registry import Dialect
@@ -64,17 +65,34 @@ def _check_pipeline(op):
     return _checks().check_pipeline(op)
 
 
+# A kernel list entry (kfwd, kbwd): [kind, *shape, calls per micro-batch].
+KERNEL_DIMS = {"gemm": 3, "attn_bwd": 4}     # (m, n, k), (heads, seq, head_dim, kv_heads)
+
+
+def _finite(x) -> bool:
+    return 0 <= x < math.inf        # (false for NaN too)
+
+
 def _check_unit(op):
     a = op.attributes
     for key in ("fwd", "bwd", "sync", "reduce", "update", "prefetch", "gather", "fwd_c", "fwd_d",
-                "bwd_c", "bwd_d"):
-        if a[key] < 0:
-            raise VerifyError(f"'{op.name}' attribute '{key}' must not be negative", op)
+                "bwd_c", "bwd_d", "fwd_other", "bwd_other"):
+        if key in a and not _finite(a[key]):
+            raise VerifyError(f"'{op.name}' attribute '{key}' must be finite and not negative, got {a[key]}", op)
     for key in ("fph", "bph"):
         ph = a.get(key, [])
-        if len(ph) % 2 or any(x < 0 for x in ph):
-            raise VerifyError(f"'{op.name}' attribute '{key}' must list non-negative (compute, DDR) "
+        if len(ph) % 2 or not all(_finite(x) for x in ph):
+            raise VerifyError(f"'{op.name}' attribute '{key}' must list finite, non-negative (compute, DDR) "
                               f"second pairs", op)
+    for key in ("kfwd", "kbwd"):
+        for entry in a.get(key, []):
+            kind = entry[0] if isinstance(entry, list) and entry else None
+            dims = KERNEL_DIMS.get(kind) if isinstance(kind, str) else None
+            if dims is None or len(entry) != dims + 2 or \
+                    not all(type(x) is int and x >= 1 for x in entry[1:]):
+                raise VerifyError(f"'{op.name}' attribute '{key}': each entry must be [kind, *shape, calls] with "
+                                  f"kind gemm (m, n, k) or attn_bwd (heads, seq, head_dim, kv_heads) and positive "
+                                  f"integers, got {entry!r}", op)
     if op.block is None or op.block.parent is None or op.block.parent.name != "life.plan":
         raise VerifyError(f"'{op.name}' must be inside life.plan", op)
 
@@ -88,14 +106,46 @@ def _check_counts(op, keys, low: int = 1):
 def _check_plan(op):
     _check_counts(op, ("P", "D", "T", "b", "M", "seq_len"))
     _check_counts(op, ("Z",), 0)
-    if op.attributes["Z"] > 3:
-        raise VerifyError(f"'{op.name}' Z must be a ZeRO stage 0-3, got {op.attributes['Z']}", op)
-    if op.attributes["p2p"] < 0:
-        raise VerifyError(f"'{op.name}' p2p must not be negative", op)
+    a = op.attributes
+    if a["Z"] > 3:
+        raise VerifyError(f"'{op.name}' Z must be a ZeRO stage 0-3, got {a['Z']}", op)
+    if not _finite(a["p2p"]):
+        raise VerifyError(f"'{op.name}' p2p must be finite and not negative, got {a['p2p']}", op)
+    # What lowering reads across units: embedding, decoder layers, head in order, on stages
+    # 0..P-1 in order (each holding one), each layer's GradSync the collective its ZeRO stage uses.
+    units = [u for u in op.region.ops if u.name == "life.unit"] if op.region is not None else []
+    sync = "all-reduce" if a["Z"] == 0 else "reduce-scatter"
+    last = len(units) - 1
+    stage = 0
+    for pos, u in enumerate(units):
+        ua = u.attributes
+        if ua.get("index") != pos:
+            raise VerifyError(f"life.unit #{pos} has index {ua.get('index')}; units are numbered 0..{last} "
+                              "in order", u)
+        if type(ua.get("decoder")) is bool and ua["decoder"] != (0 < ua.get("index", -1) < last):
+            raise VerifyError(f"'life.unit' #{ua['index']}: decoder must be {str(not ua['decoder']).lower()} "
+                              f"(unit 0 is the embedding, unit {last} the head, the others decoder layers)", u)
+        if ua.get("sync_kind") not in (None, sync):
+            raise VerifyError(f"'life.unit' #{ua.get('index')}: sync_kind must be '{sync}' under ZeRO-{a['Z']}, "
+                              f"got '{ua['sync_kind']}'", u)
+        s = ua.get("stage")
+        if type(s) is int and not (stage <= s <= stage + 1 and s < a["P"]):
+            raise VerifyError(f"'life.unit' #{ua.get('index')} is on stage {s}: units go on stages 0..{a['P'] - 1} "
+                              f"in order, every stage holding at least one (the previous unit is on stage {stage})", u)
+        if type(s) is int:
+            stage = s
+    if units and type(units[-1].attributes.get("stage")) is int and stage != a["P"] - 1:
+        raise VerifyError(f"'{op.name}': P = {a['P']}, but its units are on stages 0..{stage} only", op)
 
 
 def _check_pipeline_counts(op):
     _check_counts(op, ("P", "M", "units"))
+    a = op.attributes
+    for key in ("peak", "peak_at"):
+        if key in a and len(a[key]) != a["P"]:
+            raise VerifyError(f"'{op.name}' {key} needs one entry per stage (P = {a['P']}), got {len(a[key])}", op)
+    if a.get("fsr") and a["act"] != "fsr":
+        raise VerifyError(f"'{op.name}' fsr = true needs act = \"fsr\", got \"{a['act']}\"", op)
     _check_pipeline(op)
 
 
@@ -114,9 +164,13 @@ LIFE.op("unit", "one layer (embedding, decoder layer or head) with its costs per
             "prefetch": "float", "gather": "float", "kfwd": "list?", "kbwd": "list?", "fwd_other": "float?",
             "bwd_other": "float?", "fph": "list<float>?", "bph": "list<float>?", "stream": "bytes?"})
 def _check_kernel(op):
-    if op.attributes["cycles"] < 0 or op.attributes["ddr_bytes"] < 0 or not 0 <= op.attributes["mac_util"] <= 1:
+    a = op.attributes
+    if a["cycles"] < 0 or a["ddr_bytes"] < 0 or not 0 <= a["mac_util"] <= 1:
         raise VerifyError(f"'{op.name}' @{op.sym_name}: cycles and ddr_bytes must not be negative and mac_util "
                           "be in 0..1", op)
+    if len(a["shape"]) != KERNEL_DIMS[a["kind"]] or any(x < 1 for x in a["shape"]):
+        raise VerifyError(f"'{op.name}' @{op.sym_name}: kind {a['kind']} takes a shape of "
+                          f"{KERNEL_DIMS[a['kind']]} positive integers, got {a['shape']}", op)
 
 
 LIFE.op("kernel", "a generated kernel that tasks call (codegen pass); its code is kernels/<symbol>.rasm",
