@@ -47,8 +47,10 @@ class LocatedError(RatcError):
         head = f"{self.loc.filename}:{self.loc.line}:{self.loc.col}: error: {self.message}"
         if self.loc.text is None:
             return head
-        lines = self.loc.text.splitlines()
+        # Lines end at "\n" only, as the parsers count them (splitlines would also break at
+        # U+2028, a form feed or U+0085 inside a string literal).
+        lines = self.loc.text.split("\n")
         if not 1 <= self.loc.line <= len(lines):
             return head
-        src = lines[self.loc.line - 1]
+        src = lines[self.loc.line - 1].rstrip("\r")
         return f"{head}\n{src}\n{' ' * (self.loc.col - 1)}^"

@@ -55,6 +55,10 @@ CASES = [
     ("lone-surrogate", 'module @m {x = "\\ud800"} {\n}\n', "", "1:16", "surrogates not allowed"),
     ("deep-nesting", "module @m {x = " + "[" * 2000 + "]" * 2000 + "} {\n}\n", "", "1:1",
      "nested too deeply to parse"),
+    # U+2028, U+0085 and a form feed in a string are not line breaks: the excerpt is line 3
+    ("line-separators-in-a-string", 'module @m {x = "a\u2028b\x85c\x0cd"} {\n'
+     "  %a = test.const {value = 1.0} : tensor<2xf32>\n  %b = test.add(%a, %zz) : tensor<2xf32>\n}\n", "",
+     "3:21", "use of undefined value '%zz'"),
 ]
 
 
@@ -73,7 +77,8 @@ def test_malformed_input_is_located(tmp_path, capsys, name, text, pipeline, wher
     else:
         assert f"{path}:{where}: error:" in err
         line, col = map(int, where.split(":"))
-        src_line = text.splitlines()[line - 1] if line <= len(text.splitlines()) else ""
+        lines = text.split("\n")     # (the parsers' lines: "\n" only)
+        src_line = lines[line - 1] if line <= len(lines) else ""
         # The source line and a caret under the column follow the message.
         assert f"\n{src_line}\n{' ' * (col - 1)}^" in err
     assert not out.exists(), "nothing may be written on error"

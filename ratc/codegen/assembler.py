@@ -35,7 +35,7 @@ def assemble(text: str, platform, filename: str = "<rasm>") -> Program:
     except UnexpectedInput as exc:
         line, col = exc.line, exc.column
         if isinstance(exc, UnexpectedEOF) or (isinstance(exc, UnexpectedToken) and exc.token.type == "$END"):
-            lines = text.rstrip("\n").splitlines() or [""]
+            lines = text.rstrip("\n").split("\n")
             line, col = len(lines), len(lines[-1]) + 1  # just past the last character
         raise LocatedError(_syntax_message(exc), SourceLocation(filename, line, col, text)) from None
     builder = _Builder(filename, text)

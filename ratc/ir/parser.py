@@ -383,7 +383,7 @@ def _parse_lines(text: str, filename: str) -> Module:
     module: Module | None = None
     stack: list[Block] = []
     pending = []    # (op, result holes, texts, place) of open regions, defined at their '}'
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    for lineno, raw in enumerate(text.split("\n"), 1):     # ("\n" only: lark's line count)
         s = raw.strip()
         if not s or s.startswith("//"):
             continue
@@ -453,7 +453,7 @@ def _syntax_error(exc: UnexpectedInput, b: _Builder) -> LocatedError:
         msg = f"unexpected character {char!r}"
     elif isinstance(exc, UnexpectedEOF) or (isinstance(exc, UnexpectedToken) and exc.token.type == "$END"):
         msg = "unexpected end of input (missing '}'?)"
-        lines = b.text.splitlines() or [""]
+        lines = b.text.rstrip("\n").split("\n")
         line, col = len(lines), len(lines[-1]) + 1
     else:
         tok = exc.token
