@@ -40,6 +40,23 @@ def test_dump_header_is_greppable_and_reproduces(tmp_path):
     assert second == f"// reproduce: ratc opt {src} -p 'cse,dce'"
     # The input is dumped too, so the whole chain can be replayed from the directory.
     assert (dumps / "00_input.ir").exists()
+    # A second run into the same directory leaves only its own dumps.
+    (dumps / "notes.txt").write_text("mine")
+    assert main(["opt", str(src), "-p", "dce", "--dump-dir", str(dumps), "-o", str(tmp_path / "o.ir")]) == 0
+    assert sorted(p.name for p in dumps.iterdir()) == ["00_input.ir", "01_after_dce.ir", "notes.txt"]
+
+
+def test_dumps_of_stdin_replay_from_the_dumped_input(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO((GOLDEN / "cse_dce.ir").read_text()))
+    dumps = tmp_path / "d"
+    assert main(["opt", "-", "-p", "cse", "--dump-dir", str(dumps), "-o", str(tmp_path / "o.ir")]) == 0
+    assert (dumps / "01_after_cse.ir").read_text().splitlines()[1] == \
+        f"// reproduce: ratc opt {dumps / '00_input.ir'} -p 'cse'"
+
+
+def test_a_directory_is_not_an_input(tmp_path, capsys):
+    assert main(["opt", str(tmp_path), "-p", "cse"]) == 1
+    assert f"{tmp_path}: is a directory, not a file" in capsys.readouterr().err
 
 
 def test_print_ir_flags(capsys):

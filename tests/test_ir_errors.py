@@ -47,6 +47,8 @@ CASES = [
      "option 'symbols' must be true or false"),
     ("unknown-option", GOOD_HEAD + "}\n", "verify{colour=red}", "<pipeline>:1:8", "has no option 'colour'"),
     ("unclosed-options", GOOD_HEAD + "}\n", "verify{symbols=true", "<pipeline>:1:20", "missing '}'"),
+    ("pipeline-over-two-lines", GOOD_HEAD + "}\n", "cse,\n  frobnicate", "<pipeline>:2:3", "unknown pass 'frobnicate'"),
+    ("unknown-op-with-a-result", GOOD_HEAD + "  %a = test.nope\n}\n", "", "2:8", "unknown op 'test.nope'"),
     # literals the lexer takes but that do not convert, in the module header and in an op
     ("signed-byte-size", "module @m {x = -1KiB} {\n}\n", "", "1:16", "bad byte size -1: a byte size has no sign"),
     ("signed-byte-size-in-op", GOOD_HEAD + "  test.attrs {b = +5B}\n}\n", "", "2:19", "a byte size has no sign"),

@@ -247,6 +247,12 @@ def test_budget_overflow_names_stage_moment_and_live_values():
     assert "at op #" in msg and re.search(r"during \d", msg) and "live there: %" in msg
     with pytest.raises(PassFailure, match="bad budget 'lots'"):
         compile_tiny(P=2, A=4, budget="lots")
+    with pytest.raises(PassFailure, match="budget must be positive, got '-1GB'"):
+        compile_tiny(P=2, A=4, budget="-1GB")
+    # a later memory-plan without a budget leaves none behind
+    module = compile_tiny(P=2, A=4, pipeline="lower-to-life,schedule-1f1b,memory-plan{budget=20GB},"
+                                             "memory-plan{budget=none}")
+    assert "budget" not in find_pipeline(module).attributes
 
 
 def test_passes_need_a_lowered_module_and_refuse_to_lower_twice():

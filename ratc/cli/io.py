@@ -15,6 +15,8 @@ def read_input(path: str) -> tuple[str, str]:
     if path == "-":
         return "<stdin>", sys.stdin.read()
     p = Path(path)
+    if p.is_dir():
+        raise RatcError(f"{path}: is a directory, not a file")
     if not p.is_file():
         raise RatcError(f"{path}: no such file")
     try:

@@ -27,7 +27,9 @@ def run(args: argparse.Namespace) -> int:
     name, text = read_input(args.file)
     passes = parse_pipeline(args.pipeline) if args.pipeline.strip() else []
     module = parse_module(text, name)
-    manager = PassManager(passes, verify_each=not args.no_verify, instrumentation=instrumentation(args, name))
+    # (stdin cannot be read again: dumps then replay from their own copy of the input)
+    source = None if args.file == "-" else name
+    manager = PassManager(passes, verify_each=not args.no_verify, instrumentation=instrumentation(args, source))
     module = manager.run(module)
     write_output(args.output, print_module(module))
     return 0

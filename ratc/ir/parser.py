@@ -152,9 +152,13 @@ class _Recipes(Transformer):
             else:
                 region = c[1]
         if len(types) != len(results):
+            from ratc.ir.registry import lookup
+
             tok = next(c for c in children if isinstance(c, Token) and c.type == "OPNAME")
-            raise _RecipeError(f"'{name}' defines {len(results)} result(s) but lists {len(types)} type(s)",
-                               tok.line, tok.column)
+            # an op no dialect defines is the error to report (its types cannot be right either)
+            why = (f"unknown op '{name}'" if lookup(name) is None else
+                   f"'{name}' defines {len(results)} result(s) but lists {len(types)} type(s)")
+            raise _RecipeError(why, tok.line, tok.column)
         return (tuple(results), name, sym, tuple(operands), attrs, tuple(types), region)
 
     def module(self, children):

@@ -163,6 +163,7 @@ class MemoryPlan(Pass):
                                     tiers={k: ByteSize(v) for k, v in sp.tiers.items()})
         pipe.attributes["peak"] = [sp.peak for sp in plans]
         if self.budget == "none":
+            pipe.attributes.pop("budget", None)     # (an earlier run's budget no longer applies)
             return
         if self.budget == "plan":
             budget = int(lowering.find_plan(module).attributes["budget"])
@@ -171,6 +172,8 @@ class MemoryPlan(Pass):
                 budget = int(parse_bytes(self.budget))
             except (RatcError, ValueError) as exc:
                 raise PassError(f"memory-plan: bad budget '{self.budget}': {exc}") from None
+            if budget <= 0:
+                raise PassError(f"memory-plan: budget must be positive, got '{self.budget}'")
         pipe.attributes["budget"] = ByteSize(budget)
         worst = max(plans, key=lambda sp: sp.peak)
         if worst.peak <= budget:

@@ -85,6 +85,9 @@ class PassManager:
                 raise OutputError(f"--dump-dir {inst.dump_dir}: it is a file, not a directory")
             try:
                 inst.dump_dir.mkdir(parents=True, exist_ok=True)
+                # An earlier run's dumps would mix with this run's (same numbers, other passes).
+                for old in inst.dump_dir.glob("[0-9][0-9]_after_*.ir"):
+                    old.unlink()
             except OSError as exc:
                 raise OutputError.refused(inst.dump_dir, exc) from None
             _write(inst.dump_dir / "00_input.ir", print_module(module))

@@ -24,7 +24,9 @@ def parse_pipeline(text: str, source: str = "<pipeline>") -> list[Pass]:
     out: list[Pass] = []
 
     def fail(msg: str, at: int):
-        raise PipelineError(msg, SourceLocation(source, 1, at + 1, text))
+        line = text.count("\n", 0, at) + 1       # (a pipeline may be written over several lines)
+        col = at - (text.rfind("\n", 0, at) + 1) + 1
+        raise PipelineError(msg, SourceLocation(source, line, col, text))
 
     def skip_ws(i: int) -> int:
         while i < len(text) and text[i].isspace():
