@@ -57,6 +57,29 @@ def test_verifier_rejects_wrong_gemm_flops():
         verify(parse_module(text))
 
 
+@pytest.mark.parametrize("old, new, message", [
+    ('name = "self_attn.q_proj", saved = 16KiB} : tensor<1x64x128xf16>',
+     'name = "self_attn.q_proj", saved = 16KiB} : tensor<3x3xf16>',
+     "result tensor<3x3xf16> must hold m = 64 rows of n = 128"),
+    ('name = "self_attn.q_proj", saved = 16KiB} : tensor<1x64x128xf16>',
+     'name = "self_attn.q_proj", saved = 16KiB} : tensor<f16>', "result tensor<f16> must hold m = 64 rows"),
+    ("graph.arg {index = 0}", "graph.arg {index = -1}", "index must not be negative, got -1"),
+])
+def test_verifier_rejects_shapes_and_indexes_the_costs_contradict(old, new, message):
+    text = _tiny_text()
+    assert old in text
+    with pytest.raises(VerifyError, match=message):
+        verify(parse_module(text.replace(old, new, 1)))
+
+
+def test_a_graph_module_must_name_its_sequence_length():
+    text = _tiny_text().replace("seq_len = 64, ", "", 1)
+    module = parse_module(text)
+    verify(module)        # the module's attributes are the model's, free-form to the verifier
+    with pytest.raises(VerifyError, match="a graph module needs its model's 'seq_len' \\(int\\)"):
+        profile_from_module(module)
+
+
 def test_verifier_rejects_bad_gqa_and_repeat():
     text = _tiny_text().replace("kv_heads = 2", "kv_heads = 3", 1)
     with pytest.raises(VerifyError, match="multiple of kv_heads"):

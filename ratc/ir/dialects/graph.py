@@ -13,6 +13,7 @@ and profile_from_module convert both ways without loss (except the tracer's meta
 
 from __future__ import annotations
 
+import math
 import re
 
 from ratc.frontend.profile import LayerProfile, ModelProfile, OpProfile
@@ -38,6 +39,10 @@ def _nonnegative(op: Operation) -> None:
 def _verify_matmul(op: Operation) -> None:
     _nonnegative(op)
     m, n, k = (op.attributes[x] for x in "mnk")
+    shape = op.results[0].type.shape if isinstance(op.results[0].type, TensorType) else ()
+    if not shape or shape[-1] != n or math.prod(shape[:-1]) != m:
+        raise VerifyError(f"'{op.name}' result {op.results[0].type} must hold m = {m} rows of n = {n} "
+                          "(its last dimension n, the others multiplying to m)", op)
     if op.attributes["fwd_flops"] not in (2 * m * n * k, 2 * m * n * k + m * n):
         raise VerifyError(f"'{op.name}' fwd_flops must be 2*m*n*k = {2 * m * n * k} "
                           f"(+ m*n with a bias), got {op.attributes['fwd_flops']}", op)
@@ -76,8 +81,13 @@ GRAPH.op("layer", "a layer template (embedding, decoder layer or head) repeated 
 # layer's dataflow alive for generic passes such as dce, as a region's terminator does in MLIR.
 GRAPH.op("output", "the layer's results: the values it hands on to the next layer (its terminator)",
          operands=["outputs:tensor*"], verify=_verify_output)
+def _verify_arg(op: Operation) -> None:
+    if op.attributes["index"] < 0:
+        raise VerifyError(f"'{op.name}' index must not be negative, got {op.attributes['index']}", op)
+
+
 GRAPH.op("arg", "a tensor the layer reads from outside (its checkpoint, a model input, a shared table)",
-         results=["out:tensor"], attrs={"index": "int"}, pure=True)
+         results=["out:tensor"], attrs={"index": "int"}, pure=True, verify=_verify_arg)
 GRAPH.op("param", "a parameter held by the layer", results=["out:tensor"], attrs={"name": "str"}, pure=True)
 GRAPH.op("matmul", "a GEMM: x W^T or a product of activations", operands=["inputs:tensor*"],
          results=["out:tensor"], attrs={**COST_ATTRS, "m": "int", "n": "int", "k": "int"},
@@ -178,6 +188,10 @@ def profile_from_module(module: Module) -> ModelProfile:
     if len(by_role["pre"]) != 1 or len(by_role["post"]) != 1 or not by_role["decoder"]:
         raise VerifyError("a graph module needs one 'pre' layer, one 'post' layer and at least one 'decoder' layer")
     a = module.attributes
+    for key, kind in (("seq_len", int), ("vocab", int), ("hidden", int), ("dtype", str)):
+        if type(a.get(key)) is not kind:
+            raise VerifyError(f"a graph module needs its model's '{key}' ({kind.__name__}) among its "
+                              f"attributes, got {a.get(key)!r}", None)
     return ModelProfile(name=module.name or "model", seq_len=a["seq_len"], vocab=a["vocab"], hidden=a["hidden"],
                         dtype=a["dtype"], pre=_layer_profile(by_role["pre"][0]),
                         layers=tuple(_layer_profile(op) for op in by_role["decoder"]),
