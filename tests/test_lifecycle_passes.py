@@ -353,6 +353,8 @@ def _lower_text(text, pipeline="lower-to-life"):
      "sync_kind must be 'reduce-scatter' under ZeRO-2"),
     (lambda t: t.replace("P = 2,", "P = 1,", 1), "is on stage 1: units go on stages 0..0 in order"),
     (lambda t: t.replace("P = 2,", "P = 3,", 1), "P = 3, but its units are on stages 0..1 only"),
+    (lambda t: t.replace("stage = 0", "stage = 1", 1), "life.unit #0 is on stage 1: units go on stages 0..1 in "
+                                                          "order, every stage holding at least one (so here stage 0)"),
     (lambda t: t.replace('kfwd = [["gemm", 64, 32, 64, 4]', 'kfwd = [["gemm", 64, 32, 4]', 1),
      "'kfwd': each entry must be [kind, *shape, calls]"),
     (lambda t: t.replace('kfwd = [["gemm", 64, 32, 64, 4]', 'kfwd = [["x", 64, 32, 64, 4]', 1),
@@ -389,7 +391,7 @@ def test_bad_plans_are_clear_errors():
     unit1 = next(i for i, line in enumerate(lines) if "index = 1," in line)
     lines[unit1] = lines[unit1].replace("stage = 0", "stage = 1")
     from ratc.ir.verifier import VerifyError
-    with pytest.raises(VerifyError, match=r"'life.unit' #2 is on stage 0: units go on stages 0..1 in order"):
+    with pytest.raises(VerifyError, match=r"life.unit #2 is on stage 0: units go on stages 0..1 in order"):
         _lower_text("\n".join(lines))
     with pytest.raises(VerifyError, match="unit #1 has index 7"):
         _lower_text(text.replace("index = 1,", "index = 7,", 1))

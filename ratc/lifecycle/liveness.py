@@ -65,10 +65,8 @@ PLAN_STAGE_ATTRS = ("peak", "peak_at", "buffers", "tiers")
 PLAN_PIPELINE_ATTRS = ("peak", "peak_at", "budget")
 
 
-def clear_plan(pipe) -> bool:
-    """Drop a memory plan's annotations from the pipeline (re-run memory-plan for new ones);
-    whether there was one."""
-    had = "peak" in pipe.attributes
+def clear_plan(pipe) -> None:
+    """Drop a memory plan's annotations from the pipeline (re-run memory-plan for new ones)."""
     for key in PLAN_PIPELINE_ATTRS:
         pipe.attributes.pop(key, None)
     for stage in pipe.region.ops:
@@ -77,7 +75,6 @@ def clear_plan(pipe) -> bool:
         for op in stage.region.ops:
             for key in PLAN_OP_ATTRS:
                 op.attributes.pop(key, None)
-    return had
 
 
 def plan_stage(stage) -> StagePlan:

@@ -46,6 +46,9 @@ def _moving(module: Module, move) -> None:
     """Run `move(pipeline)`; if it moved or re-placed any task, an earlier memory plan no
     longer holds and its annotations go (memory-plan, run again, writes new ones)."""
     pipe = _pipeline(module)
+    if "peak" not in pipe.attributes:       # no memory plan yet (the usual order): nothing to keep true
+        move(pipe)
+        return
     before = _snapshot(pipe)
     move(pipe)
     if _snapshot(pipe) != before:

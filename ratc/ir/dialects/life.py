@@ -116,25 +116,27 @@ def _check_plan(op):
     units = [u for u in op.region.ops if u.name == "life.unit"] if op.region is not None else []
     sync = "all-reduce" if a["Z"] == 0 else "reduce-scatter"
     last = len(units) - 1
-    stage = 0
+    stage = None            # the previous unit's
     for pos, u in enumerate(units):
         ua = u.attributes
         if ua.get("index") != pos:
             raise VerifyError(f"life.unit #{pos} has index {ua.get('index')}; units are numbered 0..{last} "
                               "in order", u)
-        if type(ua.get("decoder")) is bool and ua["decoder"] != (0 < ua.get("index", -1) < last):
-            raise VerifyError(f"'life.unit' #{ua['index']}: decoder must be {str(not ua['decoder']).lower()} "
+        if type(ua.get("decoder")) is bool and ua["decoder"] != (0 < pos < last):
+            raise VerifyError(f"life.unit #{pos}: decoder must be {str(not ua['decoder']).lower()} "
                               f"(unit 0 is the embedding, unit {last} the head, the others decoder layers)", u)
         if ua.get("sync_kind") not in (None, sync):
-            raise VerifyError(f"'life.unit' #{ua.get('index')}: sync_kind must be '{sync}' under ZeRO-{a['Z']}, "
+            raise VerifyError(f"life.unit #{pos}: sync_kind must be '{sync}' under ZeRO-{a['Z']}, "
                               f"got '{ua['sync_kind']}'", u)
         s = ua.get("stage")
-        if type(s) is int and not (stage <= s <= stage + 1 and s < a["P"]):
-            raise VerifyError(f"'life.unit' #{ua.get('index')} is on stage {s}: units go on stages 0..{a['P'] - 1} "
-                              f"in order, every stage holding at least one (the previous unit is on stage {stage})", u)
-        if type(s) is int:
-            stage = s
-    if units and type(units[-1].attributes.get("stage")) is int and stage != a["P"] - 1:
+        if type(s) is not int:
+            continue        # (the attribute check reports it)
+        allowed = (0,) if stage is None else (stage, stage + 1)
+        if s not in allowed or s >= a["P"]:
+            raise VerifyError(f"life.unit #{pos} is on stage {s}: units go on stages 0..{a['P'] - 1} in order, "
+                              f"every stage holding at least one (so here stage {' or '.join(map(str, allowed))})", u)
+        stage = s
+    if stage is not None and stage != a["P"] - 1:
         raise VerifyError(f"'{op.name}': P = {a['P']}, but its units are on stages 0..{stage} only", op)
 
 
