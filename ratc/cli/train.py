@@ -150,6 +150,14 @@ def handler(args: argparse.Namespace) -> int:
         worst = math.nan if any(math.isnan(d) for d in devs) else max(devs)     # max() would skip a NaN
         print(f"max per-step relative loss deviation {worst:.2e}; "
               f"final parameter deviation {session.parameter_deviation():.2e} (relative L2, worst unit)")
+    first = rows[0][3]
+    if first is not None and first > 1e-3:
+        # the schedule cannot make step 0 differ this much (its weights are PyTorch's): the loss
+        # is not the mean of equal micro-batch means
+        print(f"ratc train: warning: the step-0 losses already differ by {first:.1e}; ratc averages the "
+              "micro-batches' losses, which is PyTorch's loss of the whole batch only when forward returns a "
+              "mean over a fixed number of tokens per sequence (not reduction='sum', no ignore_index hits)",
+              file=sys.stderr)
     bad = [i for i, ours, _, _ in rows if not math.isfinite(ours)]
     if bad:
         print(f"ratc train: warning: the loss is not finite from step {bad[0]} on (learning rate "

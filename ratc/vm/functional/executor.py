@@ -29,12 +29,13 @@ class ExecutionError(RatcError):
 
 
 class _Saved:
-    """A unit's forward kept for its Backward: detached input leaves, parameter leaves, outputs."""
+    """A unit's forward kept for its Backward: detached input leaves, parameter leaves, outputs,
+    and the inputs it changed in place (name -> the changed copy: they are outputs too)."""
 
-    __slots__ = ("leaves", "params", "outs")
+    __slots__ = ("leaves", "params", "outs", "mutated")
 
-    def __init__(self, leaves, params, outs):
-        self.leaves, self.params, self.outs = leaves, params, outs
+    def __init__(self, leaves, params, outs, mutated):
+        self.leaves, self.params, self.outs, self.mutated = leaves, params, outs, mutated
 
 
 def describe(op: Operation) -> str:
@@ -44,6 +45,26 @@ def describe(op: Operation) -> str:
     attrs = ", ".join(f"{k} = {a[k]!r}" if isinstance(a[k], str) else f"{k} = {a[k]}" for k in keys)
     res = ", ".join(f"%{v.name}" for v in op.results)
     return f"{res + ' = ' if res else ''}{op.name} {{{attrs}}}"
+
+
+def _copies(args: list) -> list:
+    """Each tensor argument as a fresh tensor (autograd flows back through the copy)."""
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def _run(unit, params: list, copies: list) -> tuple:
+    """(outputs, {input name: its copy} for the inputs the unit changed in place)."""
+    versions = [a._version if isinstance(a, torch.Tensor) else None for a in copies]
+    outs = unit.run(params, copies)
+    mutated = {name: a for name, a, v in zip(unit.inputs, copies, versions)
+               if v is not None and a._version != v}
+    return outs, mutated
+
+
+def _detached(value):
+    """A value handed to the next unit: a tensor cut from this unit's graph; a Python
+    number (a shape read, a scale) as it is."""
+    return value.detach() if isinstance(value, torch.Tensor) else value
 
 
 def _kind(value) -> str:
@@ -100,6 +121,9 @@ class FunctionalExecutor:
             raise RatcError(f"the program trains D={D} x M={M} micro-batches of b={self.b} sequences, "
                             f"the global batch has {rows}")
         self.data = {name: t.chunk(D * M) for name, t in batch.items()}
+        # per unit, the parameters some Backward of this step gave a gradient (PyTorch's
+        # AdamW skips the others: their .grad is None)
+        self.touched: list[set] = [set() for _ in self.units.units]
         self.vals: list[dict] = [{} for _ in range(self.P)]
         self.mailbox: dict = {}
         self.losses: dict = {}
@@ -177,6 +201,8 @@ class FunctionalExecutor:
                 args.append(env[name])
             elif name in self.data:
                 args.append(self.data[name][r * self.M + m])
+            elif name in self.units.defaults:       # a defaulted forward argument the batch does not give
+                args.append(self.units.defaults[name])
             else:
                 raise RatcError(f"unit {unit.index} reads '{name}', which is not in its input activation")
         return args
@@ -184,13 +210,17 @@ class FunctionalExecutor:
     def _forward(self, unit, flat: torch.Tensor, args: list) -> _Saved:
         leaves = [a.detach().requires_grad_(True) if g and a.dtype.is_floating_point else a
                   for a, g in zip(args, unit.input_grad)]
+        # The unit runs on copies: an in-place op on an input (x.add_(y), valid PyTorch on a
+        # layer's output) must change neither the leaf autograd differentiates against nor the
+        # checkpoint a Recover starts from.
         # One leaf per parameter tensor: slicing a single flat leaf would make every slice's
         # backward materialize a gradient of the whole vector. Frozen ones get no gradient
         # (flat_grad fills zeros), as in PyTorch.
         params = [v.requires_grad_(t) for v, t in zip(unit.views(flat.detach()), unit.trainable)]
+        copies = _copies(leaves)
         with torch.enable_grad():
-            outs = unit.run(params, leaves)
-        return _Saved(leaves, params, outs)
+            outs, mutated = _run(unit, params, copies)
+        return _Saved(leaves, params, outs, mutated)
 
     # ---- handlers: the main path -------------------------------------------------------------
 
@@ -214,12 +244,16 @@ class FunctionalExecutor:
                 saves.append(saved)
             else:
                 with torch.no_grad():       # the Recover task rebuilds this graph later
-                    outs = unit.run(unit.views(flat), args)
+                    outs, mutated = _run(unit, unit.views(flat), _copies(args))
+            if "saved" in kinds:
+                mutated = saved.mutated
             produced = dict(zip(unit.outputs, outs))
+            # (an input the unit changed in place reaches later units changed, as in PyTorch)
+            produced.update({n: t for n, t in mutated.items() if n not in produced})
             if i == self.head:
                 self.losses[(r, m)] = float(produced[self.units.loss].detach())
             else:
-                acts.append({n: (produced[n] if n in produced else env[n]).detach() for n in self.live[i + 1]})
+                acts.append({n: _detached(produced[n] if n in produced else env[n]) for n in self.live[i + 1]})
         return [acts if k == "act" else saves for k in kinds]
 
     def _recover(self, p: int, op: Operation, ins: list) -> list:
@@ -240,7 +274,7 @@ class FunctionalExecutor:
             saved = saved_all[r]
             dy = by["act"][0][r] if "act" in by else {}
             outs, seeds = [], []
-            for name, o in zip(unit.outputs, saved.outs):
+            for name, o in [*zip(unit.outputs, saved.outs), *saved.mutated.items()]:
                 if not (isinstance(o, torch.Tensor) and o.requires_grad):
                     continue
                 g = torch.full_like(o, 1.0 / self.M) if i == self.head and name == self.units.loss else dy.get(name)
@@ -252,8 +286,11 @@ class FunctionalExecutor:
             wrt = inputs + trained
             got = list(torch.autograd.grad(outs, wrt, seeds, allow_unused=True)) if outs else [None] * len(wrt)
             by_param = iter(got[len(inputs):])
-            g_param = unit.flat_grad([next(by_param) if w.requires_grad else None for w in saved.params])
-            dx = {n: dy[n] for n in self.live[i] if n in dy}      # values passing through unit i
+            per_param = [next(by_param) if w.requires_grad else None for w in saved.params]
+            self.touched[i].update(k for k, g in enumerate(per_param) if g is not None)
+            g_param = unit.flat_grad(per_param)
+            # values passing through unit i (one it changed in place got its gradient as an output)
+            dx = {n: dy[n] for n in self.live[i] if n in dy and n not in saved.mutated}
             it = iter(got[:len(inputs)])
             for name, a in zip(unit.inputs, saved.leaves):
                 if isinstance(a, torch.Tensor) and a.requires_grad:
@@ -306,10 +343,13 @@ class FunctionalExecutor:
     def _update(self, p: int, op: Operation, ins: list) -> list:
         """UpdateShard: AdamW on this replica's shard; ZeRO >= 1 views are stale until PrefetchW."""
         grads, _opt, params = ins
+        u = op.attributes["unit"]
+        unit = self.units.units[u]
+        skip = unit.mask_of([k not in self.touched[u] for k in range(len(unit.param_shapes))])
         for s, g in zip(params, grads):
             if g.numel() != s.c:
                 raise RatcError(f"gradient of {g.numel()} elements for a shard of {s.c}")
-            s.step(g.clone())
+            s.step(g.clone(), skip)
             s.view = s.master.detach()[:s.N] if s.Z == 0 else None
         return [params]
 

@@ -42,27 +42,41 @@ class UnitState:
         padded = torch.zeros(self.c * D if Z >= 1 else self.N)
         padded[:self.N] = flat
         self.master = torch.nn.Parameter(padded[self.lo:self.lo + self.c].clone())
-        # This shard's frozen elements (requires_grad=False in the model), or None.
-        self.frozen = None
-        if frozen is not None:
-            mask = torch.zeros(padded.numel(), dtype=torch.bool)
-            mask[:self.N] = frozen
-            shard = mask[self.lo:self.lo + self.c]
-            self.frozen = shard if bool(shard.any()) else None
+        self.frozen = self.shard_of(frozen)    # this shard's requires_grad=False elements, or None
         self.optimizer = opt.make([self.master])
         # The previous step boundary's view; ZeRO-3 keeps none (it gathers before every use).
         self.view: torch.Tensor | None = flat.clone() if Z < 3 else None
 
-    def step(self, grad: torch.Tensor) -> None:
-        """One AdamW step on this replica's master shard; frozen elements keep their values."""
-        # torch's AdamW skips a frozen parameter entirely; in one flat shard the frozen
-        # elements would still get weight decay, so they are put back after the step.
-        kept = self.master.data[self.frozen].clone() if self.frozen is not None else None
+    def shard_of(self, mask: torch.Tensor | None) -> torch.Tensor | None:
+        """This replica's part of a mask over the unit's flat vector (None if it selects none here)."""
+        if mask is None:
+            return None
+        padded = torch.zeros(self.c * self.D if self.Z >= 1 else self.N, dtype=torch.bool)
+        padded[:self.N] = mask
+        shard = padded[self.lo:self.lo + self.c]
+        return shard if bool(shard.any()) else None
+
+    def step(self, grad: torch.Tensor, skip: torch.Tensor | None = None) -> None:
+        """One AdamW step on this replica's master shard. Frozen elements, and those of `skip`
+        (a flat mask: parameters that got no gradient this step), keep their values and moments."""
+        # torch's AdamW skips a parameter whose .grad is None (frozen, or outside this step's
+        # graph) entirely; in one flat shard its elements would still be weight-decayed and
+        # their moments decayed, so they are put back after the step.
+        keep = self.frozen
+        skip = self.shard_of(skip)
+        if skip is not None:
+            keep = skip if keep is None else keep | skip
+        kept = None
+        if keep is not None:
+            state = self.optimizer.state.get(self.master, {})
+            kept = [(t, t[keep].clone()) for t in (self.master.data, state.get("exp_avg"), state.get("exp_avg_sq"))
+                    if t is not None]
         self.master.grad = grad
         self.optimizer.step()
         self.master.grad = None
-        if kept is not None:
-            self.master.data[self.frozen] = kept
+        # (moments the first step creates are zero there already: those elements' gradient is)
+        for t, values in kept or ():
+            t[keep] = values
 
 
 def all_reduce_mean(tensors: list[torch.Tensor]) -> torch.Tensor:

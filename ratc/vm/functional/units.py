@@ -20,6 +20,7 @@ from ratc.errors import RatcError
 from ratc.frontend.layers import find_layer_container
 
 _METADATA_METHODS = frozenset({"size", "dim", "numel", "stride"})
+DATA_INPUTS = ("input_ids", "labels")      # what the batch gives forward (ratc.vm.functional.data)
 
 
 @dataclass
@@ -44,9 +45,13 @@ class Unit:
 
     def frozen_mask(self) -> torch.Tensor | None:
         """Per element of the flat vector, whether it is frozen; None when every parameter trains."""
-        if all(self.trainable):
+        return self.mask_of([not t for t in self.trainable])
+
+    def mask_of(self, chosen: list[bool]) -> torch.Tensor | None:
+        """Per element of the flat vector, whether its parameter is among `chosen`; None if none is."""
+        if not any(chosen):
             return None
-        return torch.cat([torch.full((s.numel(),), not t) for s, t in zip(self.param_shapes, self.trainable)])
+        return torch.cat([torch.full((s.numel(),), c) for s, c in zip(self.param_shapes, chosen)])
 
     def flat_grad(self, grads) -> torch.Tensor:
         """Per-parameter gradients (None = zero) concatenated in the flat layout."""
@@ -67,6 +72,7 @@ class UnitSet:
 
     units: list[Unit]
     loss: str
+    defaults: dict = field(default_factory=dict)    # placeholders of defaulted forward arguments -> default
 
     def producer(self) -> dict[str, int]:
         """Value name -> index of the unit that computes it."""
@@ -137,14 +143,45 @@ def _requires_grad(graph: torch.fx.Graph, model: nn.Module) -> dict:
             grad[n] = False   # shape/dtype reads carry no gradient
         else:
             grad[n] = any(grad[a] for a in n.all_input_nodes)
+        # An in-place op (x.add_(y), relu(x, inplace=True)) writes its result into its first
+        # argument: from here on that value carries the result's gradient, for every reader.
+        inplace = (n.op == "call_method" and n.target.endswith("_") and not n.target.endswith("__")) or \
+            n.kwargs.get("inplace") is True
+        if inplace and grad[n] and n.args and isinstance(n.args[0], torch.fx.Node):
+            grad[n.args[0]] = True
     return grad
+
+
+def _check_supported(model: nn.Module) -> None:
+    """Refuse what per-unit execution cannot reproduce exactly, naming the module."""
+    from torch.nn.utils import parametrize
+
+    for name, mod in model.named_modules():
+        where = f"'{name}'" if name else "the model"
+        if isinstance(mod, nn.Embedding) and mod.max_norm is not None:
+            raise RatcError(f"{where}: nn.Embedding(max_norm=...) renormalizes its weight in place during "
+                            "forward; ratc train updates parameters only in UpdateShard (drop max_norm)")
+        if isinstance(mod, (nn.Embedding, nn.EmbeddingBag)) and mod.sparse:
+            raise RatcError(f"{where}: sparse gradients (sparse=True) are not supported; AdamW takes dense ones")
+        if isinstance(mod, nn.modules.dropout._DropoutNd) and mod.p > 0:
+            raise RatcError(f"{where}: dropout p={mod.p}: checkpoint and FSR recompute a layer, and ratc train "
+                            "does not replay the random state, so a recomputed mask would differ (use p=0)")
+        if parametrize.is_parametrized(mod):
+            raise RatcError(f"{where}: parametrized parameters (weight_norm, spectral_norm, ...) are not "
+                            "supported; ratc trains plain nn.Parameters")
 
 
 def split_model(model: nn.Module) -> UnitSet:
     """Trace `model(input_ids, labels) -> loss` and cut it into units."""
+    _check_supported(model)
     _container, layer_paths = find_layer_container(model)
+    # Forward arguments with a default that the batch does not give (attention_mask=None)
+    # keep it, as the reference's model(input_ids=..., labels=...) call does.
+    import inspect
+    concrete = {name: p.default for name, p in inspect.signature(model.forward).parameters.items()
+                if p.default is not inspect.Parameter.empty and name not in DATA_INPUTS}
     try:
-        traced = torch.fx.symbolic_trace(model)
+        traced = torch.fx.symbolic_trace(model, concrete_args=concrete or None)
     except Exception as exc:  # noqa: BLE001 - any tracing failure is the model's
         raise RatcError(f"torch.fx could not trace the model for the functional executor: {exc}") from None
     graph = traced.graph
@@ -163,8 +200,11 @@ def split_model(model: nn.Module) -> UnitSet:
             for u in users:
                 first, v = owner.setdefault(id(param), (name, u))
                 if v != u:
+                    reads = [x for x in n.users if unit_of[x] == u] if n.op == "get_attr" else []
+                    hint = (f" (unit {u} only reads its shape: use the size from the model's config instead)"
+                            if reads and all(not grad.get(x, True) for x in reads) else "")
                     raise RatcError(f"parameter '{first}' is used by units {v} and {u} (as '{name}'); "
-                                    "tied weights across units are not supported")
+                                    f"tied weights across units are not supported{hint}")
 
     order = {n: i for i, n in enumerate(graph.nodes)}
     units = []
@@ -205,7 +245,9 @@ def split_model(model: nn.Module) -> UnitSet:
                           input_grad=[grad[a] for a in ext],
                           param_names=names, param_shapes=shapes, numel=total, offsets=offsets,
                           trainable=trainable))
-    return UnitSet(units=units, loss=loss_node.name)
+    # (fx keeps a placeholder, holding the default, for each concrete argument; a unit reading it gets that)
+    defaults = {n.name: n.args[0] for n in graph.nodes if n.op == "placeholder" and n.args}
+    return UnitSet(units=units, loss=loss_node.name, defaults=defaults)
 
 
 def flat_params(unit: Unit, model: nn.Module) -> torch.Tensor:
