@@ -148,3 +148,22 @@ def test_a_loss_that_trains_nothing_is_an_error(tmp_path, capsys):
     assert main(["train", str(path), "--preset", "tiny", "--steps", "1"]) == 1
     err = capsys.readouterr().err
     assert "does not depend on any trainable parameter" in err and "Traceback" not in err
+
+
+def test_a_loss_that_is_not_a_token_mean_is_flagged(capsys):
+    """ratc averages micro-batch losses; a summed loss differs from step 0 on, and it says why."""
+    assert main(["train", "tests/train_variants.py", "--preset", "sum_loss", "--steps", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the step-0 losses already differ by" in err and "reduction='sum'" in err
+    assert main(["train", "tests/train_variants.py", "--preset", "plain", "--steps", "1"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_one_thread_by_default(monkeypatch):
+    """The reference's sums depend on torch's thread count; the default pins it."""
+    import torch
+    seen = []
+    monkeypatch.setattr(torch, "set_num_threads", seen.append)
+    assert main(["train", MODEL, "--steps", "1", "--no-reference", "--micro-batches", "1",
+                 "--micro-batch-size", "1"]) == 0
+    assert seen == [1]

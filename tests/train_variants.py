@@ -10,7 +10,7 @@ from torch import nn
 BASE = dict(layers=3, hidden=32, ffn=64, vocab=64, seq_len=16)
 PRESETS = {name: dict(BASE, variant=name) for name in (
     "plain", "inplace_input", "unused_branch", "shape_scale", "mask_arg",
-    "max_norm", "sparse", "dropout", "weight_norm", "shape_tie")}
+    "max_norm", "sparse", "dropout", "weight_norm", "shape_tie", "sum_loss")}
 DEFAULT_PRESET = "plain"
 
 
@@ -61,7 +61,8 @@ class Model(nn.Module):
             x = layer(x, scale)
         logits = self.lm_head(x)
         vocab = self.embed_tokens.weight.shape[0] if self.variant == "shape_tie" else logits.shape[-1]
-        return F.cross_entropy(logits[:, :-1].reshape(-1, vocab), labels[:, 1:].reshape(-1))
+        return F.cross_entropy(logits[:, :-1].reshape(-1, vocab), labels[:, 1:].reshape(-1),
+                               reduction="sum" if self.variant == "sum_loss" else "mean")
 
 
 def build_model(**config) -> nn.Module:
