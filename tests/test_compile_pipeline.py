@@ -3,6 +3,7 @@
 import io
 import json
 import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -38,13 +39,11 @@ def test_program_directory_holds_the_whole_program(program):
     # Each stage's order is printed in action notation.
     assert prog.text("schedule.txt").startswith("stage 0: 0F0")
     # The manifest records the whole command as typed.
-    assert prog.meta["command"] == "ratc " + " ".join(TINY + ["-o", str(program), "--no-run"])
+    assert prog.meta["command"] == "ratc " + shlex.join(TINY + ["-o", str(program), "--no-run"])
 
 
 def test_compile_dumps_replay_with_their_reproduce_lines(tmp_path, capsys):
     """Each --dump-dir file says how to remake it from the dumped input; doing so gives its IR."""
-    import shlex
-
     dumps = tmp_path / "dumps"
     assert main(TINY + ["-o", str(tmp_path / "p"), "--no-run", "--dump-dir", str(dumps)]) == 0
     last = sorted(dumps.glob("*_after_*.ir"))[-1]
@@ -262,6 +261,12 @@ def test_compile_refuses_contradictory_or_empty_options(extra, message, capsys):
     (lambda t: re.sub(r"(life.stage @s0 \{.*?peak_at = )\d+", r"\g<1>9999", t), "peak_at 9999 is not an op of the stage"),
     (lambda t: re.sub(r"(life.kernel @attn_bwd\w* \{.*?shape = )\[[\d, ]+\]", r"\g<1>[64]", t),
      "kind attn_bwd takes a shape of 4 positive integers, got [64]"),
+    (lambda t: re.sub(r"(life.pipeline @step \{.*?units = )\d+", r"\g<1>5", t),
+     "'life.pipeline' units = 5, but its plan @plan has units = 6"),
+    (lambda t: re.sub(r"(life.kernel @attn_bwd\w* \{.*?shape = )\[[\d, ]+\]", r"\g<1>[4, 0, 64, 2]", t),
+     "kind attn_bwd takes a shape of 4 positive integers, got [4, 0, 64, 2]"),
+    (lambda t: re.sub(r"buf = \[\d+\]", "buf = [" + re.search(r"buffers = (\d+)", t).group(1) + "]", t, count=1),
+     "names buffer"),
     (lambda t: t.replace("life.pipeline @step {", "life.pipeline @step {fsr = true, ", 1),
      "'life.pipeline' fsr = true needs act = \"fsr\", got \"full\""),
 ])

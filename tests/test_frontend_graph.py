@@ -63,6 +63,10 @@ def test_verifier_rejects_wrong_gemm_flops():
      "result tensor<3x3xf16> must hold m = 64 rows of n = 128"),
     ('name = "self_attn.q_proj", saved = 16KiB} : tensor<1x64x128xf16>',
      'name = "self_attn.q_proj", saved = 16KiB} : tensor<f16>', "result tensor<f16> must hold m = 64 rows"),
+    ('name = "self_attn.q_proj", saved = 16KiB} : tensor<1x64x128xf16>',
+     'name = "self_attn.q_proj", saved = 16KiB} : tensor<1x64x3xf16>', "result tensor<1x64x3xf16> must hold"),
+    ('name = "self_attn.q_proj", saved = 16KiB} : tensor<1x64x128xf16>',
+     'name = "self_attn.q_proj", saved = 16KiB} : tensor<1x3x128xf16>', "result tensor<1x3x128xf16> must hold"),
     ("graph.arg {index = 0}", "graph.arg {index = -1}", "index must not be negative, got -1"),
 ])
 def test_verifier_rejects_shapes_and_indexes_the_costs_contradict(old, new, message):

@@ -121,3 +121,23 @@ def test_symbol_references_anywhere_in_attributes(body, bad):
     with pytest.raises(VerifyError, match=bad):
         verify(module)
     verify(module, check_symbols=False)
+
+
+def test_a_crlf_file_shows_its_line_without_the_carriage_return(tmp_path, capsys):
+    path = tmp_path / "crlf.ir"
+    path.write_bytes(b"module @m {\r\n  %b = test.add(%a, %a) : tensor<2xf32>\r\n}\r\n")
+    assert main(["opt", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}:2:17: error: use of undefined value '%a'\n  %b = test.add(%a, %a) : tensor<2xf32>\n" in err
+
+
+def test_model_module_names_do_not_depend_on_the_hash_seed(tmp_path):
+    """Class reprs in error messages show the module name; it must be the same in every process."""
+    import subprocess
+    import sys
+    model = tmp_path / "m.py"
+    model.write_text("X = 1\n")
+    code = f"from ratc.frontend.modelfile import import_model_file; print(import_model_file({str(model)!r}).__name__)"
+    names = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={**__import__("os").environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(names) == 1 and names.pop().startswith("_ratc_model_")

@@ -247,8 +247,9 @@ def test_budget_overflow_names_stage_moment_and_live_values():
     assert "at op #" in msg and re.search(r"during \d", msg) and "live there: %" in msg
     with pytest.raises(PassFailure, match="bad budget 'lots'"):
         compile_tiny(P=2, A=4, budget="lots")
-    with pytest.raises(PassFailure, match="budget must be positive, got '-1GB'"):
-        compile_tiny(P=2, A=4, budget="-1GB")
+    for bad in ("-1GB", "0B"):
+        with pytest.raises(PassFailure, match=f"budget must be positive, got '{bad}'"):
+            compile_tiny(P=2, A=4, budget=bad)
     # a later memory-plan without a budget leaves none behind
     module = compile_tiny(P=2, A=4, pipeline="lower-to-life,schedule-1f1b,memory-plan{budget=20GB},"
                                              "memory-plan{budget=none}")
@@ -275,6 +276,7 @@ def test_passes_need_a_lowered_module_and_refuse_to_lower_twice():
      "state-pipeline and update-prefetch"),
     ("lower-to-life,schedule-1f1b,state-pipeline,update-prefetch,fsr,codegen", "codegen", "update-prefetch and fsr"),
     ("lower-to-life,schedule-1f1b,state-pipeline,fsr,update-prefetch", "update-prefetch", "fsr"),
+    ("lower-to-life,schedule-1f1b,fsr,state-pipeline", "state-pipeline", "fsr"),
 ])
 def test_a_placement_pass_refuses_to_run_after_the_passes_that_build_on_it(pipeline, refused, ran):
     """Run out of order they produced invalid programs (an UpdateShard before its GradSync, a
@@ -312,6 +314,30 @@ def test_moving_tasks_after_memory_plan_drops_it_and_a_new_one_matches_a_fresh_c
     again = compile_tiny(P=2, A=4, Z=Z, act=act, pipeline=f"{PLACED},memory-plan,update-prefetch{{mode=bulk}},"
                                                            "fsr,memory-plan")
     assert strip(print_module(again)) == strip(print_module(fresh))
+
+
+@pytest.mark.parametrize("pipeline, Z", [
+    ("lower-to-life,memory-plan{budget=20GB},schedule-1f1b", 1),
+    ("lower-to-life,schedule-1f1b,memory-plan{budget=20GB},state-pipeline{mode=layerwise}", 0),
+    (f"{PLACED},memory-plan{{budget=20GB}},fsr", 1),
+])
+def test_every_pass_that_moves_tasks_drops_the_memory_plan(pipeline, Z):
+    from ratc.ir import print_module
+    module = compile_tiny(P=2, A=4, Z=Z, act="fsr", pipeline=pipeline)
+    assert not re.search(r"\b(peak|peak_at|buffers|tiers|buf|frees|tier) = ", print_module(module))
+    assert "budget" not in find_pipeline(module).attributes
+
+
+def test_a_unit_may_not_skip_a_stage():
+    from ratc.ir import verify
+    from ratc.ir.verifier import VerifyError
+    from test_lifecycle_support import tiny_plan
+    module = tiny_plan(P=3, A=3)
+    units = module.body.ops[0].region.ops
+    k = next(i for i, u in enumerate(units) if u.attributes["stage"] == 1)
+    units[k].attributes["stage"] = 2
+    with pytest.raises(VerifyError, match=f"life.unit #{k} is on stage 2: .* \\(so here stage 0 or 1\\)"):
+        verify(module)
 
 
 def test_a_pass_that_moves_nothing_keeps_the_memory_plan():
@@ -361,6 +387,12 @@ def _lower_text(text, pipeline="lower-to-life"):
      "'kfwd': each entry must be [kind, *shape, calls]"),
     (lambda t: t.replace('kbwd = [["attn_bwd", 4, 64, 64, 2, 1]', 'kbwd = [["attn_bwd", 4]', 1),
      "'kbwd': each entry must be [kind, *shape, calls]"),
+    (lambda t: t.replace('kfwd = [["gemm", 64, 32, 64, 4]', 'kfwd = [["gemm", 0, 32, 64, 4]', 1),
+     "'kfwd': each entry must be [kind, *shape, calls]"),
+    (lambda t: t.replace('kfwd = [["gemm", 64, 32, 64, 4]', 'kfwd = [["gemm", 64.0, 32, 64, 4]', 1),
+     "'kfwd': each entry must be [kind, *shape, calls]"),
+    (lambda t: re.sub(r"fwd_other = [0-9.e+-]+", "fwd_other = inf", t, count=1), "'fwd_other' must be finite"),
+    (lambda t: re.sub(r"fph = \[[0-9.e+-]+", "fph = [nan", t, count=1), "'fph' must list finite"),
 ])
 def test_plans_lowering_cannot_use_are_refused_where_they_are_wrong(edit, message):
     from ratc.ir import print_module
@@ -374,12 +406,20 @@ def test_plans_lowering_cannot_use_are_refused_where_they_are_wrong(edit, messag
 
 
 def test_a_kernel_too_large_to_time_is_refused_up_front():
+    """Just over the limit (2**51 MACs), so a missing check would be slow, not run out of memory."""
+    from ratc.codegen.attention import generate_attention_backward
+    from ratc.codegen.kernel import MAX_KERNEL_MACS
+    from ratc.errors import RatcError
     from ratc.ir import print_module
-    from test_lifecycle_support import tiny_plan
+    from test_lifecycle_support import mt3000, tiny_plan
+    assert MAX_KERNEL_MACS == 131072 ** 3
     text = print_module(tiny_plan(P=1, A=1)).replace('kfwd = [["gemm", 64, 32, 64, 4]',
-                                                     'kfwd = [["gemm", 1000000, 1000000, 1000000, 4]', 1)
-    with pytest.raises(PassFailure, match=r"gemm 1000000x1000000x1000000: 1e\+18 MACs, more than ratc generates"):
+                                                     'kfwd = [["gemm", 131072, 131072, 131073, 4]', 1)
+    with pytest.raises(PassFailure, match=r"gemm 131072x131072x131073: 2.25e\+15 MACs, more than ratc generates"):
         _lower_text(text, "lower-to-life,codegen")
+    # attention backward: 4 * heads * seq^2 * head_dim MACs
+    with pytest.raises(RatcError, match=r"attention backward, 1024 heads, sequence 1048576, head dim 1: 4.5e\+15 MACs"):
+        generate_attention_backward(mt3000(), 1024, 2 ** 20, 1)
 
 
 def test_bad_plans_are_clear_errors():

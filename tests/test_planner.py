@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -256,9 +257,12 @@ def run_cli(capsys, *args):
 
 
 def test_cli_text_and_explain(capsys):
-    code, out, _ = run_cli(capsys, "--clusters", "8", "--global-batch", "64", "--top", "2", "--explain")
+    code, out, err = run_cli(capsys, "--clusters", "8", "--global-batch", "64", "--top", "2", "--explain")
     assert code == 0
     assert out.count("T_1F1B") == 2 and "best per choice" in out
+    # the report holds no timing (the same request gives the same text); the search time is on stderr
+    _, again, _ = run_cli(capsys, "--clusters", "8", "--global-batch", "64", "--top", "2", "--explain")
+    assert again == out and re.search(r"ratc plan: \d+ candidates in [0-9.]+ s", err)
 
 
 def test_cli_json_is_deterministic(capsys):

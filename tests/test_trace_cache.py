@@ -63,12 +63,11 @@ def test_key_follows_preset_length_tracer_and_versions(cache):
     assert base["torch"] and base["sources"] and base["ratc"]
 
 
-def test_an_edited_model_file_helper_or_data_file_is_traced_again(cache, model_with_helper):
+def test_an_edited_model_file_helper_or_data_file_is_traced_again(cache, model_with_helper, monkeypatch):
     path = str(model_with_helper)
     key = trace_cache.model_file_key(path, "tiny", 64, "auto")     # (the model adds its folder to sys.path)
     trace_model_file(path, "tiny", 64)
-    saved_path = sys.path[:]
-    sys.path[:] = [p for p in sys.path if p != str(model_with_helper.parent)]
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(model_with_helper.parent)])
     (entry,) = entries(cache)
     deps = json.loads(entry.read_text())["deps"]
     helper, notes = model_with_helper.parent / f"{HELPER}.py", model_with_helper.parent / "notes.txt"
@@ -83,7 +82,6 @@ def test_an_edited_model_file_helper_or_data_file_is_traced_again(cache, model_w
         assert trace_cache.load(key, path) is not None
     model_with_helper.write_text(model_with_helper.read_text() + "\n# edited\n")
     assert trace_cache.model_file_key(path, "tiny", 64, "auto") != key
-    sys.path[:] = saved_path
 
 
 COPY = ("import os, sys\nsys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\n"
