@@ -74,3 +74,17 @@ def test_diagram_without_a_preset_takes_the_model_files_default(capsys, tmp_path
     assert main([*argv, str(tmp_path / "file.svg"), EXAMPLE]) == 0
     assert main([*argv, str(tmp_path / "tiny.svg"), "--preset", "tiny"]) == 0
     assert (tmp_path / "file.svg").read_bytes() == (tmp_path / "tiny.svg").read_bytes()
+
+
+def test_a_model_file_imports_the_modules_beside_it(capsys, tmp_path, monkeypatch):
+    """As when the file runs as a script: its folder is first on sys.path while it loads."""
+    import sys
+    from pathlib import Path
+    (tmp_path / "sibling_base.py").write_text(Path(EXAMPLE).read_text())
+    (tmp_path / "m.py").write_text("from sibling_base import PRESETS, DEFAULT_PRESET, DEFAULT_SEQ_LEN, "
+                                   "build_model, input_spec  # noqa\n")
+    monkeypatch.delitem(sys.modules, "sibling_base", raising=False)
+    before = sys.path[:]
+    assert json.loads(out_of(capsys, ["plan", str(tmp_path / "m.py"), "--preset", "tiny", *PLAN]))["model"] == "tiny"
+    assert sys.path == before           # (only while it loads)
+    sys.modules.pop("sibling_base", None)

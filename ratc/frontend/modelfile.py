@@ -72,13 +72,20 @@ def import_model_file(path: str):
 
 @contextlib.contextmanager
 def _own_argv(path: str):
-    """sys.argv as if the file ran alone: a training script's module-level argparse then sees
-    no arguments (its defaults), not ratc's command line."""
+    """sys.argv and sys.path[0] as if the file ran alone: a training script's module-level
+    argparse then sees no arguments (its defaults), not ratc's command line, and its
+    top-level imports find the modules beside it (`from blocks import Block`)."""
     saved, sys.argv = sys.argv, [path]
+    folder = str(Path(path).resolve().parent)
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
     try:
         yield
     finally:
         sys.argv = saved
+        if added and folder in sys.path:
+            sys.path.remove(folder)
 
 
 def _raised(exc: BaseException, path: str, what: str | None = None) -> str:
