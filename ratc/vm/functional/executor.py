@@ -210,16 +210,15 @@ class FunctionalExecutor:
     def _forward(self, unit, flat: torch.Tensor, args: list) -> _Saved:
         leaves = [a.detach().requires_grad_(True) if g and a.dtype.is_floating_point else a
                   for a, g in zip(args, unit.input_grad)]
-        # The unit runs on copies: an in-place op on an input (x.add_(y), valid PyTorch on a
-        # layer's output) must change neither the leaf autograd differentiates against nor the
-        # checkpoint a Recover starts from.
         # One leaf per parameter tensor: slicing a single flat leaf would make every slice's
         # backward materialize a gradient of the whole vector. Frozen ones get no gradient
         # (flat_grad fills zeros), as in PyTorch.
         params = [v.requires_grad_(t) for v, t in zip(unit.views(flat.detach()), unit.trainable)]
-        copies = _copies(leaves)
+        # The unit runs on copies: an in-place op on an input (x.add_(y), valid PyTorch on a
+        # layer's output) must change neither the leaf autograd differentiates against nor the
+        # checkpoint a Recover starts from.
         with torch.enable_grad():
-            outs, mutated = _run(unit, params, copies)
+            outs, mutated = _run(unit, params, _copies(leaves))
         return _Saved(leaves, params, outs, mutated)
 
     # ---- handlers: the main path -------------------------------------------------------------
@@ -240,13 +239,11 @@ class FunctionalExecutor:
             flat = self._weights(by, r)
             if "saved" in kinds:
                 saved = self._forward(unit, flat, args)
-                outs = saved.outs
+                outs, mutated = saved.outs, saved.mutated
                 saves.append(saved)
             else:
                 with torch.no_grad():       # the Recover task rebuilds this graph later
                     outs, mutated = _run(unit, unit.views(flat), _copies(args))
-            if "saved" in kinds:
-                mutated = saved.mutated
             produced = dict(zip(unit.outputs, outs))
             # (an input the unit changed in place reaches later units changed, as in PyTorch)
             produced.update({n: t for n, t in mutated.items() if n not in produced})

@@ -10,6 +10,7 @@ parameters, so each owns one flat parameter vector (the object ZeRO shards).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 
 import torch
@@ -177,7 +178,6 @@ def split_model(model: nn.Module) -> UnitSet:
     _container, layer_paths = find_layer_container(model)
     # Forward arguments with a default that the batch does not give (attention_mask=None)
     # keep it, as the reference's model(input_ids=..., labels=...) call does.
-    import inspect
     concrete = {name: p.default for name, p in inspect.signature(model.forward).parameters.items()
                 if p.default is not inspect.Parameter.empty and name not in DATA_INPUTS}
     try:
