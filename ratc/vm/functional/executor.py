@@ -47,8 +47,11 @@ def describe(op: Operation) -> str:
     return f"{res + ' = ' if res else ''}{op.name} {{{attrs}}}"
 
 
-def _copies(args: list) -> list:
-    """Each tensor argument as a fresh tensor (autograd flows back through the copy)."""
+def _copies(unit, args: list) -> list:
+    """Each tensor argument as a fresh tensor (autograd flows back through the copy), if the
+    unit has an op that may write into an input; else the arguments themselves."""
+    if not unit.inplace:
+        return list(args)
     return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
 
 
@@ -218,7 +221,7 @@ class FunctionalExecutor:
         # layer's output) must change neither the leaf autograd differentiates against nor the
         # checkpoint a Recover starts from.
         with torch.enable_grad():
-            outs, mutated = _run(unit, params, _copies(leaves))
+            outs, mutated = _run(unit, params, _copies(unit, leaves))
         return _Saved(leaves, params, outs, mutated)
 
     # ---- handlers: the main path -------------------------------------------------------------
@@ -243,7 +246,7 @@ class FunctionalExecutor:
                 saves.append(saved)
             else:
                 with torch.no_grad():       # the Recover task rebuilds this graph later
-                    outs, mutated = _run(unit, unit.views(flat), _copies(args))
+                    outs, mutated = _run(unit, unit.views(flat), _copies(unit, args))
             produced = dict(zip(unit.outputs, outs))
             # (an input the unit changed in place reaches later units changed, as in PyTorch)
             produced.update({n: t for n, t in mutated.items() if n not in produced})

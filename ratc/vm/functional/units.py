@@ -39,6 +39,7 @@ class Unit:
     numel: int = 0
     offsets: list[int] = field(default_factory=list)
     trainable: list[bool] = field(default_factory=list)   # False = frozen (requires_grad=False)
+    inplace: bool = True              # whether an op may write into an input (then it runs on copies)
 
     def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """The unit's parameters as shaped views of one flat vector (no copies)."""
@@ -146,11 +147,18 @@ def _requires_grad(graph: torch.fx.Graph, model: nn.Module) -> dict:
             grad[n] = any(grad[a] for a in n.all_input_nodes)
         # An in-place op (x.add_(y), relu(x, inplace=True)) writes its result into its first
         # argument: from here on that value carries the result's gradient, for every reader.
-        inplace = (n.op == "call_method" and n.target.endswith("_") and not n.target.endswith("__")) or \
-            n.kwargs.get("inplace") is True
-        if inplace and grad[n] and n.args and isinstance(n.args[0], torch.fx.Node):
+        if _writes_in_place(n, model) and grad[n] and n.args and isinstance(n.args[0], torch.fx.Node):
             grad[n.args[0]] = True
     return grad
+
+
+def _writes_in_place(n: torch.fx.Node, model: nn.Module) -> bool:
+    """Whether the op writes into its first argument (x.add_(y), F.relu(x, inplace=True), nn.ReLU(inplace=True))."""
+    if n.op == "call_method":
+        return n.target.endswith("_") and not n.target.endswith("__")
+    if n.op == "call_module":
+        return getattr(model.get_submodule(n.target), "inplace", False) is True
+    return n.op == "call_function" and n.kwargs.get("inplace") is True
 
 
 def _check_supported(model: nn.Module) -> None:
@@ -244,7 +252,7 @@ def split_model(model: nn.Module) -> UnitSet:
                           inputs=[a.name for a in ext], outputs=[n.name for n in later],
                           input_grad=[grad[a] for a in ext],
                           param_names=names, param_shapes=shapes, numel=total, offsets=offsets,
-                          trainable=trainable))
+                          trainable=trainable, inplace=any(_writes_in_place(n, model) for n in members)))
     # (fx keeps a placeholder, holding the default, for each concrete argument; a unit reading it gets that)
     defaults = {n.name: n.args[0] for n in graph.nodes if n.op == "placeholder" and n.args}
     return UnitSet(units=units, loss=loss_node.name, defaults=defaults)
