@@ -93,13 +93,12 @@ def owning_program(path) -> tuple[Path, str] | None:
     return None
 
 
-def refuse_own_files(outputs: dict) -> None:
-    """Raise if an output (flag -> path) would overwrite a file of a ratc program."""
-    for flag, path in outputs.items():
-        own = owning_program(path) if path else None
-        if own is not None:
-            raise ProgramError(f"{flag} {path} would overwrite the program's own {own[1]} (in {own[0]}); "
-                               "choose another name")
+def refuse_own_file(path, flag: str) -> None:
+    """Raise if the output `path` (given by `flag`) would overwrite a file of a ratc program."""
+    own = owning_program(path)
+    if own is not None:
+        raise ProgramError(f"{flag} {path} would overwrite the program's own {own[1]} (in {own[0]}); "
+                           "choose another name")
 
 
 class Program:

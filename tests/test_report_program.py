@@ -91,8 +91,9 @@ def test_report_lists_the_programs_kernels(tmp_path, capsys):
         assert row[0] == e["kernel"] and row[2] == f"{e['cycles']:,}"
         assert row[3] == f"{100 * e['mac_utilization']:.2f} %"
         assert row[5] == f"{calls:,}" and row[6] == f"{100 * calls * e['seconds'] / step:.2f} %"
-        if e["kind"] == "gemm":
-            assert row[1] == "x".join(map(str, e["shape"]))
+        heads_or_m, seq_or_n, d_or_k, *kv = e["shape"]
+        assert row[1] == (f"{heads_or_m}x{seq_or_n}x{d_or_k}" if e["kind"] == "gemm" else
+                          f"heads {heads_or_m}, seq {seq_or_n}, head dim {d_or_k}, kv heads {kv[0]}")
 
 
 def test_report_uses_the_programs_own_platform_file(tmp_path, capsys):

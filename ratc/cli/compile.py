@@ -155,10 +155,11 @@ def choose_candidate(args: argparse.Namespace, planner):
 def _compilable(result):
     """The fastest feasible candidate whose step ratc can build (A <= MAX_MICRO_BATCHES)."""
     from ratc.lifecycle.lowering import MAX_MICRO_BATCHES
+    from ratc.planner.report import compilable
     from ratc.units import format_time
 
     best = result.feasible[0]
-    ev = next((e for e in result.feasible if e.cand.A <= MAX_MICRO_BATCHES), None)
+    ev = next((e for e in result.feasible if compilable(e)), None)
     if ev is None:
         raise RatcError(f"every configuration that fits runs more than {MAX_MICRO_BATCHES} micro-batches per step "
                         f"(the fastest, {best.cand.label()}, runs A={best.cand.A}), more than ratc compiles; "

@@ -38,8 +38,8 @@ def check_output(path: str | Path, flag: str | None = None) -> None:
     if blocker is not None:
         raise OutputError(f"cannot write {path}: {blocker} is not a directory")
     # A program directory's files are hash-checked: overwriting one breaks the program.
-    from ratc.program import refuse_own_files
-    refuse_own_files({flag or "the output": path})
+    from ratc.program import refuse_own_file
+    refuse_own_file(path, flag or "the output")
 
 
 def write_atomic(path: str | Path, data: str | bytes, flag: str | None = None) -> None:

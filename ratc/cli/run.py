@@ -109,9 +109,11 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
                         "steady state: every later one repeats them)")
     if not 0 <= args.seed < 2 ** 63:
         raise RatcError(f"--seed must be 0..2**63-1, got {args.seed}")
-    from ratc.program import refuse_own_files
+    from ratc.cli.io import check_output
 
-    refuse_own_files({"--trace": args.trace, "-o": args.output})
+    for flag, path in (("--trace", args.trace), ("-o", args.output)):
+        if path not in (None, "-"):
+            check_output(path, flag)        # before the simulation (a program's own files included)
     program = load_program(args.outdir)
     if getattr(args, "kernel", None):
         simulation_only = [flag for flag, given in (("--json", args.json), ("--trace", args.trace),

@@ -15,6 +15,7 @@ from ratc.errors import RatcError
 from ratc.ir.attributes import SymbolRef
 from ratc.ir.core import Block, Module, Operation
 from ratc.ir.types import OpaqueType
+from ratc.ir.verifier import verify_op
 
 ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = (
     OpaqueType("life", n) for n in ("act", "saved", "rec", "grad", "param", "opt", "view", "token"))
@@ -271,16 +272,10 @@ def lower(module: Module, act_policy: str | None = None) -> Operation:
                         f"{MAX_MICRO_BATCHES} (each micro-batch is a Forward and a Backward of every layer on "
                         f"every stage, about {M * len(units) * 2:,} tasks here); use larger micro-batches "
                         "(b in a plan, --micro-batch to the planner) or a smaller global batch")
-    if len(units) < 3:
-        raise RatcError("life.plan needs at least three units (embedding, a decoder layer, head)")
-    for i, u in enumerate(units):
-        if u.attributes["index"] != i:
-            raise RatcError(f"life.plan unit #{i} has index {u.attributes['index']}; units must be numbered 0..")
+    # the plan's own rules (units numbered 0.. in order, each stage a non-empty run of them)
+    # are what the loops below rely on, also when the pass manager does not verify
+    verify_op(plan)
     by_stage = [[u for u in units if u.attributes["stage"] == p] for p in range(P)]
-    for p, us in enumerate(by_stage):
-        idx = [u.attributes["index"] for u in us]
-        if not us or idx != list(range(idx[0], idx[0] + len(idx))):
-            raise RatcError(f"life.plan: stage {p} must own a non-empty contiguous range of units, got {idx}")
     stages = []
     for p, us in enumerate(by_stage):
         low = _StageLowering(plan, p, us, act)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ratc.lifecycle.lowering import MAX_MICRO_BATCHES
+from ratc.lifecycle import lowering
 from ratc.units import format_bytes
 
 
@@ -20,7 +20,7 @@ def _row(result, ev, seq_len: int) -> str:
 
 def compilable(ev) -> bool:
     """Whether `ratc compile` can build the candidate's step (it refuses more micro-batches)."""
-    return ev.cand.A <= MAX_MICRO_BATCHES
+    return ev.cand.A <= lowering.MAX_MICRO_BATCHES
 
 
 def breakdown(ev) -> str:
@@ -82,7 +82,7 @@ def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False) 
         lines.append(breakdown(ev))
         if not compilable(ev):
             lines.append(f"    A={ev.cand.A} micro-batches per step: more than ratc compile builds "
-                         f"({MAX_MICRO_BATCHES}); it takes the fastest plan within that")
+                         f"({lowering.MAX_MICRO_BATCHES}); it takes the fastest plan within that")
     if with_explain:
         lines.append("")
         lines += explain(result)

@@ -187,12 +187,12 @@ def write_report(outdir, report, images: dict, html_name: str = "report.html") -
     from ratc.cli.io import check_output, write_atomic
     from ratc.report import html
 
-    from ratc.program import refuse_own_files
-
     out = Path(outdir)
     page = Path(html_name) if Path(html_name).is_absolute() else out / html_name
-    refuse_own_files({"-o": page, **{key: out / f"{key}.{fmt}" for key, (_, fmt, _) in images.items()}})
-    check_output(page)       # before any picture is written
+    # every output checked before any is written (a program's own files among them)
+    check_output(page, "-o")
+    for key, (_, fmt, _) in images.items():
+        check_output(out / f"{key}.{fmt}", key)
     written = []
     for key, (data, fmt, _) in sorted(images.items()):
         path = out / f"{key}.{fmt}"

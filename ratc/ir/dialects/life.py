@@ -114,6 +114,9 @@ def _check_plan(op):
     # What lowering reads across units: embedding, decoder layers, head in order, on stages
     # 0..P-1 in order (each holding one), each layer's GradSync the collective its ZeRO stage uses.
     units = [u for u in op.region.ops if u.name == "life.unit"] if op.region is not None else []
+    if len(units) < 3:
+        raise VerifyError(f"'{op.name}' needs at least three units (embedding, a decoder layer, head), "
+                          f"got {len(units)}", op)
     sync = "all-reduce" if a["Z"] == 0 else "reduce-scatter"
     last = len(units) - 1
     stage = None            # the previous unit's

@@ -37,15 +37,20 @@ class TrainConfig:
         return self.M * self.b * self.D
 
 
+FP32 = torch.finfo(torch.float32).bits // 8     # every copy ratc train holds is float32
+ADAMW_MOMENTS = 2                                # exp_avg, exp_avg_sq per parameter
+
+
 def host_bytes(params: int, cfg: TrainConfig) -> int:
-    """Host memory the run's persistent tensors take, in fp32 bytes per parameter of each copy."""
-    per = 4 + 4                                  # the built model; the executor's initial flat vectors
-    per += 4 * cfg.D                             # each replica's parameter view
-    per += 12 if cfg.Z >= 1 else 12 * cfg.D      # fp32 master + AdamW moments (sharded under ZeRO >= 1)
-    per += 4 * cfg.D                             # each replica's gradient accumulator
+    """Host memory the run's tensors take: fp32 copies of every parameter, counted per copy."""
+    copies = 2                                   # the built model; the executor's initial flat vectors
+    copies += cfg.D                              # each replica's parameter view
+    master = 1 + ADAMW_MOMENTS                   # master weights + AdamW moments, sharded under ZeRO >= 1
+    copies += master if cfg.Z >= 1 else master * cfg.D
+    copies += cfg.D                              # each replica's gradient accumulator
     if cfg.reference:
-        per += 16                                # the reference's copy: weights, gradients, AdamW moments
-    return params * per
+        copies += 2 + ADAMW_MOMENTS              # the reference's weights, gradients, AdamW moments
+    return params * copies * FP32
 
 
 def machine_bytes() -> int:
