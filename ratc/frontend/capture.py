@@ -63,7 +63,10 @@ class Node:
     args: list = field(default_factory=list)  # Node inputs in call order (params included)
     kwargs: dict = field(default_factory=dict)  # non-tensor attributes that change costs
     target: str = ""                          # parameter/buffer name for leaves
-    requires_grad: bool = False
+    requires_grad: bool = False               # gets a gradient (frozen parameters give none)
+    # ... had every parameter been trainable: what the hidden stream is, apart from tables
+    # and masks, however many parameters a model file freezes (the layer structure)
+    on_grad_path: bool = False
 
     @property
     def out(self) -> TensorInfo | None:
@@ -115,8 +118,11 @@ class _Builder:
     def add(self, node: Node, fx_node=None) -> Node:
         if node.op not in ("input", "param", "buffer", "const"):
             # metadata reads (x.dtype, x.shape) and integer/bool results carry no gradient
-            node.requires_grad = (node.out is not None and node.out.dtype.is_floating_point
-                                  and any(a.requires_grad for a in node.args if a.out is not None))
+            floating = node.out is not None and node.out.dtype.is_floating_point
+            node.requires_grad = floating and any(a.requires_grad for a in node.args if a.out is not None)
+            node.on_grad_path = floating and any(a.on_grad_path for a in node.args if a.out is not None)
+        elif node.op == "param":
+            node.on_grad_path = True
         self.nodes.append(node)
         if fx_node is not None:
             self.by_fx[fx_node] = node
@@ -167,7 +173,8 @@ def from_fx(gm: torch.fx.GraphModule, root: nn.Module) -> list[Node]:
             b.add(Node(n.name, "input", (), outs, target=n.target), n)
         elif n.op == "get_attr":
             kind = "param" if n.target in params else "const"
-            node = Node(n.name, kind, _scope(n), outs, target=n.target, requires_grad=kind == "param")
+            node = Node(n.name, kind, _scope(n), outs, target=n.target,
+                        requires_grad=kind == "param" and params[n.target].requires_grad)
             b.add(node, n)
         elif n.op == "call_module":
             mod = gm.get_submodule(n.target)
@@ -178,7 +185,7 @@ def from_fx(gm: torch.fx.GraphModule, root: nn.Module) -> list[Node]:
             for pname, p in mod.named_parameters(recurse=False):
                 fqn = f"{n.target}.{pname}"
                 args.append(b.add(Node(f"{n.name}_{pname}", "param", (), _infos(p),
-                                       target=fqn, requires_grad=True)))
+                                       target=fqn, requires_grad=p.requires_grad)))
             if op == "embedding":
                 args = [args[-1], args[0]]      # aten order: (weight, indices)
             b.add(Node(n.name, op, _scope(n, (n.target, type(mod).__name__)), outs, args, kw), n)
@@ -200,7 +207,8 @@ def from_export(ep) -> list[Node]:
         outs = _infos(n.meta.get("val"))
         if n.op == "placeholder":
             kind, target = kinds.get(n.name, ("input", n.name))
-            b.add(Node(n.name, kind, (), outs, target=target, requires_grad=kind == "param"), n)
+            trained = kind == "param" and getattr(ep.state_dict.get(target), "requires_grad", True)
+            b.add(Node(n.name, kind, (), outs, target=target, requires_grad=trained), n)
         elif n.op == "get_attr":
             b.add(Node(n.name, "const", (), outs, target=str(n.target)), n)
         elif n.op == "call_function":

@@ -40,7 +40,7 @@ def signature(layer: nn.Module) -> tuple:
     """Everything about a layer that determines its traced costs, minus its index."""
     sig = []
     for path, mod in layer.named_modules():
-        params = tuple((n, tuple(p.shape), p.dtype) for n, p in mod.named_parameters(recurse=False))
+        params = tuple((n, tuple(p.shape), p.dtype, p.requires_grad) for n, p in mod.named_parameters(recurse=False))
         buffers = tuple((n, tuple(b.shape), b.dtype) for n, b in mod.named_buffers(recurse=False))
         attrs = tuple(sorted((k, v) for k, v in vars(mod).items()
                              if not k.startswith("_") and k not in INDEX_ATTRIBUTES and _plain(v)))

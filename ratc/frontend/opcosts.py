@@ -168,8 +168,9 @@ def embedding_cost(node: Node) -> Cost:
     """A row gather; its backward scatter-adds one gradient row per token."""
     w, ids = node.args[0], node.args[1]
     c = Cost(read=ids.out.nbytes + nbytes(node), written=nbytes(node))
-    c.bwd_weight = node.out.numel if w.requires_grad else 0
-    c.saves.append(_save(ids))
+    if w.requires_grad:            # a frozen table needs no backward, so keeps nothing
+        c.bwd_weight = node.out.numel
+        c.saves.append(_save(ids))
     return c
 
 

@@ -8,6 +8,7 @@ a micro-batch of b sequences costs exactly b times these numbers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -43,6 +44,13 @@ class LayerProfile:
     input_bytes: int                # bytes of the layer's input (the checkpoint under FSR/ckpt)
     params: tuple[tuple[str, tuple[int, ...], str], ...] = ()   # (name in layer, shape, dtype)
     args: tuple[tuple[tuple[int, ...], str], ...] = ()          # tensors from outside: (shape, dtype)
+    frozen: tuple[str, ...] = ()    # names in params with requires_grad=False: no gradient, no optimizer state
+
+    @property
+    def trainable_count(self) -> int:
+        """Parameters of one instance that get gradients (param_count less the frozen ones)."""
+        frozen = set(self.frozen)
+        return self.param_count - sum(math.prod(shape) for name, shape, _ in self.params if name in frozen)
 
     @property
     def fwd_flops(self) -> int:
@@ -79,6 +87,11 @@ class ModelProfile:
     def param_count(self) -> int:
         return (self.pre.param_count + self.post.param_count
                 + sum(t.param_count * t.repeat for t in self.layers))
+
+    @property
+    def trainable_count(self) -> int:
+        return (self.pre.trainable_count + self.post.trainable_count
+                + sum(t.trainable_count * t.repeat for t in self.layers))
 
     def decoder_layers(self) -> list[LayerProfile]:
         """The decoder layers in order, one entry per instance."""

@@ -166,7 +166,7 @@ def _attribute_saves(parts: list[_Part]) -> None:
                 node = key if isinstance(key, Node) else None
                 if node is not None and node.op in ("param", "buffer", "const"):
                     continue
-                local = node is None or node.requires_grad or node.op == "input" or part_of.get(node) is part
+                local = node is None or node.on_grad_path or node.op == "input" or part_of.get(node) is part
                 if local:
                     if key not in seen:
                         seen.add(key)
@@ -204,7 +204,7 @@ def _mark_rope(part: _Part) -> None:
     to a fixpoint, ops fed only by rope ops (x*cos + rot(x)*sin) and pure data movement
     (neg, cat of rotate_half) whose consumers are all rope ops join them.
     """
-    tables = {f"${i}" for i, a in enumerate(part.args) if a.out.dtype.is_floating_point and not a.requires_grad}
+    tables = {f"${i}" for i, a in enumerate(part.args) if a.out.dtype.is_floating_point and not a.on_grad_path}
     if not tables:
         return
     pointwise = [op for op in part.ops if op.kind in ("elementwise", "other")]
@@ -238,7 +238,7 @@ def _input_bytes(part: _Part) -> int:
         for a in n.args:
             if a in inside or a.op in ("param", "buffer", "const"):
                 continue
-            if a.requires_grad or a.op == "input":
+            if a.on_grad_path or a.op == "input":
                 b = opcosts.base(a)
                 found[b] = opcosts.nbytes(b)
     return sum(found.values())
@@ -258,6 +258,7 @@ def _profile(part: _Part, name: str, repeat: int, params: list[tuple[str, torch.
                         param_bytes=sum(p.numel() * p.element_size() for _, p in params),
                         input_bytes=_input_bytes(part),
                         params=tuple((n, tuple(p.shape), dtype_name(p.dtype)) for n, p in params),
+                        frozen=tuple(n for n, p in params if not p.requires_grad),
                         args=tuple((tuple(a.out.shape), dtype_name(a.out.dtype)) for a in part.args))
 
 
@@ -279,7 +280,7 @@ def _outer_params(module: nn.Module, part: _Part, layer_params: set[int],
 def _merge_layers(profiles: list[LayerProfile], container: str) -> tuple[LayerProfile, ...]:
     """Consecutive layers with identical costs become one template with a repeat count."""
     def key(lp):
-        return (lp.ops, lp.params, lp.args, lp.input_bytes)
+        return (lp.ops, lp.params, lp.frozen, lp.args, lp.input_bytes)
 
     runs: list[list[int]] = []
     for i, lp in enumerate(profiles):

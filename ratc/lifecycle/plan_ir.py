@@ -38,23 +38,26 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     ops = []
     for i, u in enumerate(units):
         extra = tp if u.decoder else 0.0
-        grads = u.params * recipe.grad_bytes
+        # Gradients, optimizer state, updates and prefetches are the trainable parameters';
+        # a frozen one keeps only its fp16 view (gathered under ZeRO-3) and sends nothing.
+        grads = u.trainable * recipe.grad_bytes
         views = u.params * recipe.param_bytes
-        sync = all_reduce(D, grads, dp_link) if Z == 0 else reduce_scatter(D, grads, dp_link)
+        sends = grads > 0
+        sync = (all_reduce(D, grads, dp_link) if Z == 0 else reduce_scatter(D, grads, dp_link)) if sends else 0.0
         attrs = {
             "index": i, "name": u.name, "stage": stage_of[i], "decoder": u.decoder,
             "fwd": b * u.fwd + extra, "fwd_c": b * u.fwd_compute, "fwd_d": b * u.fwd_ddr,
             "bwd": b * u.bwd + extra, "bwd_c": b * u.bwd_compute, "bwd_d": b * u.bwd_ddr,
             "in_bytes": _b(b * u.ckpt_bytes), "saved": _b(b * u.saved_bytes), "ws": _b(b * u.workspace),
             "param": _b(views / (D if Z >= 3 else 1)),
-            "opt": _b(u.params * recipe.optimizer_bytes / (D if Z >= 1 else 1)),
+            "opt": _b(u.trainable * recipe.optimizer_bytes / (D if Z >= 1 else 1)),
             "grad": _b(grads / (D if Z >= 2 else 1)),
             "shard": _b(grads / (D if Z >= 1 else 1)),
             "bucket": _b(grads if Z >= 2 else 0), "view": _b(views if Z >= 3 else 0),
             "sync": float(sync), "sync_kind": "all-reduce" if Z == 0 else "reduce-scatter",
-            "reduce": float(reduce_scatter(D, grads, dp_link)) if Z >= 2 else 0.0,
-            "update": u.params / (D if Z >= 1 else 1) * recipe.update_traffic_bytes / ddr,
-            "prefetch": float(all_gather(D, views, dp_link)) if Z in (1, 2) else 0.0,
+            "reduce": float(reduce_scatter(D, grads, dp_link)) if Z >= 2 and sends else 0.0,
+            "update": u.trainable / (D if Z >= 1 else 1) * recipe.update_traffic_bytes / ddr,
+            "prefetch": float(all_gather(D, u.trainable * recipe.param_bytes, dp_link)) if Z in (1, 2) and sends else 0.0,
             "gather": float(all_gather(D, views, dp_link)) if Z >= 3 else 0.0,
             # What the codegen pass needs: kernel calls per micro-batch and the seconds no
             # kernel runs (roofline ops, attention's DDR streams, TP all-reduces).

@@ -50,11 +50,12 @@ def n_in_flight(P: int, M) -> np.ndarray:
 
 def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recipe=RECIPE) -> StageMemory:
     """Eq. 9 per stage: state (ZeRO-sharded over D), activations (Eq. 5 / 6) and buffers."""
-    phi = sc.params
     D, Z, b = c.D, c.Z, c.b
-    params = phi * recipe.param_bytes / np.where(Z >= 3, D, 1)
-    grads = phi * recipe.grad_bytes / np.where(Z >= 2, D, 1)
-    optimizer = phi * recipe.optimizer_bytes / np.where(Z >= 1, D, 1)
+    # Frozen parameters (requires_grad=False) keep their fp16 copy but have no gradient and
+    # no master weights or Adam moments.
+    params = sc.params * recipe.param_bytes / np.where(Z >= 3, D, 1)
+    grads = sc.trainable * recipe.grad_bytes / np.where(Z >= 2, D, 1)
+    optimizer = sc.trainable * recipe.optimizer_bytes / np.where(Z >= 1, D, 1)
     n = n_in_flight(sc.P, c.M)
     recovers = c.act != FULL
     held = np.where(recovers, n * b * sc.ckpt, n * b * sc.saved_full)
@@ -67,8 +68,8 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     views = np.maximum(sc.view_pair, np.where(recovers, 2 * sc.max_dec_params, 0.0))
     param_view = np.where(Z >= 3, views * recipe.param_bytes, 0.0) + zero
 
-    def bucket(unit_params):   # full fp16 gradients until their reduce-scatter (ZeRO >= 2)
-        return np.where(Z >= 2, unit_params * recipe.grad_bytes, 0.0) + zero
+    def bucket(unit_trainable):   # full fp16 gradients until their reduce-scatter (ZeRO >= 2)
+        return np.where(Z >= 2, unit_trainable * recipe.grad_bytes, 0.0) + zero
 
     # ZeRO >= 2 reduces out of two bucket buffers (DeepSpeed's double-buffered ipg_buffer): a
     # Backward waits until the bucket two Backwards back is reduce-scattered, so a stage holds
@@ -156,6 +157,7 @@ def _zero3_views_and_buckets(sc: StageCosts, c: CandidateBatch, recovers, fsr, r
     next Forward gathers the embedding again.
     """
     u = sc.u_params if sc.u_params.ndim == 3 else sc.u_params[None]
+    g = sc.u_trainable if sc.u_trainable.ndim == 3 else sc.u_trainable[None]    # bucket sizes
     dec = (sc.u_dec if sc.u_dec.ndim == 3 else sc.u_dec[None]) > 0
     fsr = np.asarray(fsr)[..., None]
     n = (u > 0).sum(axis=-1)
@@ -165,7 +167,8 @@ def _zero3_views_and_buckets(sc: StageCosts, c: CandidateBatch, recovers, fsr, r
     first, last_u = u[..., :1], np.take_along_axis(u, (n - 1)[..., None], axis=-1)
     is_last = np.arange(u.shape[-1]) == (n - 1)[..., None]
     many = np.asarray(c.M)[..., None] > 1
-    pair = u + np.where(is_last, np.where(many, first, 0.0), right)
+    g_right = np.concatenate([g[..., 1:], zero], axis=-1)
+    pair = g + np.where(is_last, np.where(many, g[..., :1], 0.0), g_right)
     idx0 = np.arange(u.shape[-1]) == 0
     ahead = np.where(idx0, np.where(many, np.maximum(first, last_u), 0.0), left)
     # an edge's Backward hosting a Recover (at index 0, the embedding's in the cool-down: the

@@ -32,6 +32,7 @@ class UnitCost:
     bwd_compute: float
     bwd_ddr: float
     params: float           # parameters held by this rank
+    trainable: float        # of them, those with gradients and optimizer state (not frozen)
     saved_bytes: float      # full-save activations kept for backward
     ckpt_bytes: float       # the layer input (the checkpoint under ckpt / FSR)
     workspace: float        # the largest non-attention op output: operator scratch in DDR
@@ -168,6 +169,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     kernels = UnitKernels(merge(kf), merge(kb), other_f, other_b)
     return UnitCost(name=layer.name, decoder=decoder, fwd=f, fwd_compute=fc, fwd_ddr=fd,
                     bwd=b, bwd_compute=bc, bwd_ddr=bd, params=layer.param_count / tp,
+                    trainable=layer.trainable_count / tp,
                     saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
                     workspace=workspace, kernels=kernels,
                     fwd_phases=phases(x for op in ph_f for x in op),

@@ -300,7 +300,8 @@ class Planner:
         """Cluster counts tried by --min-clusters: whole nodes (multiples of clusters_per_node).
 
         Counts below the state-only bound are skipped: however P, D, T and Z split it, the
-        training state totals (2 + 2 + 12) bytes per parameter, so N * budget must hold it.
+        training state totals (2 + 2 + 12) bytes per parameter (2 per frozen one), so N * budget
+        must hold it.
         """
         return range(self.ladder_start(), limit + 1, self.platform.network.clusters_per_node)   # lazy: limits may be huge
 
@@ -308,7 +309,8 @@ class Planner:
         """The first count of the cluster ladder: the fewest whole nodes that can hold the state."""
         step = self.platform.network.clusters_per_node
         r = self.recipe
-        floor = self.model.param_count * (r.param_bytes + r.grad_bytes + r.optimizer_bytes) / self.budget
+        m = self.model
+        floor = (m.param_count * r.param_bytes + m.trainable_count * (r.grad_bytes + r.optimizer_bytes)) / self.budget
         return max(step, step * math.ceil(floor / step))
 
     def min_clusters(self, global_batch: int, strategy: str | Strategy = "ratrain", limit: int = 4096,

@@ -9,7 +9,7 @@ import numpy as np
 from ratc.planner.corun import extra
 from ratc.planner.partition import partition
 
-_SUM_FIELDS = ("fwd", "fwd_compute", "fwd_ddr", "bwd", "bwd_compute", "bwd_ddr", "params", "saved_bytes")
+_SUM_FIELDS = ("fwd", "fwd_compute", "fwd_ddr", "bwd", "bwd_compute", "bwd_ddr", "params", "trainable", "saved_bytes")
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,8 @@ class StageCosts:
     co_b: np.ndarray               # a Backward's units hosting its own Recovers (unit j hosts j - 1)
     co_c: np.ndarray               # a Backward's first unit hosting the next one's first Recover (cool-down)
     params: np.ndarray             # parameters on the stage (per TP rank)
+    trainable: np.ndarray          # ... of which get gradients and optimizer state (not frozen)
     n_dec: np.ndarray              # decoder layers on the stage
-    max_layer_params: np.ndarray   # the stage's largest single layer (gradient bucket)
     view_pair: np.ndarray          # ZeRO-3 views live at once: largest sum of two neighbouring units
     max_dec_params: np.ndarray     # the stage's largest decoder layer (its Recover and Backward views)
     saved_full: np.ndarray         # full-save activation bytes
@@ -66,11 +66,11 @@ class StageCosts:
     workspace: np.ndarray          # largest non-attention op output
     dec_workspace: np.ndarray      # ... of the stage's decoder layers
     edge_workspace: np.ndarray     # ... of its embedding / head (0 without one)
-    edge_params: np.ndarray        # its larger embedding / head (0 without one)
-    bucket_pair: np.ndarray        # ZeRO >= 2: largest params of two consecutive Backwards (M > 1)
+    bucket_pair: np.ndarray        # ZeRO >= 2: largest trainable params of two consecutive Backwards (M > 1)
     bucket_pair1: np.ndarray       # ... within one micro-batch (M = 1)
     head_saved: np.ndarray         # the head's saved activations (last stage; 0 elsewhere)
     u_params: np.ndarray           # [P, U] per unit, forward order, zero padded
+    u_trainable: np.ndarray        # [P, U] of which trainable (gradient buckets, syncs, updates)
     u_fwd: np.ndarray
     u_bwd: np.ndarray
     u_dec: np.ndarray              # 1.0 where the unit is a decoder layer (recomputed by Recover)
@@ -102,10 +102,14 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> Stag
     edge = ~dec_pad & valid
     # ZeRO >= 2 keeps two gradient buckets (double buffering): a Backward's and the one before
     # it in issue order -- the next unit's, or for the stage's last unit the first unit's of
-    # the previous micro-batch (a lone unit: its own), which only exists when M > 1.
-    nxt_in_stage = np.where(np.arange(U)[None, :] + 1 < valid.sum(axis=1)[:, None], nxt, 0.0)
-    pair1 = (u_params + nxt_in_stage).max(axis=1)
-    pair = np.maximum(pair1, u_params[:, 0] + np.where(valid, u_params, 0.0)[np.arange(P), valid.sum(axis=1) - 1])
+    # the previous micro-batch (a lone unit: its own), which only exists when M > 1. A bucket
+    # holds gradients, so only trainable parameters count.
+    u_trainable = pad(c["trainable"])
+    nxt_g = np.concatenate([u_trainable[:, 1:], np.zeros((P, 1))], axis=1)
+    nxt_in_stage = np.where(np.arange(U)[None, :] + 1 < valid.sum(axis=1)[:, None], nxt_g, 0.0)
+    pair1 = (u_trainable + nxt_in_stage).max(axis=1)
+    last = np.where(valid, u_trainable, 0.0)[np.arange(P), valid.sum(axis=1) - 1]
+    pair = np.maximum(pair1, u_trainable[:, 0] + last)
     head_saved = np.zeros(P)
     head_saved[-1] = 0.0 if table.decoder[-1] else c["saved_bytes"][-1]
     return StageCosts(
@@ -114,23 +118,23 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> Stag
         fwd=ssum(c["fwd"]), fwd_c=ssum(c["fwd_compute"]), fwd_d=ssum(c["fwd_ddr"]),
         bwd=ssum(c["bwd"]), bwd_c=ssum(c["bwd_compute"]), bwd_d=ssum(c["bwd_ddr"]),
         rec=ssum(c["fwd"] * dec), rec_c=ssum(c["fwd_compute"] * dec), rec_d=ssum(c["fwd_ddr"] * dec),
-        co_f=co_f, co_b=u_co.sum(axis=1), co_c=co_c, params=ssum(c["params"]), n_dec=ssum(dec),
-        max_layer_params=u_params.max(axis=1),
+        co_f=co_f, co_b=u_co.sum(axis=1), co_c=co_c,
+        params=ssum(c["params"]), trainable=ssum(c["trainable"]), n_dec=ssum(dec),
         view_pair=(u_params + nxt).max(axis=1), max_dec_params=np.where(dec_pad, u_params, 0.0).max(axis=1),
         saved_full=ssum(c["saved_bytes"]), ckpt=ssum(np.where(dec > 0, c["ckpt_bytes"], c["saved_bytes"])),
         rec_buf=np.where(dec_pad, saved, 0.0).max(axis=1), stream_buf=np.where(dec_pad, pad(c["stream"]), 0.0).max(axis=1),
         workspace=ws.max(axis=1),
         dec_workspace=np.where(dec_pad, ws, 0.0).max(axis=1), edge_workspace=np.where(edge, ws, 0.0).max(axis=1),
-        edge_params=np.where(edge, u_params, 0.0).max(axis=1), head_saved=head_saved,
-        bucket_pair=pair, bucket_pair1=pair1,
-        u_params=u_params, u_fwd=u_fwd, u_bwd=pad(c["bwd"]), u_dec=dec_pad.astype(float), u_co=u_co)
+        head_saved=head_saved, bucket_pair=pair, bucket_pair1=pair1,
+        u_params=u_params, u_trainable=u_trainable, u_fwd=u_fwd, u_bwd=pad(c["bwd"]), u_dec=dec_pad.astype(float),
+        u_co=u_co)
 
 
-_ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "co_f", "co_b", "co_c", "params",
-           "n_dec", "max_layer_params", "view_pair", "max_dec_params", "saved_full", "ckpt", "rec_buf", "stream_buf",
+_ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "co_f", "co_b", "co_c", "params", "trainable",
+           "n_dec", "view_pair", "max_dec_params", "saved_full", "ckpt", "rec_buf", "stream_buf",
            "workspace",
-           "dec_workspace", "edge_workspace", "edge_params", "bucket_pair", "bucket_pair1", "head_saved")
-_UNIT_ARRAYS = ("u_params", "u_fwd", "u_bwd", "u_dec", "u_co")
+           "dec_workspace", "edge_workspace", "bucket_pair", "bucket_pair1", "head_saved")
+_UNIT_ARRAYS = ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_dec", "u_co")
 
 
 def _corun_extras(table: UnitTable, ranges, P: int, U: int):

@@ -267,7 +267,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
 
     # Per micro-batch the cluster's link carries: TP all-reduces, boundary transfers, ZeRO-3
     # gathers, and (ZeRO >= 2) the reduce-scatter of that micro-batch's gradients.
-    grad_rs = reduce_scatter(D, sc.params * recipe.grad_bytes, dp_link) * (Z >= 2)
+    grad_rs = reduce_scatter(D, sc.trainable * recipe.grad_bytes, dp_link) * (Z >= 2) * (sc.trainable > 0)
     recovers = c.act != FULL
     fsr = c.act == FSR
     # ZeRO-3 gathers a unit's view for its forward and once more for its backward; a
@@ -345,13 +345,15 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, ddr, recipe):
     """GradSync -> UpdateShard -> PrefetchW per unit (Eq. 2-4) and the exposed tail."""
     D, Z, b, pref = c.D[:, :, None], c.Z[:, :, None], c.b[:, :, None], c.pref[:, 0]
     link = _ex(dp_link)
-    grads = sc.u_params * recipe.grad_bytes
     # ZeRO-0 all-reduces gradients and updates every parameter locally; ZeRO >= 1 reduce-
-    # scatters, updates a 1/D shard, and (ZeRO 1, 2) all-gathers the updated parameters.
-    real = sc.u_params > 0                     # zero padding is not a unit: no message latency
+    # scatters, updates a 1/D shard, and (ZeRO 1, 2) all-gathers the updated parameters. All
+    # three concern trainable parameters only: a frozen one has no gradient and never changes.
+    trained = sc.u_trainable
+    real = trained > 0                 # zero padding and frozen units send nothing: no message latency
+    grads = trained * recipe.grad_bytes
     rs = np.where(Z == 0, all_reduce(D, grads, link), reduce_scatter(D, grads, link)) * real
-    upd = sc.u_params / np.where(Z >= 1, D, 1) * recipe.update_traffic_bytes / ddr
-    ag = np.where((Z == 1) | (Z == 2), all_gather(D, sc.u_params * recipe.param_bytes, link), 0.0) * real
+    upd = trained / np.where(Z >= 1, D, 1) * recipe.update_traffic_bytes / ddr
+    ag = np.where((Z == 1) | (Z == 2), all_gather(D, trained * recipe.param_bytes, link), 0.0) * real
     u_fwd = b * sc.u_fwd
     # The last micro-batch's Backward of a unit, whose end releases its GradSync, with what
     # its recovery adds (checkpointing: the Recover before it; FSR: the co-run it hosts).

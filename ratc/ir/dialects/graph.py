@@ -65,6 +65,12 @@ def _verify_layer(op: Operation) -> None:
                               f"found '{inner.name}'", inner)
     if not ops or ops[-1].name != "graph.output":
         raise VerifyError(f"'{op.name}' @{op.sym_name} must end with graph.output (the values it hands on)", op)
+    frozen = sum(math.prod(p.results[0].type.shape) for p in ops
+                 if p.name == "graph.param" and p.attributes.get("frozen", False)
+                 and isinstance(p.results[0].type, TensorType))
+    if frozen > op.attributes["param_count"]:
+        raise VerifyError(f"'{op.name}' @{op.sym_name} has {frozen} frozen parameter elements, more than its "
+                          f"param_count {op.attributes['param_count']}", op)
 
 
 def _verify_output(op: Operation) -> None:
@@ -88,7 +94,8 @@ def _verify_arg(op: Operation) -> None:
 
 GRAPH.op("arg", "a tensor the layer reads from outside (its checkpoint, a model input, a shared table)",
          results=["out:tensor"], attrs={"index": "int"}, pure=True, verify=_verify_arg)
-GRAPH.op("param", "a parameter held by the layer", results=["out:tensor"], attrs={"name": "str"}, pure=True)
+GRAPH.op("param", "a parameter held by the layer (frozen: requires_grad=False, so no gradient or optimizer state)",
+         results=["out:tensor"], attrs={"name": "str", "frozen": "bool?"}, pure=True)
 GRAPH.op("matmul", "a GEMM: x W^T or a product of activations", operands=["inputs:tensor*"],
          results=["out:tensor"], attrs={**COST_ATTRS, "m": "int", "n": "int", "k": "int"},
          pure=True, verify=_verify_matmul)
@@ -118,8 +125,10 @@ def _layer_op(layer: LayerProfile, role: str, sym: str) -> Operation:
     for i, (shape, dtype) in enumerate(layer.args):
         values[f"${i}"] = body.append(Operation("graph.arg", (), [TensorType(shape, dtype)], {"index": i},
                                                 result_names=[f"arg{i}"])).result
+    frozen = set(layer.frozen)
     for name, shape, dtype in layer.params:
-        values[name] = body.append(Operation("graph.param", (), [TensorType(shape, dtype)], {"name": name},
+        attrs = {"name": name, "frozen": True} if name in frozen else {"name": name}
+        values[name] = body.append(Operation("graph.param", (), [TensorType(shape, dtype)], attrs,
                                              result_names=[_hint(name)])).result
     for op in layer.ops:
         attrs = {"name": op.name, "fwd_flops": op.fwd_flops, "bwd_input_flops": op.bwd_input_flops,
@@ -154,7 +163,7 @@ def module_from_profile(profile: ModelProfile) -> Module:
 
 def _layer_profile(op: Operation) -> LayerProfile:
     names = {}
-    args, params, ops = [], [], []
+    args, params, frozen, ops = [], [], [], []
     for inner in op.region.ops:
         if inner.name == "graph.output":
             continue            # derived: the ops' results nothing else reads
@@ -165,6 +174,8 @@ def _layer_profile(op: Operation) -> LayerProfile:
         elif inner.name == "graph.param":
             names[out] = inner.attributes["name"]
             params.append((inner.attributes["name"], out.type.shape, out.type.dtype))
+            if inner.attributes.get("frozen", False):
+                frozen.append(inner.attributes["name"])
         else:
             a = inner.attributes
             names[out] = a["name"]
@@ -178,7 +189,7 @@ def _layer_profile(op: Operation) -> LayerProfile:
     a = op.attributes
     return LayerProfile(name=a["name"], repeat=a["repeat"], ops=tuple(ops), param_count=a["param_count"],
                         param_bytes=int(a["param_bytes"]), input_bytes=int(a["input_bytes"]),
-                        params=tuple(params), args=tuple(t for _, t in sorted(args)))
+                        params=tuple(params), frozen=tuple(frozen), args=tuple(t for _, t in sorted(args)))
 
 
 def profile_from_module(module: Module) -> ModelProfile:

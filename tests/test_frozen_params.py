@@ -1,0 +1,146 @@
+"""Frozen parameters (requires_grad=False) from the trace through the graph IR, the planner
+and the compiled program: they keep their fp16 copy but have no gradient, optimizer state,
+GradSync, UpdateShard or PrefetchW."""
+
+import dataclasses
+import pathlib
+
+import numpy as np
+import pytest
+
+from ratc.frontend.modelfile import load_model_file
+from ratc.frontend.presets import trace_preset
+from ratc.frontend.trace import trace_model
+from ratc.ir import parse_module, print_module
+from ratc.ir.dialects.graph import module_from_profile, profile_from_module
+from ratc.ir.verifier import VerifyError, verify
+from ratc.planner.config import RECIPE, Candidate
+from ratc.planner.search import Planner
+from ratc.platform import load_platform
+
+LLAMA = pathlib.Path(__file__).resolve().parents[1] / "examples" / "llama.py"
+
+FROZEN_MODEL = '''
+import importlib.util
+_spec = importlib.util.spec_from_file_location("_llama", {llama!r})
+_llama = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_llama)
+PRESETS, DEFAULT_PRESET, input_spec = _llama.PRESETS, _llama.DEFAULT_PRESET, _llama.input_spec
+
+def build_model(**config):
+    model = _llama.build_model(**config)
+    for name, p in model.named_parameters():
+        if name.startswith("embed") or name == "layers.1.self_attn.q_proj.weight":
+            p.requires_grad_(False)
+    return model
+'''
+
+
+@pytest.fixture(scope="module")
+def frozen(tmp_path_factory):
+    """(module, profile) of the tiny LLaMA with its embedding and one q_proj frozen."""
+    path = tmp_path_factory.mktemp("frozen") / "frozen.py"
+    path.write_text(FROZEN_MODEL.format(llama=str(LLAMA)))
+    spec = load_model_file(str(path), "tiny")
+    return spec.module, trace_model(spec.module, spec.seq_len, name="frozen")
+
+
+@pytest.fixture(scope="module")
+def plain():
+    spec = load_model_file(str(LLAMA), "tiny")
+    return trace_model(spec.module, spec.seq_len, name="tiny")
+
+
+def test_trace_counts_trainable_parameters_per_tensor(frozen, plain):
+    """Oracle: the module's own requires_grad flags, counted tensor by tensor."""
+    module, profile = frozen
+    assert profile.param_count == sum(p.numel() for p in module.parameters())
+    assert profile.trainable_count == sum(p.numel() for p in module.parameters() if p.requires_grad)
+    assert profile.pre.frozen == ("embed_tokens.weight",) and profile.pre.trainable_count == 0
+    # the layer with a frozen q_proj is a template of its own; the others are the plain model's
+    assert [(t.repeat, t.frozen) for t in profile.layers] == [(1, ()), (1, ("self_attn.q_proj.weight",)), (2, ())]
+    assert profile.layers[2].ops == plain.layers[0].ops
+    q = next(op for op in profile.layers[1].ops if op.name == "self_attn.q_proj")
+    m, n, k = q.gemm
+    assert q.bwd_weight_flops == 0 and q.bwd_input_flops == 2 * m * n * k
+    assert next(op for op in profile.layers[0].ops if op.name == "self_attn.q_proj").bwd_weight_flops == 2 * m * n * k
+    # a frozen table needs no backward; the first layer still checkpoints its input (the
+    # hidden state, seq x hidden fp16), which no longer needs a gradient
+    assert profile.pre.ops[0].bwd_weight_flops == 0
+    assert profile.layers[0].input_bytes == plain.layers[0].input_bytes == profile.seq_len * profile.hidden * 2
+    assert sum(op.kind == "rope" for op in profile.layers[0].ops) == sum(op.kind == "rope" for op in plain.layers[0].ops)
+
+
+def test_graph_ir_keeps_the_frozen_flags(frozen):
+    """The printed graph names each frozen parameter and parses back to the same profile."""
+    _, profile = frozen
+    text = print_module(module_from_profile(profile))
+    assert text.count("frozen = true") == 2
+    back = profile_from_module(parse_module(text))
+    assert back.trainable_count == profile.trainable_count
+    assert [t.frozen for t in back.layers] == [t.frozen for t in profile.layers] and back.pre.frozen == profile.pre.frozen
+    # more frozen elements than the layer holds is refused, naming the layer
+    bad = parse_module(text.replace(f"param_count = {profile.pre.param_count},", "param_count = 5,", 1))
+    with pytest.raises(VerifyError, match="frozen parameter elements, more than its param_count 5"):
+        verify(bad)
+
+
+@pytest.mark.parametrize("Z", [0, 1, 2, 3])
+def test_state_memory_is_zero_papers_bytes_of_trainable_parameters(frozen, Z):
+    """Oracle: ZeRO's 2 + 2 + 12 bytes per parameter, of which a frozen one keeps only its 2."""
+    module, profile = frozen
+    planner = Planner(profile, load_platform("mt3000"))
+    D = 4
+    _, mem, _ = planner.detail(Candidate(1, D, 1, Z, 1, 4, "fsr", "deadline"))
+    phi = sum(p.numel() for p in module.parameters())
+    trained = sum(p.numel() for p in module.parameters() if p.requires_grad)
+    assert mem.params[0, 0] == pytest.approx(2 * phi / (D if Z >= 3 else 1))
+    assert mem.grads[0, 0] == pytest.approx(2 * trained / (D if Z >= 2 else 1))
+    assert mem.optimizer[0, 0] == pytest.approx(12 * trained / (D if Z >= 1 else 1))
+
+
+@pytest.fixture(scope="module")
+def planner13_half_frozen():
+    """LLaMA-2-13B with its embedding and its first 20 decoder layers frozen (a fine-tuning set-up)."""
+    full = trace_preset("llama2-13b")
+    (layer,) = full.layers
+    freeze = lambda lp: dataclasses.replace(lp, frozen=tuple(n for n, _, _ in lp.params))  # noqa: E731
+    profile = dataclasses.replace(full, pre=freeze(full.pre),
+                                  layers=(dataclasses.replace(freeze(layer), repeat=20),
+                                          dataclasses.replace(layer, repeat=layer.repeat - 20)))
+    return Planner(profile, load_platform("mt3000")), Planner(full, load_platform("mt3000"))
+
+
+def test_frozen_units_send_nothing_and_the_system_vm_agrees(planner13_half_frozen):
+    """Oracle: the system VM on the compiled program, as for the unfrozen model (tests/test_timing.py)."""
+    from ratc.lifecycle.plan_ir import plan_op
+    from ratc.vm.system.driver import compile_candidate, run_module
+    planner, full = planner13_half_frozen
+    cand = Candidate(2, 128, 1, 2, 1, 8, "fsr", "deadline")
+    units = [op.attributes for op in plan_op(planner.model, cand, planner.platform, planner).region.ops]
+    frozen, trained = units[:21], units[21:]
+    for u in frozen:
+        assert int(u["param"]) > 0
+        assert all(int(u[k]) == 0 for k in ("grad", "opt", "shard", "bucket"))
+        assert all(u[k] == 0.0 for k in ("sync", "reduce", "update", "prefetch"))
+    assert all(float(u["sync"]) > 0.0 and int(u["opt"]) > 0 for u in trained)
+    ev = planner.evaluate_group([cand])[0]
+    sim = run_module(compile_candidate(planner.model, cand, planner.platform, planner),
+                     planner.platform, budget=None)[1]
+    assert ev.t_step == pytest.approx(sim.step_seconds, rel=1e-5)
+    # half the gradients to reduce, so stage 0 (the frozen layers) carries less state and
+    # the step is no slower than the fully trained model's
+    full_ev = full.evaluate_group([cand])[0]
+    assert ev.peak_mem < full_ev.peak_mem and ev.t_step <= full_ev.t_step
+    assert np.isfinite(ev.t_step)
+
+
+def test_min_cluster_ladder_counts_frozen_parameters_at_two_bytes(planner13_half_frozen):
+    """Oracle: the state-only bound, (2 + 2 + 12) bytes per trained parameter and 2 per frozen one."""
+    planner, full = planner13_half_frozen
+    model, r = planner.model, RECIPE
+    assert r.param_bytes + r.grad_bytes + r.optimizer_bytes == 16
+    bound = (2 * model.param_count + 14 * model.trainable_count) / planner.budget
+    step = planner.platform.network.clusters_per_node
+    assert planner.ladder_start() == max(step, step * int(np.ceil(bound / step)))
+    assert planner.ladder_start() <= full.ladder_start()
