@@ -321,6 +321,7 @@ def test_pytorch_idioms_match_pytorch(preset, kw):
     ("sparse", "sparse gradients (sparse=True) are not supported"),
     ("dropout", "'layers.0.drop': dropout p=0.1: checkpoint and FSR recompute a layer"),
     ("weight_norm", "'layers.0.up': parametrized parameters (weight_norm"),
+    ("batch_norm", "'layers.0.bn': BatchNorm1d normalizes over the batch"),
     ("shape_tie", "tied weights across units are not supported (unit 4 only reads its shape"),
 ])
 def test_idioms_a_unit_cannot_reproduce_are_refused_by_name(preset, message):

@@ -10,7 +10,7 @@ from torch import nn
 BASE = dict(layers=3, hidden=32, ffn=64, vocab=64, seq_len=16)
 PRESETS = {name: dict(BASE, variant=name) for name in (
     "plain", "inplace_input", "unused_branch", "shape_scale", "mask_arg",
-    "max_norm", "sparse", "dropout", "weight_norm", "shape_tie", "sum_loss")}
+    "max_norm", "sparse", "dropout", "weight_norm", "batch_norm", "shape_tie", "sum_loss")}
 DEFAULT_PRESET = "plain"
 
 
@@ -26,11 +26,15 @@ class Block(nn.Module):
             self.drop = nn.Dropout(0.1)
         if variant == "weight_norm":
             self.up = nn.utils.parametrizations.weight_norm(self.up)
+        if variant == "batch_norm":
+            self.bn = nn.BatchNorm1d(hidden)
 
     def forward(self, x, scale=None):
         y = self.down(F.gelu(self.up(self.norm(x.clone()))))
         if self.variant == "dropout":
             y = self.drop(y)
+        if self.variant == "batch_norm":
+            y = self.bn(y.transpose(1, 2)).transpose(1, 2)
         if self.variant == "unused_branch":
             _ = self.probe(x.detach()).softmax(-1)
         if scale is not None:                        # a Python float from the first unit

@@ -175,6 +175,10 @@ def _check_supported(model: nn.Module) -> None:
         if isinstance(mod, nn.modules.dropout._DropoutNd) and mod.p > 0:
             raise RatcError(f"{where}: dropout p={mod.p}: checkpoint and FSR recompute a layer, and ratc train "
                             "does not replay the random state, so a recomputed mask would differ (use p=0)")
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+            raise RatcError(f"{where}: {type(mod).__name__} normalizes over the batch: a micro-batch's statistics "
+                            "are not the global batch's that PyTorch's reference step sees, and each "
+                            "recomputation would update the running statistics again (use LayerNorm or RMSNorm)")
         if parametrize.is_parametrized(mod):
             raise RatcError(f"{where}: parametrized parameters (weight_norm, spectral_norm, ...) are not "
                             "supported; ratc trains plain nn.Parameters")
