@@ -144,3 +144,19 @@ def test_min_cluster_ladder_counts_frozen_parameters_at_two_bytes(planner13_half
     step = planner.platform.network.clusters_per_node
     assert planner.ladder_start() == max(step, step * int(np.ceil(bound / step)))
     assert planner.ladder_start() <= full.ladder_start()
+
+
+def test_plan_report_says_how_many_parameters_are_frozen(frozen):
+    """The text report names the frozen count only when there is one; the JSON always gives both."""
+    import json
+
+    from ratc.planner.report import render_json, render_text
+    module, profile = frozen
+    planner = Planner(profile, load_platform("mt3000"))
+    result = planner.plan(4, 16)
+    frozen_n = sum(p.numel() for p in module.parameters() if not p.requires_grad)
+    assert f"{frozen_n:,} of {profile.param_count:,} parameters frozen" in render_text(result, profile.seq_len)
+    data = json.loads(render_json(result, profile.seq_len))
+    assert data["parameters"] == {"total": profile.param_count, "trainable": profile.param_count - frozen_n}
+    plain = Planner(trace_preset("tiny", profile.seq_len), load_platform("mt3000")).plan(4, 16)
+    assert "frozen" not in render_text(plain, profile.seq_len)

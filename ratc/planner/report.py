@@ -76,6 +76,9 @@ def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False) 
             f"{len(result.infeasible)} pruned by memory\n")
     if result.pipeline_source != "searched" or result.pipeline_why:
         head += f"pipeline degree {result.pipeline_note()}\n"
+    if result.trainable < result.params:
+        head += (f"{result.params - result.trainable:,} of {result.params:,} parameters frozen "
+                 "(requires_grad=False): no gradients or optimizer state\n")
     lines = [head]
     for i, ev in enumerate(result.feasible[:top], 1):
         lines.append(f"{i:2d}. {_row(result, ev, seq_len)}")
@@ -94,6 +97,7 @@ def render_json(result, seq_len: int, top: int = 5, with_explain: bool = False) 
     data = {"model": result.model, "platform": result.platform, "clusters": result.clusters,
             "global_batch": result.global_batch, "seq_len": seq_len, "strategy": result.strategy,
             "memory_budget_bytes": result.budget, "evaluated": result.evaluated,
+            "parameters": {"total": result.params, "trainable": result.trainable},
             "feasible_count": len(result.feasible), "pruned_count": len(result.infeasible),
             "pipeline": {"P": result.pipeline, "source": result.pipeline_source, "why": result.pipeline_why},
             "top": [dict(ev.as_dict(), tokens_per_s=tokens_per_second(result, ev, seq_len), compilable=compilable(ev))

@@ -68,6 +68,8 @@ class PlanResult:
     pipeline: int | None = None      # P when it was not searched
     pipeline_source: str = "searched"   # searched | fixed (by the caller) | ratrain (held at RATrain's P)
     pipeline_why: str = ""           # why a baseline that holds RATrain's P searched every P instead
+    params: int = 0                  # the model's parameters ...
+    trainable: int = 0               # ... and those not frozen (requires_grad)
 
     def pipeline_note(self) -> str:
         """How P was chosen, for reports."""
@@ -240,7 +242,8 @@ class Planner:
                                 f"{', '.join(map(str, sorted(groups)))}")
             groups = {P: groups[P]}
         result = PlanResult(self.model.name, self.platform.name, clusters, global_batch, strat.name, self.budget,
-                            pipeline=P, pipeline_source=source, pipeline_why=why)
+                            pipeline=P, pipeline_source=source, pipeline_why=why,
+                            params=self.model.param_count, trainable=self.model.trainable_count)
         items = list(groups.values())
         if progress:
             from tqdm import tqdm
