@@ -80,6 +80,17 @@ def test_tilings_that_overflow_memory_are_rejected():
         generate_gemm(P, 64, 64, 64, gm=3, gn=1, kt=4)
 
 
+def test_a_fixed_k_step_searches_only_the_grids_it_fits():
+    """kt=64 leaves (gm, gn) grids whose lcm with the unroll divides 64 (the README's --tiles
+    example, which used to pick gm=8, gn=3 and then reject it)."""
+    kernel = generate_gemm(P, 2048, 4096, 4096, kt=64, md=128)
+    o = kernel.options
+    assert (o["kt"], o["md"]) == (64, 128) and 64 % math.lcm(o["gm"], o["gn"], o["unroll"]) == 0
+    check_gemm(96, 64, 160, kt=32)       # and it computes the product
+    with pytest.raises(RatcError, match=r"kt=7 is not a multiple of lcm\(gm, gn, unroll\)"):
+        generate_gemm(P, 64, 64, 64, kt=7)
+
+
 TABLE5 = [(2048, 4096, 4096), (2048, 11008, 4096), (2048, 4096, 11008), (2048, 6656, 6656), (2048, 8192, 8192)]
 
 

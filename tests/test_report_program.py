@@ -135,6 +135,24 @@ def test_report_needs_a_program_or_a_model(tmp_path, capsys):
     assert "does not match the manifest" in capsys.readouterr().err
 
 
+def test_plan_and_report_in_one_go_reports_what_compile_report_does(tmp_path, capsys):
+    """Without a program the report plans with compile's kernel-VM profile: the same plan,
+    the same simulated step and a kernels table as `ratc compile --report`."""
+    def rows(text):
+        return {k: v for k, v in (line.split(None, 1) for line in text.splitlines()
+                                  if line.startswith(("  plan ", "  simulated step", "  predicted step")))}
+
+    common = ["--preset", "tiny", "--clusters", "4", "--global-batch", "16"]
+    assert main(["report", str(tmp_path / "one"), *common]) == 0
+    one = capsys.readouterr().out
+    assert main(["compile", *common, "-o", str(tmp_path / "two"), "--report"]) == 0
+    two = capsys.readouterr().out
+    assert rows(one) and rows(one) == rows(two)
+    assert "Kernels" in (tmp_path / "one" / "report.html").read_text()
+    assert main(["report", str(tmp_path / "three"), *common, "--exec-profile", "paper-table5"]) == 0
+    assert "Kernels" not in (tmp_path / "three" / "report.html").read_text()
+
+
 def dom_check(dom: str, name: str) -> str:
     m = re.search(rf'id="ratc-image-check"[^>]*\b{name}="([^"]*)"', dom)
     assert m, f"the page's self-check did not run ({name} missing)"

@@ -10,6 +10,7 @@ from pathlib import Path
 from ratc.cli.model_source import add_model_arguments, load_model, named
 from ratc.cli.plan import pipeline_degree
 from ratc.errors import RatcError
+from ratc.planner.exec_profile import EXEC_PROFILES
 
 
 def register(subparsers) -> None:
@@ -30,6 +31,8 @@ def register(subparsers) -> None:
     p.add_argument("--clusters", type=int, help="clusters (default: the compiled plan's P x D x T)")
     p.add_argument("--global-batch", type=int, help="sequences per step (default: the compiled plan's)")
     p.add_argument("--platform", default="mt3000", help="platform when there is no compiled program (default mt3000)")
+    p.add_argument("--exec-profile", choices=EXEC_PROFILES, default="kernel-vm",
+                   help="GEMM profile when there is no compiled program (default kernel-vm, as `ratc compile`)")
     p.add_argument("--strategy", default="ratrain", help="planner search space for the ranking (default ratrain)")
     p.add_argument("--pipeline", type=pipeline_degree, default=None, metavar="P|any",
                    help="pipeline degree of the ranking: a number fixes P, 'any' searches every P "
@@ -44,6 +47,7 @@ def register(subparsers) -> None:
 
 
 def handler(args: argparse.Namespace) -> int:
+    from ratc.planner.exec_profile import load_exec_profile
     from ratc.planner.search import Planner
     from ratc.program import MANIFEST
     from ratc.report.build import build_report, plan_candidate, write_report
@@ -52,7 +56,12 @@ def handler(args: argparse.Namespace) -> int:
     if args.top < 1 or args.simulate_top < 0:
         raise RatcError(f"--top must be >= 1 and --simulate-top >= 0 (got {args.top}, {args.simulate_top})")
     start = time.perf_counter()
-    say = lambda msg: print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr)  # noqa: E731
+
+    def say(msg: str) -> None:
+        # progress on terminals only, as every command's phases: redirected output has none
+        if sys.stderr.isatty():
+            print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr)
+
     module = None
     if (Path(args.outdir) / MANIFEST).is_file():
         from ratc.lifecycle.lowering import find_plan
@@ -65,9 +74,8 @@ def handler(args: argparse.Namespace) -> int:
         inputs = load_inputs(args.outdir)
         module, platform, model = inputs.module, inputs.platform, inputs.profile
         cand = plan_candidate(module)
-        from ratc.planner.exec_profile import load_exec_profile
-
-        planner = Planner(model, platform, load_exec_profile(platform, inputs.exec_profile),
+        # as the program's kernels run (tiles it was compiled with included)
+        planner = Planner(model, platform, load_exec_profile(platform, inputs.exec_profile).for_program(module),
                           budget=int(find_plan(module).attributes["budget"]))
         clusters = cand.clusters if args.clusters is None else args.clusters
         batch = cand.global_batch if args.global_batch is None else args.global_batch
@@ -80,7 +88,8 @@ def handler(args: argparse.Namespace) -> int:
                             "with --clusters N and --global-batch G")
         say("tracing the model")
         model = load_model(args)
-        planner = Planner(model, load_platform(args.platform))
+        platform = load_platform(args.platform)
+        planner = Planner(model, platform, load_exec_profile(platform, args.exec_profile))
         clusters, batch = args.clusters, args.global_batch
     say(f"planning {clusters} clusters, global batch {batch}")
     result = planner.plan(clusters, batch, args.strategy, pipeline=args.pipeline)

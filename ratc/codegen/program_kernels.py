@@ -128,6 +128,21 @@ def codegen(module, platform, tiles: dict[str, dict[str, int]] | None = None) ->
     return ops
 
 
+def retiled_kernels(module, platform) -> tuple:
+    """((kind, shape), ((option, value), ...)) of the program's kernels whose tiles are not the
+    default choice (the codegen pass's `tiles`), for an execution profile of its kernels."""
+    found = []
+    for op in module.body.ops:
+        if op.name != "life.kernel":
+            continue
+        a = op.attributes
+        kind, shape = a["kind"], tuple(a["shape"])
+        default = kernel_profile(platform, kind, shape)["tiles"]
+        if any(default.get(k) != v for k, v in a["tiles"].items()):
+            found.append(((kind, shape), tuple(sorted(a["tiles"].items()))))
+    return tuple(found)
+
+
 def kernel_calls(module) -> dict[str, dict[int, int]]:
     """symbol -> {stage: calls per step} summed over the scheduled tasks."""
     from ratc.lifecycle.lowering import find_pipeline

@@ -118,13 +118,16 @@ def _choose(m: int, n: int, k: int, platform, fixed: tuple) -> GemmTiles:
     groups, unroll = opts.get("groups", default_groups(platform)), opts.get("unroll", 2)
     mr = vl.vmac_rows * groups
     lanes = vl.vector_lanes
-    best, best_cost = None, math.inf
+    best, best_cost, skipped = None, math.inf, None
     dsps = platform.cluster.dsps
     for gm in ([opts["gm"]] if "gm" in opts else range(1, dsps + 1)):
         for gn in ([opts["gn"]] if "gn" in opts else range(1, dsps // gm + 1)):
             if gm * gn > dsps:
                 continue
             step = math.lcm(gm, gn, unroll)
+            if "kt" in opts and opts["kt"] % step:      # a fixed kt rules out the (gm, gn) it does not fit
+                skipped = skipped or f"kt={opts['kt']} is not a multiple of lcm(gm, gn, unroll) at gm={gm}, gn={gn}"
+                continue
             mds = [opts["md"]] if "md" in opts else sorted(_candidates(m, mr, gm, 4096))
             nds = [opts["nd"]] if "nd" in opts else sorted(_candidates(n, lanes, gn, 4096))
             kmax = step * math.ceil(k / step)
@@ -153,8 +156,9 @@ def _choose(m: int, n: int, k: int, platform, fixed: tuple) -> GemmTiles:
                         if cost < best_cost:
                             best, best_cost = t, cost
     if best is None:
+        why = f" ({skipped}, ...)" if skipped else ""
         raise RatcError(f"no GEMM tiling of {m}x{n}x{k} satisfies the options {opts} "
-                        f"and the SM/AM/GSM capacities")
+                        f"and the SM/AM/GSM capacities{why}")
     return best
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -40,6 +41,10 @@ class ExecutionProfile:
     def gemm_efficiency(self, m: int, n: int, k: int) -> float:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def for_program(self, module) -> "ExecutionProfile":
+        """This profile as a compiled program's kernels run (the same, unless they were re-tiled)."""
+        return self
+
 
 @dataclass(frozen=True)
 class TableExecProfile(ExecutionProfile):
@@ -77,12 +82,20 @@ class KernelVMExecProfile(ExecutionProfile):
     """GEMM times measured by ratc's kernel VM (ratc.codegen.exec_profile.gemm_time)."""
 
     platform: object
+    # ((kind, shape), ((option, value), ...)) of kernels generated with other tiles than the
+    # default search picks (a program compiled with --tiles); every other kernel is the default
+    tiles: tuple = ()
     runs_kernels = True
 
     def kernel(self, kind: str, shape: tuple) -> dict:
         """The generated kernel's figures (cycles, seconds, ddr_bytes, ...)."""
         from ratc.codegen.exec_profile import kernel_profile
-        return kernel_profile(self.platform, kind, shape)
+        options = dict(dict(self.tiles).get((kind, tuple(shape)), ())) if self.tiles else {}
+        return kernel_profile(self.platform, kind, shape, **options)
+
+    def for_program(self, module) -> "KernelVMExecProfile":
+        from ratc.codegen.program_kernels import retiled_kernels
+        return dataclasses.replace(self, tiles=retiled_kernels(module, self.platform))
 
     def gemm_time(self, m: int, n: int, k: int) -> float:
         return self.kernel("gemm", (m, n, k))["seconds"]
