@@ -42,7 +42,7 @@ def run_once(cache: str, out: str) -> tuple[float, float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     results = {"cold": [], "warm": []}

@@ -29,7 +29,7 @@ def build(n_ops: int) -> Module:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", type=int, default=100_000)
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()

@@ -136,7 +136,7 @@ def bench_compile(runs: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--no-memory-table", action="store_true")
     ap.add_argument("--vm", action="store_true", help="also simulate each T = 1 configuration on the system VM")

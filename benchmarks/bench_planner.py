@@ -33,7 +33,7 @@ CASES = [  # (model, clusters, global batch, strategy)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--wall", action="store_true", help="measure wall-clock instead of CPU time")
     args = ap.parse_args(argv)

@@ -47,7 +47,7 @@ def prepare(outdir: Path, preset: str) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="llama2-70b", choices=sorted(EXAMPLES))
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--simulate-top", type=int, default=3, help="as `ratc report` (default 3)")

@@ -65,7 +65,7 @@ def llama(runs, symmetric=True):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
     rows = [synthetic(args.runs), llama(args.runs), llama(max(1, args.runs // 2), symmetric=False)]

@@ -54,7 +54,7 @@ def child(case: str) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--child", choices=sorted(BUDGET), help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -23,7 +23,7 @@ ACTS = {"fsr": "fsr", "checkpoint": "ckpt", "full-save": "full"}
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="examples/llama.py")
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--threads", type=int, default=1)

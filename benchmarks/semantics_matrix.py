@@ -112,7 +112,7 @@ def render(rows: list[dict], refs: dict, a: argparse.Namespace, wall: float) -> 
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="examples/llama.py")
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--micro-batches", type=int, default=4)

@@ -10,7 +10,7 @@ import json
 def main(doc: str, run, columns: list[str], cells, add_args=None) -> None:
     """Parse --json (and what add_args(parser) adds, passed to run by name), call run() for
     the rows, print them as JSON or as a table of cells(row)."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     if add_args is not None:
         add_args(ap)
@@ -30,7 +30,7 @@ def platform_and_models(doc: str, models: tuple, argv=None) -> tuple:
     """(the --platform profile, the --models names) of a per-model script."""
     from ratc.platform import load_platform
 
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--platform", default="mt3000")
     ap.add_argument("--models", default=",".join(models))
     args = ap.parse_args(argv)

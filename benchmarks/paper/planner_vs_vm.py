@@ -50,7 +50,7 @@ def parse_rows(text: str) -> tuple:
 
 
 def main(argv: list | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--top", type=int, default=20, help="candidates for the rank agreement (default 20)")
     ap.add_argument("--tau-rows", default="all",
                     help="rows (model@clusters, comma-separated, or all / none) whose top candidates are "

@@ -155,7 +155,7 @@ def recovery_markdown(results: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--platform", default="mt3000")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="platform override, e.g. peak_mac_rate='4.05T MAC/s'")

@@ -62,7 +62,7 @@ def table(platform) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--platform", default="mt3000")
     parser.add_argument("-o", "--output", default=None, help="write markdown here (default: stdout)")
     args = parser.parse_args()

@@ -8,6 +8,19 @@ from ratc.cli.io import write_atomic
 from ratc.errors import RatcError
 
 
+# what each --mode of the kernel VM does (asm and kernel help, and the report's Mode line)
+MODES = {
+    "full": "executes every DSP's instructions with real numerics (the DDR buffers hold results)",
+    "timing": "counts cycles, bundles and traffic without computing any value (fast)",
+}
+
+
+def mode_help(default: str) -> str:
+    """The --mode help text of a command whose default mode is `default`."""
+    return "with --run: " + "; ".join(f"{name}{' (default)' if name == default else ''} {what}"
+                                      for name, what in MODES.items())
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("asm", help="assemble a .rasm kernel; --run executes it on the kernel VM",
                               description="Assemble a .rasm kernel and print it in canonical form, or run it "
@@ -15,8 +28,7 @@ def register(subparsers) -> None:
     p.add_argument("file", help=".rasm file ('-' for stdin)")
     p.add_argument("--platform", default="mt3000", help="platform profile name or TOML path (default mt3000)")
     p.add_argument("--run", action="store_true", help="execute and print the kernel report")
-    p.add_argument("--mode", choices=("full", "timing"), default="full",
-                   help="full: numerics on every DSP; timing: cycle count only (fast)")
+    p.add_argument("--mode", choices=tuple(MODES), default="full", help=mode_help("full"))
     p.add_argument("--input", action="append", default=[], metavar="BUF=FILE.npy",
                    help="initial contents of a DDR buffer (others start zeroed)")
     p.add_argument("--random-inputs", type=int, metavar="SEED",
@@ -28,7 +40,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ratc.cli.io import read_input, write_output
+    from ratc.cli.io import read_input, report_written, to_file, write_output
     from ratc.codegen.assembler import assemble, disassemble
     from ratc.platform import load_platform
 
@@ -37,6 +49,8 @@ def run(args) -> int:
     program = assemble(text, platform, filename=name)
     if not args.run:
         write_output(args.output, disassemble(program))
+        if to_file(args.output):
+            report_written(args.output, f"kernel {program.name} in canonical form")
         return 0
     print(run_and_report(program, platform, args))
     return 0
@@ -99,4 +113,8 @@ def run_and_report(program, platform, args, useful_macs=None, min_ddr_bytes=None
         # a .rasm file declares its DDR arrays: each read (inputs) or written (outputs) once
         min_ddr_bytes = sum(b.size * b.itemsize for b in program.buffers if b.space == "ddr")
     stats = kernel_stats(program, platform, result.cycles, result.counts, useful_macs, min_ddr_bytes)
-    return format_report(stats, platform, counted=useful_macs is None).rstrip("\n")
+    lines = format_report(stats, platform, counted=useful_macs is None).rstrip("\n").split("\n")
+    # which mode ran, after the Platform line (the report itself does not say)
+    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("Platform:")), 1)
+    lines.insert(at, f"{'Mode:':<21}{args.mode} ({'real numerics' if args.mode == 'full' else 'cycles only, no values'})")
+    return "\n".join(lines)

@@ -81,6 +81,17 @@ def write_atomic(path: str | Path, data: str | bytes, flag: str | None = None) -
         raise
 
 
+def report_written(path: str | Path, what: str) -> None:
+    """Say on stderr (stdout may carry data) what a flag wrote, as compile and diagram do:
+    'wrote PATH: WHAT'."""
+    print(f"wrote {path}: {what}", file=sys.stderr)
+
+
+def to_file(path: str | None) -> bool:
+    """Whether an output path names a file (None and '-' are stdout)."""
+    return path not in (None, "-")
+
+
 def write_output(path: str | None, text: str) -> None:
     """Write text to a file atomically, or to stdout when path is None or '-'."""
     if path in (None, "-"):

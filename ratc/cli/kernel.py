@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ratc.cli.asm import MODES, mode_help
 from ratc.errors import RatcError
 
 
@@ -17,8 +18,7 @@ def register(subparsers) -> None:
                    help="fix a tile option (gemm: gm, gn, md, nd, kt, groups, unroll; attention: br, bc)")
     p.add_argument("--platform", default="mt3000", help="platform profile name or TOML path (default mt3000)")
     p.add_argument("--run", action="store_true", help="execute and print the kernel report")
-    p.add_argument("--mode", choices=("full", "timing"), default="timing",
-                   help="with --run: timing (default, fast) or full (numerics on every DSP)")
+    p.add_argument("--mode", choices=tuple(MODES), default="timing", help=mode_help("timing"))
     p.add_argument("--random-inputs", type=int, metavar="SEED", default=None,
                    help="with --mode full: fill the DDR inputs with N(0,1) values from this seed")
     p.add_argument("-o", "--output", help="write the .rasm here (default stdout when not running)")
@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from ratc.cli.asm import run_and_report
-    from ratc.cli.io import write_output
+    from ratc.cli.io import report_written, to_file, write_output
     from ratc.codegen.program_kernels import check_tile_options
     from ratc.platform import load_platform
 
@@ -47,6 +47,8 @@ def run(args) -> int:
     kernel = _generate(platform, args, options)
     if args.output or not args.run:
         write_output(args.output, kernel.text)
+        if to_file(args.output):
+            report_written(args.output, f"kernel {kernel.name}")
     if args.run:
         print(run_and_report(kernel.program, platform, args, kernel.macs, kernel.min_ddr_bytes))
     return 0

@@ -53,11 +53,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """parse_args, but an unknown argument after the command is reported by that command's
+    parser, with its usage (argparse's parse_args reports every one with the top-level usage)."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        chosen = parser
+        if args.command is not None:
+            # top-level options take no values: the command is the first word that is not an option
+            before = argv[:argv.index(args.command)]
+            if not any(word in extras for word in before):
+                chosen = _commands(parser)[args.command]
+        chosen.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Each subcommand's parser, by name."""
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ratc; user errors print one message and exit 1 without a traceback."""
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     args.argv = list(argv)          # as typed, for outputs that record how they were made
     if not getattr(args, "func", None):
         parser.print_help()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ratc.cli.io import read_input, write_output
+from ratc.cli.io import read_input, report_written, to_file, write_output
 from ratc.cli.pass_options import add_pass_options, instrumentation
 
 
@@ -32,4 +32,7 @@ def run(args: argparse.Namespace) -> int:
     manager = PassManager(passes, verify_each=not args.no_verify, instrumentation=instrumentation(args, source))
     module = manager.run(module)
     write_output(args.output, print_module(module))
+    if to_file(args.output):
+        report_written(args.output, f"the module after -p '{args.pipeline.strip()}'" if passes
+                       else "the module as parsed (no passes)")
     return 0

@@ -99,7 +99,7 @@ def handler(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
-    from ratc.cli.io import check_output, write_atomic
+    from ratc.cli.io import check_output, report_written, write_atomic
     from ratc.vm.functional.session import ACT_NAMES, Session, TrainConfig, relative_deviation
     from ratc.vm.functional.shards import AdamW
 
@@ -127,14 +127,15 @@ def handler(args: argparse.Namespace) -> int:
     if args.program:
         module, cfg = _load_program(args.program, cfg)
     session = Session(cfg, module)
-    if args.emit_program:
-        from ratc.ir import print_module
-        write_atomic(args.emit_program, print_module(session.module))
     policy = {v: k for k, v in ACT_NAMES.items()}[cfg.act]
     label = (f"P={cfg.P} D={cfg.D} Z={cfg.Z} {policy} "
              f"state-pipeline={'on' if cfg.state_pipeline else 'off'} M={cfg.M} b={cfg.b}")
     print(f"ratc train: {args.model} [{session.preset}] {label}, global batch {cfg.global_batch} x "
           f"{session.seq_len} tokens, {sum(u.numel for u in session.units.units):,} parameters")
+    if args.emit_program:
+        from ratc.ir import print_module
+        write_atomic(args.emit_program, print_module(session.module), "--emit-program")
+        report_written(args.emit_program, f"the executed life program ({label})")
     rows = []
     bar = tqdm(range(args.steps), desc="training", unit="step", disable=None)
     for i in bar:
@@ -163,7 +164,9 @@ def handler(args: argparse.Namespace) -> int:
         print(f"ratc train: warning: the loss is not finite from step {bad[0]} on (learning rate "
               f"{args.lr:g}?)", file=sys.stderr)
     if args.csv:
-        write_atomic(args.csv, _csv(rows))
+        write_atomic(args.csv, _csv(rows), "--csv")
+        report_written(args.csv, f"losses of {len(rows)} step{'s' if len(rows) > 1 else ''}")
     if args.plot:
         _plot(rows, args.plot, f"{Path(args.model).name} [{session.preset}] {label}")
+        report_written(args.plot, f"loss curves of {len(rows)} step{'s' if len(rows) > 1 else ''}")
     return 0

@@ -456,9 +456,13 @@ def _syntax_error(exc: UnexpectedInput, b: _Builder) -> LocatedError:
         char = b.text[exc.pos_in_stream] if exc.pos_in_stream < len(b.text) else ""
         msg = f"unexpected character {char!r}"
     elif isinstance(exc, UnexpectedEOF) or (isinstance(exc, UnexpectedToken) and exc.token.type == "$END"):
-        msg = "unexpected end of input (missing '}'?)"
         lines = b.text.rstrip("\n").split("\n")
         line, col = len(lines), len(lines[-1]) + 1
+        if all(not s.strip() or s.strip().startswith("//") for s in lines):
+            what = ("" if not b.text else " (only comments)" if any(s.strip() for s in lines)
+                    else " (only whitespace)")
+            return b.error(f"empty input{what}: expected a module ('module {{ ... }}')", line, col)
+        msg = "unexpected end of input (missing '}'?)"
     else:
         tok = exc.token
         shown = _TERMINAL_NAMES.get(tok.type, tok.type) if tok.type in _LITERALS else repr(str(tok))

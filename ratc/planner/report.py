@@ -5,7 +5,41 @@ from __future__ import annotations
 import json
 
 from ratc.lifecycle import lowering
-from ratc.units import format_bytes
+from ratc.units import format_bytes, format_time
+
+
+class Times:
+    """How a plan's text prints times. A time of 1 s or more prints in seconds with two
+    decimals, as it always has. So do shorter ones (the breakdown terms) when the plan's
+    fastest step takes 1 s or more: a real model's plan reads as it always did. When even the
+    fastest step is shorter (a small model), those get a unit of their own (format_time:
+    '5.156 ms'), since '0.00 s' everywhere would hide the ranking."""
+
+    def __init__(self, fastest: float = 1.0):
+        self.seconds = fastest >= 1.0
+        # differences smaller than this are a tie: what the printed precision cannot show
+        self.tie = 0.005 if self.seconds else 5e-4 * fastest
+
+    @classmethod
+    def of(cls, result) -> "Times":
+        return cls(min((ev.t_step for ev in result.feasible), default=1.0))
+
+    def __call__(self, t: float, unit: bool = True) -> str:
+        """A time; unit=False leaves out ' s' in seconds mode (the breakdown's E terms)."""
+        if self.seconds:
+            return f"{t:.2f} s" if unit else f"{t:.2f}"
+        return f"{t:.2f} s" if abs(t) >= 1.0 else format_time(t)
+
+    def column(self, t: float) -> str:
+        """A time in the ranked table's 12-character column."""
+        return f"{t:10.2f} s" if self.seconds or abs(t) >= 1.0 else f"{format_time(t):>12s}"
+
+    def delta(self, t: float) -> str:
+        """A positive difference, signed."""
+        return f"{t:+.2f} s" if self.seconds or abs(t) >= 1.0 else f"+{format_time(t)}"
+
+
+SECONDS = Times()
 
 
 def tokens_per_second(result, ev, seq_len: int) -> float:
@@ -13,8 +47,8 @@ def tokens_per_second(result, ev, seq_len: int) -> float:
     return result.global_batch * seq_len / ev.t_step
 
 
-def _row(result, ev, seq_len: int) -> str:
-    return (f"{ev.cand.label():58s} {ev.t_step:10.2f} s {tokens_per_second(result, ev, seq_len):10.1f} tok/s  "
+def _row(result, ev, seq_len: int, times: Times = SECONDS) -> str:
+    return (f"{ev.cand.label():58s} {times.column(ev.t_step)} {tokens_per_second(result, ev, seq_len):10.1f} tok/s  "
             f"peak {format_bytes(ev.peak_mem):>9s} (stage {ev.peak_stage})")
 
 
@@ -23,15 +57,16 @@ def compilable(ev) -> bool:
     return ev.cand.A <= lowering.MAX_MICRO_BATCHES
 
 
-def breakdown(ev) -> str:
+def breakdown(ev, times: Times = SECONDS) -> str:
     """Eq. 12 terms and Eq. 9 terms of one candidate."""
-    return (f"    T_1F1B {ev.t_1f1b:.2f} s + E_comm {ev.e_comm:.2f} + E_upd {ev.e_upd:.2f} + E_pref {ev.e_pref:.2f}"
-            f" + E_rec {ev.e_rec:.2f} = {ev.t_step:.2f} s\n"
+    t = times
+    return (f"    T_1F1B {t(ev.t_1f1b)} + E_comm {t(ev.e_comm, False)} + E_upd {t(ev.e_upd, False)} + "
+            f"E_pref {t(ev.e_pref, False)} + E_rec {t(ev.e_rec, False)} = {t(ev.t_step)}\n"
             f"    memory at stage {ev.peak_stage}: state {format_bytes(ev.mem_state)} + activations "
             f"{format_bytes(ev.mem_act)} + buffers {format_bytes(ev.mem_buf)} = {format_bytes(ev.peak_mem)}")
 
 
-def explain(result, limit: int = 8) -> list[str]:
+def explain(result, limit: int = 8, times: Times = SECONDS) -> list[str]:
     """Why the runners-up lost (per dimension value) and why pruned candidates did not fit."""
     lines = []
     best = result.best if result.feasible else None
@@ -45,7 +80,7 @@ def explain(result, limit: int = 8) -> list[str]:
                 if value == getattr(best.cand, dim):
                     continue
                 lines.append(f"  {dim}={value}: {ev.cand.label()} is {ev.t_step / best.t_step:.3f}x "
-                             f"(+{ev.t_step - best.t_step:.2f} s: {_why(best, ev)})")
+                             f"({times.delta(ev.t_step - best.t_step)}: {_why(best, ev, times)})")
     if result.infeasible:
         lines.append(f"pruned {len(result.infeasible)} candidates over the {format_bytes(result.budget)} budget "
                      "(Eq. 10); the leanest per pipeline degree:")
@@ -59,12 +94,12 @@ def explain(result, limit: int = 8) -> list[str]:
     return lines
 
 
-def _why(best, ev) -> str:
+def _why(best, ev, times: Times = SECONDS) -> str:
     terms = {"1F1B main path": ev.t_1f1b - best.t_1f1b, "exposed comm": ev.e_comm - best.e_comm,
              "exposed update": ev.e_upd - best.e_upd, "exposed prefetch": ev.e_pref - best.e_pref,
              "exposed recovery": ev.e_rec - best.e_rec}
-    top = [(k, v) for k, v in sorted(terms.items(), key=lambda kv: -kv[1])[:2] if v > 0.005]
-    return ", ".join(f"{k} {v:+.2f} s" for k, v in top) or "a tie within 0.01 s"
+    top = [(k, v) for k, v in sorted(terms.items(), key=lambda kv: -kv[1])[:2] if v > times.tie]
+    return ", ".join(f"{k} {times.delta(v)}" for k, v in top) or f"a tie within {times(2 * times.tie)}"
 
 
 def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False) -> str:
@@ -80,15 +115,16 @@ def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False) 
         head += (f"{result.params - result.trainable:,} of {result.params:,} parameters frozen "
                  "(requires_grad=False): no gradients or optimizer state\n")
     lines = [head]
+    times = Times.of(result)
     for i, ev in enumerate(result.feasible[:top], 1):
-        lines.append(f"{i:2d}. {_row(result, ev, seq_len)}")
-        lines.append(breakdown(ev))
+        lines.append(f"{i:2d}. {_row(result, ev, seq_len, times)}")
+        lines.append(breakdown(ev, times))
         if not compilable(ev):
             lines.append(f"    A={ev.cand.A} micro-batches per step: more than ratc compile builds "
                          f"({lowering.MAX_MICRO_BATCHES}); it takes the fastest plan within that")
     if with_explain:
         lines.append("")
-        lines += explain(result)
+        lines += explain(result, times=times)
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,8 @@ from ratc.errors import RatcError
 from ratc.units import format_bytes
 from ratc.vm.system.program import ProgramError
 
+SHOWN_VALUES = 8     # live values an out-of-memory report lists (the largest); as_dict() has them all
+
 
 class OutOfMemory(RatcError):
     """A cluster's live values exceeded the memory budget; carries the report."""
@@ -18,7 +20,10 @@ class OutOfMemory(RatcError):
         lines = [f"out of memory on stage {stage} (replica {replica}) at cycle {time} ({self.seconds:.6g} s) "
                  f"when task {task} started: {format_bytes(total)} live > budget {format_bytes(budget)}",
                  "live values:"]
-        lines += [f"  {name:40s} {format_bytes(nbytes)}" for name, nbytes in self.live]
+        lines += [f"  {name:40s} {format_bytes(nbytes)}" for name, nbytes in self.live[:SHOWN_VALUES]]
+        rest = self.live[SHOWN_VALUES:]
+        if rest:
+            lines.append(f"  ... and {len(rest)} more ({format_bytes(sum(n for _, n in rest))})")
         super().__init__("\n".join(lines))
 
     def as_dict(self) -> dict:

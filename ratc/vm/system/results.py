@@ -63,10 +63,16 @@ class Results:
             "exposed (critical path): " + ", ".join(f"{k} {format_time(v)}" for k, v in self.exposed_seconds.items()),
             "per-stage peak memory: "
             + ", ".join(f"s{s} {format_bytes(b)}" for s, b in enumerate(self.stage_peak_bytes)),
-            f"simulated {self.tasks} tasks on {self.stages} stages x {self.replicas} replicas "
+            f"simulated {_count(self.tasks, 'task')} on {_count(self.stages, 'stage')} x "
+            f"{_count(self.replicas, 'replica')} "
             f"({'by symmetry' if self.symmetric else 'explicitly'})",
         ]
         return "\n".join(lines) + "\n"
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 stage', '4 stages'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def step_window(tl: Timeline) -> tuple:
