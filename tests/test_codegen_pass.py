@@ -220,6 +220,22 @@ def test_compile_tiles_flag(tmp_path, capsys):
     assert "unknown option 'zz'" in capsys.readouterr().err
 
 
+def test_compile_with_tiles_predicts_with_them(tmp_path, capsys):
+    """Oracle: the system VM. `ratc compile --tiles` prices the units with the re-tiled
+    kernels as well, so its prediction is as close to the VM as without tiles."""
+    import re
+
+    argv = ["compile", EXAMPLE, "--preset", "tiny", "--plan", "P=2,D=1,Z=0,b=1,A=8,FSR,deadline", "-o"]
+    errors = []
+    for name, tiles in (("plain", []), ("tiled", ["--tiles", "gemm_64x128x344_f16:gm=1,gn=1"])):
+        assert main(argv + [str(tmp_path / name)] + tiles) == 0
+        out = capsys.readouterr().out
+        errors.append(float(re.search(r"error ([-+][0-9.]+) % against the VM", out).group(1)))
+        assert main(["run", str(tmp_path / name)]) == 0       # the program's own kernels again
+        assert f"error {errors[-1]:+.2f} %" in capsys.readouterr().out
+    assert abs(errors[1] - errors[0]) < 0.5      # (-2.34 % and -2.05 %)
+
+
 def test_kernel_cache_survives_processes_and_tracks_the_code(tmp_path, monkeypatch):
     from ratc.codegen import exec_profile
 

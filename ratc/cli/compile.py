@@ -189,10 +189,16 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
     inst = instrumentation(args)
     with phase(f"compiling {cand.label()}", enabled=not inst.prints()) as show:
         inst.progress = lambda i, n, p: show(f"compiling {cand.label()}: pass {i}/{n}, {p.name}")
-        module = compile_program(profile, cand, planner.platform, {
-            "planner": planner, "verify_each": not args.no_verify, "tiles": args.tiles, "instrumentation": inst,
-            # A forced plan may not fit; the VM, not the compiler, reports that.
-            "budget": "none" if args.plan else "plan"})
+        options = {"planner": planner, "verify_each": not args.no_verify, "tiles": args.tiles, "instrumentation": inst,
+                   # A forced plan may not fit; the VM, not the compiler, reports that.
+                   "budget": "none" if args.plan else "plan"}
+        if args.tiles:
+            # The re-tiled kernels price the plan's units too, so that the schedule (the fsr
+            # pass's co-runs) and `ratc run`'s prediction rest on them: a quiet first compile
+            # finds them.
+            probe = compile_program(profile, cand, planner.platform, dict(options, instrumentation=None))
+            options["planner"] = planner.with_exec_profile(planner.exec_profile.for_program(probe))
+        module = compile_program(profile, cand, planner.platform, options)
     outdir = Path(args.output or Path("out") / profile.name)
     with phase(f"writing {outdir}"):
         files = {

@@ -33,8 +33,8 @@ def register(subparsers) -> None:
     p.add_argument("--trace", metavar="FILE", help="write a Chrome-trace timeline (open in Perfetto)")
     p.add_argument("-o", "--output", help="write the report to a file instead of stdout")
     p.add_argument("--kernel", metavar="STAGE:TASK",
-                   help="instead of simulating, run the GEMM kernels of one task (e.g. 0:F3) with real "
-                        "numerics on random inputs and check them against numpy")
+                   help="instead of simulating, run the kernels one task calls (GEMM and attention-backward, "
+                        "e.g. 0:F3 or 0:B3) with real numerics on random inputs and check them against numpy")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs for --kernel (default 0)")
     p.set_defaults(func=handler)
 
@@ -83,6 +83,17 @@ def _kernel_table(table: dict, step_seconds: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _warn_other_platform(compiled_for: str, simulated_on: str, config: str | None) -> None:
+    """--platform without --plan runs the program's own tasks, whose cycle counts (kernels
+    included) were computed for the program's platform: allowed (a what-if), but said."""
+    if compiled_for != simulated_on:
+        import sys
+
+        print(f"ratc run: warning: the program was compiled for {compiled_for}; simulating it on "
+              f"{simulated_on} keeps its kernel cycle counts from {compiled_for} (at {simulated_on}'s clock); "
+              f"--plan {config or 'CONFIG'} recompiles it for {simulated_on}", file=sys.stderr)
+
+
 MAX_STEPS = 16       # the VM holds every step's tasks at once
 
 
@@ -125,6 +136,8 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
                             f"{'applies' if len(simulation_only) == 1 else 'apply'} only to the simulation")
         return spot_check(program, args)
     platform = program.platform(args.platform)
+    if args.platform and args.plan is None and compiled is None:
+        _warn_other_platform(program.platform().name, platform.name, program.meta.get("config"))
     # the GEMM profile the program was compiled with: its tasks' times and the prediction's
     exec_profile = load_exec_profile(platform, program.meta.get("exec_profile", "paper-table5"))
     if compiled is not None:
@@ -158,14 +171,22 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
             write_output(args.output, json.dumps({"config": cand.label(), "out_of_memory": exc.as_dict()},
                                                  indent=2, sort_keys=True) + "\n")
             return 1
-        raise
+        import shlex
+
+        command = " ".join(["ratc run", shlex.quote(str(args.outdir))]
+                           + ([f"--plan {shlex.quote(args.plan)}"] if args.plan is not None else [])
+                           + ([f"--platform {shlex.quote(args.platform)}"] if args.platform else []))
+        raise RatcError(f"{exc}\n`{command} --no-memory-limit` runs it anyway and reports each stage's "
+                        "peak memory") from None
     predicted = None
     if profile is not None:
-        (ev,) = Planner(profile, platform, exec_profile).evaluate_group([cand])
+        # priced with the program's own kernels (re-tiled ones included)
+        (ev,) = Planner(profile, platform, exec_profile.for_program(module)).evaluate_group([cand])
         predicted = ev.t_step
     if args.trace:
-        from ratc.cli.io import write_atomic
-        write_atomic(args.trace, trace_json(tl))
+        from ratc.cli.io import report_written, write_atomic
+        write_atomic(args.trace, trace_json(tl), "--trace")
+        report_written(args.trace, f"Chrome trace of {len(tl.program.tasks)} tasks (open it in Perfetto)")
     if args.json:
         out = {"config": cand.label(), "results": res.as_dict(), "predicted_step_time_s": predicted,
                "prediction_error": None if predicted is None else (predicted - res.step_seconds) / res.step_seconds}

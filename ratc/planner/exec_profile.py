@@ -95,6 +95,10 @@ class KernelVMExecProfile(ExecutionProfile):
 
     def for_program(self, module) -> "KernelVMExecProfile":
         from ratc.codegen.program_kernels import retiled_kernels
+        from ratc.lifecycle.lowering import find_plan
+
+        if find_plan(module).attributes["platform"] != self.platform.name:
+            return self     # another platform's tiles need not even be valid here: its defaults price it
         return dataclasses.replace(self, tiles=retiled_kernels(module, self.platform))
 
     def gemm_time(self, m: int, n: int, k: int) -> float:

@@ -85,6 +85,12 @@ class PlanResult:
         return self.feasible[0]
 
 
+def _one_of(name: str, values) -> str:
+    """'T = 1', or 'T in 1, 2' (the allowed values of a request's dimension, for messages)."""
+    values = list(values)
+    return f"{name} = {values[0]}" if len(values) == 1 else f"{name} in {', '.join(map(str, values))}"
+
+
 class Planner:
     """Plans one model on one platform; caches per-TP unit costs and per-P stage tables."""
 
@@ -101,6 +107,12 @@ class Planner:
         self._units: dict = {}
         self._stages: dict = {}
         self._held: dict = {}       # (clusters, global batch) -> RATrain's P, or None
+
+    def with_exec_profile(self, exec_profile) -> "Planner":
+        """The same planner (budget, recipe, micro-batch sizes) with another execution profile."""
+        if exec_profile == self.exec_profile:
+            return self
+        return Planner(self.model, self.platform, exec_profile, self.budget, self.recipe, self.micro_batches)
 
     @property
     def layers(self) -> int:
@@ -155,17 +167,19 @@ class Planner:
             near = [n for n in range(max(1, clusters - reach), clusters + reach + 1)
                     if any(n % (p * T) == 0 for T in strategy.tp for p in Ps)]
             which = f"P <= {self.layers} layers" if P is None else f"P={P}"
-            raise RatcError(f"{clusters} clusters cannot be split into P x D x T with T in {list(strategy.tp)} "
+            raise RatcError(f"{clusters} clusters cannot be split into P x D x T with {_one_of('T', strategy.tp)} "
                             f"and {which}; nearby cluster counts that can: "
                             f"{', '.join(map(str, sorted(near, key=lambda n: (abs(n - clusters), n))[:6]))}")
         ds = sorted({D for _, D, _ in shapes})
         per_replica = sorted({global_batch // D for D in ds if global_batch % D == 0})
         if per_replica:
-            raise RatcError(f"no micro-batch size in {list(self.micro_batches)} divides the per-replica batch "
-                            f"({', '.join(map(str, per_replica))} sequences for D in {ds}); allow micro-batch 1")
+            raise RatcError(f"no allowed micro-batch size ({', '.join(map(str, self.micro_batches))}) divides the "
+                            "per-replica batch "
+                            f"({', '.join(map(str, per_replica))} sequences for {_one_of('D', ds)}); "
+                            "allow micro-batch 1")
         fits = [g for g in range(global_batch + 1, global_batch + 1 + ds[-1] * 4) if any(g % D == 0 for D in ds)]
         raise RatcError(f"global batch {global_batch} is not divisible by any data-parallel degree D "
-                        f"possible on {clusters} clusters (D in {ds}); the next batches that are: "
+                        f"possible on {clusters} clusters ({_one_of('D', ds)}); the next batches that are: "
                         f"{', '.join(map(str, fits[:4]))}")
 
     # -- costing -------------------------------------------------------------------
