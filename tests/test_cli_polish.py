@@ -115,6 +115,22 @@ def test_run_says_it_wrote_the_trace(program, tmp_path, capsys):
     assert err == f"wrote {trace}: Chrome trace of {tasks} tasks (open it in Perfetto)\n"
 
 
+def test_run_and_plan_reports_in_files_are_announced_and_a_trace_can_go_to_stdout(program, tmp_path, capsys):
+    report = tmp_path / "run.txt"
+    code, out, err = run_cli(capsys, "run", program, "-o", report)
+    assert (code, out) == (0, "") and err == f"wrote {report}: the simulation's report (text)\n"
+    assert report.read_text().startswith("tiny on 4 clusters")
+    code, out, err = run_cli(capsys, "run", program, "-o", report, "--trace", "-")
+    assert code == 0 and json.loads(out)["traceEvents"]           # stdout: the trace only
+    code, _, err = run_cli(capsys, "run", program, "--trace", "-")
+    assert code == 1 and "--trace - writes the trace to stdout, where the report goes too" in err
+    assert not (Path.cwd() / "-").exists()
+    plan = tmp_path / "plan.txt"
+    code, out, err = run_cli(capsys, "plan", "--preset", "tiny", "--clusters", "4", "--global-batch", "16",
+                             "-o", plan)
+    assert (code, out) == (0, "") and err.startswith(f"wrote {plan}: the plan (text, top 5)\n")
+
+
 def test_train_says_what_it_wrote(tmp_path, capsys):
     program, csv = tmp_path / "exec.ir", tmp_path / "loss.csv"
     code, out, err = run_cli(capsys, "train", LLAMA, "--preset", "tiny", "--steps", "1", "--no-reference",

@@ -87,7 +87,7 @@ def make_planner(args: argparse.Namespace, model):
 
 def handler(args: argparse.Namespace) -> int:
     from ratc import units
-    from ratc.cli.io import write_output
+    from ratc.cli.io import report_written, to_file, write_output
     from ratc.planner.report import render_json, render_text
     from ratc.planner.strategies import get_strategy
 
@@ -116,5 +116,7 @@ def handler(args: argparse.Namespace) -> int:
                                                        pipeline=args.pipeline))
     render = render_json if args.json else render_text
     write_output(args.output, render(result, model.seq_len, args.top, args.explain))
+    if to_file(args.output):
+        report_written(args.output, f"the plan ({'JSON' if args.json else 'text'}, top {args.top})")
     print(f"ratc plan: {result.evaluated} candidates in {result.seconds:.3f} s", file=sys.stderr)
     return 0

@@ -125,6 +125,9 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
     for flag, path in (("--trace", args.trace), ("-o", args.output)):
         if path not in (None, "-"):
             check_output(path, flag)        # before the simulation (a program's own files included)
+    if args.trace == "-" and args.output in (None, "-"):
+        raise RatcError("--trace - writes the trace to stdout, where the report goes too; "
+                        "give the report a file (-o FILE) or the trace one")
     program = load_program(args.outdir)
     if getattr(args, "kernel", None):
         simulation_only = [flag for flag, given in (("--json", args.json), ("--trace", args.trace),
@@ -183,14 +186,16 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
         # priced with the program's own kernels (re-tiled ones included)
         (ev,) = Planner(profile, platform, exec_profile.for_program(module)).evaluate_group([cand])
         predicted = ev.t_step
-    if args.trace:
+    if args.trace == "-":
+        write_output("-", trace_json(tl))
+    elif args.trace:
         from ratc.cli.io import report_written, write_atomic
         write_atomic(args.trace, trace_json(tl), "--trace")
         report_written(args.trace, f"Chrome trace of {len(tl.program.tasks)} tasks (open it in Perfetto)")
     if args.json:
         out = {"config": cand.label(), "results": res.as_dict(), "predicted_step_time_s": predicted,
                "prediction_error": None if predicted is None else (predicted - res.step_seconds) / res.step_seconds}
-        write_output(args.output, json.dumps(out, indent=2, sort_keys=True) + "\n")
+        _write_report(args.output, json.dumps(out, indent=2, sort_keys=True) + "\n", "JSON")
         return 0
     text = f"{plan['model']} on {plan['P'] * plan['D'] * plan['T']} clusters, {cand.label()}\n" + res.text()
     if predicted is not None:
@@ -209,5 +214,14 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
         from ratc.codegen.program_kernels import read_kernel_table
 
         text += _kernel_table(read_kernel_table(kernels, f"{args.outdir}/kernels.json"), res.step_seconds)
-    write_output(args.output, text)
+    _write_report(args.output, text, "text")
     return 0
+
+
+def _write_report(path: str | None, text: str, form: str) -> None:
+    """The run's report on stdout, or in a file (and said so)."""
+    from ratc.cli.io import report_written, to_file, write_output
+
+    write_output(path, text)
+    if to_file(path):
+        report_written(path, f"the simulation's report ({form})")
