@@ -160,3 +160,20 @@ def test_plan_report_says_how_many_parameters_are_frozen(frozen):
     assert data["parameters"] == {"total": profile.param_count, "trainable": profile.param_count - frozen_n}
     plain = Planner(trace_preset("tiny", profile.seq_len), load_platform("mt3000")).plan(4, 16)
     assert "frozen" not in render_text(plain, profile.seq_len)
+
+
+def test_memory_balance_weighs_frozen_layers_at_their_state_bytes(planner13_half_frozen):
+    """Oracle: a brute-force split of the units into two stages minimizing the larger stage's
+    training state (16 bytes per trained parameter, 2 per frozen one)."""
+    planner, full = planner13_half_frozen
+    model = planner.model
+    units = [model.pre, *model.decoder_layers(), model.post]
+    state = [2 * u.param_count + 14 * u.trainable_count for u in units]
+    cuts = range(2, len(units) - 1)      # stage 0 = units[:cut]: at least one decoder layer each
+    best = min(cuts, key=lambda cut: (max(sum(state[:cut]), sum(state[cut:])), cut))
+    got = planner.stages(2, 1, "memory").ranges
+    assert max(sum(state[s:e]) for s, e in got) == max(sum(state[:best]), sum(state[best:]))
+    # the frozen half holds more layers than the trained half; unfrozen, the split is even
+    assert got[0][1] - got[0][0] > got[1][1] - got[1][0]
+    (s0, e0), (s1, e1) = full.stages(2, 1, "memory").ranges
+    assert abs((e0 - s0) - (e1 - s1)) <= 1

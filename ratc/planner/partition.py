@@ -8,13 +8,17 @@ from itertools import accumulate
 import numpy as np
 
 from ratc.errors import RatcError
+from ratc.planner.config import RECIPE
 
 BALANCES = ("time", "memory")
 
 
 def unit_weight(unit, balance: str) -> float:
-    """What a balanced partition equalizes: compute time or parameter count."""
-    return unit.fwd + unit.bwd if balance == "time" else unit.params
+    """What a balanced partition equalizes: compute time, or the training state's bytes
+    (2 + 2 + 12 per parameter, 2 per frozen one: the parameter count when none is frozen)."""
+    if balance == "time":
+        return unit.fwd + unit.bwd
+    return unit.params * RECIPE.param_bytes + unit.trainable * (RECIPE.grad_bytes + RECIPE.optimizer_bytes)
 
 
 def partition(units, P: int, balance: str = "time") -> list[tuple[int, int]]:
