@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ratc.planner.collectives import all_gather, all_reduce, link_for, reduce_scatter
+from ratc.planner.collectives import Link, all_gather, all_reduce, link_for, reduce_scatter
 from ratc.planner.config import ACT_POLICIES, PREF_POLICIES, RECIPE, CandidateBatch
 from ratc.planner.opcost import TP_ALLREDUCES_PER_LAYER
 from ratc.planner.stages import StageCosts
@@ -241,20 +241,44 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     dp_link = link_for(platform, D * T)
     pp_link = link_for(platform, D * T + 1)
     act_bytes = b * seq_len * hidden * elem          # one micro-batch's hidden stream, [C, 1]
-    tp_ar = all_reduce(T, act_bytes, tp_link)
-    p2p = pp_link.send(act_bytes) if P > 1 else np.zeros_like(act_bytes)
     stage = np.arange(P)[None, :]
     n_dec = sc.n_dec
-    tp_layer = TP_ALLREDUCES_PER_LAYER * n_dec * tp_ar
+    recovers = c.act != FULL
+    fsr = c.act == FSR
+
     # Megatron's vocab-parallel embedding all-reduces its output (forward, first stage) and
     # the column-parallel LM head all-reduces its input gradient (backward, last stage).
+    edge_ar = np.where(stage == 0, 1.0, 0.0) + np.where(stage == P - 1, 1.0, 0.0)
+
+    def traffic(tp, pp, dp):
+        """Per micro-batch over links (tp, pp, dp): one TP all-reduce, one boundary send, the
+        ZeRO-3 gathers per unit, and all that a cluster's link carries outside recovery
+        (TP all-reduces, boundary sends, each unit's view gathered for its forward and again
+        for its backward -- a recovered layer's Backward reuses its Recover's -- and, at ZeRO
+        >= 2, the reduce-scatter of the micro-batch's gradients) and for it (the Recovers'
+        TP all-reduces)."""
+        ar = all_reduce(T, act_bytes, tp)
+        send = pp.send(act_bytes) if P > 1 else np.zeros_like(act_bytes)
+        ag = (all_gather(D[:, :, None], sc.u_params * recipe.param_bytes, _ex(dp))
+              * (Z >= 3)[:, :, None] * (sc.u_params > 0))
+        rs = reduce_scatter(D, sc.trainable * recipe.grad_bytes, dp) * (Z >= 2) * (sc.trainable > 0)
+        layers = TP_ALLREDUCES_PER_LAYER * n_dec * ar
+        busy = 2 * layers + edge_ar * ar + 2 * send + 2 * ag.sum(axis=2) + rs
+        return ar, send, ag, busy, np.where(recovers, layers, 0.0)
+
+    tp_ar, p2p, u_ag, link_busy, link_rec = traffic(tp_link, pp_link, dp_link)
+    tp_layer = TP_ALLREDUCES_PER_LAYER * n_dec * tp_ar
     tp_fwd = tp_layer + np.where(stage == 0, tp_ar, 0.0)
     tp_bwd = tp_layer + np.where(stage == P - 1, tp_ar, 0.0)
+    # MT-3000 links move data DDR to DDR: each byte a cluster sends is read from its DDR and
+    # each byte it receives written to it, so communication takes DDR time too: that of its
+    # bytes (the same traffic over a latency-free 1 B/s link), not of message latencies.
+    per_byte = Link(0.0, 1.0)
+    *_, sent, sent_rec = traffic(per_byte, per_byte, per_byte)
+    comm_ddr = 2 * (sent + sent_rec) / ddr
 
-    # ZeRO-3: each unit's parameters are all-gathered before its forward and its backward,
-    # one unit ahead, so only the part not hidden by the previous unit's compute shows.
-    u_ag = (all_gather(D[:, :, None], sc.u_params * recipe.param_bytes, _ex(dp_link))
-            * (Z >= 3)[:, :, None] * (sc.u_params > 0))
+    # ZeRO-3 gathers one unit ahead, so only the part not hidden by the previous unit's
+    # compute shows.
     pad = np.zeros(sc.u_fwd.shape[:-1] + (1,))
     prev_f = b[:, :, None] * np.concatenate([pad, sc.u_fwd[..., :-1]], axis=-1)
     next_b = b[:, :, None] * np.concatenate([sc.u_bwd[..., 1:], pad], axis=-1)
@@ -264,20 +288,6 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     fwd = b * sc.fwd + tp_fwd + z3_fwd + np.where(stage < P - 1, p2p, 0.0)
     bwd = b * sc.bwd + tp_bwd + z3_bwd + np.where(stage > 0, p2p, 0.0)
     rec = b * sc.rec + tp_layer
-
-    # Per micro-batch the cluster's link carries: TP all-reduces, boundary transfers, ZeRO-3
-    # gathers, and (ZeRO >= 2) the reduce-scatter of that micro-batch's gradients.
-    grad_rs = reduce_scatter(D, sc.trainable * recipe.grad_bytes, dp_link) * (Z >= 2) * (sc.trainable > 0)
-    recovers = c.act != FULL
-    fsr = c.act == FSR
-    # ZeRO-3 gathers a unit's view for its forward and once more for its backward; a
-    # recovered layer's Recover gathers it and its Backward reuses that view.
-    link_busy = tp_fwd + tp_bwd + 2 * p2p + 2 * u_ag.sum(axis=2) + grad_rs
-    # Recover re-runs the forward's TP all-reduces.
-    link_rec = np.where(recovers, tp_layer, 0.0)
-    # MT-3000 links move data DDR to DDR: each byte sent is read from DDR, each byte received
-    # is written to it, so communication also takes DDR time.
-    comm_ddr = 2 * (link_busy + link_rec) * dp_link.bandwidth / ddr
 
     # Checkpointing runs every Recover in the stage's compute stream right before its
     # Backward. FSR co-runs each with the compute task issued before it, sharing the

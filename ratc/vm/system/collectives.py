@@ -55,10 +55,13 @@ def ring_of_steps(prog: Program, op: str, stage: int, cycles: int, deps, name: s
     for k in range(n_steps):
         ids = []
         for r in range(D):
-            after = last[r] if k == 0 else (last[(r - 1) % D],)
+            # step k sends on what rank r-1 sent in step k-1, after rank r's own step k-1 (a
+            # rank runs its steps in order, and a reduction adds its own input to each chunk)
+            after = last[r] if k == 0 else (last[(r - 1) % D][0], last[r][0])
             ids.append(prog.add(f"{name}#{k}", kind, stage, ((stage, r, "tx"), (stage, (r + 1) % D, "rx")),
                                  cycles, deps=after, replica=r, layer=layer, template=ids[0] if ids else -1,
                                  step=step, priority=priority))
-        last = ids
-    # rank r holds its result once the last chunk from rank r-1 has arrived
-    return [(last[(r - 1) % D],) for r in range(D)]
+        last = [(i,) for i in ids]
+    # rank r holds its result once the last chunk from rank r-1 has arrived and its own input
+    # (which the result contains) is there
+    return [(last[(r - 1) % D][0], *deps[r]) for r in range(D)]
