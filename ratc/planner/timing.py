@@ -63,7 +63,7 @@ def one_f_one_b(fwd: np.ndarray, bwd: np.ndarray, M, send=None) -> np.ndarray:
     return makespan(fwd + bwd - _sends(fwd.shape[1], send), send, M, fwd=fwd)
 
 
-def makespan(work: np.ndarray, send, M, fwd: np.ndarray, host_f=None, host_c=None) -> np.ndarray:
+def makespan(work: np.ndarray, send, M, fwd: np.ndarray, host_f=None, host_c=None, plain=None) -> np.ndarray:
     """[C] makespan of Megatron's non-interleaved 1F1B order: the longest path of its task graph.
 
     work [C, P]: a stage's compute-stream time per steady-state slot (one Forward and one
@@ -73,7 +73,10 @@ def makespan(work: np.ndarray, send, M, fwd: np.ndarray, host_f=None, host_c=Non
     what a Forward adds when it hosts the next Backward's first Recover (a Forward issued
     right before a Backward: every one of the steady state, and the last of the warm-up
     when there is none; `work` counts it), `host_c` what a Backward adds when it hosts the
-    next one's (one issued right before another Backward, in the cool-down).
+    next one's (one issued right before another Backward, in the cool-down). `plain` [C, P]:
+    the slot's work without any co-run, where a resource (link, DDR) rather than the compute
+    stream sets it: a Backward no hosting Forward precedes (the cool-down's) keeps at least
+    that slot's rest, since a Forward's co-run only fills the time the resource leaves idle.
 
     Stage p issues W_p = min(P-1-p, M) Forwards, then pairs (Forward W_p + i, Backward i),
     then its remaining Backwards; Forward m waits for stage p-1's, Backward m for stage
@@ -91,15 +94,16 @@ def makespan(work: np.ndarray, send, M, fwd: np.ndarray, host_f=None, host_c=Non
     host_f = zero if host_f is None else host_f + zero
     host_c = zero if host_c is None else host_c + zero
     bc = work - fc - host_f                              # ... and a Backward's
+    alone = bc if plain is None else np.maximum(bc, plain - fc)    # ... after no hosting Forward
     M = np.broadcast_to(np.asarray(M), (C, 1))[:, :1].astype(float)
     # candidates that differ only where the main path does not look (state policy, ...) share a row
-    key, inverse = _distinct_rows(np.concatenate([M, send, fc, bc, host_f, host_c], axis=1))
+    key, inverse = _distinct_rows(np.concatenate([M, send, fc, bc, host_f, host_c, alone], axis=1))
     M, send = key[:, 0].astype(int), key[:, 1:2]
-    fc, bc, host_f, host_c = (key[:, 2 + i * P:2 + (i + 1) * P] for i in range(4))
+    fc, bc, host_f, host_c, alone = (key[:, 2 + i * P:2 + (i + 1) * P] for i in range(5))
     out = np.empty(len(key))
     for m in np.unique(M):
         rows = M == m
-        out[rows] = _longest_path(fc[rows], bc[rows], host_f[rows], host_c[rows], send[rows], int(m))
+        out[rows] = _longest_path(fc[rows], bc[rows], host_f[rows], host_c[rows], send[rows], int(m), alone[rows])
     return out[inverse]
 
 
@@ -119,7 +123,7 @@ def _distinct_rows(rows: np.ndarray) -> tuple:
     return rows[firsts], inverse
 
 
-def _longest_path(fc, bc, host_f, host_c, send, M: int) -> np.ndarray:
+def _longest_path(fc, bc, host_f, host_c, send, M: int, alone=None) -> np.ndarray:
     """[C] end of the last task of the 1F1B task graph with M micro-batches (see makespan).
 
     With M >= P the warm-up is a pipeline fill of Forwards only, whose ends have a closed
@@ -130,6 +134,7 @@ def _longest_path(fc, bc, host_f, host_c, send, M: int) -> np.ndarray:
     (`_Periods`). Every round has Forwards (the last stage's Forward r is in round r).
     """
     C, P = fc.shape
+    alone = bc if alone is None else alone
     stage = np.arange(P)
     W = np.minimum(P - 1 - stage, M)                     # warm-up Forwards per stage
     n_cap = int((W == M).sum())                          # stages whose Forwards all come first (M < P - p)
@@ -167,8 +172,9 @@ def _longest_path(fc, bc, host_f, host_c, send, M: int) -> np.ndarray:
             if steady:
                 H, dH = H_steady, dH_steady
             else:
-                # Backward r hosts the next one's first Recover when another Backward follows it
-                d = bc + host_c * ((r >= M - W - 1) & (r < M - 1))
+                # Backward r hosts the next one's first Recover when another Backward follows
+                # it; in the cool-down no hosting Forward comes before it
+                d = np.where(m < M, bc, alone) + host_c * ((r >= M - W - 1) & (r < M - 1))
                 H = np.concatenate([col, np.cumsum(d + send, axis=1)], axis=1)[:, :P]
                 dH = d + H
             # b[p] = max(last[p], b[p+1] + send) + d[p] = max_{q >= p} (last[q] + d[q] + H[q]) - H[p]
@@ -329,11 +335,12 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     rec_exposed = slots(on_slot, rec_c, rec_d, link_rec) - slot_norec
     # the three in one call: one pass over the rounds
     zero = np.zeros_like(path)
-    three = makespan(np.concatenate([path - sends, slots(-sends, 0.0, 0.0, 0.0),
-                                     slots(on_slot - sends, rec_c, rec_d, link_rec)]),
+    bound = slots(-sends, 0.0, 0.0, 0.0)
+    three = makespan(np.concatenate([path - sends, bound, slots(on_slot - sends, rec_c, rec_d, link_rec)]),
                      np.concatenate([p2p + zero[:, :1]] * 3), np.concatenate([M + zero[:, :1]] * 3),
                      fwd=np.concatenate([fwd] * 3), host_f=np.concatenate([zero, zero, host_f + zero]),
-                     host_c=np.concatenate([zero, zero, host_c + zero]))
+                     host_c=np.concatenate([zero, zero, host_c + zero]),
+                     plain=np.concatenate([path - sends, bound, bound]))
     C = path.shape[0]
     t_1f1b = three[:C]
     e_link = three[C:2 * C] - t_1f1b
