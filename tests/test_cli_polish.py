@@ -243,6 +243,9 @@ def test_run_summary_counts_in_the_singular_and_plural(program, capsys):
     code, out, _ = run_cli(capsys, "run", program)
     assert code == 0
     assert re.search(r"^simulated \d+ tasks on 1 stage x 4 replicas \(by symmetry\)$", out, re.M), out
+    # the prediction in the step time's own units
+    step = re.search(r"^step time +([0-9.]+ [mun]?s) ", out, re.M)[1]
+    assert re.search(rf"^planner \(Eq. 12\) predicted [0-9.]+ {step.split()[1]}; error", out, re.M), out
 
 
 @pytest.mark.parametrize("text, where, what", [

@@ -199,7 +199,9 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
         return 0
     text = f"{plan['model']} on {plan['P'] * plan['D'] * plan['T']} clusters, {cand.label()}\n" + res.text()
     if predicted is not None:
-        text += (f"planner (Eq. 12) predicted {predicted:.6g} s; error "
+        from ratc.units import format_time
+
+        text += (f"planner (Eq. 12) predicted {format_time(predicted)}; error "
                  f"{100 * (predicted - res.step_seconds) / res.step_seconds:+.2f} % against the VM\n")
     if not macs:
         text += "MAC utilization needs the model's graph IR in the program\n"
