@@ -262,3 +262,16 @@ def test_step_end_phase_is_a_barrier_and_deadline_hands_views_over(state, step):
     tl = simulate(build(spec))
     assert summarize(tl).step_cycles == step
     assert tl.makespan == 2 * step
+
+
+def test_chained_explicit_rings_keep_their_dependencies_short():
+    """A collective's results feed the next (sync -> gather, layer after layer): each explicit
+    rank's result is two tasks, however long the chain, and the last one ends after D - 1
+    steps per ring (D = 4, 10-cycle steps, 30 rings: 30 x 3 x 10 cycles)."""
+    prog = Program(stages=1, replicas=4, symmetric=False)
+    deps = [() for _ in range(4)]
+    for i in range(30):
+        deps = ring(prog, "reduce_scatter", 0, 40, Link(0, 1.0), deps, f"RS{i}")
+        assert all(len(d) == 2 for d in deps)
+    assert max(len(t.deps) for t in prog.tasks) <= 2
+    assert simulate(prog).makespan == 30 * 3 * 10

@@ -52,6 +52,7 @@ def ring_of_steps(prog: Program, op: str, stage: int, cycles: int, deps, name: s
             prev = (i,)
         return [prev]
     last = [tuple(deps[r]) for r in range(D)]
+    first = []
     for k in range(n_steps):
         ids = []
         for r in range(D):
@@ -62,6 +63,8 @@ def ring_of_steps(prog: Program, op: str, stage: int, cycles: int, deps, name: s
                                  cycles, deps=after, replica=r, layer=layer, template=ids[0] if ids else -1,
                                  step=step, priority=priority))
         last = [(i,) for i in ids]
+        first = first or ids
     # rank r holds its result once the last chunk from rank r-1 has arrived and its own input
-    # (which the result contains) is there
-    return [(last[(r - 1) % D][0], *deps[r]) for r in range(D)]
+    # (which the result contains) is there: its first step, which waited for it, has run
+    # (one task, where the inputs could be many: results feed further collectives)
+    return [(last[(r - 1) % D][0], first[r]) for r in range(D)]
