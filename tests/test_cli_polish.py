@@ -319,3 +319,16 @@ def test_plan_text_of_a_real_model_keeps_its_format(capsys):
     assert re.search(r"^ 1\. P=\S+ +\d+\.\d\d s +\d+\.\d tok/s  peak ", out, re.M), out
     assert re.search(r"^    T_1F1B \d+\.\d\d s \+ E_comm \d+\.\d\d \+ E_upd \d+\.\d\d \+ E_pref \d+\.\d\d "
                      r"\+ E_rec \d+\.\d\d = \d+\.\d\d s$", out, re.M), out
+
+
+def test_run_plan_keeps_the_programs_memory_budget(tmp_path, capsys):
+    """`run --plan` recompiles under the budget the program was compiled with (--memory-budget
+    20MB here), as `compile --plan` does; --platform names another machine and its budget."""
+    out = tmp_path / "small"
+    assert main(["compile", LLAMA, "--preset", "tiny", "--clusters", "4", "--global-batch", "64",
+                 "--memory-budget", "20MB", "--no-run", "-o", str(out)]) == 0
+    big = "P=1,D=4,Z=0,b=16,A=1,Full,deadline"
+    code, _, err = run_cli(capsys, "run", out, "--plan", big)
+    assert code == 1 and "live > budget 20.00 MB" in err
+    code, _, err = run_cli(capsys, "run", out, "--plan", big, "--platform", "mt3000")
+    assert code == 0, err

@@ -94,6 +94,14 @@ def _warn_other_platform(compiled_for: str, simulated_on: str, config: str | Non
               f"--plan {config or 'CONFIG'} recompiles it for {simulated_on}", file=sys.stderr)
 
 
+def _program_budget(program) -> int | None:
+    """The memory budget a program was compiled with (its life.plan's), or None."""
+    from ratc.lifecycle.lowering import find_plan
+
+    module = program.module_with("life.plan")
+    return int(find_plan(module).attributes["budget"]) if module is not None else None
+
+
 MAX_STEPS = 16       # the VM holds every step's tasks at once
 
 
@@ -152,9 +160,12 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
             if profile is None:
                 raise RatcError(f"{args.outdir}: --plan needs the model's graph IR in the program, and there is none")
             with phase(f"compiling {args.plan}"):
-                # with the program's execution profile, so a kernel-VM program is recompiled with its kernels
+                # with the program's execution profile, so a kernel-VM program is recompiled with
+                # its kernels, and its budget (a --memory-budget it was compiled with), unless
+                # --platform names another machine
+                budget = None if args.platform else _program_budget(program)
                 module = compile_candidate(profile, parse_config(args.plan), platform,
-                                           Planner(profile, platform, exec_profile))
+                                           Planner(profile, platform, exec_profile, budget))
         else:
             with phase(f"reading {args.outdir}"):
                 module = program.module_with("life.pipeline")
