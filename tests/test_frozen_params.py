@@ -177,3 +177,46 @@ def test_memory_balance_weighs_frozen_layers_at_their_state_bytes(planner13_half
     assert got[0][1] - got[0][0] > got[1][1] - got[1][0]
     (s0, e0), (s1, e1) = full.stages(2, 1, "memory").ranges
     assert abs((e0 - s0) - (e1 - s1)) <= 1
+
+
+FROZEN_PREFIX = FROZEN_MODEL.replace(
+    '''if name.startswith("embed") or name == "layers.1.self_attn.q_proj.weight":''',
+    '''if name.startswith(FREEZE):''').replace("def build_model", "FREEZE = {freeze!r}\n\ndef build_model")
+
+
+def _trace_frozen(tmp_path, freeze: tuple, replicate: bool = True):
+    path = tmp_path / f"frozen_{len(freeze)}.py"
+    path.write_text(FROZEN_PREFIX.format(llama=str(LLAMA), freeze=freeze))
+    spec = load_model_file(str(path), "tiny")
+    return spec.module, trace_model(spec.module, spec.seq_len, replicate=replicate)
+
+
+def test_a_frozen_embedding_does_not_make_every_layer_look_like_the_first(tmp_path):
+    """Oracle: the trace of every layer on its own (replicate=False). Behind a frozen embedding
+    only the first layer's input needs no gradient."""
+    _, replicated = _trace_frozen(tmp_path, ("embed",))
+    _, each = _trace_frozen(tmp_path, ("embed",), replicate=False)
+    assert [(t.name, t.repeat) for t in replicated.layers] == [("layers[0:1]", 1), ("layers[1:4]", 3)]
+    assert [t.ops for t in replicated.layers] == [t.ops for t in each.layers]
+    first, rest = replicated.layers
+    assert sum(op.bwd_input_flops for op in first.ops) < sum(op.bwd_input_flops for op in rest.ops)
+
+
+def test_a_layer_behind_frozen_inputs_has_no_backward(tmp_path):
+    """Oracle: autograd. With the embedding and layer 0 frozen, layer 0's output needs no
+    gradient, so PyTorch runs no backward for it and saves nothing; layer 1's does."""
+    import torch
+
+    module, profile = _trace_frozen(tmp_path, ("embed", "layers.0."))
+    first, second = profile.layers[0], profile.layers[1]
+    assert (first.name, second.name) == ("layers[0:1]", "layers[1:2]")
+    assert sum(op.bwd_input_flops + op.bwd_weight_flops for op in first.ops) == 0 and first.saved_bytes == 0
+    assert sum(op.bwd_input_flops for op in second.ops) > 0 and second.saved_bytes > 0
+    real = module.to_empty(device="cpu").float()
+    outs = {}
+    for i in (0, 1):
+        real.layers[i].register_forward_hook(lambda m, a, out, i=i: outs.__setitem__(i, out))
+    ids = torch.zeros(1, profile.seq_len, dtype=torch.long)
+    real(input_ids=ids, labels=ids)
+    grad = [(o[0] if isinstance(o, tuple) else o).requires_grad for o in (outs[0], outs[1])]
+    assert grad == [False, True]

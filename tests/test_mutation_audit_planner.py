@@ -231,6 +231,9 @@ def test_middle_stage_link_carries_two_boundary_messages():
     bw, lat, b = 1e9, 1e-5, 3
     st = step_time(sc, batch(3, "full", b=b), toy_platform(bw, lat), SEQ, HID, ELEM)
     assert st.link_busy[0, 1] == pytest.approx(2 * (lat + b * SEQ * HID * ELEM / bw), rel=1e-12)
+    # ... the first and the last stage one each (the activation out, the gradient out)
+    one = lat + b * SEQ * HID * ELEM / bw
+    assert st.link_busy[0, 0] == pytest.approx(one, rel=1e-12) and st.link_busy[0, 2] == pytest.approx(one, rel=1e-12)
 
 
 @pytest.mark.parametrize("Z", [0, 1, 2, 3])

@@ -178,6 +178,53 @@ def test_recovery_terms_match_the_compiled_order(P, M, f, b, s, jitter):
     assert pf <= pc
 
 
+def simulate_bound_1f1b(F, B, M, host, bound):
+    """Oracle for a resource-bound slot (send-free): each stage's slot lasts at least `bound`
+    (a link or DDR busy that long per micro-batch). A Backward after its stage's hosting
+    Forward takes the slot's rest, max(B + e_b, bound - F - e_f); one after a Backward (the
+    cool-down) at least the rest of the co-run-free slot, bound - F, too."""
+    P = len(F)
+    e_f, e_b, e_c = host
+    order = megatron_order(P, M)
+    done, ptr, clock = {}, [0] * P, [0.0] * P
+    while any(ptr[p] < len(order[p]) for p in range(P)):
+        for p in range(P):
+            while ptr[p] < len(order[p]):
+                kind, m = order[p][ptr[p]]
+                key = ("F", p - 1, m) if kind == "F" else ("B", p + 1, m)
+                if not ((kind == "F" and p == 0) or (kind == "B" and p == P - 1) or key in done):
+                    break
+                dep = done.get(key, 0.0)
+                before_b = ptr[p] + 1 < len(order[p]) and order[p][ptr[p] + 1][0] == "B"
+                after_b = ptr[p] > 0 and order[p][ptr[p] - 1][0] == "B"
+                if kind == "F":
+                    work = F[p] + (e_f[p] if before_b else 0.0)
+                else:
+                    rest = max(B[p] + e_b[p], bound[p] - F[p] - e_f[p])
+                    work = (max(rest, bound[p] - F[p]) if after_b else rest) + (e_c[p] if before_b else 0.0)
+                clock[p] = max(clock[p], dep) + work
+                done[(kind, p, m)] = clock[p]
+                ptr[p] += 1
+    return max(clock)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.integers(1, 6), st.integers(1, 24), st.lists(st.floats(0.0, 1.0), min_size=36, max_size=36))
+def test_fsr_hosts_in_a_resource_bound_slot_match_the_compiled_order(P, M, u):
+    """Oracle: simulate_bound_1f1b. The planner's makespan with `plain` gives every cool-down
+    Backward, and only those, the co-run-free slot's rest (M below and above P)."""
+    u = np.array(u)
+    F, B = 0.3 + u[:P], 0.6 + 2 * u[6:6 + P]
+    bound = (F + B) * (0.8 + 0.6 * u[12:12 + P])          # some stages bound by the resource
+    last = np.arange(P) == P - 1
+    host = (np.where(last, 0.0, 0.5 * u[18:18 + P]), 0.3 * u[24:24 + P], np.where(last, 0.0, 0.4 * u[30:30 + P]))
+    e_f, e_b, e_c = (h[None] for h in host)
+    work = np.maximum(F + B + e_b + e_f, bound)                # the slot with co-runs
+    plain = np.maximum(F + B, bound)[None]                     # ... and without
+    got = makespan(work, np.array([[0.0]]), np.array([[M]]), fwd=F[None], host_f=e_f, host_c=e_c, plain=plain)[0]
+    assert got == pytest.approx(simulate_bound_1f1b(F, B, M, host, bound), rel=1e-9)
+
+
 def test_table5_latencies_reproduced():
     # Paper Table 5: latency (ms) of each measured GEMM shape; the size trend passes within
     # 2.5 % of each (4096x11008 and 11008x4096 have equal size but differ by 1 point). The

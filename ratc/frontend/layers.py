@@ -49,12 +49,11 @@ def signature(layer: nn.Module) -> tuple:
 
 
 @contextlib.contextmanager
-def only_first_layer(module: nn.Module, container_path: str):
-    """Temporarily shorten the layer list to its first layer (to trace one, then replicate)."""
+def only_first_layers(module: nn.Module, container_path: str, n: int = 1):
+    """Temporarily shorten the layer list to its first n layers (to trace them, then replicate)."""
     container = module.get_submodule(container_path) if container_path else module
     saved = container._modules
-    first = next(iter(saved.items()))
-    container._modules = type(saved)([first])
+    container._modules = type(saved)(list(saved.items())[:n])
     try:
         yield
     finally:

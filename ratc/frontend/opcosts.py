@@ -144,10 +144,11 @@ def attention_cost(node: Node) -> Cost:
     score_bytes = scores * q.out.dtype.itemsize
     mm = 2 * scores * d + 2 * scores * dv
     c = Cost(fwd=mm + SOFTMAX_FLOPS[0] * scores, attention=(heads, kv_heads, s_q, d))
-    c.bwd_input = 2 * mm + SOFTMAX_FLOPS[1] * scores
     c.read = q.out.nbytes + k.out.nbytes + v.out.nbytes + 2 * score_bytes + (mask.out.nbytes if mask is not None else 0)
     c.written = 2 * score_bytes + nbytes(node)
-    c.saves += [_save(q), _save(k), _save(v), ((node, "probabilities"), score_bytes)]
+    if any(x.requires_grad for x in (q, k, v)):     # (behind frozen layers nothing is)
+        c.bwd_input = 2 * mm + SOFTMAX_FLOPS[1] * scores
+        c.saves += [_save(q), _save(k), _save(v), ((node, "probabilities"), score_bytes)]
     return c
 
 
@@ -160,7 +161,8 @@ def norm_cost(kind: str, x: Node, weights: list[Node], out: TensorInfo) -> Cost:
              bwd_weight=bwd_w * elems if any(w.requires_grad for w in weights) else 0)
     c.read = x.out.nbytes + sum(w.out.nbytes for w in weights)
     c.written = out.nbytes + stats * STATS_BYTES
-    c.saves += [_save(x), ((x, "norm-stats", out), stats * STATS_BYTES)]
+    if x.requires_grad or any(w.requires_grad for w in weights):
+        c.saves += [_save(x), ((x, "norm-stats", out), stats * STATS_BYTES)]
     return c
 
 

@@ -12,7 +12,7 @@ from torch import nn
 from ratc.errors import RatcError
 from ratc.frontend import opcosts
 from ratc.frontend.capture import Node, capture
-from ratc.frontend.layers import find_layer_container, only_first_layer, signature
+from ratc.frontend.layers import find_layer_container, only_first_layers, signature
 from ratc.frontend.profile import LayerProfile, ModelProfile, OpProfile
 
 DTYPE_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32",
@@ -278,21 +278,22 @@ def _outer_params(module: nn.Module, part: _Part, layer_params: set[int],
 
 
 def _merge_layers(profiles: list[LayerProfile], container: str) -> tuple[LayerProfile, ...]:
-    """Consecutive layers with identical costs become one template with a repeat count."""
+    """Consecutive layers (or templates) with identical costs become one template whose
+    repeat is their total, named by the range of layer indices it covers."""
     def key(lp):
         return (lp.ops, lp.params, lp.frozen, lp.args, lp.input_bytes)
 
-    runs: list[list[int]] = []
-    for i, lp in enumerate(profiles):
-        if runs and key(profiles[runs[-1][0]]) == key(lp):
-            runs[-1].append(i)
+    runs: list[list[LayerProfile]] = []
+    for lp in profiles:
+        if runs and key(runs[-1][0]) == key(lp):
+            runs[-1].append(lp)
         else:
-            runs.append([i])
-    out = []
+            runs.append([lp])
+    out, start = [], 0
     for run in runs:
-        first = profiles[run[0]]
-        name = f"{container}[{run[0]}:{run[-1] + 1}]"
-        out.append(dataclasses.replace(first, name=name, repeat=len(run)))
+        repeat = sum(lp.repeat for lp in run)
+        out.append(dataclasses.replace(run[0], name=f"{container}[{start}:{start + repeat}]", repeat=repeat))
+        start += repeat
     return tuple(out)
 
 
@@ -308,13 +309,18 @@ def trace_model(module: nn.Module, seq_len: int, *, name: str = "model", method:
         raise RatcError(f"sequence length must be at least 2, got {seq_len}")
     container, layer_paths = find_layer_container(module)
     layer_mods = [module.get_submodule(p) for p in layer_paths]
+    layer_params = {id(p) for m in layer_mods for p in m.parameters()}
     identical = replicate and len(layer_mods) > 1 and len({signature(m) for m in layer_mods}) == 1
+    # Behind a frozen embedding the first layer's input needs no gradient, the others' do:
+    # trace two layers then, and repeat the second.
+    frozen_before = any(not p.requires_grad for p in module.parameters() if id(p) not in layer_params)
+    n_traced = 2 if frozen_before and len(layer_mods) > 2 else 1
     nodes = tracer = None
     if identical:
         try:
-            with only_first_layer(module, container):
+            with only_first_layers(module, container, n_traced):
                 nodes, tracer = capture(module, seq_len, method)
-            traced_paths = layer_paths[:1]
+            traced_paths = layer_paths[:n_traced]
         except RatcError:
             nodes = None                      # the forward may index layers by count: trace all
     if nodes is None:
@@ -326,18 +332,16 @@ def trace_model(module: nn.Module, seq_len: int, *, name: str = "model", method:
         _build_ops(part)
     _attribute_saves(parts)
 
-    layer_params = {id(p) for m in layer_mods for p in m.parameters()}
     taken: set[int] = set()
     pre_params = _outer_params(module, pre, layer_params, taken)
     post_params = _outer_params(module, post, layer_params, taken)
     unused = [n for n, p in module.named_parameters() if id(p) not in layer_params and id(p) not in taken]
     post_params += [(n, module.get_parameter(n)) for n in unused]
-    if identical and len(layers) == 1:
-        templates = (_profile(layers[0], f"{container}[0:{len(layer_paths)}]", len(layer_paths),
-                              list(layer_mods[0].named_parameters()), module),)
-    else:
-        templates = _merge_layers([_profile(lp, lp.name, 1, list(m.named_parameters()), module)
-                                   for lp, m in zip(layers, layer_mods)], container)
+    # (traced layers once each; with replication the last traced one stands for the rest)
+    repeats = [1] * len(layers)
+    repeats[-1] += len(layer_paths) - len(layers)
+    templates = _merge_layers([_profile(lp, lp.name, r, list(m.named_parameters()), module)
+                               for lp, m, r in zip(layers, layer_mods, repeats)], container)
     emb = next((op for op in pre.ops if op.kind == "embedding"), None)
     if emb is None:
         raise RatcError("no token embedding found before the first decoder layer")

@@ -173,8 +173,10 @@ def _longest_path(fc, bc, host_f, host_c, send, M: int, alone=None) -> np.ndarra
                 H, dH = H_steady, dH_steady
             else:
                 # Backward r hosts the next one's first Recover when another Backward follows
-                # it; in the cool-down no hosting Forward comes before it
-                d = np.where(m < M, bc, alone) + host_c * ((r >= M - W - 1) & (r < M - 1))
+                # it; in the cool-down no hosting Forward comes before it (a stage whose
+                # Forwards all ran in the warm-up has its last one, which hosts, before Backward 0)
+                cool = (m >= M) & ~((r == 0) & (W == M))
+                d = np.where(cool, alone, bc) + host_c * ((r >= M - W - 1) & (r < M - 1))
                 H = np.concatenate([col, np.cumsum(d + send, axis=1)], axis=1)[:, :P]
                 dH = d + H
             # b[p] = max(last[p], b[p+1] + send) + d[p] = max_{q >= p} (last[q] + d[q] + H[q]) - H[p]
@@ -258,18 +260,20 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
 
     def traffic(tp, pp, dp):
         """Per micro-batch over links (tp, pp, dp): one TP all-reduce, one boundary send, the
-        ZeRO-3 gathers per unit, and all that a cluster's link carries outside recovery
-        (TP all-reduces, boundary sends, each unit's view gathered for its forward and again
-        for its backward -- a recovered layer's Backward reuses its Recover's -- and, at ZeRO
-        >= 2, the reduce-scatter of the micro-batch's gradients) and for it (the Recovers'
-        TP all-reduces)."""
+        ZeRO-3 gathers per unit, what a cluster sends outside recovery, and for it.
+
+        Outside recovery: the TP all-reduces, the boundary sends (the activation out but on
+        the last stage, the gradient out but on the first), each unit's view gathered for
+        its forward and again for its backward (a recovered layer's Backward reuses its
+        Recover's) and, at ZeRO >= 2, the reduce-scatter of the micro-batch's gradients.
+        For recovery: the Recovers' TP all-reduces."""
         ar = all_reduce(T, act_bytes, tp)
         send = pp.send(act_bytes) if P > 1 else np.zeros_like(act_bytes)
         ag = (all_gather(D[:, :, None], sc.u_params * recipe.param_bytes, _ex(dp))
               * (Z >= 3)[:, :, None] * (sc.u_params > 0))
         rs = reduce_scatter(D, sc.trainable * recipe.grad_bytes, dp) * (Z >= 2) * (sc.trainable > 0)
         layers = TP_ALLREDUCES_PER_LAYER * n_dec * ar
-        busy = 2 * layers + edge_ar * ar + 2 * send + 2 * ag.sum(axis=2) + rs
+        busy = 2 * layers + edge_ar * ar + _sends(P, send) + 2 * ag.sum(axis=2) + rs
         return ar, send, ag, busy, np.where(recovers, layers, 0.0)
 
     tp_ar, p2p, u_ag, link_busy, link_rec = traffic(tp_link, pp_link, dp_link)
