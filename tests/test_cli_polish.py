@@ -282,6 +282,13 @@ def test_run_on_another_platform_warns_once(program, capsys):
     assert err == (f"ratc run: warning: the program was compiled for mt3000; simulating it on a800 keeps its "
                    f"kernel cycle counts from mt3000 (at a800's clock); --plan {config} recompiles it for a800\n")
     assert run_cli(capsys, "run", program, "--platform", "mt3000")[2] == ""
+    # a platform file that keeps the name but changes a number is another machine too
+    from ratc.platform import load_platform
+    edited = program.parent / "mt3000_slow.toml"
+    edited.write_text(load_platform("mt3000").text.replace('ddr_bandwidth = "30GB/s"', 'ddr_bandwidth = "20GB/s"'))
+    code, _, err = run_cli(capsys, "run", program, "--platform", edited)
+    assert code == 0 and err.startswith("ratc run: warning: the program was compiled for mt3000 (its platform.toml); "
+                                        f"simulating it on mt3000 ({edited})")
     # --plan recompiles for the platform given: its kernels are that platform's
     assert run_cli(capsys, "run", program, "--platform", "a800", "--plan", config)[2] == ""
 
@@ -323,7 +330,8 @@ def test_plan_text_of_a_real_model_keeps_its_format(capsys):
 
 def test_run_plan_keeps_the_programs_memory_budget(tmp_path, capsys):
     """`run --plan` recompiles under the budget the program was compiled with (--memory-budget
-    20MB here), as `compile --plan` does; --platform names another machine and its budget."""
+    20MB here), as `compile --plan` does, --platform naming the same machine too; another
+    machine brings its own budget."""
     out = tmp_path / "small"
     assert main(["compile", LLAMA, "--preset", "tiny", "--clusters", "4", "--global-batch", "64",
                  "--memory-budget", "20MB", "--no-run", "-o", str(out)]) == 0
@@ -331,4 +339,6 @@ def test_run_plan_keeps_the_programs_memory_budget(tmp_path, capsys):
     code, _, err = run_cli(capsys, "run", out, "--plan", big)
     assert code == 1 and "live > budget 20.00 MB" in err
     code, _, err = run_cli(capsys, "run", out, "--plan", big, "--platform", "mt3000")
+    assert code == 1 and "live > budget 20.00 MB" in err
+    code, _, err = run_cli(capsys, "run", out, "--plan", big, "--platform", "a800")
     assert code == 0, err

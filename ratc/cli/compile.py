@@ -194,10 +194,15 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
                    "budget": "none" if args.plan else "plan"}
         if args.tiles:
             # The re-tiled kernels price the plan's units too, so that the schedule (the fsr
-            # pass's co-runs) and `ratc run`'s prediction rest on them: a quiet first compile
-            # finds them.
-            probe = compile_program(profile, cand, planner.platform, dict(options, instrumentation=None))
-            options["planner"] = planner.with_exec_profile(planner.exec_profile.for_program(probe))
+            # pass's co-runs) and `ratc run`'s prediction rest on them.
+            from dataclasses import replace
+
+            from ratc.codegen.program_kernels import parse_tiles, retiled_by
+            from ratc.lifecycle.plan_ir import plan_op
+
+            units = plan_op(profile, cand, planner.platform, planner).region.ops
+            retiled = retiled_by(units, planner.platform, parse_tiles(args.tiles))
+            options["planner"] = planner.with_exec_profile(replace(planner.exec_profile, tiles=retiled))
         module = compile_program(profile, cand, planner.platform, options)
     outdir = Path(args.output or Path("out") / profile.name)
     with phase(f"writing {outdir}"):

@@ -83,15 +83,17 @@ def _kernel_table(table: dict, step_seconds: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _warn_other_platform(compiled_for: str, simulated_on: str, config: str | None) -> None:
+def _warn_other_platform(own, other, config: str | None) -> None:
     """--platform without --plan runs the program's own tasks, whose cycle counts (kernels
     included) were computed for the program's platform: allowed (a what-if), but said."""
-    if compiled_for != simulated_on:
-        import sys
+    import sys
 
-        print(f"ratc run: warning: the program was compiled for {compiled_for}; simulating it on "
-              f"{simulated_on} keeps its kernel cycle counts from {compiled_for} (at {simulated_on}'s clock); "
-              f"--plan {config or 'CONFIG'} recompiles it for {simulated_on}", file=sys.stderr)
+    # (a platform file may keep a profile's name and change its numbers)
+    compiled_for, simulated_on = ((own.name, other.name) if own.name != other.name
+                                  else (f"{own.name} (its platform.toml)", f"{other.name} ({other.source})"))
+    print(f"ratc run: warning: the program was compiled for {compiled_for}; simulating it on "
+          f"{simulated_on} keeps its kernel cycle counts from {compiled_for} (at {simulated_on}'s clock); "
+          f"--plan {config or 'CONFIG'} recompiles it for {simulated_on}", file=sys.stderr)
 
 
 def _program_budget(program) -> int | None:
@@ -147,8 +149,10 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
                             f"{'applies' if len(simulation_only) == 1 else 'apply'} only to the simulation")
         return spot_check(program, args)
     platform = program.platform(args.platform)
-    if args.platform and args.plan is None and compiled is None:
-        _warn_other_platform(program.platform().name, platform.name, program.meta.get("config"))
+    own = program.platform()
+    other = platform.text != own.text           # another machine than the program's (a what-if)
+    if other and args.plan is None and compiled is None:
+        _warn_other_platform(own, platform, program.meta.get("config"))
     # the GEMM profile the program was compiled with: its tasks' times and the prediction's
     exec_profile = load_exec_profile(platform, program.meta.get("exec_profile", "paper-table5"))
     if compiled is not None:
@@ -163,7 +167,7 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
                 # with the program's execution profile, so a kernel-VM program is recompiled with
                 # its kernels, and its budget (a --memory-budget it was compiled with), unless
                 # --platform names another machine
-                budget = None if args.platform else _program_budget(program)
+                budget = None if other else _program_budget(program)
                 module = compile_candidate(profile, parse_config(args.plan), platform,
                                            Planner(profile, platform, exec_profile, budget))
         else:
@@ -194,8 +198,11 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
                         "peak memory") from None
     predicted = None
     if profile is not None:
-        # priced with the program's own kernels (re-tiled ones included)
-        (ev,) = Planner(profile, platform, exec_profile.for_program(module)).evaluate_group([cand])
+        # priced with the program's own kernels (re-tiled ones included), unless they are
+        # another machine's
+        kernels_here = not other or args.plan is not None or compiled is not None
+        priced = exec_profile.for_program(module) if kernels_here else exec_profile
+        (ev,) = Planner(profile, platform, priced).evaluate_group([cand])
         predicted = ev.t_step
     if args.trace == "-":
         write_output("-", trace_json(tl))

@@ -72,14 +72,8 @@ def check_tile_options(kind: str, options, where: str) -> None:
         raise RatcError(f"{where}: unknown option '{bad[0]}' ({kind} kernels take {', '.join(TILE_OPTIONS[kind])})")
 
 
-def codegen(module, platform, tiles: dict[str, dict[str, int]] | None = None) -> list[Operation]:
-    """Generate the program's kernels into `life.kernel` ops and charge its tasks; returns the ops."""
-    from ratc.lifecycle.lowering import find_pipeline, find_plan
-
-    tiles = tiles or {}
-    plan, pipe = find_plan(module), find_pipeline(module)
-    units = plan.region.ops
-    needed = unit_kernels(units)
+def _profiles(needed: dict, platform, tiles: dict[str, dict[str, int]]) -> dict[str, dict]:
+    """symbol -> kernel_profile of each kernel the units need, with its `tiles` options."""
     unknown = sorted(set(tiles) - set(needed))
     if unknown:
         raise RatcError(f"tiles name @{unknown[0]}, which this program does not call "
@@ -92,6 +86,22 @@ def codegen(module, platform, tiles: dict[str, dict[str, int]] | None = None) ->
             profiles[sym] = kernel_profile(platform, kind, shape, **opts)
         except RatcError as exc:
             raise RatcError(f"kernel @{sym}: {exc}") from None
+    return profiles
+
+
+def _kernel_tiles(kind: str, entry: dict) -> dict:
+    """The tile options a life.kernel op records of a kernel_profile entry."""
+    return {k: v for k, v in sorted(entry["tiles"].items()) if k in TILE_OPTIONS[kind]}
+
+
+def codegen(module, platform, tiles: dict[str, dict[str, int]] | None = None) -> list[Operation]:
+    """Generate the program's kernels into `life.kernel` ops and charge its tasks; returns the ops."""
+    from ratc.lifecycle.lowering import find_pipeline, find_plan
+
+    plan, pipe = find_plan(module), find_pipeline(module)
+    units = plan.region.ops
+    needed = unit_kernels(units)
+    profiles = _profiles(needed, platform, tiles or {})
     clock = platform.dsp.clock
     charges: dict = {}   # (unit, kernels key) -> (symbol refs, calls, cycles): alike for every micro-batch
     for stage in pipe.region.ops:
@@ -116,7 +126,7 @@ def codegen(module, platform, tiles: dict[str, dict[str, int]] | None = None) ->
     ops = [Operation("life.kernel", attributes={
         "kind": needed[sym][0], "shape": list(needed[sym][1]), "cycles": int(e["cycles"]),
         "mac_util": float(e["mac_utilization"]), "ddr_bytes": int(e["ddr_bytes"]),
-        "tiles": {k: v for k, v in sorted(e["tiles"].items()) if k in TILE_OPTIONS[needed[sym][0]]}},
+        "tiles": _kernel_tiles(needed[sym][0], e)},
         sym_name=sym) for sym, e in sorted(profiles.items())]
     # Kernels sit between the plan and the pipeline; re-running codegen replaces them.
     body = module.body
@@ -131,16 +141,26 @@ def codegen(module, platform, tiles: dict[str, dict[str, int]] | None = None) ->
 def retiled_kernels(module, platform) -> tuple:
     """((kind, shape), ((option, value), ...)) of the program's kernels whose tiles are not the
     default choice (the codegen pass's `tiles`), for an execution profile of its kernels."""
+    return _retiled([(op.attributes["kind"], tuple(op.attributes["shape"]), op.attributes["tiles"])
+                     for op in module.body.ops if op.name == "life.kernel"], platform)
+
+
+def retiled_by(plan_units, platform, tiles: dict[str, dict[str, int]]) -> tuple:
+    """retiled_kernels of the program the codegen pass would make of these plan units with
+    `tiles`, without making it (tile errors as the pass reports them)."""
+    needed = unit_kernels(plan_units)
+    profiles = _profiles(needed, platform, tiles)
+    return _retiled([(*needed[sym], _kernel_tiles(needed[sym][0], profiles[sym])) for sym in sorted(tiles)],
+                    platform)
+
+
+def _retiled(kernels, platform) -> tuple:
     found = []
-    for op in module.body.ops:
-        if op.name != "life.kernel":
-            continue
-        a = op.attributes
-        kind, shape = a["kind"], tuple(a["shape"])
+    for kind, shape, tiles in kernels:
         default = kernel_profile(platform, kind, shape)["tiles"]
-        if any(default.get(k) != v for k, v in a["tiles"].items()):
-            found.append(((kind, shape), tuple(sorted(a["tiles"].items()))))
-    return tuple(found)
+        if any(default.get(k) != v for k, v in tiles.items()):
+            found.append(((kind, shape), tuple(sorted(tiles.items()))))
+    return tuple(sorted(found))
 
 
 def kernel_calls(module) -> dict[str, dict[int, int]]:

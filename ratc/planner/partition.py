@@ -13,15 +13,16 @@ from ratc.planner.config import RECIPE
 BALANCES = ("time", "memory")
 
 
-def unit_weight(unit, balance: str) -> float:
+def unit_weight(unit, balance: str, recipe=RECIPE) -> float:
     """What a balanced partition equalizes: compute time, or the training state's bytes
-    (2 + 2 + 12 per parameter, 2 per frozen one: the parameter count when none is frozen)."""
+    (2 + 2 + 12 per parameter, 2 per frozen one: in proportion to the parameter count when
+    none is frozen)."""
     if balance == "time":
         return unit.fwd + unit.bwd
-    return unit.params * RECIPE.param_bytes + unit.trainable * (RECIPE.grad_bytes + RECIPE.optimizer_bytes)
+    return unit.params * recipe.param_bytes + unit.trainable * (recipe.grad_bytes + recipe.optimizer_bytes)
 
 
-def partition(units, P: int, balance: str = "time") -> list[tuple[int, int]]:
+def partition(units, P: int, balance: str = "time", recipe=RECIPE) -> list[tuple[int, int]]:
     """Split units [pre, layer_1..layer_L, post] into P contiguous (start, end) ranges.
 
     Every stage owns at least one decoder layer; the embedding joins the first stage and the
@@ -31,9 +32,9 @@ def partition(units, P: int, balance: str = "time") -> list[tuple[int, int]]:
     L = len(units) - 2
     if not 1 <= P <= L:
         raise RatcError(f"pipeline degree P={P} needs 1 <= P <= {L} (the number of decoder layers)")
-    w = [unit_weight(u, balance) for u in units[1:-1]]
-    w[0] += unit_weight(units[0], balance)
-    w[-1] += unit_weight(units[-1], balance)
+    w = [unit_weight(u, balance, recipe) for u in units[1:-1]]
+    w[0] += unit_weight(units[0], balance, recipe)
+    w[-1] += unit_weight(units[-1], balance, recipe)
     prefix = [0.0, *accumulate(w)]
     # The smallest bottleneck is a contiguous sum of blocks: bisect over the distinct sums (at
     # least the heaviest block, which some group holds), about log2(L^2) greedy packs.

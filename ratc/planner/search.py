@@ -126,7 +126,7 @@ class Planner:
     def stages(self, P: int, T: int, balance: str):
         key = (P, T, balance)
         if key not in self._stages:
-            self._stages[key] = stage_costs(self.units(T), P, T, balance)
+            self._stages[key] = stage_costs(self.units(T), P, T, balance, self.recipe)
         return self._stages[key]
 
     # -- the search space ------------------------------------------------------------

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ratc.planner.config import RECIPE
 from ratc.planner.corun import extra
 from ratc.planner.partition import partition
 
@@ -77,9 +78,9 @@ class StageCosts:
     u_co: np.ndarray               # what the unit's Backward adds hosting the Recover of the unit before it
 
 
-def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time") -> StageCosts:
+def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=RECIPE) -> StageCosts:
     """Aggregate unit costs into P stages."""
-    ranges = partition(table.units, P, balance)
+    ranges = partition(table.units, P, balance, recipe)
     starts = np.array([s for s, _ in ranges])
     n = len(table.units)
     U = max(e - s for s, e in ranges)
