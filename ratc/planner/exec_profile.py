@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -90,8 +91,12 @@ class KernelVMExecProfile(ExecutionProfile):
     def kernel(self, kind: str, shape: tuple) -> dict:
         """The generated kernel's figures (cycles, seconds, ddr_bytes, ...)."""
         from ratc.codegen.exec_profile import kernel_profile
-        options = dict(dict(self.tiles).get((kind, tuple(shape)), ())) if self.tiles else {}
+        options = dict(self._tiles.get((kind, tuple(shape)), ())) if self.tiles else {}
         return kernel_profile(self.platform, kind, shape, **options)
+
+    @functools.cached_property
+    def _tiles(self) -> dict:
+        return dict(self.tiles)
 
     def for_program(self, module) -> "KernelVMExecProfile":
         from ratc.codegen.program_kernels import retiled_kernels

@@ -259,8 +259,9 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     edge_ar = np.where(stage == 0, 1.0, 0.0) + np.where(stage == P - 1, 1.0, 0.0)
 
     def traffic(tp, pp, dp):
-        """Per micro-batch over links (tp, pp, dp): one TP all-reduce, one boundary send, the
-        ZeRO-3 gathers per unit, what a cluster sends outside recovery, and for it.
+        """Per micro-batch over links (tp, pp, dp): one TP all-reduce, a stage's decoder
+        layers' TP all-reduces, one boundary send, the ZeRO-3 gathers per unit, what a
+        cluster sends outside recovery, and for it.
 
         Outside recovery: the TP all-reduces, the boundary sends (the activation out but on
         the last stage, the gradient out but on the first), each unit's view gathered for
@@ -274,10 +275,9 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
         rs = reduce_scatter(D, sc.trainable * recipe.grad_bytes, dp) * (Z >= 2) * (sc.trainable > 0)
         layers = TP_ALLREDUCES_PER_LAYER * n_dec * ar
         busy = 2 * layers + edge_ar * ar + _sends(P, send) + 2 * ag.sum(axis=2) + rs
-        return ar, send, ag, busy, np.where(recovers, layers, 0.0)
+        return ar, layers, send, ag, busy, np.where(recovers, layers, 0.0)
 
-    tp_ar, p2p, u_ag, link_busy, link_rec = traffic(tp_link, pp_link, dp_link)
-    tp_layer = TP_ALLREDUCES_PER_LAYER * n_dec * tp_ar
+    tp_ar, tp_layer, p2p, u_ag, link_busy, link_rec = traffic(tp_link, pp_link, dp_link)
     tp_fwd = tp_layer + np.where(stage == 0, tp_ar, 0.0)
     tp_bwd = tp_layer + np.where(stage == P - 1, tp_ar, 0.0)
     # MT-3000 links move data DDR to DDR: each byte a cluster sends is read from its DDR and
