@@ -94,12 +94,14 @@ def makespan(work: np.ndarray, send, M, fwd: np.ndarray, host_f=None, host_c=Non
     host_f = zero if host_f is None else host_f + zero
     host_c = zero if host_c is None else host_c + zero
     bc = work - fc - host_f                              # ... and a Backward's
-    alone = bc if plain is None else np.maximum(bc, plain - fc)    # ... after no hosting Forward
+    # ... and one after no hosting Forward
+    parts = [fc, bc, host_f, host_c] + ([] if plain is None else [np.maximum(bc, plain - fc)])
     M = np.broadcast_to(np.asarray(M), (C, 1))[:, :1].astype(float)
     # candidates that differ only where the main path does not look (state policy, ...) share a row
-    key, inverse = _distinct_rows(np.concatenate([M, send, fc, bc, host_f, host_c, alone], axis=1))
+    key, inverse = _distinct_rows(np.concatenate([M, send, *parts], axis=1))
     M, send = key[:, 0].astype(int), key[:, 1:2]
-    fc, bc, host_f, host_c, alone = (key[:, 2 + i * P:2 + (i + 1) * P] for i in range(5))
+    fc, bc, host_f, host_c, *more = (key[:, 2 + i * P:2 + (i + 1) * P] for i in range(len(parts)))
+    alone = more[0] if more else bc
     out = np.empty(len(key))
     for m in np.unique(M):
         rows = M == m
@@ -256,7 +258,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
 
     # Megatron's vocab-parallel embedding all-reduces its output (forward, first stage) and
     # the column-parallel LM head all-reduces its input gradient (backward, last stage).
-    edge_ar = np.where(stage == 0, 1.0, 0.0) + np.where(stage == P - 1, 1.0, 0.0)
+    first, last = (stage == 0).astype(float), (stage == P - 1).astype(float)
 
     def traffic(tp, pp, dp):
         """Per micro-batch over links (tp, pp, dp): one TP all-reduce, a stage's decoder
@@ -274,12 +276,11 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
               * (Z >= 3)[:, :, None] * (sc.u_params > 0))
         rs = reduce_scatter(D, sc.trainable * recipe.grad_bytes, dp) * (Z >= 2) * (sc.trainable > 0)
         layers = TP_ALLREDUCES_PER_LAYER * n_dec * ar
-        busy = 2 * layers + edge_ar * ar + _sends(P, send) + 2 * ag.sum(axis=2) + rs
+        busy = 2 * layers + (first + last) * ar + _sends(P, send) + 2 * ag.sum(axis=2) + rs
         return ar, layers, send, ag, busy, np.where(recovers, layers, 0.0)
 
     tp_ar, tp_layer, p2p, u_ag, link_busy, link_rec = traffic(tp_link, pp_link, dp_link)
-    tp_fwd = tp_layer + np.where(stage == 0, tp_ar, 0.0)
-    tp_bwd = tp_layer + np.where(stage == P - 1, tp_ar, 0.0)
+    tp_fwd, tp_bwd = tp_layer + first * tp_ar, tp_layer + last * tp_ar
     # MT-3000 links move data DDR to DDR: each byte a cluster sends is read from its DDR and
     # each byte it receives written to it, so communication takes DDR time too: that of its
     # bytes (the same traffic over a latency-free 1 B/s link), not of message latencies.
