@@ -3,7 +3,6 @@ and the compiled program: they keep their fp16 copy but have no gradient, optimi
 GradSync, UpdateShard or PrefetchW."""
 
 import dataclasses
-import pathlib
 
 import numpy as np
 import pytest
@@ -18,30 +17,14 @@ from ratc.planner.config import RECIPE, Candidate
 from ratc.planner.search import Planner
 from ratc.platform import load_platform
 
-LLAMA = pathlib.Path(__file__).resolve().parents[1] / "examples" / "llama.py"
-
-FROZEN_MODEL = '''
-import importlib.util
-_spec = importlib.util.spec_from_file_location("_llama", {llama!r})
-_llama = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_llama)
-PRESETS, DEFAULT_PRESET, input_spec = _llama.PRESETS, _llama.DEFAULT_PRESET, _llama.input_spec
-
-def build_model(**config):
-    model = _llama.build_model(**config)
-    for name, p in model.named_parameters():
-        if name.startswith("embed") or name == "layers.1.self_attn.q_proj.weight":
-            p.requires_grad_(False)
-    return model
-'''
+from frozen_models import LLAMA, frozen_model_file
 
 
 @pytest.fixture(scope="module")
 def frozen(tmp_path_factory):
     """(module, profile) of the tiny LLaMA with its embedding and one q_proj frozen."""
-    path = tmp_path_factory.mktemp("frozen") / "frozen.py"
-    path.write_text(FROZEN_MODEL.format(llama=str(LLAMA)))
-    spec = load_model_file(str(path), "tiny")
+    path = frozen_model_file(tmp_path_factory.mktemp("frozen"), ("embed",), ("layers.1.self_attn.q_proj.weight",))
+    spec = load_model_file(path, "tiny")
     return spec.module, trace_model(spec.module, spec.seq_len, name="frozen")
 
 
@@ -179,15 +162,8 @@ def test_memory_balance_weighs_frozen_layers_at_their_state_bytes(planner13_half
     assert abs((e0 - s0) - (e1 - s1)) <= 1
 
 
-FROZEN_PREFIX = FROZEN_MODEL.replace(
-    '''if name.startswith("embed") or name == "layers.1.self_attn.q_proj.weight":''',
-    '''if name.startswith(FREEZE):''').replace("def build_model", "FREEZE = {freeze!r}\n\ndef build_model")
-
-
 def _trace_frozen(tmp_path, freeze: tuple, replicate: bool = True):
-    path = tmp_path / f"frozen_{len(freeze)}.py"
-    path.write_text(FROZEN_PREFIX.format(llama=str(LLAMA), freeze=freeze))
-    spec = load_model_file(str(path), "tiny")
+    spec = load_model_file(frozen_model_file(tmp_path, freeze), "tiny")
     return spec.module, trace_model(spec.module, spec.seq_len, replicate=replicate)
 
 

@@ -41,6 +41,9 @@ def costs(stages, **per_stage) -> StageCosts:
             continue
         fields[f.name] = np.zeros((P, U)) if f.name.startswith("u_") else np.zeros(P)
     fields.update(u_params=u_params, u_dec=u_dec, n_dec=u_dec.sum(axis=1), params=u_params.sum(axis=1))
+    # every decoder layer has a backward and is recovered (nothing behind frozen inputs)
+    fields.update(n_dec_bwd=u_dec.sum(axis=1), n_rec=u_dec.sum(axis=1),
+                  last_rec=np.array([bool(units[-1][1]) for units in stages]))
     if "trainable" in fields:             # every parameter trainable (no frozen ones)
         fields.update(trainable=u_params.sum(axis=1), u_trainable=u_params.copy())
     for k, v in per_stage.items():

@@ -61,9 +61,11 @@ def op_kernels(op, div: int, dtype_bytes: int, align: int = 1) -> OpKernels | No
         heads, kv_heads, seq, head_dim = op.attention
         heads, kv_heads = max(1, heads // div), max(1, kv_heads // div)
         probs = heads * seq * seq * dtype_bytes
+        fwd = (((GEMM, (seq, seq, head_dim)), heads), ((GEMM, (seq, head_dim, seq)), heads))
+        if not op.bwd_input_flops:        # no input needs a gradient (behind frozen layers)
+            return OpKernels(fwd=fwd, bwd=(), fwd_stream_bytes=2 * probs)
         return OpKernels(
-            fwd=(((GEMM, (seq, seq, head_dim)), heads), ((GEMM, (seq, head_dim, seq)), heads)),
-            bwd=(((ATTN_BWD, (heads, _pad(seq, align), _pad(head_dim, align), kv_heads)), 1),),
+            fwd=fwd, bwd=(((ATTN_BWD, (heads, _pad(seq, align), _pad(head_dim, align), kv_heads)), 1),),
             fwd_stream_bytes=2 * probs,
             bwd_stream_bytes=2 * heads * seq * head_dim * dtype_bytes)
     return None

@@ -30,6 +30,7 @@ class OpProfile:
     attention: tuple[int, int, int, int] | None = None  # (heads, kv_heads, seq, head_dim)
     # operands: an op of the same layer by name, a layer parameter by name, or "$i" for args[i]
     inputs: tuple[str, ...] = ()
+    grad: bool = True               # its output needs a gradient, so it has a backward (autograd's requires_grad)
 
 
 @dataclass(frozen=True)

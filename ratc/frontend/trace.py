@@ -253,7 +253,8 @@ def _profile(part: _Part, name: str, repeat: int, params: list[tuple[str, torch.
         name=op.name, kind=op.kind, out_shape=tuple(op.out.shape), dtype=dtype_name(op.out.dtype),
         fwd_flops=op.cost.fwd, bwd_input_flops=op.cost.bwd_input, bwd_weight_flops=op.cost.bwd_weight,
         bytes_read=op.cost.read, bytes_written=op.cost.written, saved_bytes=op.saved,
-        gemm=op.cost.gemm, attention=op.cost.attention, inputs=op.inputs) for op in part.ops)
+        gemm=op.cost.gemm, attention=op.cost.attention, inputs=op.inputs,
+        grad=op.node.requires_grad) for op in part.ops)
     return LayerProfile(name=name, repeat=repeat, ops=ops, param_count=sum(p.numel() for _, p in params),
                         param_bytes=sum(p.numel() * p.element_size() for _, p in params),
                         input_bytes=_input_bytes(part),

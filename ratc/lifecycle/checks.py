@@ -24,6 +24,8 @@ ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = ("!life.act", "!life.saved", "!
 # ZeRO >= 2 reduces gradients out of this many bucket buffers per stage (DeepSpeed's two
 # `ipg_buffer`s with overlap_comm): a Backward waits until its buffer's last bucket is reduced.
 BUCKET_BUFFERS = 2
+# A trained unit's gradient and state chain (a frozen unit has none).
+STATE_TASKS = frozenset({"life.reduce", "life.grad_sync", "life.update", "life.prefetch"})
 # The compute tasks a co-running Recover may ride on (FSR, ratc.lifecycle.placement).
 HOST_OPS = frozenset({"life.fwd", "life.bwd"})
 TASK_OPS = frozenset({"life.param", "life.opt", "life.recv", "life.send", "life.gather", "life.fwd",
@@ -31,10 +33,29 @@ TASK_OPS = frozenset({"life.param", "life.opt", "life.recv", "life.send", "life.
                       "life.prefetch", "life.step_end"})
 
 
+def recovered(unit: dict) -> bool:
+    """Whether a plan unit (its attributes) is recomputed under ckpt / FSR: a decoder layer
+    that saves something for its backward (ratc.planner.opcost.UnitCost.recovers)."""
+    return unit.get("decoder") is True and int(unit.get("saved", 0)) > 0
+
+
+def not_recovered(units) -> list[int]:
+    """The plan's decoder layers that save nothing for backward, so are never recomputed:
+    a life.pipeline's `no_recover`."""
+    return [u.attributes.get("index") for u in units
+            if u.attributes.get("decoder") is True and not recovered(u.attributes)]
+
+
+def frozen_units(units) -> list[int]:
+    """The plan's units with nothing trained: no gradient, so no GradSync, UpdateShard,
+    PrefetchW or gradient bucket: a life.pipeline's `frozen`."""
+    return [u.attributes.get("index") for u in units if u.attributes.get("frozen") is True]
+
+
 class _Ctx:
     """What a task's rules need: plan-wide numbers and its stage's units."""
 
-    __slots__ = ("P", "M", "Z", "act", "head", "p", "units", "first", "last")
+    __slots__ = ("P", "M", "Z", "act", "head", "p", "units", "first", "last", "no_recover", "frozen")
 
     def __init__(self, pipe, stage):
         a = pipe.attributes
@@ -42,10 +63,13 @@ class _Ctx:
         self.p = stage.attributes["stage"]
         self.units = stage.attributes["units"]
         self.first, self.last = self.units[0], self.units[-1]
+        self.no_recover = a.get("no_recover", ())
+        self.frozen = a.get("frozen", ())
 
     def recovers(self, i: int) -> bool:
-        """Decoder layers are recomputed under ckpt and fsr; embedding and head never."""
-        return self.act != "full" and 0 < i < self.head
+        """Decoder layers are recomputed under ckpt and fsr, but those in `no_recover` (they
+        save nothing for backward); embedding and head never."""
+        return self.act != "full" and 0 < i < self.head and i not in self.no_recover
 
 
 def _context(op) -> _Ctx:
@@ -76,16 +100,19 @@ def _layer_input(c: _Ctx, i: int, m: int):
 
 def bucket_release(c: _Ctx, i: int, m: int):
     """ZeRO >= 2: the token of the collective that frees the bucket buffer Backward(i, m)
-    takes -- that of the unit-Backward BUCKET_BUFFERS earlier in the stage (Backwards issue
-    micro-batch by micro-batch, last unit first, in every schedule) -- or None."""
-    n = len(c.units)
-    k = m * n + (c.last - i) - BUCKET_BUFFERS
-    if c.Z < 2 or k < 0:
+    takes -- that of the bucket-holding unit-Backward BUCKET_BUFFERS earlier in the stage
+    (Backwards issue micro-batch by micro-batch, last unit first, in every schedule; a
+    frozen unit has no gradient and takes no buffer) -- or None."""
+    if c.Z < 2 or i in c.frozen:
         return None
-    mb, back = divmod(k, n)
+    held = [u for u in reversed(c.units) if u not in c.frozen]
+    k = m * len(held) + held.index(i) - BUCKET_BUFFERS
+    if k < 0:
+        return None
+    mb, back = divmod(k, len(held))
     if mb < c.M - 1:
-        return ("life.reduce", c.last - back, mb, None, TOKEN)
-    return ("life.grad_sync", c.last - back, None, None, TOKEN)
+        return ("life.reduce", held[back], mb, None, TOKEN)
+    return ("life.grad_sync", held[back], None, None, TOKEN)
 
 
 def expected(op, c: _Ctx) -> tuple[list, list, bool]:
@@ -133,9 +160,10 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
     if name == "life.prefetch":
         return [("life.update", i, None, None, PARAM)], [VIEW], True
     if name == "life.step_end":
-        if c.Z in (1, 2):
-            return [("life.prefetch", j, None, None, VIEW) for j in c.units], [], False
-        return [("life.update", j, None, None, PARAM) for j in c.units], [], False
+        # a frozen unit's parameters never change: the next step reads them as they are
+        return [("life.param", j, None, None, PARAM) if j in c.frozen else
+                ("life.prefetch", j, None, None, VIEW) if c.Z in (1, 2) else
+                ("life.update", j, None, None, PARAM) for j in c.units], [], False
     raise VerifyError(f"'{name}' is not a task of a stage program", op)
 
 
@@ -160,6 +188,9 @@ def check_task(op) -> None:
             raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p} has no peer stage", op)
         if a["peer"] != peer:
             raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p} must have peer {peer}, got {a['peer']}", op)
+    if op.name in STATE_TASKS and i in c.frozen:
+        raise VerifyError(f"'{op.name}' of unit {i}: the unit is frozen (nothing trained), so it has no "
+                          "gradient to reduce, synchronize or apply", op)
     if op.name == "life.recover" and not c.recovers(i):
         raise VerifyError(f"'{op.name}' of unit {i}: no recovery under act policy '{c.act}' for this unit", op)
     if op.name == "life.gather" and c.Z < 3:
@@ -217,9 +248,11 @@ def required_tasks(c: _Ctx) -> set:
     """Every task a complete stage program holds."""
     need = set()
     for i in c.units:
-        need |= {("life.param", i, None, None), ("life.opt", i, None, None), ("life.grad_sync", i, None, None),
-                 ("life.update", i, None, None)}
-        if c.Z in (1, 2):
+        need |= {("life.param", i, None, None), ("life.opt", i, None, None)}
+        trained = i not in c.frozen
+        if trained:
+            need |= {("life.grad_sync", i, None, None), ("life.update", i, None, None)}
+        if trained and c.Z in (1, 2):
             need.add(("life.prefetch", i, None, None))
         for m in range(c.M):
             need |= {("life.fwd", i, m, None), ("life.bwd", i, m, None)}
@@ -229,7 +262,7 @@ def required_tasks(c: _Ctx) -> set:
                 phases[1] = "rec"       # the Backward reuses its Recover's view
             if c.Z >= 3:
                 need |= {("life.gather", i, m, ph) for ph in phases}
-            if c.Z >= 2 and m < c.M - 1:
+            if trained and c.Z >= 2 and m < c.M - 1:
                 need.add(("life.reduce", i, m, None))
     for m in range(c.M):
         if c.p > 0:
@@ -361,6 +394,11 @@ def _check_against_plan(pipe) -> None:
         if a[key] != want:
             raise VerifyError(f"'life.pipeline' {key} = {a[key]}, but its plan @{ref} has "
                               f"{'units' if key == 'units' else key} = {want}", pipe)
+    for key, want, what in (("no_recover", not_recovered(plan.region.ops), "decoder layers that save nothing for backward"),
+                            ("frozen", frozen_units(plan.region.ops), "units with nothing trained")):
+        if list(a.get(key, [])) != want:
+            raise VerifyError(f"'life.pipeline' {key} = {list(a.get(key, []))}, but in its plan @{ref} the "
+                              f"{what} are {want}", pipe)
 
 
 def simulate_issue(stages) -> None:

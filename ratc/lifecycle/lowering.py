@@ -16,6 +16,7 @@ from ratc.ir.attributes import SymbolRef
 from ratc.ir.core import Block, Module, Operation
 from ratc.ir.types import OpaqueType
 from ratc.ir.verifier import verify_op
+from ratc.lifecycle.checks import frozen_units, not_recovered, recovered
 
 ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = (
     OpaqueType("life", n) for n in ("act", "saved", "rec", "grad", "param", "opt", "view", "token"))
@@ -75,7 +76,7 @@ class _StageLowering:
 
     def recovers(self, i: int) -> bool:
         """Whether unit i keeps only its input (checkpoint) and is recomputed before backward."""
-        return self.act != "full" and self.u(i)["decoder"]
+        return self.act != "full" and recovered(self.u(i))
 
     def weights(self, i: int, mb: int, phase: str, before: list):
         """The parameter value a task of unit i uses; under ZeRO-3 a fresh gather."""
@@ -168,8 +169,10 @@ class _StageLowering:
                 before = []
                 w = self.weights(i, m, "bwd", before)
             acc = self.env.get(("g", i, m - 1)) if self.Z < 2 else None
+            # a unit with nothing trained has no gradient: its Backward takes no bucket buffer
+            holds = self.Z >= 2 and not u.get("frozen", False)
             k = len(self.released)
-            free = self.released[k - 2] if self.Z >= 2 and k >= 2 else None
+            free = self.released[k - 2] if holds and k >= 2 else None
             types, sizes, names = [], [], []
             if i != 0:
                 types.append(ACT), sizes.append(int(u["in_bytes"])), names.append(f"dx{i}_{m}")
@@ -185,7 +188,7 @@ class _StageLowering:
             self.env["g", i, m] = op.results[-1]
             dy = op.results[0] if i != 0 else None
             follow = []
-            if self.Z >= 2:
+            if holds:
                 follow = [self.reduce(i, m) if m < self.M - 1 else self.grad_sync(i)]
                 self.released.append(follow[0].results[0])
             tasks.append((before, op, follow))
@@ -229,9 +232,12 @@ class _StageLowering:
 
     def state_chain(self) -> None:
         """GradSync (ZeRO 0/1; under ZeRO >= 2 it follows its last Backward), UpdateShard and
-        PrefetchW of every layer at the step end (bulk), then step_end."""
+        PrefetchW of every layer at the step end (bulk), then step_end. A frozen unit has none:
+        the next step reads its parameters as they are."""
         Z = self.Z
-        order = [uop.attributes["index"] for uop in reversed(self.units)]
+        order = [uop.attributes["index"] for uop in reversed(self.units) if not uop.attributes.get("frozen", False)]
+        views = {uop.attributes["index"]: self.env["w", uop.attributes["index"]] for uop in self.units
+                 if uop.attributes.get("frozen", False)}
         for i in order:
             if Z < 2:
                 self.emit(self.grad_sync(i))
@@ -241,7 +247,6 @@ class _StageLowering:
                                                                 self.env["w", i]], [PARAM], {
                 "unit": i, "dur": u["update"], "res": "ddr", "prio": PRIO_STATE, "sizes": [int(u["param"])],
                 "inplace": True}, [f"w{i}_next"])).result
-        views = {}
         for i in order:
             u = self.u(i)
             if Z in (1, 2):
@@ -287,8 +292,11 @@ def lower(module: Module, act_policy: str | None = None) -> Operation:
         low.state_chain()
         stages.append(Operation("life.stage", attributes={"stage": p, "units": [u.attributes["index"] for u in us]},
                                 sym_name=f"s{p}", region=Block(low.ops)))
-    pipe = Operation("life.pipeline", attributes={
-        "plan": SymbolRef(plan.sym_name), "P": P, "M": M, "Z": a["Z"], "act": act, "units": len(units),
-        "schedule": "gpipe"}, sym_name="step", region=Block(stages))
+    attrs = {"plan": SymbolRef(plan.sym_name), "P": P, "M": M, "Z": a["Z"], "act": act, "units": len(units),
+             "schedule": "gpipe"}
+    for key, value in (("no_recover", not_recovered(units)), ("frozen", frozen_units(units))):
+        if value:
+            attrs[key] = value
+    pipe = Operation("life.pipeline", attributes=attrs, sym_name="step", region=Block(stages))
     module.body.append(pipe)
     return pipe

@@ -76,6 +76,8 @@ def update_prefetch(pipe, mode: str) -> None:
     for stage in pipe.region.ops:
         ops = stage.region.ops
         syncs, updates, prefetches = (_by(ops, n) for n in ("life.grad_sync", "life.update", "life.prefetch"))
+        if not updates:
+            continue        # every unit of the stage frozen: no state chain
         first_fwd = {op.attributes["unit"]: op for op in ops if op.name == "life.fwd" and op.attributes["mb"] == 0}
         # The next step repeats this one: its Forward(l, 0) starts one makespan later.
         use = {i: tl.makespan + tl.start[first_fwd[i]] for i in updates}

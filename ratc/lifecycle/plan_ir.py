@@ -38,6 +38,7 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     ops = []
     for i, u in enumerate(units):
         extra = tp if u.decoder else 0.0
+        extra_b = extra if u.backward else 0.0     # a layer behind frozen inputs has no backward
         # Gradients, optimizer state, updates and prefetches are the trainable parameters';
         # a frozen one keeps only its fp16 view (gathered under ZeRO-3) and sends nothing.
         grads = u.trainable * recipe.grad_bytes
@@ -47,7 +48,7 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
         attrs = {
             "index": i, "name": u.name, "stage": stage_of[i], "decoder": u.decoder,
             "fwd": b * u.fwd + extra, "fwd_c": b * u.fwd_compute, "fwd_d": b * u.fwd_ddr,
-            "bwd": b * u.bwd + extra, "bwd_c": b * u.bwd_compute, "bwd_d": b * u.bwd_ddr,
+            "bwd": b * u.bwd + extra_b, "bwd_c": b * u.bwd_compute, "bwd_d": b * u.bwd_ddr,
             "in_bytes": _b(b * u.ckpt_bytes), "saved": _b(b * u.saved_bytes), "ws": _b(b * u.workspace),
             "param": _b(views / (D if Z >= 3 else 1)),
             "opt": _b(u.trainable * recipe.optimizer_bytes / (D if Z >= 1 else 1)),
@@ -62,13 +63,15 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             # What the codegen pass needs: kernel calls per micro-batch and the seconds no
             # kernel runs (roofline ops, attention's DDR streams, TP all-reduces).
             "kfwd": _calls(u.kernels.fwd, b), "kbwd": _calls(u.kernels.bwd, b),
-            "fwd_other": b * u.kernels.fwd_other + extra, "bwd_other": b * u.kernels.bwd_other + extra,
+            "fwd_other": b * u.kernels.fwd_other + extra, "bwd_other": b * u.kernels.bwd_other + extra_b,
             # What the fsr pass co-schedules: per micro-batch, [compute s, DDR s, ...] of the
             # forward's and the backward's phases in execution order (ratc.planner.corun).
             "fph": _flat(u.fwd_phases, b), "bph": _flat(u.bwd_phases, b),
             # ... and the headroom a Recover streaming into this unit's Backward needs
             "stream": _b(b * u.stream),
         }
+        if not u.trainable:
+            attrs["frozen"] = True      # nothing trained: no gradient, no state chain
         ops.append(Operation("life.unit", attributes={k: _num(v) for k, v in attrs.items()}))
     attrs = {"model": profile.name, "platform": platform.name, "P": P, "D": D, "T": T, "Z": Z, "b": b,
              "M": M, "act": cand.act, "pref": cand.pref, "seq_len": profile.seq_len, "p2p": p2p,

@@ -96,7 +96,7 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     # a middle stage's first layer the next micro-batch's first in the cool-down)
     stage = np.arange(sc.P)
     middle = (stage > 0) & (stage < sc.P - 1) & (c.M > 1)
-    two = np.where(fsr & ((sc.n_dec >= 2) | middle), 2, 1)
+    two = np.where(fsr & ((sc.n_rec >= 2) | middle), 2, 1)
     rec = np.where(recovers, b * (sc.rec_buf + (two - 1) * sc.stream_buf), 0.0)
     rec_edge = np.where(fsr, b * (sc.rec_buf + sc.dec_workspace), 0.0)
     z3 = Z >= 3
@@ -116,9 +116,10 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     dec_ws = b * sc.dec_workspace * two
     dec = rec + dec_ws + vb_dec
     edge = head + rec_edge + b * sc.edge_workspace + vb_edge
-    # A Forward's moment: under ZeRO-3 its views, and under FSR, on every stage but the last,
-    # the next Backward's first Recover it hosts (its buffer and scratch beside the Forward's).
-    hosting = fsr & (sc.n_dec > 0) & (stage < sc.P - 1)
+    # A Forward's moment: under ZeRO-3 its views, and under FSR, on a stage whose last unit is
+    # recovered (every stage but the last, unless frozen layers end it), the next Backward's
+    # first Recover it hosts (its buffer and scratch beside the Forward's).
+    hosting = fsr & sc.last_rec
     f_rec = np.where(hosting, b * sc.rec_buf, 0.0)
     f_ws = b * sc.workspace + np.where(hosting, b * sc.dec_workspace, 0.0)
     vb_fwd = np.where(z3, z3_fwd, pair)

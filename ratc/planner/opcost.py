@@ -24,7 +24,7 @@ class UnitCost:
     """One layer (embedding, decoder layer or head) for ONE sequence on one TP rank."""
 
     name: str
-    decoder: bool           # decoder layers are checkpointed and recomputed; pre/post are not
+    decoder: bool           # a decoder layer (pre/post: the embedding, the head)
     fwd: float              # forward seconds (sum of per-op rooflines)
     fwd_compute: float      # seconds the compute units are busy in forward
     fwd_ddr: float          # seconds DDR is busy in forward
@@ -44,6 +44,16 @@ class UnitCost:
     fwd_ops: tuple = ()     # ((compute s, DDR s, bytes made), ...)
     bwd_ops: tuple = ()     # ((compute s, DDR s, bytes freed), ...)
     stream: float = 0.0     # FSR: headroom over one layer when its Backward hosts a decoder Recover
+    backward: bool = True   # some op needs a gradient (behind frozen inputs, with frozen weights, none does)
+
+    @property
+    def recovers(self) -> bool:
+        """Whether checkpointing and FSR keep only its input and recompute it before its Backward.
+
+        Decoder layers do, unless they save nothing for backward: behind frozen inputs with
+        frozen weights a layer has no backward (autograd builds no graph), so there is
+        nothing to recover and no checkpoint to keep."""
+        return self.decoder and self.saved_bytes > 0
 
 
 @dataclass(frozen=True)
@@ -82,7 +92,7 @@ def op_times(op: OpProfile, exec_profile, platform, tp: int, split: bool, dtype_
     GEMMs run at the execution profile's sustained rate; every other op at the peak
     vector rate (2 FLOPs per MAC). DDR time is bytes / bandwidth. Backward re-reads each
     forward input and writes its gradient, and reads the output gradient once:
-    2 * bytes_read + bytes_written.
+    2 * bytes_read + bytes_written; an op whose output needs no gradient has none.
     """
     div = tp if split else 1
     peak = platform.cluster.peak_mac_rate
@@ -97,14 +107,14 @@ def op_times(op: OpProfile, exec_profile, platform, tp: int, split: bool, dtype_
         rate = peak
     read, written = op.bytes_read / div, op.bytes_written / div
     fwd_ddr_bytes = read + written
-    bwd_ddr_bytes = 2 * read + written
+    bwd_ddr_bytes = 2 * read + written if op.grad else 0.0
     if op.kind == "attention" and op.attention is not None:
         # The paper's attention backward (Alg. 1, line 5) reloads the saved probability
         # tiles P_ij from DDR, so the forward writes heads x s x s of them once.
         heads, _, seq, _ = op.attention
         probs = heads * seq * seq * dtype_bytes / div
         fwd_ddr_bytes += probs
-        bwd_ddr_bytes += probs
+        bwd_ddr_bytes += probs if op.grad else 0.0
     return fwd_macs / rate, fwd_ddr_bytes / ddr, bwd_macs / rate, bwd_ddr_bytes / ddr
 
 
@@ -171,7 +181,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
                     bwd=b, bwd_compute=bc, bwd_ddr=bd, params=layer.param_count / tp,
                     trainable=layer.trainable_count / tp,
                     saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
-                    workspace=workspace, kernels=kernels,
+                    workspace=workspace, kernels=kernels, backward=any(op.grad for op in layer.ops),
                     fwd_phases=phases(x for op in ph_f for x in op),
                     bwd_phases=phases(x for op in reversed(ph_b) for x in op),
                     **_stream_ops(layer, ph_f, ph_b, op_saved, op_written))

@@ -10,7 +10,8 @@ from ratc.planner.config import RECIPE
 from ratc.planner.corun import extra
 from ratc.planner.partition import partition
 
-_SUM_FIELDS = ("fwd", "fwd_compute", "fwd_ddr", "bwd", "bwd_compute", "bwd_ddr", "params", "trainable", "saved_bytes")
+_SUM_FIELDS = ("fwd", "fwd_compute", "fwd_ddr", "bwd", "bwd_compute", "bwd_ddr", "params", "trainable", "saved_bytes",
+               "backward")
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class UnitTable:
     units: tuple
     cols: dict            # field -> [n_units] array
     decoder: np.ndarray   # bool [n_units]
+    recovers: np.ndarray  # bool [n_units]: recomputed under ckpt / FSR (UnitCost.recovers)
     # (host phases, guest phases) -> what the co-run adds (FSR). Every partition pairs the
     # same few units; looking them up here skips corun's re-merging of the phases, which
     # was a third of cold planning time for LLaMA-2-70B.
@@ -29,7 +31,8 @@ class UnitTable:
     def of(cls, units) -> "UnitTable":
         cols = {f: np.array([getattr(u, f) for u in units], dtype=float)
                 for f in _SUM_FIELDS + ("ckpt_bytes", "workspace", "stream")}
-        return cls(tuple(units), cols, np.array([u.decoder for u in units]), {})
+        return cls(tuple(units), cols, np.array([u.decoder for u in units]),
+                   np.array([u.recovers for u in units]), {})
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class StageCosts:
     bwd: np.ndarray
     bwd_c: np.ndarray
     bwd_d: np.ndarray
-    rec: np.ndarray                # recomputation (forward of the stage's decoder layers)
+    rec: np.ndarray                # recomputation (forward of the stage's recovered layers)
     rec_c: np.ndarray
     rec_d: np.ndarray
     # FSR: each Recover co-runs with the compute task issued before it (ratc.planner.corun);
@@ -58,15 +61,18 @@ class StageCosts:
     params: np.ndarray             # parameters on the stage (per TP rank)
     trainable: np.ndarray          # ... of which get gradients and optimizer state (not frozen)
     n_dec: np.ndarray              # decoder layers on the stage
+    n_dec_bwd: np.ndarray          # ... of which have a backward (TP all-reduces in backward)
+    n_rec: np.ndarray              # ... of which recovered under ckpt / FSR (UnitCost.recovers)
+    last_rec: np.ndarray           # bool: the stage's last unit is recovered (its Recover has no Backward host)
     view_pair: np.ndarray          # ZeRO-3 views live at once: largest sum of two neighbouring units
-    max_dec_params: np.ndarray     # the stage's largest decoder layer (its Recover and Backward views)
+    max_dec_params: np.ndarray     # the stage's largest recovered layer (its Recover and Backward views)
     saved_full: np.ndarray         # full-save activation bytes
-    ckpt: np.ndarray               # checkpoint bytes: decoder inputs + embedding/head activations
-    rec_buf: np.ndarray            # one recovery buffer: the largest decoder layer's activations
+    ckpt: np.ndarray               # checkpoint bytes: recovered layers' inputs + the other units' activations
+    rec_buf: np.ndarray            # one recovery buffer: the largest recovered layer's activations
     stream_buf: np.ndarray         # FSR: headroom of a Recover streaming into its host Backward's (largest)
     workspace: np.ndarray          # largest non-attention op output
-    dec_workspace: np.ndarray      # ... of the stage's decoder layers
-    edge_workspace: np.ndarray     # ... of its embedding / head (0 without one)
+    dec_workspace: np.ndarray      # ... of the stage's recovered layers
+    edge_workspace: np.ndarray     # ... of its other units: embedding / head, layers not recovered (0: none)
     bucket_pair: np.ndarray        # ZeRO >= 2: largest trainable params of two consecutive Backwards (M > 1)
     bucket_pair1: np.ndarray       # ... within one micro-batch (M = 1)
     head_saved: np.ndarray         # the head's saved activations (last stage; 0 elsewhere)
@@ -74,7 +80,7 @@ class StageCosts:
     u_trainable: np.ndarray        # [P, U] of which trainable (gradient buckets, syncs, updates)
     u_fwd: np.ndarray
     u_bwd: np.ndarray
-    u_dec: np.ndarray              # 1.0 where the unit is a decoder layer (recomputed by Recover)
+    u_dec: np.ndarray              # 1.0 where the unit is recovered (recomputed by Recover)
     u_co: np.ndarray               # what the unit's Backward adds hosting the Recover of the unit before it
 
 
@@ -89,7 +95,8 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
     valid = idx < np.array([e for _, e in ranges])[:, None]
     idx = np.where(valid, idx, n)
     pad = lambda a: np.append(a, 0.0)[idx]  # noqa: E731
-    c, dec = table.cols, table.decoder.astype(float)
+    # `dec` marks the recovered units: everything recovery keeps, recomputes or hosts
+    c, dec = table.cols, table.recovers.astype(float)
     ssum = lambda a: np.add.reduceat(a, starts)  # noqa: E731
     dec_pad = pad(dec) > 0
     saved = pad(c["saved_bytes"])
@@ -120,7 +127,9 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
         bwd=ssum(c["bwd"]), bwd_c=ssum(c["bwd_compute"]), bwd_d=ssum(c["bwd_ddr"]),
         rec=ssum(c["fwd"] * dec), rec_c=ssum(c["fwd_compute"] * dec), rec_d=ssum(c["fwd_ddr"] * dec),
         co_f=co_f, co_b=u_co.sum(axis=1), co_c=co_c,
-        params=ssum(c["params"]), trainable=ssum(c["trainable"]), n_dec=ssum(dec),
+        params=ssum(c["params"]), trainable=ssum(c["trainable"]), n_dec=ssum(table.decoder.astype(float)),
+        n_dec_bwd=ssum(table.decoder * c["backward"]),
+        n_rec=ssum(dec), last_rec=table.recovers[[e - 1 for _, e in ranges]],
         view_pair=(u_params + nxt).max(axis=1), max_dec_params=np.where(dec_pad, u_params, 0.0).max(axis=1),
         saved_full=ssum(c["saved_bytes"]), ckpt=ssum(np.where(dec > 0, c["ckpt_bytes"], c["saved_bytes"])),
         rec_buf=np.where(dec_pad, saved, 0.0).max(axis=1), stream_buf=np.where(dec_pad, pad(c["stream"]), 0.0).max(axis=1),
@@ -132,7 +141,7 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
 
 
 _ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "co_f", "co_b", "co_c", "params", "trainable",
-           "n_dec", "view_pair", "max_dec_params", "saved_full", "ckpt", "rec_buf", "stream_buf",
+           "n_dec", "n_dec_bwd", "n_rec", "last_rec", "view_pair", "max_dec_params", "saved_full", "ckpt", "rec_buf", "stream_buf",
            "workspace",
            "dec_workspace", "edge_workspace", "bucket_pair", "bucket_pair1", "head_saved")
 _UNIT_ARRAYS = ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_dec", "u_co")
@@ -141,13 +150,13 @@ _UNIT_ARRAYS = ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_dec", "u_co")
 def _corun_extras(table: UnitTable, ranges, P: int, U: int):
     """co_f [P], u_co [P, U] (co_b per unit), co_c [P] (see StageCosts): the fsr pass's hosts.
 
-    A Backward visits its units last to first, so its first Recover is the stage's last
-    decoder layer g. On the last stage the head's Backward hosts it (as unit j's Backward
-    hosts j - 1's); on the others it is issued after the stage's previous compute task: a
-    Forward's last unit in the 1F1B steady state, the previous Backward's first unit in the
-    cool-down.
+    A Backward visits its units last to first, and unit j's Backward hosts the Recover of
+    unit j - 1 (the head's, on the last stage, the last decoder layer's). The stage's last
+    unit has no Backward after it on the stage: when it is recovered, its Recover is issued
+    after the stage's previous compute task -- a Forward's last unit in the 1F1B steady
+    state, the previous Backward's first unit in the cool-down.
     """
-    units, dec = table.units, table.decoder
+    units, rec = table.units, table.recovers
     pairs = table.corun_cache
 
     def pair(host, guest):
@@ -158,14 +167,11 @@ def _corun_extras(table: UnitTable, ranges, P: int, U: int):
 
     co_f, u_co, co_c = np.zeros(P), np.zeros((P, U)), np.zeros(P)
     for p, (s, e) in enumerate(ranges):
-        decs = [i for i in range(s, e) if dec[i]]
-        if not decs:
-            continue
         for i in range(s + 1, e):
-            if dec[i - 1]:
+            if rec[i - 1]:
                 u_co[p, i - s] = pair(units[i].bwd_phases, units[i - 1].fwd_phases)
-        if p < P - 1:
-            guest = units[decs[-1]].fwd_phases
+        if rec[e - 1]:
+            guest = units[e - 1].fwd_phases
             co_f[p] = pair(units[e - 1].fwd_phases, guest)
             co_c[p] = pair(units[s].bwd_phases, guest)
     return co_f, u_co, co_c

@@ -26,7 +26,7 @@ class StepTime:
 
     fwd: np.ndarray          # [C, P] Forward task of one micro-batch on stage p (incl. TP / ZeRO-3 / send)
     bwd: np.ndarray          # [C, P] Backward task, without recovery
-    rec: np.ndarray          # [C, P] Recover work of a micro-batch (re-run forward of the stage's decoder layers)
+    rec: np.ndarray          # [C, P] Recover work of a micro-batch (re-run forward of the stage's recovered layers)
     rec_exposed: np.ndarray  # [C, P] what recovery adds to the stage's steady 1F1B slot (Eq. 7)
     host_f: np.ndarray       # [C, P] FSR: what a Forward adds hosting the next Backward's first Recover
     host_b: np.ndarray       # [C, P] ... what a Backward's units add hosting its other Recovers
@@ -252,7 +252,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     pp_link = link_for(platform, D * T + 1)
     act_bytes = b * seq_len * hidden * elem          # one micro-batch's hidden stream, [C, 1]
     stage = np.arange(P)[None, :]
-    n_dec = sc.n_dec
+    n_dec, n_rec = sc.n_dec, sc.n_rec
     recovers = c.act != FULL
     fsr = c.act == FSR
 
@@ -262,7 +262,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
 
     def traffic(tp, pp, dp):
         """Per micro-batch over links (tp, pp, dp): one TP all-reduce, a stage's decoder
-        layers' TP all-reduces, one boundary send, the ZeRO-3 gathers per unit, what a
+        layers' TP all-reduces in forward and in backward, one boundary send, the ZeRO-3 gathers per unit, what a
         cluster sends outside recovery, and for it.
 
         Outside recovery: the TP all-reduces, the boundary sends (the activation out but on
@@ -275,12 +275,13 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
         ag = (all_gather(D[:, :, None], sc.u_params * recipe.param_bytes, _ex(dp))
               * (Z >= 3)[:, :, None] * (sc.u_params > 0))
         rs = reduce_scatter(D, sc.trainable * recipe.grad_bytes, dp) * (Z >= 2) * (sc.trainable > 0)
-        layers = TP_ALLREDUCES_PER_LAYER * n_dec * ar
-        busy = 2 * layers + (first + last) * ar + _sends(P, send) + 2 * ag.sum(axis=2) + rs
-        return ar, layers, send, ag, busy, np.where(recovers, layers, 0.0)
+        # (a layer with no backward, behind frozen inputs, has no backward all-reduces)
+        layers = TP_ALLREDUCES_PER_LAYER * np.stack([n_dec, sc.n_dec_bwd]) * ar
+        busy = layers.sum(axis=0) + (first + last) * ar + _sends(P, send) + 2 * ag.sum(axis=2) + rs
+        return ar, layers, send, ag, busy, np.where(recovers, TP_ALLREDUCES_PER_LAYER * n_rec * ar, 0.0)
 
-    tp_ar, tp_layer, p2p, u_ag, link_busy, link_rec = traffic(tp_link, pp_link, dp_link)
-    tp_fwd, tp_bwd = tp_layer + first * tp_ar, tp_layer + last * tp_ar
+    tp_ar, (tp_layer_f, tp_layer_b), p2p, u_ag, link_busy, link_rec = traffic(tp_link, pp_link, dp_link)
+    tp_fwd, tp_bwd = tp_layer_f + first * tp_ar, tp_layer_b + last * tp_ar
     # MT-3000 links move data DDR to DDR: each byte a cluster sends is read from its DDR and
     # each byte it receives written to it, so communication takes DDR time too: that of its
     # bytes (the same traffic over a latency-free 1 B/s link), not of message latencies.
@@ -298,19 +299,20 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
 
     fwd = b * sc.fwd + tp_fwd + z3_fwd + np.where(stage < P - 1, p2p, 0.0)
     bwd = b * sc.bwd + tp_bwd + z3_bwd + np.where(stage > 0, p2p, 0.0)
-    rec = b * sc.rec + tp_layer
+    tp_one = TP_ALLREDUCES_PER_LAYER * tp_ar
+    rec = b * sc.rec + tp_one * n_rec
 
     # Checkpointing runs every Recover in the stage's compute stream right before its
     # Backward. FSR co-runs each with the compute task issued before it, sharing the
     # cluster's compute and DDR engines (ratc.planner.corun): unit j's Backward hosts
-    # j - 1's Recover, and a Backward's first Recover (the stage's last decoder layer) rides
-    # on the Forward before it, or in the cool-down on the previous Backward's first unit;
-    # on the last stage the head's Backward hosts it. What the pairs add (a guest's TP
-    # all-reduces still run on the link, after its host's):
-    has = (sc.n_dec > 0) & (stage < P - 1)
-    tp_one = TP_ALLREDUCES_PER_LAYER * tp_ar
+    # j - 1's Recover, and the Recover of the stage's last unit, which no Backward follows on
+    # the stage, rides on the Forward before the Backward, or in the cool-down on the
+    # previous Backward's first unit (on the last stage the head is last, and its Backward
+    # hosts the last decoder layer's). What the pairs add (a guest's TP all-reduces still
+    # run on the link, after its host's):
+    has = sc.last_rec
     host_f = np.where(fsr & has, b * sc.co_f + tp_one, 0.0)
-    host_b = np.where(fsr, b * sc.co_b + tp_one * (n_dec - has), 0.0)
+    host_b = np.where(fsr, b * sc.co_b + tp_one * (n_rec - has), 0.0)
     host_c = np.where(fsr & has, b * sc.co_c + tp_one, 0.0)
     path = fwd + bwd
     busy_c = b * (sc.fwd_c + sc.bwd_c)
@@ -392,15 +394,25 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, ddr, recipe):
     # Deadline: updates and prefetches follow their syncs in release order (earliest deadline
     # first among the released), so every unit's prefetch but the first's shares the link
     # with the remaining syncs (which go first) while the backward drains: that busy period
-    # ends at L = max_j (sum_{k<=j} (RS_k + AG_k [k > 0]) - sum_{k<j} B_k). The first unit,
-    # released last, gathers after its update and after L.
+    # ends at L = max_j (sum_{k<=j} (RS_k + AG_k [k != f]) - sum_{k<j} B_k). The first unit f,
+    # released last, gathers after its update and after L. "First" and "next" count trained
+    # units only: a frozen one has no chain, and its view is ready whenever it is due.
+    U = rs.shape[2]
+    order = np.sort(np.where(np.broadcast_to(real, rs.shape), np.arange(U), U), axis=2)
+    f, nxt = order[:, :, :1], order[:, :, 1:2] if U > 1 else np.full_like(order[:, :, :1], U)
+
+    def at(a, i, none):
+        """a[..., i] with `none` where there is no such unit (i = U)."""
+        padded = np.concatenate([np.broadcast_to(a, rs.shape), np.full(rs.shape[:2] + (1,), none)], axis=2)
+        return np.take_along_axis(padded, i, axis=2)[:, :, 0]
+
+    upd_f, ag_f, due_f, due_next = at(upd, f, 0.0), at(ag, f, 0.0), at(due, f, np.inf), at(due, nxt, np.inf)
     cum_ag = np.cumsum(ag, axis=2)
-    busy = (np.cumsum(rs, axis=2) + cum_ag - ag[:, :, :1] - (np.cumsum(u_bwd, axis=2) - u_bwd)).max(axis=2)
-    first_end = np.maximum(s_exp + upd[:, :, 0], busy) + ag[:, :, 0]
-    later = busy - due[:, :, 1] if due.shape[2] > 1 else np.full_like(busy, -np.inf)
-    e_deadline = np.maximum.reduce([np.zeros_like(busy), first_end - due[:, :, 0], later])
-    dl_comm = np.maximum(0.0, s_exp - window)
-    dl_upd = np.maximum(0.0, s_exp + upd[:, :, 0] - window) - dl_comm
+    busy = (np.cumsum(rs, axis=2) + cum_ag - ag_f[:, :, None] - (np.cumsum(u_bwd, axis=2) - u_bwd)).max(axis=2)
+    first_end = np.maximum(s_exp + upd_f, busy) + ag_f
+    e_deadline = np.maximum.reduce([np.zeros_like(busy), first_end - due_f, busy - due_next])
+    dl_comm = np.maximum(0.0, s_exp - due_f)
+    dl_upd = np.maximum(0.0, s_exp + upd_f - due_f) - dl_comm
     sum_rs, sum_upd, sum_ag = rs.sum(axis=2), upd.sum(axis=2), ag.sum(axis=2)
 
     # Layer-wise and bulk run UpdateShard and PrefetchW at the step end (update-prefetch

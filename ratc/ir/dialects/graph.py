@@ -25,8 +25,10 @@ from ratc.ir.verifier import VerifyError
 
 GRAPH = Dialect("graph", "a traced model: layer templates of costed ops")
 
+# no_grad: the op's output needs no gradient (off the gradient path, or behind frozen
+# inputs), so it has no backward
 COST_ATTRS = {"name": "str", "fwd_flops": "int", "bwd_input_flops": "int", "bwd_weight_flops": "int",
-              "bytes_read": "bytes", "bytes_written": "bytes", "saved": "bytes"}
+              "bytes_read": "bytes", "bytes_written": "bytes", "saved": "bytes", "no_grad": "bool?"}
 ROLES = ("pre", "decoder", "post")
 
 
@@ -134,6 +136,8 @@ def _layer_op(layer: LayerProfile, role: str, sym: str) -> Operation:
         attrs = {"name": op.name, "fwd_flops": op.fwd_flops, "bwd_input_flops": op.bwd_input_flops,
                  "bwd_weight_flops": op.bwd_weight_flops, "bytes_read": ByteSize(op.bytes_read),
                  "bytes_written": ByteSize(op.bytes_written), "saved": ByteSize(op.saved_bytes)}
+        if not op.grad:
+            attrs["no_grad"] = True
         if op.gemm is not None:
             attrs.update(m=op.gemm[0], n=op.gemm[1], k=op.gemm[2])
         if op.attention is not None:
@@ -185,7 +189,7 @@ def _layer_profile(op: Operation) -> LayerProfile:
                 bytes_read=int(a["bytes_read"]), bytes_written=int(a["bytes_written"]), saved_bytes=int(a["saved"]),
                 gemm=(a["m"], a["n"], a["k"]) if "m" in a else None,
                 attention=(a["heads"], a["kv_heads"], a["seq"], a["head_dim"]) if "heads" in a else None,
-                inputs=tuple(names[v] for v in inner.operands)))
+                inputs=tuple(names[v] for v in inner.operands), grad=not a.get("no_grad", False)))
     a = op.attributes
     return LayerProfile(name=a["name"], repeat=a["repeat"], ops=tuple(ops), param_count=a["param_count"],
                         param_bytes=int(a["param_bytes"]), input_bytes=int(a["input_bytes"]),

@@ -167,7 +167,8 @@ LIFE.op("unit", "one layer (embedding, decoder layer or head) with its costs per
             "opt": "bytes", "grad": "bytes", "shard": "bytes", "bucket": "bytes", "view": "bytes", "sync": "float",
             "sync_kind": "all-reduce|reduce-scatter", "reduce": "float", "update": "float",
             "prefetch": "float", "gather": "float", "kfwd": "list?", "kbwd": "list?", "fwd_other": "float?",
-            "bwd_other": "float?", "fph": "list<float>?", "bph": "list<float>?", "stream": "bytes?"})
+            "bwd_other": "float?", "fph": "list<float>?", "bph": "list<float>?", "stream": "bytes?",
+            "frozen": "bool?"})
 def _check_kernel(op):
     a = op.attributes
     if a["cycles"] < 0 or a["ddr_bytes"] < 0 or not 0 <= a["mac_util"] <= 1:
@@ -185,7 +186,8 @@ LIFE.op("pipeline", "one training step of all pipeline stages", symbol=True, reg
         verify=_check_pipeline_counts, attrs={
             "plan": "symref", "P": "int", "M": "int", "Z": "int", "act": "full|ckpt|fsr", "units": "int",
             "schedule": "gpipe|1f1b", "state": "bulk|layerwise?", "update": "bulk|eager|deadline?",
-            "fsr": "bool?", "peak": "list<int>?", "peak_at": "list<int>?", "budget": "bytes?"})
+            "fsr": "bool?", "peak": "list<int>?", "peak_at": "list<int>?", "budget": "bytes?",
+            "no_recover": "list<int>?", "frozen": "list<int>?"})
 LIFE.op("stage", "the ordered program of one pipeline stage", symbol=True, region=True,
         verify=_check_stage, attrs={
             "stage": "int", "units": "list<int>", "peak": "bytes?", "peak_at": "int?",
