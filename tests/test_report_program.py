@@ -51,9 +51,14 @@ def test_report_of_a_compiled_program(tmp_path, capsys):
     out = tmp_path / "prog"
     best = compiled_program(out, "tiny", 64, 4, 16)
     assert main(["report", str(out), "--simulate-top", "2"]) == 0
-    summary = capsys.readouterr().out
+    captured = capsys.readouterr()
+    summary = captured.out
     assert len(summary.splitlines()) <= 24
     assert f"plan                     {best.label()}" in summary
+    # stdout is the same for the same program (how long it took goes to stderr)
+    assert re.fullmatch(r"ratc report: \d+\.\d s\n", captured.err)
+    assert main(["report", str(out), "--simulate-top", "2"]) == 0
+    assert capsys.readouterr().out == summary
     page = (out / "report.html").read_text()
     assert {p.name for p in out.iterdir()} >= {"report.html", "pipeline.png", "memory.png", "breakdown.png",
                                                "manifest.json"}

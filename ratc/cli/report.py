@@ -98,5 +98,7 @@ def handler(args: argparse.Namespace) -> int:
     report, images = build_report(planner, result, module, top=args.top, simulate_top=args.simulate_top,
                                   fmt=args.format, progress=say)
     paths = write_report(args.outdir, report, images, args.output)
-    print(report_summary(report, str(paths[0]), time.perf_counter() - start).render(), end="")
+    # the summary is the same for the same input; how long it took goes to stderr, as plan's
+    print(report_summary(report, str(paths[0])).render(), end="")
+    print(f"ratc report: {time.perf_counter() - start:.1f} s", file=sys.stderr)
     return 0

@@ -41,12 +41,12 @@ def _clip(text: str, columns: int) -> str:
     return text if len(text) <= columns else text[:columns - 3] + "..."
 
 
-def report_summary(report, path: str, seconds: float) -> Summary:
+def report_summary(report, path: str) -> Summary:
     """The summary `ratc report` prints: the facts of the report and where it was written."""
     s = Summary(report.title)
     for name, value in report.facts:
         s.add(name, value)
     for n in report.notes:
         s.note(n)
-    s.add("wrote", f"{path} in {seconds:.1f} s")
+    s.add("wrote", path)
     return s
