@@ -223,9 +223,10 @@ def test_compile_builds_the_fastest_plan_it_can(monkeypatch, tmp_path, capsys):
     from ratc.lifecycle import lowering
 
     monkeypatch.setattr(lowering, "MAX_MICRO_BATCHES", 8)
-    argv = ["compile", EXAMPLE, "--preset", "tiny", "--clusters", "1", "--global-batch", "64"]
+    # two stages: more micro-batches make a shorter pipeline bubble
+    argv = ["compile", EXAMPLE, "--preset", "tiny", "--clusters", "2", "--pipeline", "2", "--global-batch", "64"]
     args = _subcommand_args(argv)
-    ranked = make_planner(args, load_model(args)).plan(1, 64).feasible
+    ranked = make_planner(args, load_model(args)).plan(2, 64, pipeline=2).feasible
     assert ranked[0].cand.A > 8            # the premise: the planner's fastest is not compilable
     expect = next(e.cand for e in ranked if e.cand.A <= 8)
     out = tmp_path / "prog"

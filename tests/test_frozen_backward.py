@@ -116,14 +116,15 @@ def test_a_layer_without_backward_costs_nothing_in_backward(tiny_frozen, torch_f
 
 def test_checkpointing_costs_the_recomputed_layers_forward(tiny_frozen, torch_facts):
     """Oracle: on one stage with one replica nothing overlaps, so checkpointing adds M times
-    the forward of the layers torch recomputes to the full-save step, and its checkpoints
-    are those layers' inputs (seq x hidden fp16 each)."""
+    the forward of the layers torch recomputes to the full-save main path, and its
+    checkpoints are those layers' inputs (seq x hidden fp16 each)."""
     _, _, profile, planner = tiny_frozen
     M = 4
-    full, ckpt = planner.evaluate_group([Candidate(1, 1, 1, 0, 1, M, act, "deadline") for act in ("full", "ckpt")])
+    (_, _, full), (_, _, ckpt) = (planner.detail(Candidate(1, 1, 1, 0, 1, M, act, "deadline")) for act in ("full", "ckpt"))
     units = planner.units(1).units
     recomputed = [units[i + 1] for i in torch_facts[0]]
-    assert ckpt.t_step - full.t_step == pytest.approx(M * sum(u.fwd for u in recomputed), rel=1e-9)
+    assert full.e_rec[0] == 0.0 and ckpt.t_1f1b[0] == full.t_1f1b[0]
+    assert ckpt.e_rec[0] == pytest.approx(M * sum(u.fwd for u in recomputed), rel=1e-9)
     sc = planner.stages(1, 1, "time")
     others = sum(u.saved_bytes for u in units if not u.recovers)
     assert sc.ckpt[0] == pytest.approx(len(recomputed) * profile.seq_len * profile.hidden * 2 + others)

@@ -406,13 +406,20 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, ddr, recipe):
         padded = np.concatenate([np.broadcast_to(a, rs.shape), np.full(rs.shape[:2] + (1,), none)], axis=2)
         return np.take_along_axis(padded, i, axis=2)[:, :, 0]
 
-    upd_f, ag_f, due_f, due_next = at(upd, f, 0.0), at(ag, f, 0.0), at(due, f, np.inf), at(due, nxt, np.inf)
+    ag_f, due_f, due_next = at(ag, f, 0.0), at(due, f, np.inf), at(due, nxt, np.inf)
     cum_ag = np.cumsum(ag, axis=2)
     busy = (np.cumsum(rs, axis=2) + cum_ag - ag_f[:, :, None] - (np.cumsum(u_bwd, axis=2) - u_bwd)).max(axis=2)
-    first_end = np.maximum(s_exp + upd_f, busy) + ag_f
-    e_deadline = np.maximum.reduce([np.zeros_like(busy), first_end - due_f, busy - due_next])
+    # Each update runs on the DDR engine once its sync is done, one at a time, earliest
+    # deadline first among the released (the update-prefetch pass's order): the first unit's,
+    # released last, may find the engine busy with one released before it.
+    upd_end = _updates(_sync_ends(rs, u_bwd), upd, due - ag, real) + upd
+    upd_end_f = at(upd_end, f, -np.inf)
+    first_end = np.maximum(upd_end_f, busy) + ag_f
+    # another unit's view is gathered after its own update at the earliest
+    others = np.where(real & (np.arange(U) != f), upd_end + ag - due, -np.inf).max(axis=2)
+    e_deadline = np.maximum.reduce([np.zeros_like(busy), first_end - due_f, busy - due_next, others])
     dl_comm = np.maximum(0.0, s_exp - due_f)
-    dl_upd = np.maximum(0.0, s_exp + upd_f - due_f) - dl_comm
+    dl_upd = np.maximum(0.0, upd_end_f - due_f) - dl_comm
     sum_rs, sum_upd, sum_ag = rs.sum(axis=2), upd.sum(axis=2), ag.sum(axis=2)
 
     # Layer-wise and bulk run UpdateShard and PrefetchW at the step end (update-prefetch
@@ -439,6 +446,67 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, ddr, recipe):
     chosen = np.take_along_axis(by_pref, pref.astype(int)[:, None, None], axis=2)[:, :, 0]
     e_comm, e_upd, e_pref = chosen.T
     return sum_rs, sum_upd, sum_ag, window, e_comm, e_upd, e_pref, by_pref
+
+
+def _sync_ends(rs, u_bwd):
+    """[C, P, U] when each unit's GradSync ends, after the stage's last Backward: the syncs
+    run on the link one at a time in release order (the backward's, last unit first), each
+    released when its unit's Backward of the last micro-batch ends."""
+    return _fifo_ends(-(np.cumsum(u_bwd, axis=2) - u_bwd), rs)
+
+
+def _fifo_ends(release, dur):
+    """[C, P, U] ends of jobs served one at a time in release order, the last unit's first
+    (releases do not decrease towards the first unit): end_j = max(release_j, end_{j+1}) +
+    dur_j, i.e. max_{i >= j} (release_i + sum_{k=j..i} dur_k)."""
+    cum = np.cumsum(dur, axis=2)
+    latest = np.flip(np.maximum.accumulate(np.flip(release + cum, axis=2), axis=2), axis=2)
+    return latest - (cum - dur)
+
+
+def _updates(release, dur, deadline, real):
+    """[C, P, U] start of each update on the DDR engine (see _edf). The updates are released
+    last unit first; while none is released before the one ahead of it starts, EDF serves
+    them in that order, so only rows where two wait at once need the event loop."""
+    shape = np.broadcast_shapes(release.shape, dur.shape, np.shape(real))
+    real = np.broadcast_to(real, shape)
+    release = np.where(real, np.broadcast_to(release, shape), -np.inf)
+    dur = np.where(real, np.broadcast_to(dur, shape), 0.0)
+    start = _fifo_ends(release, dur) - dur
+    # the release of the next real job (the nearest real unit below): releases do not
+    # decrease towards the first unit, so it is the smallest of those below
+    below = np.minimum.accumulate(np.where(real, release, np.inf), axis=2)
+    below = np.concatenate([np.full(shape[:2] + (1,), np.inf), below[:, :, :-1]], axis=2)
+    contended = (real & (below <= start)).any(axis=2)
+    if contended.any():
+        rows = np.nonzero(contended)
+        start[rows] = _edf(release[rows][None], dur[rows][None],
+                           np.broadcast_to(deadline, shape)[rows][None], real[rows][None])[0]
+    return start
+
+
+def _edf(release, dur, deadline, real):
+    """[C, P, U] start times of one non-preemptive server running each real job once it is
+    released, earliest deadline first among the released (ties: the lower unit), idle only
+    when nothing is: ratc.lifecycle.placement's _serve, vectorized over rows."""
+    shape = release.shape
+    release, dur, deadline = (np.broadcast_to(x, shape) for x in (release, dur, deadline))
+    pending = np.broadcast_to(real, shape).copy()
+    start = np.zeros(shape)
+    t = np.full(shape[:2], -np.inf)
+    for _ in range(shape[2]):
+        if not pending.any():
+            break
+        waiting = np.where(pending, release, np.inf)
+        t = np.where(pending.any(axis=2), np.maximum(t, np.where((waiting <= t[..., None]).any(axis=2), t,
+                                                                 waiting.min(axis=2))), t)
+        ready = pending & (release <= t[..., None])
+        pick = np.where(ready, deadline, np.inf).argmin(axis=2)[..., None]
+        picked = ready.any(axis=2)[..., None] & (np.arange(shape[2]) == pick)
+        start = np.where(picked, t[..., None], start)
+        t = t + np.where(picked, dur, 0.0).sum(axis=2)
+        pending &= ~picked
+    return start
 
 
 def _worst_stage(total, comm, upd):
