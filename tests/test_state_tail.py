@@ -39,7 +39,7 @@ def _check_against_serve(rows, server, in_release_order: bool):
             assert start[0, row, x["unit"]] == x["start"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(jobs, min_size=1, max_size=4))
 def test_edf_equals_the_update_prefetch_passs_server(rows):
     """Oracle: ratc.lifecycle.placement._serve, a scalar event loop, row by row (integer
@@ -48,7 +48,7 @@ def test_edf_equals_the_update_prefetch_passs_server(rows):
     _check_against_serve(rows, _edf, in_release_order=False)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(jobs, min_size=1, max_size=4))
 def test_updates_in_release_order_equal_the_passs_server(rows):
     """The same oracle for the planner's fast path, on releases in the updates' order
