@@ -497,9 +497,8 @@ def _edf(release, dur, deadline, real):
     for _ in range(shape[2]):
         if not pending.any():
             break
-        waiting = np.where(pending, release, np.inf)
-        t = np.where(pending.any(axis=2), np.maximum(t, np.where((waiting <= t[..., None]).any(axis=2), t,
-                                                                 waiting.min(axis=2))), t)
+        # idle until the next release when nothing is waiting (rows done: t = inf, no pick)
+        t = np.maximum(t, np.where(pending, release, np.inf).min(axis=2))
         ready = pending & (release <= t[..., None])
         pick = np.where(ready, deadline, np.inf).argmin(axis=2)[..., None]
         picked = ready.any(axis=2)[..., None] & (np.arange(shape[2]) == pick)
