@@ -17,7 +17,7 @@ from ratc.frontend.presets import trace_preset
 from ratc.lifecycle.placement import _serve
 from ratc.planner.config import Candidate
 from ratc.planner.search import Planner
-from ratc.planner.timing import _edf, _sync_ends, _updates
+from ratc.planner.timing import _edf, _fifo_ends, _updates
 from ratc.platform import load_platform
 
 jobs = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 9), st.integers(-30, 30), st.booleans()),
@@ -56,12 +56,13 @@ def test_updates_in_release_order_equal_the_passs_server(rows):
     _check_against_serve(rows, _updates, in_release_order=True)
 
 
-def test_sync_ends_are_the_links_fifo():
-    """Oracle: the syncs simulated one by one in release order (last unit first)."""
+def test_fifo_ends_are_the_syncs_on_the_link_one_by_one():
+    """Oracle: the syncs simulated one by one in release order (last unit first), each
+    released when its unit's Backward ends."""
     rs = np.array([[[1.0, 4.0, 0.5, 3.0]]])
     bwd = np.array([[[2.0, 0.1, 1.0, 2.5]]])
-    got = _sync_ends(rs, bwd)[0, 0]
     ends = -(np.cumsum(bwd[0, 0]) - bwd[0, 0])       # Backward(j) ends, before the stage's last
+    got = _fifo_ends(ends[None, None], rs)[0, 0]
     t, want = -np.inf, {}
     for j in reversed(range(4)):
         t = max(t, ends[j]) + rs[0, 0, j]

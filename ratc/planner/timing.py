@@ -382,9 +382,13 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, ddr, recipe):
     # The last micro-batch's Backward of a unit, whose end releases its GradSync, with what
     # its recovery adds (checkpointing: the Recover before it; FSR: the co-run it hosts).
     u_bwd = b * sc.u_bwd + u_rec
-    # Backward visits units last-to-first; unit j's sync is released when its backward ends.
-    # S_exp = max_j (sum_{k<=j} RS_k - sum_{k<j} B_k): the sync tail after the stage's backward.
-    s_exp = (np.cumsum(rs, axis=2) - (np.cumsum(u_bwd, axis=2) - u_bwd)).max(axis=2)
+    # Backward visits units last-to-first; unit j's sync is released when its backward ends,
+    # and the syncs run on the link one at a time in that order. The last, unit 0's, ends
+    # S_exp = max_j (sum_{k<=j} RS_k - sum_{k<j} B_k) after the stage's backward.
+    released = -(np.cumsum(u_bwd, axis=2) - u_bwd)     # Backward(j) ends, relative to the stage's last
+    cum_rs = np.cumsum(rs, axis=2)
+    sync_end = _fifo_ends(released, rs, cum_rs)
+    s_exp = sync_end[:, :, 0]
     drain = np.cumsum(bwd, axis=1) - bwd            # stages before p still running backward
     warm = np.cumsum(fwd, axis=1) - fwd             # next step reaches stage p this much later
     window = drain + warm
@@ -397,26 +401,28 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, ddr, recipe):
     # ends at L = max_j (sum_{k<=j} (RS_k + AG_k [k != f]) - sum_{k<j} B_k). The first unit f,
     # released last, gathers after its update and after L. "First" and "next" count trained
     # units only: a frozen one has no chain, and its view is ready whenever it is due.
-    U = rs.shape[2]
-    order = np.sort(np.where(np.broadcast_to(real, rs.shape), np.arange(U), U), axis=2)
-    f, nxt = order[:, :, :1], order[:, :, 1:2] if U > 1 else np.full_like(order[:, :, :1], U)
+    trained_u = np.broadcast_to(real, rs.shape)
+    units = np.arange(rs.shape[2])
+    f = trained_u.argmax(axis=2)[:, :, None]                  # the first trained unit
+    later_u = trained_u & (units > f)
+    nxt = later_u.argmax(axis=2)[:, :, None]                   # the next one
+    has_f, has_next = trained_u.any(axis=2), later_u.any(axis=2)
 
-    def at(a, i, none):
-        """a[..., i] with `none` where there is no such unit (i = U)."""
-        padded = np.concatenate([np.broadcast_to(a, rs.shape), np.full(rs.shape[:2] + (1,), none)], axis=2)
-        return np.take_along_axis(padded, i, axis=2)[:, :, 0]
+    def at(a, i, there, none):
+        """a[..., i], or `none` where there is no such unit."""
+        return np.where(there, np.take_along_axis(np.broadcast_to(a, rs.shape), i, axis=2)[:, :, 0], none)
 
-    ag_f, due_f, due_next = at(ag, f, 0.0), at(due, f, np.inf), at(due, nxt, np.inf)
+    ag_f, due_f, due_next = at(ag, f, has_f, 0.0), at(due, f, has_f, np.inf), at(due, nxt, has_next, np.inf)
     cum_ag = np.cumsum(ag, axis=2)
-    busy = (np.cumsum(rs, axis=2) + cum_ag - ag_f[:, :, None] - (np.cumsum(u_bwd, axis=2) - u_bwd)).max(axis=2)
+    busy = (cum_rs + cum_ag + released).max(axis=2) - ag_f
     # Each update runs on the DDR engine once its sync is done, one at a time, earliest
     # deadline first among the released (the update-prefetch pass's order): the first unit's,
     # released last, may find the engine busy with one released before it.
-    upd_end = _updates(_sync_ends(rs, u_bwd), upd, due - ag, real) + upd
-    upd_end_f = at(upd_end, f, -np.inf)
+    upd_end = _updates(sync_end, upd, due - ag, real) + upd
+    upd_end_f = at(upd_end, f, has_f, -np.inf)
     first_end = np.maximum(upd_end_f, busy) + ag_f
     # another unit's view is gathered after its own update at the earliest
-    others = np.where(real & (np.arange(U) != f), upd_end + ag - due, -np.inf).max(axis=2)
+    others = np.where(later_u, upd_end + ag - due, -np.inf).max(axis=2)
     e_deadline = np.maximum.reduce([np.zeros_like(busy), first_end - due_f, busy - due_next, others])
     dl_comm = np.maximum(0.0, s_exp - due_f)
     dl_upd = np.maximum(0.0, upd_end_f - due_f) - dl_comm
@@ -448,18 +454,11 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, ddr, recipe):
     return sum_rs, sum_upd, sum_ag, window, e_comm, e_upd, e_pref, by_pref
 
 
-def _sync_ends(rs, u_bwd):
-    """[C, P, U] when each unit's GradSync ends, after the stage's last Backward: the syncs
-    run on the link one at a time in release order (the backward's, last unit first), each
-    released when its unit's Backward of the last micro-batch ends."""
-    return _fifo_ends(-(np.cumsum(u_bwd, axis=2) - u_bwd), rs)
-
-
-def _fifo_ends(release, dur):
+def _fifo_ends(release, dur, cum=None):
     """[C, P, U] ends of jobs served one at a time in release order, the last unit's first
     (releases do not decrease towards the first unit): end_j = max(release_j, end_{j+1}) +
-    dur_j, i.e. max_{i >= j} (release_i + sum_{k=j..i} dur_k)."""
-    cum = np.cumsum(dur, axis=2)
+    dur_j, i.e. max_{i >= j} (release_i + sum_{k=j..i} dur_k). `cum`: dur's cumsum, if known."""
+    cum = np.cumsum(dur, axis=2) if cum is None else cum
     latest = np.flip(np.maximum.accumulate(np.flip(release + cum, axis=2), axis=2), axis=2)
     return latest - (cum - dur)
 
