@@ -30,15 +30,20 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     act_bytes = b * profile.seq_len * profile.hidden * elem
     # Rank layout as in the planner: TP innermost, then DP, then PP.
     tp_link, dp_link, pp_link = (link_for(platform, n) for n in (T, D * T, D * T + 1))
-    tp = TP_ALLREDUCES_PER_LAYER * float(all_reduce(T, act_bytes, tp_link))
+    tp_ar = float(all_reduce(T, act_bytes, tp_link))
+    tp = TP_ALLREDUCES_PER_LAYER * tp_ar
     p2p = float(pp_link.send(act_bytes)) if P > 1 else 0.0
     ddr = platform.cluster.ddr_bandwidth
     stage_of = [p for p, (s, e) in enumerate(ranges) for _ in range(s, e)]
 
     ops = []
     for i, u in enumerate(units):
-        extra = tp if u.decoder else 0.0
-        extra_b = extra if u.backward else 0.0     # a layer behind frozen inputs has no backward
+        # Megatron's TP all-reduces, as the planner charges them: two each way per decoder
+        # layer (none in backward behind frozen inputs, where there is no backward), the
+        # vocab-parallel embedding's output (forward), the column-parallel LM head's input
+        # gradient (backward)
+        fwd_tp = tp if u.decoder else (tp_ar if i == 0 else 0.0)
+        bwd_tp = (tp if u.decoder else (tp_ar if i == len(units) - 1 else 0.0)) if u.backward else 0.0
         # Gradients, optimizer state, updates and prefetches are the trainable parameters';
         # a frozen one keeps only its fp16 view (gathered under ZeRO-3) and sends nothing.
         grads = u.trainable * recipe.grad_bytes
@@ -47,8 +52,8 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
         sync = (all_reduce(D, grads, dp_link) if Z == 0 else reduce_scatter(D, grads, dp_link)) if sends else 0.0
         attrs = {
             "index": i, "name": u.name, "stage": stage_of[i], "decoder": u.decoder,
-            "fwd": b * u.fwd + extra, "fwd_c": b * u.fwd_compute, "fwd_d": b * u.fwd_ddr,
-            "bwd": b * u.bwd + extra_b, "bwd_c": b * u.bwd_compute, "bwd_d": b * u.bwd_ddr,
+            "fwd": b * u.fwd + fwd_tp, "fwd_c": b * u.fwd_compute, "fwd_d": b * u.fwd_ddr,
+            "bwd": b * u.bwd + bwd_tp, "bwd_c": b * u.bwd_compute, "bwd_d": b * u.bwd_ddr,
             "in_bytes": _b(b * u.ckpt_bytes), "saved": _b(b * u.saved_bytes), "ws": _b(b * u.workspace),
             "param": _b(views / (D if Z >= 3 else 1)),
             "opt": _b(u.trainable * recipe.optimizer_bytes / (D if Z >= 1 else 1)),
@@ -63,7 +68,7 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             # What the codegen pass needs: kernel calls per micro-batch and the seconds no
             # kernel runs (roofline ops, attention's DDR streams, TP all-reduces).
             "kfwd": _calls(u.kernels.fwd, b), "kbwd": _calls(u.kernels.bwd, b),
-            "fwd_other": b * u.kernels.fwd_other + extra, "bwd_other": b * u.kernels.bwd_other + extra_b,
+            "fwd_other": b * u.kernels.fwd_other + fwd_tp, "bwd_other": b * u.kernels.bwd_other + bwd_tp,
             # What the fsr pass co-schedules: per micro-batch, [compute s, DDR s, ...] of the
             # forward's and the backward's phases in execution order (ratc.planner.corun).
             "fph": _flat(u.fwd_phases, b), "bph": _flat(u.bwd_phases, b),
