@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import llama  # noqa: E402
 
 
-def autograd_saved_by_scope(model: nn.Module, seq: int, grad_only: bool = True) -> dict[str, int]:
-    """Elements of the distinct non-parameter tensors autograd saves, by the module saving them first.
+def autograd_saved_by_scope(model: nn.Module, seq: int, grad_only: bool = True, in_bytes: bool = False) -> dict[str, int]:
+    """Elements (or bytes) of the distinct non-parameter tensors autograd saves, by the module saving them first.
 
     grad_only skips tensors outside the autograd graph (rotary tables, norm statistics).
     """
@@ -27,7 +27,7 @@ def autograd_saved_by_scope(model: nn.Module, seq: int, grad_only: bool = True) 
         ptr = t.untyped_storage().data_ptr()
         in_graph = t.requires_grad or t.grad_fn is not None
         if (in_graph or not grad_only) and ptr not in params and ptr not in first:
-            first[ptr] = (stack[-1], t.untyped_storage().nbytes() // t.element_size())
+            first[ptr] = (stack[-1], t.untyped_storage().nbytes() // (1 if in_bytes else t.element_size()))
         return t
 
     hooks = []
@@ -100,6 +100,39 @@ def test_layernorm_gelu_block_saves_what_autograd_saves():
     want = sum(n for s, n in oracle.items() if s.startswith("blocks.0"))
     assert profile.layers[0].saved_bytes // 4 == want
     assert [op.kind for op in profile.layers[0].ops] == ["norm", "matmul", "elementwise", "matmul", "elementwise"]
+
+
+class ExtremaBlock(nn.Module):
+    """Extremum reductions and a comparison: a max-shifted gate, clipped where it exceeds its mean."""
+
+    def __init__(self, h):
+        super().__init__()
+        self.fc = nn.Linear(h, h)
+
+    def forward(self, x):
+        y = self.fc(x)
+        z = y - y.amax(-1, keepdim=True) + y.max(dim=-1, keepdim=True).values
+        return x + torch.where(z > z.mean(-1, keepdim=True), z, y.min())
+
+
+class ExtremaModel(LNModel):
+    def __init__(self, vocab=64, h=32, n=2):
+        super().__init__(vocab, h, 0)
+        self.blocks = nn.ModuleList(ExtremaBlock(h) for _ in range(n))
+
+
+def test_extrema_and_comparisons_cost_what_autograd_does():
+    """Oracle: the tensors autograd saves (amax/min keep input and result, max over a dim its
+    indices, a comparison nothing), and autograd's graph: a comparison's boolean result
+    has no gradient, so no backward arithmetic flows through it."""
+    torch.manual_seed(0)
+    model = ExtremaModel()
+    oracle = autograd_saved_by_scope(model, 16, grad_only=False, in_bytes=True)
+    layer = trace_model(model, 16).layers[0]
+    assert layer.saved_bytes == sum(n for s, n in oracle.items() if s.startswith("blocks.0"))
+    ops = {op.name: op for op in layer.ops}
+    assert ops["gt"].bwd_input_flops == 0 and ops["gt"].saved_bytes == 0 and not ops["gt"].grad
+    assert ops["amax"].bwd_input_flops == 0 and ops["amax"].saved_bytes > 0
 
 
 @pytest.mark.parametrize("name", ["llama2-7b", "llama2-70b", "baichuan2-13b", "qwen2.5-32b"])

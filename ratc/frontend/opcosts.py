@@ -37,6 +37,9 @@ REDUCTION_OPS = frozenset({"mean", "sum", "amax", "max", "min", "amin"})
 # Which operands autograd keeps, from tools/autograd/derivatives.yaml.
 SAVES_RESULT = frozenset({"rsqrt", "sqrt", "exp", "sigmoid", "tanh", "relu", "softmax", "log_softmax"})
 SAVES_SELF = frozenset({"pow", "silu", "gelu", "cos", "sin", "log", "abs", "reciprocal", "clamp"})
+# Extremum reductions route the gradient to where the extremum was: amax/amin and a whole-
+# tensor max/min keep their input and result; max/min over a dim keep the indices they return.
+EXTREMA = frozenset({"amax", "amin", "max", "min"})
 # Pass-through backward: gradients flow unchanged (no FLOPs).
 GRAD_PASSTHROUGH = frozenset({"add", "sub", "neg", "cast", "cat", "stack", "repeat", "pad",
                               "constant_pad_nd", "index", "gather"})
@@ -208,14 +211,19 @@ def elementwise_cost(node: Node) -> Cost:
         c.fwd = sum(a.out.numel for a in args)
     elif op in ELEMENTWISE_FLOPS:
         c.fwd = ELEMENTWISE_FLOPS[op] * out_elems
-    grads = _grad_args(node)
+    # a comparison's (boolean) result has no gradient, so nothing flows back through it
+    grads = _grad_args(node) if node.out.dtype.is_floating_point else []
     if op in REDUCTION_OPS:
         c.bwd_input = out_elems * len(grads) if op in ("mean", "sum") else 0
     elif op not in GRAD_PASSTHROUGH and op in ELEMENTWISE_FLOPS:
         c.bwd_input = c.fwd * len(grads)
     if not grads:
         return c
-    if op in SAVES_RESULT:
+    if op in EXTREMA:
+        indices = node.outs[1:]
+        c.saves += ([((node, "indices"), sum(t.nbytes for t in indices))] if indices
+                    else [_save(args[0]), _save(node)])
+    elif op in SAVES_RESULT:
         c.saves.append(_save(node))
     elif op in SAVES_SELF:
         c.saves.append(_save(args[0]))
