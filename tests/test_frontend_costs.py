@@ -7,42 +7,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ratc.frontend import trace_model, trace_preset
+
+from autograd_oracle import saved_by_scope
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import llama  # noqa: E402
 
 
 def autograd_saved_by_scope(model: nn.Module, seq: int, grad_only: bool = True, in_bytes: bool = False) -> dict[str, int]:
-    """Elements (or bytes) of the distinct non-parameter tensors autograd saves, by the module saving them first.
-
-    grad_only skips tensors outside the autograd graph (rotary tables, norm statistics).
-    """
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    stack, first = [""], {}
-
-    def pack(t):
-        ptr = t.untyped_storage().data_ptr()
-        in_graph = t.requires_grad or t.grad_fn is not None
-        if (in_graph or not grad_only) and ptr not in params and ptr not in first:
-            first[ptr] = (stack[-1], t.untyped_storage().nbytes() // (1 if in_bytes else t.element_size()))
-        return t
-
-    hooks = []
-    for name, mod in model.named_modules():
-        hooks.append(mod.register_forward_pre_hook(lambda m, a, _n=name: stack.append(_n)))
-        hooks.append(mod.register_forward_hook(lambda m, a, o: stack.pop() and None))
-    ids = torch.randint(0, 64, (1, seq))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), sdpa_kernel(SDPBackend.MATH):
-        model(ids, ids)
-    for h in hooks:
-        h.remove()
-    by_scope: dict[str, int] = {}
-    for scope, n in first.values():
-        by_scope[scope] = by_scope.get(scope, 0) + n
-    return by_scope
+    """Elements (or bytes) of what autograd saves on random token ids, by module scope."""
+    return saved_by_scope(model, torch.randint(0, 64, (1, seq)), grad_only=grad_only, in_bytes=in_bytes)
 
 
 def profile_saved(layer, prefix: str, itemsize: int) -> int:

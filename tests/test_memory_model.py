@@ -18,6 +18,8 @@ from ratc.planner.memory import n_in_flight, stage_memory
 from ratc.planner.search import Planner
 from ratc.platform import load_platform
 
+from autograd_oracle import saved_by_scope
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -115,23 +117,10 @@ def test_full_save_activations_match_autograd_saved_tensors():
     seq = config.pop("seq_len")
     torch.manual_seed(0)
     module = example.build_model(**config).to(torch.float16)
-    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
-    stack, first = [""], {}
-
-    def pack(t):
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in params and ptr not in first:
-            first[ptr] = (stack[-1], t.untyped_storage().nbytes())
-        return t
-
-    for name, mod in module.named_modules():
-        mod.register_forward_pre_hook(lambda m, a, _n=name: stack.append(_n))
-        mod.register_forward_hook(lambda m, a, o: stack.pop() and None)
     ids = torch.randint(0, config["vocab"], (1, seq))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        module(ids, ids)
+    saved = saved_by_scope(module, ids, math_sdpa=False)
     autograd: dict = {}
-    for scope, n in first.values():       # layers.3.mlp.down_proj -> mlp, summed over the layers
+    for scope, n in saved.items():        # layers.3.mlp.down_proj -> mlp, summed over the layers
         parts = scope.split(".")
         key = parts[2] if parts[0] == "layers" and len(parts) > 2 else parts[0]
         autograd[key] = autograd.get(key, 0) + n

@@ -334,26 +334,11 @@ def test_toy_layer_saves_what_autograd_saves():
     torch's autograd saves while running it for real (math SDPA, LayerNorm's statistics
     included)."""
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from autograd_oracle import saved_by_scope
     model, profile = _toy()
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    scope, saved = [""], {}
-
-    def pack(t):
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in params and ptr not in saved:
-            saved[ptr] = (scope[-1], t.untyped_storage().nbytes())
-        return t
-
-    hooks = [h for name, mod in model.named_modules() for h in (
-        mod.register_forward_pre_hook(lambda m, a, _n=name: scope.append(_n)),
-        mod.register_forward_hook(lambda m, a, o: scope.pop() and None))]
-    ids = torch.randint(0, V, (1, S))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), sdpa_kernel(SDPBackend.MATH):
-        model(ids, ids)
-    for h in hooks:
-        h.remove()
-    layer0 = sum(n for where, n in saved.values() if where == "layers.0" or where.startswith("layers.0."))
+    saved = saved_by_scope(model, torch.randint(0, V, (1, S)))
+    layer0 = sum(n for where, n in saved.items() if where == "layers.0" or where.startswith("layers.0."))
     assert profile.layers[0].saved_bytes == layer0
 
 
