@@ -187,12 +187,13 @@ def test_frozen_units_have_no_state_chain(tiny_frozen):
     """Nothing trained, no gradient: no reduce, GradSync, UpdateShard or PrefetchW, and no
     gradient bucket to wait for; the next step reads the parameters as they are."""
     _, _, profile, planner = tiny_frozen
-    program = compile_program(profile, Candidate(2, 2, 1, 2, 1, 4, "fsr", "deadline"), planner.platform,
+    M = 4
+    program = compile_program(profile, Candidate(2, 2, 1, 2, 1, M, "fsr", "deadline"), planner.platform,
                               {"planner": planner})
     state = Counter(op.attributes["unit"] for op in program.walk()
                     if op.name in ("life.reduce", "life.grad_sync", "life.update", "life.prefetch"))
     assert sorted(state) == [3, 4, 5]                     # the trained layers and the head
-    assert set(state.values()) == {3 + 1 + 1 + 1}         # M - 1 reduces, then the chain
+    assert set(state.values()) == {(M - 1) + 3}           # M - 1 reduces, then GradSync, UpdateShard, PrefetchW
     for end in (op for op in program.walk() if op.name == "life.step_end"):
         kinds = {v.owner.attributes["unit"]: v.owner.name for v in end.operands}
         assert all(kinds[i] == ("life.param" if i < 3 else "life.prefetch") for i in kinds)

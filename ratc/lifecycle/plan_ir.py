@@ -75,7 +75,7 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             # ... and the headroom a Recover streaming into this unit's Backward needs
             "stream": _b(b * u.stream),
         }
-        if not u.trainable:
+        if not sends:
             attrs["frozen"] = True      # nothing trained: no gradient, no state chain
         ops.append(Operation("life.unit", attributes={k: _num(v) for k, v in attrs.items()}))
     attrs = {"model": profile.name, "platform": platform.name, "P": P, "D": D, "T": T, "Z": Z, "b": b,
