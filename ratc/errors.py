@@ -21,6 +21,10 @@ class OutputError(RatcError):
         return cls(f"cannot write {path}: {reason}")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so that cleanup runs as it does on Ctrl-C."""
+
+
 class SourceLocation:
     """A point in a text input: file, 1-based line and column, and the source text."""
 

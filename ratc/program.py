@@ -11,11 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from ratc import __version__
+from ratc.atomic import Staging, recover, write_file
 from ratc.errors import OutputError, RatcError
 
 MANIFEST = "manifest.json"
@@ -31,50 +30,142 @@ def _digest(data: bytes) -> str:
 
 
 def write_program(outdir: str | Path, files: dict[str, str | bytes], meta: dict | None = None) -> Path:
-    """Write files (relative path -> content) and their manifest to outdir, replacing it whole."""
-    outdir = Path(outdir)
-    if outdir.exists() and not outdir.is_dir():
-        raise ProgramError(f"{outdir}: exists and is not a directory; refusing to overwrite it")
+    """Write files (relative path -> content) and their manifest to outdir, replacing it whole.
+
+    The directory is built beside outdir and swapped in (`ratc.atomic_dir`), so outdir holds
+    the old program or the new one at every instant, even under SIGKILL. A symlink keeps
+    pointing where it did and the directory it names is replaced. Only a ratc program (or
+    an empty directory) is ever replaced."""
+    outdir = resolve_output_dir(outdir)
+    check_replaceable(outdir)
     try:
         outdir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", dir=outdir.parent))
+        recover(outdir)
+        staging = Staging(outdir)
     except OSError as exc:
         raise OutputError.refused(outdir, exc) from None
-    umask = os.umask(0)
-    os.umask(umask)
-    # mkdtemp makes the directory private (0700); give it the permissions mkdir() would.
-    os.chmod(tmp, 0o777 & ~umask)
     try:
         hashes = {}
         for rel in sorted(files):
             if rel == MANIFEST or Path(rel).is_absolute() or ".." in Path(rel).parts:
                 raise ValueError(f"bad program file name {rel!r}")
             data = files[rel].encode() if isinstance(files[rel], str) else files[rel]
-            path = tmp / rel
+            path = staging.path / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
             hashes[rel] = _digest(data)
         manifest = {"format": FORMAT, "ratc": __version__, "meta": meta or {}, "files": hashes}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        if outdir.exists():
-            # Only ever replace something that is itself a ratc program (or empty).
-            if any(outdir.iterdir()) and not (outdir / MANIFEST).exists():
-                raise ProgramError(f"{outdir}: exists and is not a ratc program directory; "
-                                   f"refusing to overwrite it")
-            old = outdir.with_name(f".{outdir.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(outdir, old)
-            os.replace(tmp, outdir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, outdir)
+        (staging.path / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        staging.swap_in(check_replaceable)
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        staging.discard()
         raise OutputError.refused(outdir, exc) from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        staging.discard()
         raise
+    finally:
+        staging.close()
     return outdir
+
+
+def resolve_output_dir(outdir: str | Path) -> Path:
+    """The directory a program write replaces: through a symlink (which stays), absolute."""
+    outdir = Path(os.path.abspath(outdir))
+    if outdir.is_symlink():
+        try:
+            outdir = outdir.resolve(strict=True)
+        except (OSError, RuntimeError) as exc:      # a loop, or a link to nothing
+            raise ProgramError(f"{outdir}: a symbolic link that leads nowhere ({exc.__class__.__name__}: "
+                               f"{getattr(exc, 'strerror', None) or exc}); remove it or choose another -o") from None
+    return outdir
+
+
+def _read_manifest(mpath: Path) -> dict | None:
+    """A manifest in ratc's format, or None (missing, unreadable, another format)."""
+    try:
+        manifest = json.loads(mpath.read_text())
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT \
+            or not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("derived", []), list):
+        return None
+    return manifest
+
+
+def ratc_written(manifest: dict) -> set[str]:
+    """The names (relative, posix) of every file ratc wrote into a program directory."""
+    names = {MANIFEST} | set(manifest["files"]) | {n for n in manifest.get("derived", []) if isinstance(n, str)}
+    return names
+
+
+def foreign_files(outdir: Path, manifest: dict) -> list[str]:
+    """Entries of a program directory that ratc did not write (files, links, other things)."""
+    own = ratc_written(manifest)
+    own_dirs = {p for name in own for p in Path(name).parents if str(p) != "."}
+    found = []
+    for root, dirs, names in os.walk(outdir):
+        for name in sorted(dirs + names):
+            path = Path(root) / name
+            rel = path.relative_to(outdir).as_posix()
+            if path.is_symlink() or not (rel in own and path.is_file() or Path(rel) in own_dirs and path.is_dir()):
+                found.append(rel + ("/" if path.is_dir() and not path.is_symlink() else ""))
+        dirs[:] = [d for d in dirs if not (Path(root) / d).is_symlink() and (Path(root) / d).relative_to(outdir) in own_dirs]
+    return sorted(found)
+
+
+def check_replaceable(outdir: Path) -> None:
+    """Raise ProgramError unless outdir may be replaced by a new program: it does not exist,
+    or is an empty directory, or is a ratc program holding only files ratc wrote, and it is
+    not (nor holds) the current working directory."""
+    if not os.path.lexists(outdir):
+        return
+    if not outdir.is_dir():
+        raise ProgramError(f"{outdir}: exists and is not a directory; refusing to overwrite it")
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:         # the current directory was removed: it is nowhere to be replaced
+        cwd = None
+    if cwd is not None and (cwd == outdir.resolve() or outdir.resolve() in cwd.parents):
+        raise ProgramError(f"{outdir}: is (or holds) the current directory; refusing to replace it "
+                           "(run ratc from elsewhere or choose another -o)")
+    try:
+        if not any(outdir.iterdir()):
+            return
+    except OSError as exc:
+        raise OutputError.refused(outdir, exc) from None
+    manifest = _read_manifest(outdir / MANIFEST)
+    if manifest is None:
+        why = "no" if not (outdir / MANIFEST).exists() else "not a ratc"
+        raise ProgramError(f"{outdir}: exists and is not a ratc program directory ({why} {MANIFEST}); "
+                           "refusing to overwrite it (choose another -o)")
+    foreign = foreign_files(outdir, manifest)
+    if foreign:
+        shown = ", ".join(foreign[:8]) + (f" and {len(foreign) - 8} more" if len(foreign) > 8 else "")
+        raise ProgramError(f"{outdir}: holds files ratc did not write ({shown}); refusing to replace it "
+                           "(move them out, or choose another -o)")
+
+
+def record_derived(outdir: str | Path, paths) -> None:
+    """List files ratc is about to write into a program directory (a report and its pictures)
+    in its manifest as derived, so that recompiling may replace them; no-op elsewhere."""
+    outdir = Path(outdir)
+    mpath = outdir / MANIFEST
+    manifest = _read_manifest(mpath)
+    if manifest is None:
+        return
+    names = set(manifest.get("derived", []))
+    for path in paths:
+        try:
+            names.add(Path(os.path.abspath(path)).relative_to(Path(os.path.abspath(outdir))).as_posix())
+        except ValueError:
+            pass        # written outside the program directory
+    names -= set(manifest["files"]) | {MANIFEST}
+    if names != set(manifest.get("derived", [])):
+        manifest["derived"] = sorted(names)
+        try:
+            write_file(mpath, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        except OSError as exc:
+            raise OutputError.refused(mpath, exc) from None
 
 
 def owning_program(path) -> tuple[Path, str] | None:

@@ -67,9 +67,13 @@ def test_report_of_a_compiled_program(tmp_path, capsys):
     # the compiled plan is the planner's best, and it was simulated
     row = re.search(r'<tr class="best">(.*?)</tr>', page).group(1)
     assert best.label() in row and "not simulated" not in row
-    # the program directory is still a valid program after the report was added to it
-    from ratc.program import load_program
+    # the program directory is still a valid program after the report was added to it, and
+    # the report's files are listed as ratc's, so recompiling into it may replace them
+    from ratc.program import check_replaceable, load_program
     load_program(out)
+    derived = json.loads((out / "manifest.json").read_text())["derived"]
+    assert set(derived) == {p.name for p in out.iterdir()} - {"manifest.json", "graph.ir", "program.ir"}
+    check_replaceable(out)
 
 
 def test_report_lists_the_programs_kernels(tmp_path, capsys):

@@ -82,11 +82,24 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise RatcError(f"{flag} must be at least 1, got {value}")
 
 
+def check_output_dir(path) -> None:
+    """Refuse a program directory -o (through a symlink) that is or holds an input, or is not
+    a ratc program holding only what ratc wrote."""
+    from ratc.cli.io import refuse_input
+    from ratc.program import check_replaceable, resolve_output_dir
+
+    outdir = resolve_output_dir(path)
+    refuse_input(outdir, "-o")
+    check_replaceable(outdir)
+
+
 def run(args: argparse.Namespace) -> int:
-    from ratc.cli.io import write_output
+    from ratc.cli.io import check_output, write_output
 
     check_model_source(args)      # a missing model file first: it is what the user typed wrong
     check_arguments(args)
+    if args.output is not None:   # before tracing: a refused output costs the user nothing
+        check_output_dir(args.output) if args.emit is None else check_output(args.output, "-o")
     from ratc.cli.progress import phase
 
     with phase(f"tracing {args.hf_config or args.model or args.preset}"):
@@ -182,6 +195,8 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
     from ratc.planner.report import render_json
     from ratc.program import write_program
 
+    outdir = Path(args.output or Path("out") / profile.name)
+    check_output_dir(outdir)
     planner = make_planner(args, profile)
     cand, result = choose_candidate(args, planner)
     if args.tiles and not planner.exec_profile.runs_kernels:
@@ -204,7 +219,6 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
             retiled = retiled_by(units, planner.platform, parse_tiles(args.tiles))
             options["planner"] = planner.with_exec_profile(replace(planner.exec_profile, tiles=retiled))
         module = compile_program(profile, cand, planner.platform, options)
-    outdir = Path(args.output or Path("out") / profile.name)
     with phase(f"writing {outdir}"):
         files = {
             "model.ir": _header(command + " --emit=graph", profile) + _emit_graph(profile),

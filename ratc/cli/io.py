@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 
+from ratc.atomic import write_file
 from ratc.errors import OutputError, RatcError
 
 
@@ -25,12 +25,53 @@ def read_input(path: str) -> tuple[str, str]:
         raise RatcError(f"{path}: not a UTF-8 text file") from None
 
 
+# The files this command reads (resolved path, (device, inode)): an output may never be one.
+_INPUTS: dict[str, tuple[int, int] | None] = {}
+
+
+def note_input(path: str | Path | None) -> None:
+    """Remember a file or directory the command reads, so that no output replaces it."""
+    if path in (None, "-") or not os.path.exists(path):
+        return
+    st = os.stat(path)
+    _INPUTS[os.path.realpath(path)] = (st.st_dev, st.st_ino)
+
+
+def note_inputs(args) -> None:
+    """Remember the inputs a parsed command line names (model file, HF config, IR or .rasm
+    file, platform TOML, program directory, training program)."""
+    _INPUTS.clear()
+    for name in ("model", "hf_config", "file", "program", "platform", "outdir"):
+        value = getattr(args, name, None)
+        # (--platform is a profile's name or a file; compile's output is `output`, not `outdir`)
+        if isinstance(value, (str, Path)) and (name != "platform" or os.path.isfile(value)):
+            note_input(value)
+
+
+def refuse_input(path: str | Path, flag: str | None = None) -> None:
+    """Raise OutputError if writing `path` would replace an input of this command: the same
+    file by name, through a link or by inode, or a directory that holds one."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(path)
+        inode = (st.st_dev, st.st_ino)
+    except OSError:
+        inode = None
+    for source, source_inode in _INPUTS.items():
+        if real == source or (inode is not None and inode == source_inode) \
+                or (os.path.isdir(path) and source.startswith(real.rstrip(os.sep) + os.sep)):
+            what = "is" if real == source or inode == source_inode else "holds"
+            raise OutputError(f"{flag or 'the output'} {path} {what} an input of this command ({source}); "
+                              "choose another output")
+
+
 def check_output(path: str | Path, flag: str | None = None) -> None:
     """Raise OutputError unless `path` names a file that can be written: not empty, not a
     directory, no file where a parent directory must be, not a file of a ratc program.
     Cheap, so callers with long work ahead check before it."""
     if not str(path):
         raise OutputError(f"{flag or 'the output'} needs a file name, got ''")
+    refuse_input(path, flag)
     path = Path(path)
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a directory (give a file name)")
@@ -48,37 +89,19 @@ def write_atomic(path: str | Path, data: str | bytes, flag: str | None = None) -
     nothing behind."""
     check_output(path, flag)
     path = Path(path)
-    mode = "wb" if isinstance(data, bytes) else "w"
     if path.exists() and not path.is_file():
         # a device (/dev/null), a FIFO or a socket: write into it; renaming over it would
         # replace it with a file (as root, even /dev/null)
         try:
-            with open(path, mode) as fh:
+            with open(path, "wb" if isinstance(data, bytes) else "w") as fh:
                 fh.write(data)
         except OSError as exc:
             raise OutputError.refused(path, exc) from None
         return
-    if path.is_symlink():
-        path = path.resolve()      # replace what the link points to, and keep the link
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        write_file(path, data)
     except OSError as exc:
         raise OutputError.refused(path, exc) from None
-    try:
-        with os.fdopen(fd, mode) as fh:
-            fh.write(data)
-        # mkstemp makes the file private (0600); give it the permissions open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise OutputError.refused(path, exc) from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def report_written(path: str | Path, what: str) -> None:

@@ -7,10 +7,12 @@ import atexit
 import gc
 import importlib
 import os
+import signal
 import sys
+from contextlib import contextmanager
 
 from ratc import __version__
-from ratc.errors import LocatedError, RatcError
+from ratc.errors import LocatedError, RatcError, Terminated
 from ratc.gcpause import LAZY_THRESHOLDS
 
 # Listed in workflow order, as `ratc --help` shows them. Each module defines
@@ -82,8 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
+    from ratc.cli.io import note_inputs
+
     try:
-        return int(args.func(args) or 0)
+        note_inputs(args)
+        with _terminate_as_interrupt():
+            return int(args.func(args) or 0)
     except RatcError as exc:
         if args.traceback:
             raise
@@ -91,11 +97,32 @@ def main(argv: list[str] | None = None) -> int:
         text = str(exc)
         print(text if isinstance(exc, LocatedError) else f"ratc: error: {text}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("ratc: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        # 128 + the signal's number, as a shell reports a process the signal ended
+        terminated = isinstance(exc, Terminated)
+        print(f"ratc: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
     except BrokenPipeError:
         return 0
+
+
+@contextmanager
+def _terminate_as_interrupt():
+    """While a command runs, SIGTERM raises Terminated where the program is, so temporaries
+    are removed and half-written outputs discarded, as on Ctrl-C (the default ends the
+    process on the spot)."""
+    def raise_terminated(signum, frame):
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, raise_terminated)
+    except ValueError:          # not the main thread: signals go to the main thread anyway
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run() -> None:

@@ -53,12 +53,14 @@ def load_model(args: argparse.Namespace, default_preset: str | None = None):
     if args.hf_config:
         from ratc.frontend.hf import trace_hf_config
         return trace_hf_config(args.hf_config, HF_SEQ_LEN if args.seq_len is None else args.seq_len)
+    from ratc.cli.io import note_input
     from ratc.frontend.modelfile import trace_model_file
     from ratc.frontend.presets import example_model
 
     # A preset alone is the bundled example's: the same as naming the file, trace cache
     # included (the file checks the preset when it is imported, which a cached trace skips).
     path = args.model or str(example_model())
+    note_input(path)        # (a preset alone reads the bundled example: no output may replace it)
     return trace_model_file(path, args.preset or (None if args.model else default_preset), args.seq_len,
                             method=getattr(args, "trace", "auto"))
 

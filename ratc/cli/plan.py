@@ -87,11 +87,13 @@ def make_planner(args: argparse.Namespace, model):
 
 def handler(args: argparse.Namespace) -> int:
     from ratc import units
-    from ratc.cli.io import report_written, to_file, write_output
+    from ratc.cli.io import check_output, report_written, to_file, write_output
     from ratc.planner.report import render_json, render_text
     from ratc.planner.strategies import get_strategy
 
     check_model_source(args)
+    if to_file(args.output):
+        check_output(args.output, "-o")         # before tracing and planning
     if args.top < 1:
         raise RatcError(f"--top must be at least 1, got {args.top}")
     if not args.min_clusters and args.clusters is None:

@@ -185,6 +185,7 @@ def kernel_rows(module, platform, step_seconds: float) -> list:
 def write_report(outdir, report, images: dict, html_name: str = "report.html") -> list:
     """Write the HTML page and each picture beside it; returns the paths written."""
     from ratc.cli.io import check_output, write_atomic
+    from ratc.program import record_derived
     from ratc.report import html
 
     out = Path(outdir)
@@ -193,6 +194,8 @@ def write_report(outdir, report, images: dict, html_name: str = "report.html") -
     check_output(page, "-o")
     for key, (_, fmt, _) in images.items():
         check_output(out / f"{key}.{fmt}", key)
+    # listed in a program's manifest first: a report killed half-written is still ratc's
+    record_derived(out, [page, *(out / f"{key}.{fmt}" for key, (_, fmt, _) in images.items())])
     written = []
     for key, (data, fmt, _) in sorted(images.items()):
         path = out / f"{key}.{fmt}"
