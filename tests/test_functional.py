@@ -14,7 +14,6 @@ import torch
 
 from ratc.errors import RatcError
 from ratc.ir.verifier import VerifyError
-from ratc.vm.functional import executor as executor_mod
 from ratc.vm.functional.executor import ExecutionError, FunctionalExecutor
 from ratc.vm.functional.session import Session, TrainConfig, build_model, compile_for, relative_deviation
 from ratc.vm.functional.units import flat_params, split_model
@@ -94,7 +93,9 @@ def test_rescheduling_changes_nothing_bit_for_bit():
 
 def test_a_semantic_leak_is_detected(monkeypatch):
     """Negative control: GradSync that keeps only replica 0's gradient must break the match."""
-    monkeypatch.setattr(executor_mod, "all_reduce_mean", lambda ts: ts[0].clone())
+    from ratc.vm.functional.transport import LocalTransport
+
+    monkeypatch.setattr(LocalTransport, "all_reduce_mean", lambda self, p, op, ts: [ts[0].clone()] * len(ts))
     worst, param_dev, _ = _train(TrainConfig(model=MODEL, P=2, D=2, Z=0, M=2, b=1), steps=3)
     assert max(worst, param_dev) > 1e-3
 

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ratc.cli.model_source import add_model_arguments, check_model_source, describe, load_model
+from ratc.cli.model_source import add_model_arguments, check_model_source, describe, load_model, model_file
 from ratc.errors import RatcError
 
 
@@ -232,8 +232,11 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
         from ratc.codegen.program_kernels import program_files
 
         files.update(program_files(module, planner.platform))
+        from ratc.dist import source
+
         meta = {"command": invocation(args, command), "model": profile.name, "config": cand.label(),
-                "platform": planner.platform.name, "exec_profile": args.exec_profile}
+                "platform": planner.platform.name, "exec_profile": args.exec_profile,
+                "model_source": source.record(model_file(args), profile.name, profile.seq_len, args.hf_config)}
         write_program(outdir, files, meta)
     print(f"compiled {profile.name}: {cand.label()} -> {outdir}", file=sys.stderr)
     return outdir, module

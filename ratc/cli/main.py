@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "ratc.cli.report",
     "ratc.cli.diagram",
     "ratc.cli.train",
+    "ratc.cli.launch",
     "ratc.cli.opt",
     "ratc.cli.passes",
     "ratc.cli.kernel",

@@ -55,14 +55,23 @@ def load_model(args: argparse.Namespace, default_preset: str | None = None):
         return trace_hf_config(args.hf_config, HF_SEQ_LEN if args.seq_len is None else args.seq_len)
     from ratc.cli.io import note_input
     from ratc.frontend.modelfile import trace_model_file
-    from ratc.frontend.presets import example_model
 
     # A preset alone is the bundled example's: the same as naming the file, trace cache
     # included (the file checks the preset when it is imported, which a cached trace skips).
-    path = args.model or str(example_model())
+    path = model_file(args)
     note_input(path)        # (a preset alone reads the bundled example: no output may replace it)
     return trace_model_file(path, args.preset or (None if args.model else default_preset), args.seq_len,
                             method=getattr(args, "trace", "auto"))
+
+
+def model_file(args: argparse.Namespace) -> str | None:
+    """The model file the arguments name: the file, the bundled example for a preset alone,
+    or None for --hf-config."""
+    from ratc.frontend.presets import example_model
+
+    if args.hf_config:
+        return None
+    return args.model or str(example_model())
 
 
 def describe(args: argparse.Namespace) -> str:

@@ -20,7 +20,8 @@ import torch
 from ratc.errors import RatcError
 from ratc.ir.core import Module, Operation
 from ratc.vm.functional.boundary import live_in
-from ratc.vm.functional.shards import AdamW, UnitState, all_gather, all_reduce_mean, reduce_scatter_mean
+from ratc.vm.functional.shards import AdamW, UnitState, all_gather
+from ratc.vm.functional.transport import LocalTransport
 from ratc.vm.functional.units import UnitSet
 
 
@@ -75,10 +76,30 @@ def _kind(value) -> str:
     return str(value.type).removeprefix("!life.")
 
 
-class FunctionalExecutor:
-    """Runs a verified life program step after step on real tensors; `step(batch)` is the loss."""
+class Pending:
+    """An asynchronous result (a collective or a receive in flight), waited at its first reader;
+    `keep` holds the tensors the work reads or writes alive until then."""
 
-    def __init__(self, module: Module, units: UnitSet, init_params: list[torch.Tensor], opt: AdamW = AdamW()):
+    __slots__ = ("wait", "keep")
+
+    def __init__(self, wait, keep=()):
+        self.wait = wait        # () -> the value
+        self.keep = keep
+
+
+def stage_units(stages: list) -> list[set]:
+    """The units each stage's ops work on."""
+    return [{op.attributes["unit"] for op in ops if "unit" in op.attributes} for ops in stages]
+
+
+class FunctionalExecutor:
+    """Runs a verified life program step after step on real tensors; `step(batch)` is the loss.
+
+    The transport decides which stages and replicas run here and how their tensors cross
+    (in this process, or over torch.distributed); everything else is the same code."""
+
+    def __init__(self, module: Module, units: UnitSet, init_params: list[torch.Tensor], opt: AdamW = AdamW(),
+                 transport=None):
         from ratc.ir import verify
         from ratc.lifecycle.lowering import find_pipeline, find_plan
 
@@ -91,11 +112,16 @@ class FunctionalExecutor:
             raise RatcError(f"the program has {a['units']} units, the model splits into {len(units.units)}")
         self.units = units
         self.stages = [s.region.ops for s in pipe.region.ops]
+        self.transport = transport if transport is not None else LocalTransport(self.P, self.D)
+        self.replicas = self.transport.replicas
         self.live = live_in(units)
         self.head = len(units.units) - 1
         frozen = [u.frozen_mask() for u in units.units]
+        # state[r][u] for the replicas and units held here (None elsewhere)
+        held = set().union(*(stage_units(self.stages)[p] for p in self.transport.stages))
         self.state = [[UnitState(init_params[u.index], r, self.D, self.Z, opt, frozen[u.index])
-                       for u in units.units] for r in range(self.D)]
+                       if u.index in held else None for u in units.units]
+                      if r in self.replicas else None for r in range(self.D)]
         # Each value is dropped after its last reader, as the memory plan assumes.
         self.last_use = []
         for ops in self.stages:
@@ -128,26 +154,30 @@ class FunctionalExecutor:
         # AdamW skips the others: their .grad is None)
         self.touched: list[set] = [set() for _ in self.units.units]
         self.vals: list[dict] = [{} for _ in range(self.P)]
-        self.mailbox: dict = {}
         self.losses: dict = {}
-        pcs = [0] * self.P
-        while any(pc < len(ops) for pc, ops in zip(pcs, self.stages)):
+        self.transport.begin_step()
+        pcs = {p: 0 for p in self.transport.stages}
+        while any(pc < len(self.stages[p]) for p, pc in pcs.items()):
             progressed = False
-            for p, ops in enumerate(self.stages):
+            for p in pcs:
+                ops = self.stages[p]
                 while pcs[p] < len(ops):
                     op = ops[pcs[p]]
-                    if op.name == "life.recv" and self._mail_key(p, op) not in self.mailbox:
+                    if op.name == "life.recv" and not self.transport.ready(p, op):
                         break
                     self._run(p, pcs[p], op)
                     pcs[p] += 1
                     progressed = True
             if not progressed:
-                blocked = "; ".join(f"stage {p}: {describe(ops[pc])}"
-                                    for p, (pc, ops) in enumerate(zip(pcs, self.stages)) if pc < len(ops))
+                blocked = "; ".join(f"stage {p}: {describe(self.stages[p][pc])}"
+                                    for p, pc in pcs.items() if pc < len(self.stages[p]))
                 raise ExecutionError(f"deadlock: every unfinished stage waits for a message never sent ({blocked})")
-        if len(self.losses) != M * D:
-            raise ExecutionError(f"the step produced {len(self.losses)} micro-batch losses, expected {M * D}")
-        return sum(self.losses[k] for k in sorted(self.losses)) / (M * D)
+        try:
+            return self.transport.end_step(self.losses, M * D)
+        except ExecutionError:
+            raise
+        except RatcError as exc:
+            raise ExecutionError(str(exc)) from None
 
     def _run(self, p: int, k: int, op: Operation) -> None:
         handler = self.handlers.get(op.name)
@@ -158,6 +188,9 @@ class FunctionalExecutor:
             missing = [v for v in op.operands if v not in vals]
             if missing:
                 raise RatcError(f"operand %{missing[0].name} has not been computed (or was already consumed)")
+            for v in op.operands:
+                if isinstance(vals[v], Pending):      # asynchronous work is waited at its first reader
+                    vals[v] = vals[v].wait()
             results = handler(p, op, [vals[v] for v in op.operands])
         except ExecutionError:
             raise
@@ -173,14 +206,11 @@ class FunctionalExecutor:
                 vals.pop(v, None)
 
     def parameters(self) -> list[torch.Tensor]:
-        """Each unit's current flat parameters, assembled from the replicas' shards."""
+        """Each unit's current flat parameters, assembled from the replicas' shards (one process
+        holding every replica)."""
         return [all_gather([self.state[r][u] for r in range(self.D)]) for u in range(len(self.units.units))]
 
     # ---- helpers -----------------------------------------------------------------------------
-
-    def _mail_key(self, p: int, op: Operation) -> tuple:
-        a = op.attributes
-        return (a["peer"], p, a["dir"], a["mb"]) if op.name == "life.recv" else (p, a["peer"], a["dir"], a["mb"])
 
     def _operands(self, op: Operation, ins: list) -> dict:
         """Operands by life type name (each op has at most one of each, plus a trailing grad)."""
@@ -189,10 +219,11 @@ class FunctionalExecutor:
             by.setdefault(_kind(v), []).append(x)
         return by
 
-    def _weights(self, by: dict, r: int) -> torch.Tensor:
+    def _weights(self, by: dict, k: int) -> torch.Tensor:
+        """The k-th held replica's parameter view."""
         if "view" in by:
-            return by["view"][0][r]
-        state = by["param"][0][r]
+            return by["view"][0][k]
+        state = by["param"][0][k]
         if state.view is None:
             raise RatcError("the parameter view is stale: UpdateShard ran and no PrefetchW materialized the new one")
         return state.view
@@ -228,7 +259,7 @@ class FunctionalExecutor:
 
     def _param(self, p: int, op: Operation, ins: list) -> list:
         u = op.attributes["unit"]
-        return [[self.state[r][u] for r in range(self.D)]]
+        return [[self.state[r][u] for r in self.replicas]]
 
     def _fwd(self, p: int, op: Operation, ins: list) -> list:
         i, m = op.attributes["unit"], op.attributes["mb"]
@@ -236,10 +267,10 @@ class FunctionalExecutor:
         by = self._operands(op, ins)
         kinds = [_kind(v) for v in op.results]
         acts, saves = [], []
-        for r in range(self.D):
-            env = by["act"][0][r] if "act" in by else {}
+        for k, r in enumerate(self.replicas):
+            env = by["act"][0][k] if "act" in by else {}
             args = self._args(unit, env, r, m)
-            flat = self._weights(by, r)
+            flat = self._weights(by, k)
             if "saved" in kinds:
                 saved = self._forward(unit, flat, args)
                 outs, mutated = saved.outs, saved.mutated
@@ -251,7 +282,7 @@ class FunctionalExecutor:
             # (an input the unit changed in place reaches later units changed, as in PyTorch)
             produced.update({n: t for n, t in mutated.items() if n not in produced})
             if i == self.head:
-                self.losses[(r, m)] = float(produced[self.units.loss].detach())
+                self.losses[(r, m)] = produced[self.units.loss].detach()    # (the transport reads it)
             else:
                 acts.append({n: _detached(produced[n] if n in produced else env[n]) for n in self.live[i + 1]})
         return [acts if k == "act" else saves for k in kinds]
@@ -260,8 +291,8 @@ class FunctionalExecutor:
         i, m = op.attributes["unit"], op.attributes["mb"]
         unit = self.units.units[i]
         by = self._operands(op, ins)
-        return [[self._forward(unit, self._weights(by, r), self._args(unit, by["act"][0][r], r, m))
-                 for r in range(self.D)]]
+        return [[self._forward(unit, self._weights(by, k), self._args(unit, by["act"][0][k], r, m))
+                 for k, r in enumerate(self.replicas)]]
 
     def _bwd(self, p: int, op: Operation, ins: list) -> list:
         i = op.attributes["unit"]
@@ -270,9 +301,9 @@ class FunctionalExecutor:
         saved_all = by.get("saved", by.get("rec"))[0]
         acc_all = by["grad"][0] if "grad" in by else None
         dxs, grads = [], []
-        for r in range(self.D):
-            saved = saved_all[r]
-            dy = by["act"][0][r] if "act" in by else {}
+        for k in range(len(self.replicas)):
+            saved = saved_all[k]
+            dy = by["act"][0][k] if "act" in by else {}
             outs, seeds = [], []
             for name, o in [*zip(unit.outputs, saved.outs), *saved.mutated.items()]:
                 if not (isinstance(o, torch.Tensor) and o.requires_grad):
@@ -299,46 +330,48 @@ class FunctionalExecutor:
                         dx[name] = dx[name] + g if name in dx else g
             dxs.append(dx)
             if acc_all is not None:
-                acc_all[r].add_(g_param)        # in-place accumulation into the layer's gradient
-                g_param = acc_all[r]
+                acc_all[k].add_(g_param)        # in-place accumulation into the layer's gradient
+                g_param = acc_all[k]
             grads.append(g_param)
         return [dxs if _kind(v) == "act" else grads for v in op.results]
 
     def _send(self, p: int, op: Operation, ins: list) -> list:
-        key = self._mail_key(p, op)
-        if key in self.mailbox:
-            raise RatcError("the same message was sent twice")
-        self.mailbox[key] = ins[0]
-        return [[None] * self.D]
+        self.transport.send(p, op, ins[0])
+        return [[None] * len(self.replicas)]
 
     def _recv(self, p: int, op: Operation, ins: list) -> list:
-        return [self.mailbox.pop(self._mail_key(p, op))]
+        return [self.transport.recv(p, op)]
 
     # ---- handlers: the state chain -----------------------------------------------------------
 
     def _states(self, op: Operation) -> list[UnitState]:
-        return [self.state[r][op.attributes["unit"]] for r in range(self.D)]
+        return [self.state[r][op.attributes["unit"]] for r in self.replicas]
 
     def _gather(self, p: int, op: Operation, ins: list) -> list:
         """PrefetchW / ZeRO-3 gather: all-gather the replicas' shards into a full view."""
-        view = all_gather(self._states(op))
-        return [[view] * self.D]      # uses only read views, so the replicas' copies can share storage
+        states = self._states(op)
+        return [self.transport.all_gather(p, op, [s.master.detach() for s in states], states[0].N)]
 
-    def _scatter(self, states: list[UnitState], buckets: list[torch.Tensor], acc: list | None) -> list:
+    def _scatter(self, p: int, op: Operation, buckets: list[torch.Tensor], acc: list | None) -> list:
+        states = self._states(op)
         padded = [torch.nn.functional.pad(b, (0, s.c * s.D - s.N)) for s, b in zip(states, buckets)]
-        shards = reduce_scatter_mean(padded)
-        return [sh.clone() if acc is None else acc[r].add_(sh) for r, sh in enumerate(shards)]
+        shards = self.transport.reduce_scatter_mean(p, op, padded)
+
+        def finish(shards):
+            return [sh.clone() if acc is None else acc[k].add_(sh) for k, sh in enumerate(shards)]
+        if isinstance(shards, Pending):
+            return Pending(lambda: finish(shards.wait()), keep=shards.keep)
+        return finish(shards)
 
     def _reduce(self, p: int, op: Operation, ins: list) -> list:
         """ZeRO >= 2: reduce-scatter one micro-batch's gradient into the shard accumulator."""
-        return [self._scatter(self._states(op), ins[0], ins[1] if len(ins) > 1 else None)]
+        return [self._scatter(p, op, ins[0], ins[1] if len(ins) > 1 else None)]
 
     def _grad_sync(self, p: int, op: Operation, ins: list) -> list:
         """ZeRO-0: all-reduce (mean); ZeRO >= 1: reduce-scatter (mean) plus the shard accumulator."""
         if op.attributes["kind"] == "all-reduce":
-            mean = all_reduce_mean(ins[0])
-            return [[mean] * self.D]     # UpdateShard reads it without writing
-        return [self._scatter(self._states(op), ins[0], ins[1] if len(ins) > 1 else None)]
+            return [self.transport.all_reduce_mean(p, op, ins[0])]     # UpdateShard reads it without writing
+        return [self._scatter(p, op, ins[0], ins[1] if len(ins) > 1 else None)]
 
     def _update(self, p: int, op: Operation, ins: list) -> list:
         """UpdateShard: AdamW on this replica's shard; ZeRO >= 1 views are stale until PrefetchW."""

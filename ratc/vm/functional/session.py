@@ -117,7 +117,7 @@ def compile_for(cfg: TrainConfig):
     return compile_program(profile, cand, load_platform(cfg.platform), {"budget": "none"})
 
 
-def _check_program(module, spec) -> None:
+def check_program(module, spec) -> None:
     """A given program must be compiled for this model and sequence length, without TP."""
     from ratc.lifecycle.lowering import find_plan
 
@@ -143,7 +143,7 @@ class Session:
         self.preset, self.seq_len = spec.preset, spec.seq_len
         self.units: UnitSet = split_model(model)
         if module is not None:
-            _check_program(module, spec)
+            check_program(module, spec)
         self.module = module if module is not None else compile_for(cfg)
         self.executor = FunctionalExecutor(self.module, self.units,
                                            [flat_params(u, model) for u in self.units.units], cfg.opt)

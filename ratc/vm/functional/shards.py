@@ -79,19 +79,6 @@ class UnitState:
             t[keep] = values
 
 
-def all_reduce_mean(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """The replicas' mean (every replica receives the same tensor)."""
-    total = tensors[0].clone()
-    for t in tensors[1:]:
-        total += t
-    return total / len(tensors)
-
-
-def reduce_scatter_mean(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Shard r of the replicas' mean goes to replica r."""
-    return list(all_reduce_mean(tensors).chunk(len(tensors)))
-
-
 def all_gather(states: list[UnitState]) -> torch.Tensor:
     """The full flat parameter vector from every replica's master shard."""
     return torch.cat([s.master.detach() for s in states])[:states[0].N].clone()

@@ -1,0 +1,116 @@
+"""`ratc launch`: run a compiled program on torch.distributed, one local process per rank.
+
+`torchrun -m ratc.dist OUTDIR` runs the same program under torchrun (multi-node through its
+rendezvous flags) with the same options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ratc.errors import RatcError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("launch", help="run a compiled program on torch.distributed (one process per rank)",
+                       description="Run a program directory of `ratc compile` for real: P x D processes on "
+                                   "this machine (stage p, replica r is rank p*D + r), each executing its "
+                                   "stage's ops in program order with gloo (CPU) or NCCL (GPU) transfers "
+                                   "and collectives, on the same synthetic data and seeds as `ratc train`. "
+                                   "Under torchrun: `torchrun --nproc-per-node=N -m ratc.dist OUTDIR`.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n"
+                              "  ratc compile examples/llama.py --preset tiny --plan 'P=2,D=2,Z=1,b=2,A=4,FSR,deadline' "
+                              "--no-run -o out/tiny-dist\n"
+                              "  ratc launch out/tiny-dist --steps 20 --csv losses.csv")
+    add_run_arguments(p)
+    p.set_defaults(func=handler)
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The options `ratc launch` and `python -m ratc.dist` share."""
+    p.add_argument("outdir", help="program directory written by `ratc compile`")
+    p.add_argument("--steps", type=int, default=10, help="optimizer steps (default 10)")
+    p.add_argument("--model", metavar="FILE",
+                   help="the model file, if it moved since compiling (its sha256 must match the program's record)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the synthetic data")
+    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                   help="torch.distributed backend (default nccl with GPUs, else gloo)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="longest wait for a transfer or collective before the job fails (default 60)")
+    p.add_argument("--csv", metavar="FILE", help="write step, loss and wall time per step to this CSV")
+
+
+def prepare(args: argparse.Namespace):
+    """(verified module, RunConfig, P, D) from the arguments; errors before any process starts."""
+    from ratc.dist import source
+    from ratc.dist.worker import RunConfig
+    from ratc.ir import verify
+    from ratc.lifecycle.lowering import find_pipeline, find_plan
+    from ratc.program import load_program
+
+    for flag, value, low in (("--steps", args.steps, 1), ("--threads", args.threads, 1)):
+        if value < low:
+            raise RatcError(f"{flag} must be at least {low}, got {value}")
+    if not args.timeout > 0:
+        raise RatcError(f"--timeout must be positive, got {args.timeout}")
+    if args.csv:
+        from ratc.cli.io import check_output
+        check_output(args.csv, "--csv")
+    program = load_program(args.outdir)
+    module = program.module_with("life.pipeline")
+    if module is None:
+        raise RatcError(f"{args.outdir}: no scheduled life program (a file with a life.pipeline)")
+    verify(module)
+    path, preset = source.resolve(program.meta, str(args.outdir), args.model)
+    backend = args.backend or default_backend()
+    if backend == "nccl":
+        import torch
+        if not torch.cuda.is_available():
+            raise RatcError("--backend nccl needs CUDA GPUs; this machine has none (use gloo)")
+    P, D = find_pipeline(module).attributes["P"], find_plan(module).attributes["D"]
+    cfg = RunConfig(model=path, preset=preset, steps=args.steps, seed=args.seed, lr=args.lr, threads=args.threads,
+                    timeout_s=args.timeout, backend=backend)
+    return module, cfg, P, D
+
+
+def default_backend() -> str:
+    import torch
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "gloo"
+
+
+def print_step(tokens_per_step: int):
+    """An on_step callback printing one line per step: loss, wall time, tokens/s."""
+    def show(i: int, loss: float, seconds: float) -> None:
+        print(f"step {i:4d}  loss {loss:.6f}  {seconds * 1e3:8.1f} ms  {tokens_per_step / seconds:10.0f} tokens/s",
+              flush=True)
+    return show
+
+
+def write_csv(path: str, losses: list, seconds: list) -> None:
+    from ratc.cli.io import report_written, write_atomic
+
+    rows = ["step,loss,seconds"] + [f"{i},{loss!r},{s:.6f}" for i, (loss, s) in enumerate(zip(losses, seconds))]
+    write_atomic(path, "\n".join(rows) + "\n", "--csv")
+    report_written(path, f"the loss of {len(losses)} steps")
+
+
+def tokens_per_step(module) -> int:
+    from ratc.lifecycle.lowering import find_pipeline, find_plan
+
+    plan = find_plan(module).attributes
+    return plan["D"] * plan["b"] * find_pipeline(module).attributes["M"] * plan["seq_len"]
+
+
+def handler(args: argparse.Namespace) -> int:
+    from ratc.dist.launch import launch
+
+    module, cfg, P, D = prepare(args)
+    print(f"ratc launch: {P * D} ranks (P={P}, D={D}), {cfg.backend}, {cfg.steps} steps", file=sys.stderr)
+    results = launch(module, cfg, P, D, on_step=print_step(tokens_per_step(module)))
+    if args.csv:
+        write_csv(args.csv, results[0].losses, results[0].step_seconds)
+    return 0

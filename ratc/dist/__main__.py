@@ -1,0 +1,39 @@
+"""`torchrun --nproc-per-node=N -m ratc.dist OUTDIR [options]`: one rank of a compiled program.
+
+torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; the options are `ratc
+launch`'s. Rank 0 prints each step and writes --csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ratc.errors import RatcError
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ratc.cli.launch import add_run_arguments, prepare, print_step, tokens_per_step, write_csv
+    from ratc.dist.worker import run_rank
+
+    parser = argparse.ArgumentParser(prog="python -m ratc.dist", description=__doc__.split("\n\n")[0])
+    add_run_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            raise RatcError("python -m ratc.dist runs under torchrun (RANK and WORLD_SIZE are not set); "
+                            "to start the ranks on this machine use `ratc launch OUTDIR`")
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        module, cfg, _, _ = prepare(args)
+        result = run_rank(module, cfg, rank, world, on_step=print_step(tokens_per_step(module)) if rank == 0 else None)
+        if rank == 0 and args.csv:
+            write_csv(args.csv, result.losses, result.step_seconds)
+    except RatcError as exc:
+        print(f"ratc: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

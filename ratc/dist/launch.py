@@ -1,0 +1,121 @@
+"""`ratc launch`: start the P x D ranks of a program on this machine and supervise them.
+
+The parent has imported torch and read the program once; each rank is a forked child
+(a cold `import torch` costs seconds per process) that joins a FileStore rendezvous, runs
+`run_rank` and sends its result back through a pipe. A rank that fails or dies ends the
+others at once (SIGTERM, then SIGKILL), and the job fails naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import sys
+import tempfile
+import time
+import traceback
+
+from ratc.errors import RatcError
+
+GRACE_S = 5.0       # how long a rank being ended may take to exit before SIGKILL
+
+
+def _child(module, cfg, rank: int, world: int, store_path: str, out_fd: int, on_step) -> int:
+    import torch.distributed as dist
+
+    from ratc.dist.worker import run_rank
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        result = run_rank(module, cfg, rank, world, dist.FileStore(store_path, world), on_step)
+        data = pickle.dumps(result)
+        with os.fdopen(out_fd, "wb") as fh:
+            fh.write(data)
+        return 0
+    except RatcError as exc:
+        print(f"ratc: error: {exc}", file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - a rank's crash is reported with its traceback
+        print(f"ratc: rank {rank} crashed:\n{traceback.format_exc()}", file=sys.stderr)
+    return 1
+
+
+def _describe_exit(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exited with status {os.WEXITSTATUS(status)}"
+
+
+def launch(module, cfg, P: int, D: int, on_step=None) -> list:
+    """Run the program on P x D forked ranks; their RankResults by rank, or RatcError."""
+    # What every rank imports, imported once here: forked children share it.
+    import torch.distributed  # noqa: F401
+
+    import ratc.dist.rehearsal  # noqa: F401
+    import ratc.dist.transport  # noqa: F401
+    import ratc.dist.worker  # noqa: F401
+    import ratc.vm.functional.session  # noqa: F401
+
+    with tempfile.TemporaryDirectory(prefix="ratc-launch-") as tmp:
+        store = os.path.join(tmp, "store")
+        children, pipes = {}, {}
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for rank in range(P * D):
+            r_fd, w_fd = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(r_fd)
+                code = _child(module, cfg, rank, P * D, store, w_fd, on_step if rank == 0 else None)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+            os.close(w_fd)
+            children[pid], pipes[r_fd] = rank, (rank, bytearray())
+        results, failure = _supervise(children, pipes)
+    if failure is not None:
+        rank, status = failure
+        p, r = divmod(rank, D)
+        raise RatcError(f"rank {rank} (stage {p}, replica {r}) {_describe_exit(status)}; the other ranks were ended")
+    return [results[r] for r in sorted(results)]
+
+
+def _supervise(children: dict, pipes: dict) -> tuple[dict, tuple | None]:
+    """Collect the ranks' results until every one has exited; the first failure ends the rest.
+    Returns ({rank: result}, (rank, wait status) of the first failure or None)."""
+    failure, ending_since, results = None, None, {}
+    try:
+        while children or pipes:
+            ready = select.select(list(pipes), [], [], 0.05)[0] if pipes else []
+            if not pipes:
+                time.sleep(0.05)
+            for fd in ready:
+                chunk = os.read(fd, 1 << 20)
+                if chunk:
+                    pipes[fd][1].extend(chunk)
+                    continue
+                rank, data = pipes.pop(fd)
+                os.close(fd)
+                if data:
+                    results[rank] = pickle.loads(bytes(data))
+            while children:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+                rank = children.pop(pid)
+                if status != 0 and failure is None:
+                    failure, ending_since = (rank, status), time.monotonic()
+                    for other in children:
+                        os.kill(other, signal.SIGTERM)
+            if ending_since is not None and time.monotonic() - ending_since > GRACE_S:
+                for other in children:
+                    os.kill(other, signal.SIGKILL)
+    except BaseException:       # Ctrl-C or SIGTERM of the launcher: no rank outlives it
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+        for pid in children:
+            os.waitpid(pid, 0)
+        raise
+    return results, failure

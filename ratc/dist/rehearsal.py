@@ -1,0 +1,62 @@
+"""What every stage-boundary message holds, found by running one step on the meta device.
+
+A receiver must allocate its buffers before the data arrives, and the runtime sends no
+headers: the names, shapes and dtypes of each message (and which gradients flow back at
+all, which autograd decides) come from a rehearsal of the same program on the meta
+device, which costs no memory and no FLOPs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ratc.vm.functional.transport import LocalTransport, message_key
+
+
+@dataclass(frozen=True)
+class Field:
+    """One value of a message: a tensor's shape and dtype, or a Python value sent as is."""
+
+    name: str
+    shape: tuple | None
+    dtype: torch.dtype | None
+    constant: object = None
+
+    def empty(self, device) -> torch.Tensor | object:
+        """A receive buffer (or the constant)."""
+        return self.constant if self.shape is None else torch.empty(self.shape, dtype=self.dtype, device=device)
+
+
+class _Recorder(LocalTransport):
+    """The one-process transport, noting each message's fields."""
+
+    def __init__(self, P: int, D: int):
+        super().__init__(P, D)
+        self.specs: dict = {}
+
+    def send(self, p, op, value):
+        self.specs[message_key(p, op)] = tuple(
+            Field(n, None, None, v) if not isinstance(v, torch.Tensor) else Field(n, tuple(v.shape), v.dtype)
+            for n, v in sorted(value[0].items()))
+        super().send(p, op, value)
+
+    def end_step(self, losses, count):
+        return 0.0
+
+
+def message_specs(module, build_units, opt, batch_rows: int, seq_len: int) -> dict:
+    """{(from stage, to stage, direction, micro-batch): (Field, ...)} of one step of the program;
+    `build_units()` builds the model's UnitSet and its flat parameters (called on meta)."""
+    from ratc.lifecycle.lowering import find_pipeline, find_plan
+    from ratc.vm.functional.executor import FunctionalExecutor
+
+    P, D = find_pipeline(module).attributes["P"], find_plan(module).attributes["D"]
+    with torch.device("meta"):
+        units, flats = build_units()
+        recorder = _Recorder(P, D)
+        ex = FunctionalExecutor(module, units, flats, opt, recorder)
+        ids = torch.zeros(batch_rows, seq_len, dtype=torch.long)
+        ex.step({"input_ids": ids, "labels": ids})
+    return recorder.specs

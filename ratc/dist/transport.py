@@ -1,0 +1,155 @@
+"""The torch.distributed transport: one (stage, replica) per process.
+
+Rank = p * D + r on a (pp, dp) mesh. Stage-boundary messages are `isend` / `irecv` of
+preallocated tensors (their fields from the meta rehearsal, no headers); a receive is
+waited at its first reader, a send only at the step's end (gloo completes a send when the
+peer receives, and its tensor must live until then). GradSync is an asynchronous
+all-reduce (ZeRO 0) or reduce-scatter on the stage's dp group, a gather an asynchronous
+all-gather, each issued where the program puts it and waited at its first reader. Every
+wait has a timeout; one that expires ends the rank with the op, the rank and the peer named.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import torch
+import torch.distributed as dist
+
+from ratc.errors import RatcError
+from ratc.vm.functional.executor import Pending, describe
+from ratc.vm.functional.transport import step_loss
+
+
+class RuntimeFailure(RatcError):
+    """A rank cannot go on: a wait timed out, a peer is gone, a collective failed."""
+
+
+class Mesh:
+    """The (pp, dp) rank layout and its process groups, created eagerly in one order on every rank."""
+
+    def __init__(self, P: int, D: int, rank: int):
+        self.P, self.D, self.rank = P, D, rank
+        self.p, self.r = divmod(rank, D)
+        # every rank creates every group, in the same order (torch.distributed requires it)
+        self.dp_groups = [dist.new_group([p * D + r for r in range(D)]) for p in range(P)]
+
+    def rank_of(self, p: int, r: int) -> int:
+        return p * self.D + r
+
+    def where(self, rank: int | None = None) -> str:
+        rank = self.rank if rank is None else rank
+        p, r = divmod(rank, self.D)
+        return f"rank {rank} (stage {p}, replica {r})"
+
+
+class DistTransport:
+    """This rank's stage and replica; tensors cross by torch.distributed."""
+
+    def __init__(self, mesh: Mesh, specs: dict, M: int, timeout_s: float, device: torch.device):
+        self.mesh, self.specs, self.M = mesh, specs, M
+        self.stages, self.replicas = [mesh.p], [mesh.r]
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.device = device
+        self.group = mesh.dp_groups[mesh.p]
+        self.sends: list = []
+
+    # ---- waits ---------------------------------------------------------------------------------
+
+    def _wait(self, work, what: str, peer: str) -> None:
+        try:
+            work.wait(timeout=self.timeout)
+        except Exception as exc:  # noqa: BLE001 - gloo raises RuntimeError of many kinds
+            raise RuntimeFailure(f"{self.mesh.where()}: {what} did not complete within "
+                                 f"{self.timeout.total_seconds():g} s waiting for {peer} "
+                                 f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+    def _peers(self) -> str:
+        return "replicas " + ", ".join(self.mesh.where(self.mesh.rank_of(self.mesh.p, r))
+                                       for r in range(self.mesh.D) if r != self.mesh.r) if self.mesh.D > 1 else "nobody"
+
+    # ---- steps ---------------------------------------------------------------------------------
+
+    def begin_step(self) -> None:
+        self.sends = []
+
+    def end_step(self, losses: dict, count: int) -> float:
+        """Wait for this step's sends, then share the losses (the head stage's) with every rank."""
+        for work, _tensor, what, peer in self.sends:
+            self._wait(work, what, peer)
+        self.sends = []
+        table = torch.zeros(count, dtype=torch.float64)
+        for (r, m), loss in losses.items():
+            table[r * self.M + m] = float(loss)
+        # Each slot is written by one rank; the others add exact zeros.
+        work = dist.all_reduce(table, async_op=True)
+        self._wait(work, "the step's loss all-reduce", "every rank")
+        return step_loss({divmod(i, self.M): v for i, v in enumerate(table.tolist())}, count)
+
+    # ---- stage-boundary messages -------------------------------------------------------------
+
+    def ready(self, p: int, op) -> bool:
+        return True          # a receive is posted at once and waited at its reader
+
+    def send(self, p: int, op, value: list) -> None:
+        a = op.attributes
+        peer = self.mesh.rank_of(a["peer"], self.mesh.r)
+        fields = self.specs[(p, a["peer"], a["dir"], a["mb"])]
+        what = describe(op)
+        for f in fields:
+            if f.shape is None:
+                continue
+            t = value[0][f.name]
+            if tuple(t.shape) != f.shape or t.dtype != f.dtype:
+                raise RuntimeFailure(f"{self.mesh.where()}: {what}: '{f.name}' is {tuple(t.shape)} {t.dtype}, "
+                                     f"the rehearsal sent {f.shape} {f.dtype}")
+            t = t.contiguous()
+            self.sends.append((dist.isend(t, dst=peer), t, f"{what} ('{f.name}')", self.mesh.where(peer)))
+
+    def recv(self, p: int, op) -> Pending:
+        a = op.attributes
+        peer = self.mesh.rank_of(a["peer"], self.mesh.r)
+        fields = self.specs[(a["peer"], p, a["dir"], a["mb"])]
+        got = {f.name: f.empty(self.device) for f in fields}
+        works = [(dist.irecv(got[f.name], src=peer), f.name) for f in fields if f.shape is not None]
+        what = describe(op)
+
+        def wait():
+            for work, name in works:
+                self._wait(work, f"{what} ('{name}')", self.mesh.where(peer))
+            return [got]
+        return Pending(wait, keep=tuple(got.values()))
+
+    # ---- collectives on the stage's dp group --------------------------------------------------
+
+    def all_reduce_mean(self, p: int, op, tensors: list) -> Pending:
+        total = tensors[0].clone()
+        work = dist.all_reduce(total, group=self.group, async_op=True)
+        D, what = self.mesh.D, describe(op)
+
+        def wait():
+            self._wait(work, what, self._peers())
+            return [total / D]
+        return Pending(wait, keep=(total,))
+
+    def reduce_scatter_mean(self, p: int, op, tensors: list) -> Pending:
+        full = tensors[0].contiguous()
+        shard = torch.empty(full.numel() // self.mesh.D, dtype=full.dtype, device=full.device)
+        work = dist.reduce_scatter_single(shard, full, group=self.group, async_op=True)
+        D, what = self.mesh.D, describe(op)
+
+        def wait():
+            self._wait(work, what, self._peers())
+            return [shard / D]
+        return Pending(wait, keep=(full, shard))
+
+    def all_gather(self, p: int, op, shards: list, n: int) -> Pending:
+        shard = shards[0].contiguous()
+        full = torch.empty(shard.numel() * self.mesh.D, dtype=shard.dtype, device=shard.device)
+        work = dist.all_gather_single(full, shard, group=self.group, async_op=True)
+        what = describe(op)
+
+        def wait():
+            self._wait(work, what, self._peers())
+            return [full[:n].clone()]
+        return Pending(wait, keep=(shard, full))

@@ -1,0 +1,77 @@
+"""How tensors cross stages and replicas: the one-process transport of the functional executor.
+
+The executor's op handlers are written once; a transport says which stages and replicas
+this process holds and moves their tensors. `LocalTransport` holds every stage and replica
+in one process (messages in a mailbox, collectives as sums over lists); the distributed
+runtime's transport (`ratc.dist.transport`) holds one (stage, replica) per process and
+uses torch.distributed. Lists of per-replica values follow `replicas` (global indices).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ratc.errors import RatcError
+
+
+def message_key(p: int, op) -> tuple:
+    """(sending stage, receiving stage, direction, micro-batch) of a life.send / life.recv."""
+    a = op.attributes
+    return (a["peer"], p, a["dir"], a["mb"]) if op.name == "life.recv" else (p, a["peer"], a["dir"], a["mb"])
+
+
+def mean_of(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The replicas' mean, summed in replica order (as a two-operand all-reduce sums)."""
+    total = tensors[0].clone()
+    for t in tensors[1:]:
+        total += t
+    return total / len(tensors)
+
+
+def step_loss(losses: dict, count: int) -> float:
+    """The step's loss: the mean of every (replica, micro-batch) loss (a float or a 0-d
+    tensor), summed in key order as Python floats."""
+    if len(losses) != count:
+        raise RatcError(f"the step produced {len(losses)} micro-batch losses, expected {count}")
+    return sum(float(losses[k]) for k in sorted(losses)) / count
+
+
+class LocalTransport:
+    """Every stage and replica in this process."""
+
+    def __init__(self, P: int, D: int):
+        self.stages = list(range(P))
+        self.replicas = list(range(D))
+        self.mailbox: dict = {}
+
+    def begin_step(self) -> None:
+        self.mailbox.clear()
+
+    def ready(self, p: int, op) -> bool:
+        """Whether stage p's life.recv can run now (its message was sent)."""
+        return message_key(p, op) in self.mailbox
+
+    def send(self, p: int, op, value: list) -> None:
+        key = message_key(p, op)
+        if key in self.mailbox:
+            raise RatcError("the same message was sent twice")
+        self.mailbox[key] = value
+
+    def recv(self, p: int, op) -> list:
+        return self.mailbox.pop(message_key(p, op))
+
+    def all_reduce_mean(self, p: int, op, tensors: list[torch.Tensor]) -> list:
+        mean = mean_of(tensors)
+        return [mean] * len(tensors)      # readers do not write it: the replicas share it
+
+    def reduce_scatter_mean(self, p: int, op, tensors: list[torch.Tensor]) -> list:
+        """Shard r of the replicas' mean goes to replica r."""
+        return list(mean_of(tensors).chunk(len(tensors)))
+
+    def all_gather(self, p: int, op, shards: list[torch.Tensor], n: int) -> list:
+        """The full flat vector (first n elements) from every replica's shard, for each replica."""
+        view = torch.cat(shards)[:n].clone()
+        return [view] * len(shards)       # read-only views: the replicas' copies share storage
+
+    def end_step(self, losses: dict, count: int) -> float:
+        return step_loss(losses, count)
