@@ -65,6 +65,10 @@ def prepare(args: argparse.Namespace):
     if module is None:
         raise RatcError(f"{args.outdir}: no scheduled life program (a file with a life.pipeline)")
     verify(module)
+    T = find_plan(module).attributes["T"]
+    if T != 1:
+        raise RatcError(f"{args.outdir}: the program's plan has T={T}; the runtime executes no tensor "
+                        "parallelism yet (compile with T=1)")
     path, preset = source.resolve(program.meta, str(args.outdir), args.model)
     backend = args.backend or default_backend()
     if backend == "nccl":

@@ -58,9 +58,6 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
 
     pipe, plan = find_pipeline(module).attributes, find_plan(module).attributes
     P, D, M, b = pipe["P"], plan["D"], pipe["M"], plan["b"]
-    if plan["T"] != 1:
-        raise RatcError(f"the program's plan has T={plan['T']}; the runtime executes no tensor parallelism "
-                        "(compile with T=1)")
     if world != P * D:
         raise RatcError(f"the program runs on P x D = {P} x {D} = {P * D} ranks, the job has {world}")
     torch.set_num_threads(cfg.threads)

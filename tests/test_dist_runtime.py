@@ -1,0 +1,128 @@
+"""The distributed runtime: compiled programs on torch.distributed (gloo), one process per rank.
+
+Oracle: the one-process functional executor (itself checked against plain PyTorch training
+in test_functional.py) on the same program, seeds and data, equal bit for bit at D <= 2.
+The full matrix is `benchmarks/bench_dist.py`; these run a representative subset.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from ratc.cli.main import main
+from ratc.dist import source
+from ratc.dist.launch import launch
+from ratc.dist.worker import RunConfig
+from ratc.errors import RatcError
+from ratc.ir import print_module
+from ratc.program import write_program
+from ratc.vm.functional.session import Session, TrainConfig, compile_for
+
+EXAMPLE = str(Path(__file__).parents[1] / "examples" / "llama.py")
+STEPS = 2
+
+
+def one_process(cfg: TrainConfig, module, steps: int = STEPS):
+    """Losses and final flat parameters of the one-process executor on the program."""
+    s = Session(cfg, module=module)
+    return [s.step(i)[0] for i in range(steps)], s.executor.parameters()
+
+
+def assembled(results, unit: int, n: int, Z: int) -> torch.Tensor:
+    """A unit's full flat parameters from the ranks' shards (stage order, replica order)."""
+    shards = [r.shards[unit] for r in results if unit in r.shards]
+    return torch.cat(shards)[:n] if Z >= 1 else shards[0]
+
+
+@pytest.mark.parametrize("P,D,Z,act,state_pipeline", [
+    (2, 2, 1, "fsr", True),         # 4 ranks: every transfer and collective kind but the all-reduce
+    (2, 2, 3, "ckpt", False),       # ZeRO-3 gathers, bulk state chain
+    (1, 2, 0, "full", True),        # all-reduce GradSync
+])
+def test_launch_equals_the_one_process_executor_bit_for_bit(P, D, Z, act, state_pipeline):
+    cfg = TrainConfig(model=EXAMPLE, P=P, D=D, Z=Z, act=act, state_pipeline=state_pipeline, M=2, b=1,
+                      reference=False)
+    module = compile_for(cfg)
+    results = launch(module, RunConfig(model=EXAMPLE, preset="tiny", steps=STEPS, timeout_s=60), P, D)
+    losses, params = one_process(cfg, module)
+    assert [r.losses for r in results] == [losses] * (P * D)      # every rank reports the step's loss
+    for u, full in enumerate(params):
+        assert torch.equal(assembled(results, u, full.numel(), Z), full), f"unit {u}"
+
+
+def _program_dir(tmp_path, cfg: TrainConfig) -> Path:
+    """A program directory for `cfg` recording its model file, as `ratc compile` writes one."""
+    return write_program(tmp_path / "prog", {"program.ir": print_module(compile_for(cfg))},
+                         {"model_source": source.record(cfg.model, cfg.preset, 64)})
+
+
+def test_a_dead_rank_ends_the_job_naming_it(tmp_path):
+    """Rank 0 dies by SIGKILL after its first step: the job fails at once, not after the timeout."""
+    cfg = TrainConfig(model=EXAMPLE, P=2, D=1, Z=0, M=2, b=1, reference=False)
+
+    def die(i, loss, seconds):
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(RatcError, match=r"rank 0 \(stage 0, replica 0\) was killed by SIGKILL; the other ranks were ended"):
+        launch(compile_for(cfg), RunConfig(model=EXAMPLE, preset="tiny", steps=5, timeout_s=50), 2, 1, on_step=die)
+    assert time.monotonic() - start < 40
+
+
+def test_a_wait_past_the_timeout_names_the_op_the_rank_and_the_peer(capfd):
+    """Rank 0 stalls after step 0; rank 1's next wait on it expires and ends the job."""
+    cfg = TrainConfig(model=EXAMPLE, P=2, D=1, Z=0, M=2, b=1, reference=False)
+
+    def stall(i, loss, seconds):
+        time.sleep(30)
+    start = time.monotonic()
+    with pytest.raises(RatcError, match=r"rank 1 \(stage 1, replica 0\) exited with status 1"):
+        launch(compile_for(cfg), RunConfig(model=EXAMPLE, preset="tiny", steps=3, timeout_s=3), 2, 1, on_step=stall)
+    assert time.monotonic() - start < 25
+    err = capfd.readouterr().err
+    assert "rank 1 (stage 1, replica 0): " in err and "did not complete within 3 s waiting for rank 0 (stage 0, replica 0)" in err
+
+
+def test_a_program_records_its_model_and_refuses_a_changed_file(tmp_path, capsys):
+    model = tmp_path / "model.py"
+    shutil.copy(EXAMPLE, model)
+    cfg = TrainConfig(model=str(model), P=1, D=1, M=2, b=1)
+    prog = _program_dir(tmp_path, cfg)
+    model.write_text(model.read_text() + "\n# edited\n")
+    assert main(["launch", str(prog), "--steps", "1"]) == 1
+    err = capsys.readouterr().err
+    assert f"{model}: sha256 {source.file_sha256(model)} differs from the file the program was compiled from" in err
+    assert source.file_sha256(EXAMPLE) in err and "--model" in err
+
+
+def test_a_program_with_tensor_parallelism_is_refused(tmp_path, capsys):
+    out = tmp_path / "tp"
+    assert main(["compile", "--preset", "tiny", "--plan", "P=1,D=1,T=2,Z=0,b=1,A=2,Full", "--no-run",
+                 "-o", str(out)]) == 0
+    assert main(["launch", str(out)]) == 1
+    assert "T=2; the runtime executes no tensor parallelism" in capsys.readouterr().err
+
+
+def test_torchrun_runs_a_program_compiled_by_ratc_compile_unchanged(tmp_path):
+    """`ratc compile` -> `torchrun -m ratc.dist` -> the same losses as `ratc launch` and the executor."""
+    out = tmp_path / "prog"
+    assert main(["compile", "--preset", "tiny", "--plan", "P=2,D=1,Z=1,b=1,A=2,FSR,deadline", "--no-run",
+                 "-o", str(out)]) == 0
+    csv = tmp_path / "losses.csv"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           "-m", "ratc.dist", str(out), "--steps", "2", "--timeout", "60", "--csv", str(csv)],
+                          capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Warning" not in proc.stderr          # torch's current collective APIs only
+    got = [float(line.split(",")[1]) for line in csv.read_text().splitlines()[1:]]
+    cfg = TrainConfig(model=EXAMPLE, P=2, D=1, Z=1, M=2, b=1, reference=False)
+    from ratc.program import load_program
+    module = load_program(out).module_with("life.pipeline")
+    assert got == one_process(cfg, module)[0]
