@@ -126,3 +126,38 @@ def test_torchrun_runs_a_program_compiled_by_ratc_compile_unchanged(tmp_path):
     from ratc.program import load_program
     module = load_program(out).module_with("life.pipeline")
     assert got == one_process(cfg, module)[0]
+
+
+def _swap_two_grad_syncs_on_rank_1(monkeypatch):
+    """A test-only fault: rank 1 issues the GradSyncs of units 4 and 3 (same size) swapped."""
+    from ratc.dist.transport import DistTransport
+    from ratc.lifecycle.lowering import find_pipeline
+    from ratc.vm.functional.executor import FunctionalExecutor
+
+    original = FunctionalExecutor.__init__
+
+    def init(self, module, units, init_params, opt, transport=None):
+        if isinstance(transport, DistTransport) and transport.mesh.rank == 1:
+            ops = find_pipeline(module).region.ops[0].region.ops
+            i, j = (next(k for k, op in enumerate(ops) if op.name == "life.grad_sync" and op.attributes["unit"] == u)
+                    for u in (4, 3))
+            ops[i], ops[j] = ops[j], ops[i]
+        original(self, module, units, init_params, opt, transport)
+    monkeypatch.setattr(FunctionalExecutor, "__init__", init)
+
+
+def test_check_collectives_stops_a_reordered_schedule_naming_the_op(monkeypatch, capfd):
+    cfg = TrainConfig(model=EXAMPLE, P=1, D=2, Z=0, act="full", state_pipeline=False, M=2, b=1, reference=False)
+    module = compile_for(cfg)
+    _swap_two_grad_syncs_on_rank_1(monkeypatch)
+    run = RunConfig(model=EXAMPLE, preset="tiny", steps=STEPS, timeout_s=60)
+    # without the check, gloo pairs unit 4's gradient with unit 3's: the run ends, with wrong numbers
+    results = launch(module, run, 1, 2)
+    assert results[0].losses[0] == one_process(cfg, module, steps=1)[0][0]    # (step 0's loss comes before)
+    assert results[0].losses[1] != one_process(cfg, module)[0][1]
+    with pytest.raises(RatcError, match=r"rank \d \(stage 0, replica \d\) exited with status 1"):
+        launch(module, RunConfig(**{**run.__dict__, "check_collectives": True}), 1, 2)
+    err = capfd.readouterr().err
+    assert "collective #2 of the step differs across the replicas at " in err
+    assert "rank 0 (stage 0, replica 0) issues all-reduce of unit 4" in err
+    assert "rank 1 (stage 0, replica 1) issues all-reduce of unit 3" in err

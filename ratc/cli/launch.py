@@ -41,6 +41,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch.distributed backend (default nccl with GPUs, else gloo)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="longest wait for a transfer or collective before the job fails (default 60)")
+    p.add_argument("--check-collectives", action="store_true",
+                   help="before every collective, the replicas compare its fingerprint (index, kind, unit, "
+                        "bytes); a mismatch stops every rank naming the op (costs one small all-gather each)")
     p.add_argument("--csv", metavar="FILE", help="write step, loss and wall time per step to this CSV")
 
 
@@ -77,7 +80,7 @@ def prepare(args: argparse.Namespace):
             raise RatcError("--backend nccl needs CUDA GPUs; this machine has none (use gloo)")
     P, D = find_pipeline(module).attributes["P"], find_plan(module).attributes["D"]
     cfg = RunConfig(model=path, preset=preset, steps=args.steps, seed=args.seed, lr=args.lr, threads=args.threads,
-                    timeout_s=args.timeout, backend=backend)
+                    timeout_s=args.timeout, backend=backend, check_collectives=args.check_collectives)
     return module, cfg, P, D
 
 

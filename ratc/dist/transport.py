@@ -21,6 +21,9 @@ from ratc.vm.functional.executor import Pending, describe
 from ratc.vm.functional.transport import step_loss
 
 
+COLLECTIVE_KINDS = ("all-reduce", "reduce-scatter", "all-gather")
+
+
 class RuntimeFailure(RatcError):
     """A rank cannot go on: a wait timed out, a peer is gone, a collective failed."""
 
@@ -46,13 +49,16 @@ class Mesh:
 class DistTransport:
     """This rank's stage and replica; tensors cross by torch.distributed."""
 
-    def __init__(self, mesh: Mesh, specs: dict, M: int, timeout_s: float, device: torch.device):
+    def __init__(self, mesh: Mesh, specs: dict, M: int, timeout_s: float, device: torch.device,
+                 check_collectives: bool = False):
         self.mesh, self.specs, self.M = mesh, specs, M
         self.stages, self.replicas = [mesh.p], [mesh.r]
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self.device = device
         self.group = mesh.dp_groups[mesh.p]
+        self.check_collectives = check_collectives
         self.sends: list = []
+        self.issued = 0             # collectives issued this step (the fingerprint's index)
 
     # ---- waits ---------------------------------------------------------------------------------
 
@@ -72,6 +78,25 @@ class DistTransport:
 
     def begin_step(self) -> None:
         self.sends = []
+        self.issued = 0
+
+    def _issue(self, op, kind: str, tensor: torch.Tensor) -> None:
+        """Count a collective; with check_collectives, first agree with the dp group on it."""
+        self.issued += 1
+        if not self.check_collectives or self.mesh.D == 1:
+            return
+        unit = op.attributes.get("unit", -1)
+        mine = torch.tensor([self.issued, COLLECTIVE_KINDS.index(kind), unit, tensor.numel() * tensor.element_size()],
+                            dtype=torch.int64)
+        every = torch.empty(self.mesh.D * mine.numel(), dtype=torch.int64)
+        self._wait(dist.all_gather_single(every, mine, group=self.group, async_op=True),
+                   f"the fingerprint of {describe(op)}", self._peers())
+        rows = every.view(self.mesh.D, -1).tolist()
+        if any(row != rows[0] for row in rows):
+            said = "; ".join(f"{self.mesh.where(self.mesh.rank_of(self.mesh.p, r))} issues "
+                             f"{COLLECTIVE_KINDS[k]} of unit {u} ({n} bytes)" for r, (_, k, u, n) in enumerate(rows))
+            raise RuntimeFailure(f"{self.mesh.where()}: collective #{self.issued} of the step differs across "
+                                 f"the replicas at {describe(op)}: {said}")
 
     def end_step(self, losses: dict, count: int) -> float:
         """Wait for this step's sends, then share the losses (the head stage's) with every rank."""
@@ -124,6 +149,7 @@ class DistTransport:
 
     def all_reduce_mean(self, p: int, op, tensors: list) -> Pending:
         total = tensors[0].clone()
+        self._issue(op, "all-reduce", total)
         work = dist.all_reduce(total, group=self.group, async_op=True)
         D, what = self.mesh.D, describe(op)
 
@@ -135,6 +161,7 @@ class DistTransport:
     def reduce_scatter_mean(self, p: int, op, tensors: list) -> Pending:
         full = tensors[0].contiguous()
         shard = torch.empty(full.numel() // self.mesh.D, dtype=full.dtype, device=full.device)
+        self._issue(op, "reduce-scatter", full)
         work = dist.reduce_scatter_single(shard, full, group=self.group, async_op=True)
         D, what = self.mesh.D, describe(op)
 
@@ -146,6 +173,7 @@ class DistTransport:
     def all_gather(self, p: int, op, shards: list, n: int) -> Pending:
         shard = shards[0].contiguous()
         full = torch.empty(shard.numel() * self.mesh.D, dtype=shard.dtype, device=shard.device)
+        self._issue(op, "all-gather", shard)
         work = dist.all_gather_single(full, shard, group=self.group, async_op=True)
         what = describe(op)
 

@@ -24,6 +24,7 @@ class RunConfig:
     threads: int = 1
     timeout_s: float = 60.0
     backend: str = "gloo"
+    check_collectives: bool = False  # agree on every collective's fingerprint before issuing it
 
 
 @dataclass
@@ -78,7 +79,7 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
             meta_set = split_model(meta)
             return meta_set, [flat_params(u, meta) for u in meta_set.units]
         specs = message_specs(module, meta_units, opt, D * M * b, spec.seq_len)
-        transport = DistTransport(mesh, specs, M, cfg.timeout_s, device)
+        transport = DistTransport(mesh, specs, M, cfg.timeout_s, device, cfg.check_collectives)
         executor = FunctionalExecutor(module, units, [flat_params(u, model) for u in units.units], opt, transport)
         data = SyntheticData(spec.vocab, spec.seq_len, D * M * b, cfg.seed)
         result = RankResult(rank)
