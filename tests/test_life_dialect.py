@@ -103,6 +103,17 @@ def test_every_rule_names_what_is_wrong(programs):
         s0.insert(s0.index(next(op for op in s0 if op.name == "life.fwd")), recv)
     assert "the stages deadlock: stage 0 at recv bwd mb 0" in mutated(recv_before_send)
 
+    def sends_swapped(m):
+        # Stage 0 sends micro-batch 1's activation before micro-batch 0's, which stage 1
+        # receives first: buffered, no deadlock, but NCCL would pair them the wrong way round.
+        s0 = find_pipeline(m).region.ops[0].region.ops
+        first, second = (next(op for op in s0 if op.name == "life.send" and op.attributes["mb"] == mb
+                              and op.attributes["dir"] == "fwd") for mb in (0, 1))
+        s0.remove(first)
+        s0.insert(s0.index(second) + 1, first)
+    assert ("stage 1 receives fwd mb 0 as message #0 from stage 0, which sends fwd mb 1 as its #0: messages "
+            "between two stages must arrive in the order they are sent") in mutated(sends_swapped)
+
     def duplicate(m):
         s0 = find_pipeline(m).region.ops[0].region.ops
         s0.insert(len(s0) - 1, s0[-2])

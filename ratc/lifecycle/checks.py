@@ -402,10 +402,13 @@ def _check_against_plan(pipe) -> None:
 
 
 def simulate_issue(stages) -> None:
-    """Run every stage in issue order (buffered sends, blocking receives); raise on deadlock."""
+    """Run every stage in issue order (buffered sends, blocking receives); raise on deadlock.
+    Messages between two stages must also be received in the order they are sent (NCCL's
+    point-to-point channels match in order and have no tags)."""
     sent: set = set()
     recvs: dict = {}
     sends: dict = {}
+    order: dict = {}        # (src, dst, 'life.send' | 'life.recv') -> [(mb, dir, op)] in issue order
     for p, s in enumerate(stages):
         for op in s.region.ops:
             if op.name in ("life.send", "life.recv"):
@@ -418,12 +421,21 @@ def simulate_issue(stages) -> None:
                 if k in table:
                     raise VerifyError(f"duplicate {op.name} {a['dir']} mb {a['mb']} between stages {src} and {dst}", op)
                 table[k] = op
+                order.setdefault((src, dst, op.name), []).append((a["mb"], a["dir"], op))
     for k, op in sends.items():
         if k not in recvs:
             raise VerifyError(f"send {k[3]} mb {k[2]} from stage {k[0]} has no matching recv on stage {k[1]}", op)
     for k, op in recvs.items():
         if k not in sends:
             raise VerifyError(f"recv {k[3]} mb {k[2]} on stage {k[1]} has no matching send on stage {k[0]}", op)
+    for (src, dst, kind), issued in order.items():
+        if kind != "life.recv":
+            continue
+        for k, ((mb, d, op), (smb, sd, _)) in enumerate(zip(issued, order[(src, dst, "life.send")])):
+            if (mb, d) != (smb, sd):
+                raise VerifyError(f"stage {dst} receives {d} mb {mb} as message #{k} from stage {src}, which sends "
+                                  f"{sd} mb {smb} as its #{k}: messages between two stages must arrive in the "
+                                  "order they are sent", op)
     pos = [0] * len(stages)
     lists = [s.region.ops for s in stages]
     waiting: dict = {}
