@@ -67,7 +67,7 @@ def test_a_dead_rank_ends_the_job_naming_it(tmp_path):
     """Rank 0 dies by SIGKILL after its first step: the job fails at once, not after the timeout."""
     cfg = TrainConfig(model=EXAMPLE, P=2, D=1, Z=0, M=2, b=1, reference=False)
 
-    def die(i, loss, seconds):
+    def die(*step):
         os.kill(os.getpid(), signal.SIGKILL)
     start = time.monotonic()
     with pytest.raises(RatcError, match=r"rank 0 \(stage 0, replica 0\) was killed by SIGKILL; the other ranks were ended"):
@@ -79,7 +79,7 @@ def test_a_wait_past_the_timeout_names_the_op_the_rank_and_the_peer(capfd):
     """Rank 0 stalls after step 0; rank 1's next wait on it expires and ends the job."""
     cfg = TrainConfig(model=EXAMPLE, P=2, D=1, Z=0, M=2, b=1, reference=False)
 
-    def stall(i, loss, seconds):
+    def stall(*step):
         time.sleep(30)
     start = time.monotonic()
     with pytest.raises(RatcError, match=r"rank 1 \(stage 1, replica 0\) exited with status 1"):
@@ -161,3 +161,35 @@ def test_check_collectives_stops_a_reordered_schedule_naming_the_op(monkeypatch,
     assert "collective #2 of the step differs across the replicas at " in err
     assert "rank 0 (stage 0, replica 0) issues all-reduce of unit 4" in err
     assert "rank 1 (stage 0, replica 1) issues all-reduce of unit 3" in err
+
+
+def test_the_real_trace_has_the_vms_layout_and_task_names(tmp_path, capfd):
+    """`ratc launch --trace` and `ratc run --trace` of one program: valid Chrome JSON, one
+    process per rank with compute / waits / send / receive / collectives tracks, the VM's names."""
+    import json
+    import re
+
+    out = tmp_path / "prog"
+    assert main(["compile", "--preset", "tiny", "--plan", "P=2,D=2,Z=1,b=1,A=2,FSR,deadline", "--no-run",
+                 "-o", str(out)]) == 0
+    real, sim, csv = tmp_path / "real.json", tmp_path / "sim.json", tmp_path / "steps.csv"
+    assert main(["launch", str(out), "--steps", "2", "--trace", str(real), "--csv", str(csv)]) == 0
+    assert main(["run", str(out), "--trace", str(sim)]) == 0
+    printed = capfd.readouterr().out
+    assert re.search(r"step    1  loss \d\.\d+ .* tokens/s  exposed comm .* ms \(", printed)
+    events = json.loads(real.read_text())["traceEvents"]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert {pid for pid, _ in names} == {0, 1, 2, 3}
+    assert {n for (pid, _), n in names.items() if pid == 0} == {"compute", "waits", "send", "receive", "collectives"}
+    slices = [e for e in events if e["ph"] == "X"]
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in slices)
+    vm = [e for e in json.loads(sim.read_text())["traceEvents"] if e["ph"] == "X"]
+
+    def named(trace, kinds):
+        return {re.sub(r"#\d+$", "", e["name"]) for e in trace if e["cat"] in kinds}
+    compute = {"forward", "backward", "recover", "update"}
+    assert named(slices, compute) == named(vm, compute)
+    assert named(slices, {"grad_sync", "prefetch"}) == named(vm, {"grad_sync", "prefetch"})
+    assert {n for n in named(slices, {"send"}) if "SEND" in n} == named(vm, {"send"})
+    rows = csv.read_text().splitlines()
+    assert rows[0] == "step,loss,seconds,exposed_comm_seconds" and len(rows) == 3

@@ -44,7 +44,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check-collectives", action="store_true",
                    help="before every collective, the replicas compare its fingerprint (index, kind, unit, "
                         "bytes); a mismatch stops every rank naming the op (costs one small all-gather each)")
-    p.add_argument("--csv", metavar="FILE", help="write step, loss and wall time per step to this CSV")
+    p.add_argument("--trace", metavar="FILE",
+                   help="write the real timeline of every rank (tasks, transfers, collectives, waits) as one "
+                        "Chrome trace, in the layout of `ratc run --trace`")
+    p.add_argument("--csv", metavar="FILE", help="write step, loss, wall time and exposed communication per step")
 
 
 def prepare(args: argparse.Namespace):
@@ -60,9 +63,10 @@ def prepare(args: argparse.Namespace):
             raise RatcError(f"{flag} must be at least {low}, got {value}")
     if not args.timeout > 0:
         raise RatcError(f"--timeout must be positive, got {args.timeout}")
-    if args.csv:
-        from ratc.cli.io import check_output
-        check_output(args.csv, "--csv")
+    from ratc.cli.io import check_output
+    for flag, path in (("--csv", args.csv), ("--trace", args.trace)):
+        if path:
+            check_output(path, flag)
     program = load_program(args.outdir)
     module = program.module_with("life.pipeline")
     if module is None:
@@ -80,7 +84,8 @@ def prepare(args: argparse.Namespace):
             raise RatcError("--backend nccl needs CUDA GPUs; this machine has none (use gloo)")
     P, D = find_pipeline(module).attributes["P"], find_plan(module).attributes["D"]
     cfg = RunConfig(model=path, preset=preset, steps=args.steps, seed=args.seed, lr=args.lr, threads=args.threads,
-                    timeout_s=args.timeout, backend=backend, check_collectives=args.check_collectives)
+                    timeout_s=args.timeout, backend=backend, check_collectives=args.check_collectives,
+                    trace=bool(args.trace))
     return module, cfg, P, D
 
 
@@ -90,19 +95,29 @@ def default_backend() -> str:
 
 
 def print_step(tokens_per_step: int):
-    """An on_step callback printing one line per step: loss, wall time, tokens/s."""
-    def show(i: int, loss: float, seconds: float) -> None:
-        print(f"step {i:4d}  loss {loss:.6f}  {seconds * 1e3:8.1f} ms  {tokens_per_step / seconds:10.0f} tokens/s",
-              flush=True)
+    """An on_step callback printing one line per step: loss, wall time, tokens/s, and the
+    share of the step the ranks spent blocked on transfers and collectives."""
+    def show(i: int, loss: float, seconds: float, exposed: float) -> None:
+        print(f"step {i:4d}  loss {loss:.6f}  {seconds * 1e3:8.1f} ms  {tokens_per_step / seconds:10.0f} tokens/s  "
+              f"exposed comm {exposed * 1e3:7.1f} ms ({exposed / seconds:5.1%})", flush=True)
     return show
 
 
-def write_csv(path: str, losses: list, seconds: list) -> None:
+def write_outputs(args: argparse.Namespace, result, D: int) -> None:
+    """--csv and --trace from rank 0's result."""
     from ratc.cli.io import report_written, write_atomic
 
-    rows = ["step,loss,seconds"] + [f"{i},{loss!r},{s:.6f}" for i, (loss, s) in enumerate(zip(losses, seconds))]
-    write_atomic(path, "\n".join(rows) + "\n", "--csv")
-    report_written(path, f"the loss of {len(losses)} steps")
+    if args.csv:
+        rows = ["step,loss,seconds,exposed_comm_seconds"] + [
+            f"{i},{loss!r},{s:.6f},{e:.6f}"
+            for i, (loss, s, e) in enumerate(zip(result.losses, result.step_seconds, result.exposed_seconds))]
+        write_atomic(args.csv, "\n".join(rows) + "\n", "--csv")
+        report_written(args.csv, f"the loss of {len(result.losses)} steps")
+    if args.trace:
+        from ratc.dist.trace import trace_json
+
+        write_atomic(args.trace, trace_json(result.trace, D), "--trace")
+        report_written(args.trace, f"the real timeline of {len(result.trace)} ranks (open in Perfetto)")
 
 
 def tokens_per_step(module) -> int:
@@ -118,6 +133,5 @@ def handler(args: argparse.Namespace) -> int:
     module, cfg, P, D = prepare(args)
     print(f"ratc launch: {P * D} ranks (P={P}, D={D}), {cfg.backend}, {cfg.steps} steps", file=sys.stderr)
     results = launch(module, cfg, P, D, on_step=print_step(tokens_per_step(module)))
-    if args.csv:
-        write_csv(args.csv, results[0].losses, results[0].step_seconds)
+    write_outputs(args, results[0], D)
     return 0

@@ -14,7 +14,7 @@ from ratc.errors import RatcError
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ratc.cli.launch import add_run_arguments, prepare, print_step, tokens_per_step, write_csv
+    from ratc.cli.launch import add_run_arguments, prepare, print_step, tokens_per_step, write_outputs
     from ratc.dist.worker import run_rank
 
     parser = argparse.ArgumentParser(prog="python -m ratc.dist", description=__doc__.split("\n\n")[0])
@@ -25,10 +25,10 @@ def main(argv: list[str] | None = None) -> int:
             raise RatcError("python -m ratc.dist runs under torchrun (RANK and WORLD_SIZE are not set); "
                             "to start the ranks on this machine use `ratc launch OUTDIR`")
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        module, cfg, _, _ = prepare(args)
+        module, cfg, _, D = prepare(args)
         result = run_rank(module, cfg, rank, world, on_step=print_step(tokens_per_step(module)) if rank == 0 else None)
-        if rank == 0 and args.csv:
-            write_csv(args.csv, result.losses, result.step_seconds)
+        if rank == 0:
+            write_outputs(args, result, D)
     except RatcError as exc:
         print(f"ratc: error: {exc}", file=sys.stderr)
         return 1

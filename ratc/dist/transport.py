@@ -12,6 +12,7 @@ wait has a timeout; one that expires ends the rank with the op, the rank and the
 from __future__ import annotations
 
 import datetime
+import time
 
 import torch
 import torch.distributed as dist
@@ -19,6 +20,7 @@ import torch.distributed as dist
 from ratc.errors import RatcError
 from ratc.vm.functional.executor import Pending, describe
 from ratc.vm.functional.transport import step_loss
+from ratc.vm.system.life import TASK_KINDS, action_name
 
 
 COLLECTIVE_KINDS = ("all-reduce", "reduce-scatter", "all-gather")
@@ -59,16 +61,35 @@ class DistTransport:
         self.check_collectives = check_collectives
         self.sends: list = []
         self.issued = 0             # collectives issued this step (the fingerprint's index)
+        self.recorder = None        # a ratc.dist.trace.Recorder, to record transfers and waits
+        self.waited_ns = 0          # this step's time blocked on transfers and collectives
+        self.exposed: list = []     # last step's waited seconds, per rank
 
     # ---- waits ---------------------------------------------------------------------------------
 
-    def _wait(self, work, what: str, peer: str) -> None:
+    def _wait(self, work, what: str, peer: str, span: tuple | None = None) -> None:
+        """Wait for async work; `span` = (track, task name, kind, issue ns) records it if tracing."""
+        start = time.time_ns()
         try:
             work.wait(timeout=self.timeout)
+            self.waited_ns += time.time_ns() - start
         except Exception as exc:  # noqa: BLE001 - gloo raises RuntimeError of many kinds
-            raise RuntimeFailure(f"{self.mesh.where()}: {what} did not complete within "
-                                 f"{self.timeout.total_seconds():g} s waiting for {peer} "
-                                 f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+            waited = (time.time_ns() - start) / 1e9
+            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            if waited >= self.timeout.total_seconds():
+                raise RuntimeFailure(f"{self.mesh.where()}: {what} did not complete within "
+                                     f"{self.timeout.total_seconds():g} s waiting for {peer} ({reason})") from None
+            raise RuntimeFailure(f"{self.mesh.where()}: {what} failed after {waited:.1f} s waiting for {peer} "
+                                 f"({reason})") from None
+        if self.recorder is not None and span is not None:
+            track, name, kind, issued = span
+            end = time.time_ns()
+            self.recorder.span(track, name, kind, issued, end, peer=peer)
+            if track != "send":         # a send is waited at the step's end, off the critical path
+                self.recorder.span("waits", f"wait {name}", "wait", start, end, peer=peer)
+
+    def _span(self, track: str, op) -> tuple:
+        return (track, action_name(op, self.mesh.p), TASK_KINDS.get(op.name, op.name[5:]), time.time_ns())
 
     def _peers(self) -> str:
         return "replicas " + ", ".join(self.mesh.where(self.mesh.rank_of(self.mesh.p, r))
@@ -79,6 +100,7 @@ class DistTransport:
     def begin_step(self) -> None:
         self.sends = []
         self.issued = 0
+        self.waited_ns = 0
 
     def _issue(self, op, kind: str, tensor: torch.Tensor) -> None:
         """Count a collective; with check_collectives, first agree with the dp group on it."""
@@ -99,17 +121,22 @@ class DistTransport:
                                  f"the replicas at {describe(op)}: {said}")
 
     def end_step(self, losses: dict, count: int) -> float:
-        """Wait for this step's sends, then share the losses (the head stage's) with every rank."""
-        for work, _tensor, what, peer in self.sends:
-            self._wait(work, what, peer)
+        """Wait for this step's sends, then share the losses (the head stage's) and each rank's
+        time blocked on communication with every rank."""
+        for work, _tensor, what, peer, span in self.sends:
+            self._wait(work, what, peer, span)
         self.sends = []
-        table = torch.zeros(count, dtype=torch.float64)
+        world = self.mesh.P * self.mesh.D
+        table = torch.zeros(count + world, dtype=torch.float64)
         for (r, m), loss in losses.items():
             table[r * self.M + m] = float(loss)
+        table[count + self.mesh.rank] = self.waited_ns / 1e9
         # Each slot is written by one rank; the others add exact zeros.
         work = dist.all_reduce(table, async_op=True)
         self._wait(work, "the step's loss all-reduce", "every rank")
-        return step_loss({divmod(i, self.M): v for i, v in enumerate(table.tolist())}, count)
+        values = table.tolist()
+        self.exposed = values[count:]
+        return step_loss({divmod(i, self.M): v for i, v in enumerate(values[:count])}, count)
 
     # ---- stage-boundary messages -------------------------------------------------------------
 
@@ -129,19 +156,21 @@ class DistTransport:
                 raise RuntimeFailure(f"{self.mesh.where()}: {what}: '{f.name}' is {tuple(t.shape)} {t.dtype}, "
                                      f"the rehearsal sent {f.shape} {f.dtype}")
             t = t.contiguous()
-            self.sends.append((dist.isend(t, dst=peer), t, f"{what} ('{f.name}')", self.mesh.where(peer)))
+            span = self._span("send", op)
+            self.sends.append((dist.isend(t, dst=peer), t, f"{what} ('{f.name}')", self.mesh.where(peer), span))
 
     def recv(self, p: int, op) -> Pending:
         a = op.attributes
         peer = self.mesh.rank_of(a["peer"], self.mesh.r)
         fields = self.specs[(a["peer"], p, a["dir"], a["mb"])]
         got = {f.name: f.empty(self.device) for f in fields}
+        span = self._span("receive", op)
         works = [(dist.irecv(got[f.name], src=peer), f.name) for f in fields if f.shape is not None]
         what = describe(op)
 
         def wait():
             for work, name in works:
-                self._wait(work, f"{what} ('{name}')", self.mesh.where(peer))
+                self._wait(work, f"{what} ('{name}')", self.mesh.where(peer), span)
             return [got]
         return Pending(wait, keep=tuple(got.values()))
 
@@ -150,11 +179,12 @@ class DistTransport:
     def all_reduce_mean(self, p: int, op, tensors: list) -> Pending:
         total = tensors[0].clone()
         self._issue(op, "all-reduce", total)
+        span = self._span("collectives", op)
         work = dist.all_reduce(total, group=self.group, async_op=True)
         D, what = self.mesh.D, describe(op)
 
         def wait():
-            self._wait(work, what, self._peers())
+            self._wait(work, what, self._peers(), span)
             return [total / D]
         return Pending(wait, keep=(total,))
 
@@ -162,11 +192,12 @@ class DistTransport:
         full = tensors[0].contiguous()
         shard = torch.empty(full.numel() // self.mesh.D, dtype=full.dtype, device=full.device)
         self._issue(op, "reduce-scatter", full)
+        span = self._span("collectives", op)
         work = dist.reduce_scatter_single(shard, full, group=self.group, async_op=True)
         D, what = self.mesh.D, describe(op)
 
         def wait():
-            self._wait(work, what, self._peers())
+            self._wait(work, what, self._peers(), span)
             return [shard / D]
         return Pending(wait, keep=(full, shard))
 
@@ -174,10 +205,11 @@ class DistTransport:
         shard = shards[0].contiguous()
         full = torch.empty(shard.numel() * self.mesh.D, dtype=shard.dtype, device=shard.device)
         self._issue(op, "all-gather", shard)
+        span = self._span("collectives", op)
         work = dist.all_gather_single(full, shard, group=self.group, async_op=True)
         what = describe(op)
 
         def wait():
-            self._wait(work, what, self._peers())
+            self._wait(work, what, self._peers(), span)
             return [full[:n].clone()]
         return Pending(wait, keep=(shard, full))

@@ -25,6 +25,7 @@ class RunConfig:
     timeout_s: float = 60.0
     backend: str = "gloo"
     check_collectives: bool = False  # agree on every collective's fingerprint before issuing it
+    trace: bool = False              # record every task, transfer, collective and wait
 
 
 @dataclass
@@ -34,6 +35,8 @@ class RankResult:
     rank: int
     losses: list = field(default_factory=list)
     step_seconds: list = field(default_factory=list)
+    exposed_seconds: list = field(default_factory=list)  # per step: mean over ranks of time blocked on comms
+    trace: list = field(default_factory=list)            # rank 0: every rank's trace events, if recorded
     shards: dict = field(default_factory=dict)     # unit -> this replica's fp32 master shard
 
 
@@ -49,6 +52,7 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
     """Join the process group and run cfg.steps steps of the program as `rank`; `on_step(i,
     loss, seconds)` after each step."""
     from ratc.dist.rehearsal import message_specs
+    from ratc.dist.trace import Recorder
     from ratc.dist.transport import DistTransport, Mesh
     from ratc.lifecycle.lowering import find_pipeline, find_plan
     from ratc.vm.functional.data import SyntheticData
@@ -82,15 +86,27 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
         transport = DistTransport(mesh, specs, M, cfg.timeout_s, device, cfg.check_collectives)
         executor = FunctionalExecutor(module, units, [flat_params(u, model) for u in units.units], opt, transport)
         data = SyntheticData(spec.vocab, spec.seq_len, D * M * b, cfg.seed)
+        recorder = Recorder() if cfg.trace else None
+        executor.on_task = recorder.task if recorder else None
+        transport.recorder = recorder
         result = RankResult(rank)
+        # every rank starts the first step together: its time then measures the step, not the set-up
+        transport._wait(dist.barrier(async_op=True), "the barrier before the first step", "every rank")
         for i in range(cfg.steps):
+            if recorder:
+                recorder.step = i
             start = time.perf_counter()
             loss = executor.step(data.batch(i))
             result.losses.append(loss)
             result.step_seconds.append(time.perf_counter() - start)
+            result.exposed_seconds.append(sum(transport.exposed) / world)
             if on_step is not None:
-                on_step(i, loss, result.step_seconds[-1])
+                on_step(i, loss, result.step_seconds[-1], result.exposed_seconds[-1])
         result.shards = {u: s.master.detach().clone() for u, s in enumerate(executor.state[mesh.r]) if s is not None}
+        if recorder:        # after the last step, at the same point on every rank
+            every = [None] * world if rank == 0 else None
+            dist.gather_object(recorder.events, every, dst=0)
+            result.trace = every or []
         return result
     finally:
         dist.destroy_process_group()

@@ -15,6 +15,8 @@ gradient (full or this replica's shard), `!life.view` a flat parameter vector,
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from ratc.errors import RatcError
@@ -113,6 +115,7 @@ class FunctionalExecutor:
         self.units = units
         self.stages = [s.region.ops for s in pipe.region.ops]
         self.transport = transport if transport is not None else LocalTransport(self.P, self.D)
+        self.on_task = None     # (stage, op, start ns, end ns) after each op's handler, if set
         self.replicas = self.transport.replicas
         self.live = live_in(units)
         self.head = len(units.units) - 1
@@ -191,7 +194,12 @@ class FunctionalExecutor:
             for v in op.operands:
                 if isinstance(vals[v], Pending):      # asynchronous work is waited at its first reader
                     vals[v] = vals[v].wait()
-            results = handler(p, op, [vals[v] for v in op.operands])
+            if self.on_task is None:
+                results = handler(p, op, [vals[v] for v in op.operands])
+            else:
+                start = time.time_ns()
+                results = handler(p, op, [vals[v] for v in op.operands])
+                self.on_task(p, op, start, time.time_ns())
         except ExecutionError:
             raise
         except RatcError as exc:

@@ -31,10 +31,11 @@ _ORDER_BITS = 24
 
 _COLLECTIVE = {"life.grad_sync": None, "life.reduce": "reduce_scatter", "life.prefetch": "all_gather",
                "life.gather": "all_gather"}
-_KIND = {"life.fwd": "forward", "life.bwd": "backward", "life.recover": "recover", "life.send": "send",
-         "life.recv": "send", "life.grad_sync": "grad_sync", "life.reduce": "grad_sync", "life.update": "update",
-         "life.prefetch": "prefetch", "life.gather": "gather", "life.param": "marker", "life.opt": "marker",
-         "life.step_end": "marker"}
+# The kind of task each life op is (the trace category of its slices).
+TASK_KINDS = {"life.fwd": "forward", "life.bwd": "backward", "life.recover": "recover", "life.send": "send",
+              "life.recv": "send", "life.grad_sync": "grad_sync", "life.reduce": "grad_sync", "life.update": "update",
+              "life.prefetch": "prefetch", "life.gather": "gather", "life.param": "marker", "life.opt": "marker",
+              "life.step_end": "marker"}
 
 
 def handler(*names):
@@ -106,7 +107,7 @@ class _Translation:
         """One task per simulated replica; deps(r) gives replica r's dependencies."""
         a = op.attributes
         prio = (a.get("prio", 0) << _ORDER_BITS) | pos
-        name, kind, layer, mb = action_name(op, p), _KIND[op.name], a.get("unit", -1), a.get("mb", -1)
+        name, kind, layer, mb = action_name(op, p), TASK_KINDS[op.name], a.get("unit", -1), a.get("mb", -1)
         add = self.prog.add
         ids = []
         for r in range(self.R):
@@ -327,7 +328,7 @@ def _collective(tr, op, p, k, pos):
         prio = (a.get("prio", 0) << _ORDER_BITS) | pos
         inputs = [tuple(dict.fromkeys(deps(r))) for r in range(tr.R)]
         done = ring_of_steps(tr.prog, kind, p, tr.cycles(a["dur"] / n_steps), inputs, action_name(op, p),
-                             _KIND[op.name], layer=a.get("unit", -1), step=k, priority=prio)
+                             TASK_KINDS[op.name], layer=a.get("unit", -1), step=k, priority=prio)
         ids = [d[0] for d in done]
     tr.queues[tr.queue_key(op, p)] = done
     tr.produce(op, k, done)
