@@ -1,0 +1,126 @@
+"""The distributed runtime measured: start-up, time per step, exposed communication, and the
+equality matrix against the one-process executor and plain PyTorch.
+
+    python benchmarks/bench_dist.py                     # timings + the quick matrix
+    python benchmarks/bench_dist.py --matrix full --doc docs/distributed.md
+
+Timings: `ratc launch`'s library entry on the tiny preset at P=2, D=2 (4 processes), median
+of --runs: start-up (from the call to the first step), the median step (steps 1..N-1)
+against the one-process executor's on the same program, and the share of a step the ranks
+spent blocked on transfers and collectives. Matrix: for each configuration, the runtime's
+losses and final parameters against the one-process executor (bit for bit at D <= 2) and
+against plain PyTorch training (relative loss deviation and parameter deviation, <= 1e-5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ratc.dist.launch import launch
+from ratc.dist.worker import RunConfig
+from ratc.vm.functional.session import Session, TrainConfig, compile_for, parameter_deviation, relative_deviation
+from ratc.vm.functional.units import flat_params
+
+EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "llama.py")
+
+
+def timings(runs: int, steps: int) -> dict:
+    """Start-up and step times of launch at P=2, D=2 against the one-process executor."""
+    cfg = TrainConfig(model=EXAMPLE, P=2, D=2, Z=1, M=4, b=2, reference=False)
+    module = compile_for(cfg)
+    startup, dist_step, exposed, local_step = [], [], [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        results = launch(module, RunConfig(model=EXAMPLE, preset="tiny", steps=steps), 2, 2)
+        total = time.perf_counter() - start
+        r0 = results[0]
+        startup.append(total - sum(r0.step_seconds))
+        dist_step.append(statistics.median(r0.step_seconds[1:]))
+        exposed.append(statistics.median(e / s for e, s in zip(r0.exposed_seconds[1:], r0.step_seconds[1:])))
+        session = Session(cfg, module=module)
+        times = []
+        for i in range(steps):
+            t = time.perf_counter()
+            session.step(i)
+            times.append(time.perf_counter() - t)
+        local_step.append(statistics.median(times[1:]))
+    return {"startup": statistics.median(startup), "dist_step": statistics.median(dist_step),
+            "local_step": statistics.median(local_step), "exposed": statistics.median(exposed),
+            "spread": (min(dist_step), max(dist_step))}
+
+
+def configurations(kind: str):
+    if kind == "quick":
+        yield from [(EXAMPLE, 2, 2, 1, "fsr", True), (EXAMPLE, 1, 2, 3, "ckpt", False),
+                    (EXAMPLE, 4, 1, 2, "full", True), (EXAMPLE, 2, 2, 0, "fsr", False)]
+        return
+    for P, D, Z, act, sp in itertools.product((1, 2, 4), (1, 2), (0, 1, 2, 3), ("full", "ckpt", "fsr"), (True, False)):
+        yield EXAMPLE, P, D, Z, act, sp
+
+
+def matrix_row(model: str, P: int, D: int, Z: int, act: str, sp: bool, steps: int) -> dict:
+    cfg = TrainConfig(model=model, P=P, D=D, Z=Z, act=act, state_pipeline=sp, M=4, b=1)
+    module = compile_for(cfg)
+    results = launch(module, RunConfig(model=model, preset="tiny", steps=steps), P, D)
+    session = Session(cfg, module=module)
+    ours, ref = zip(*(session.step(i) for i in range(steps)))
+    params = session.executor.parameters()
+    dist_params = []
+    for u, full in enumerate(params):
+        shards = [r.shards[u] for r in results if u in r.shards]
+        dist_params.append(torch.cat(shards)[:full.numel()] if Z >= 1 else shards[0])
+    losses = results[0].losses
+    return {"config": f"P={P} D={D} Z={Z} {act} {'deadline' if sp else 'bulk'}",
+            "bitwise": losses == list(ours) and all(torch.equal(a, b) for a, b in zip(dist_params, params)),
+            "loss_dev": max(relative_deviation(a, b) for a, b in zip(losses, ref)),
+            "param_dev": parameter_deviation(dist_params, [flat_params(u, session.reference.model)
+                                                           for u in session.units.units])}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=3, help="timing repetitions (default 3)")
+    ap.add_argument("--steps", type=int, default=20, help="steps per matrix run (default 20)")
+    ap.add_argument("--matrix", choices=("none", "quick", "full"), default="quick")
+    ap.add_argument("--doc", help="write the results as markdown to this file (e.g. docs/distributed.md)")
+    args = ap.parse_args()
+    lines = ["# The distributed runtime, measured", "",
+             f"`python benchmarks/bench_dist.py --matrix {args.matrix} --steps {args.steps} --runs {args.runs}` "
+             f"on {torch.get_num_threads()}-thread {sys.platform}, torch {torch.__version__}, gloo.", ""]
+    t = timings(args.runs, 6)
+    lines += ["## Timings (tiny preset, P=2, D=2: 4 processes, M=4, b=2; medians)", "",
+              "| start-up | step (runtime) | step (one process) | ratio | exposed communication |",
+              "|---|---|---|---|---|",
+              f"| {t['startup']:.2f} s | {t['dist_step'] * 1e3:.1f} ms ({t['spread'][0] * 1e3:.1f}-"
+              f"{t['spread'][1] * 1e3:.1f}) | {t['local_step'] * 1e3:.1f} ms | "
+              f"{t['dist_step'] / t['local_step']:.2f}x | {t['exposed']:.1%} of the step |", ""]
+    print("\n".join(lines[-6:]), flush=True)
+    if args.matrix != "none":
+        rows = []
+        configs = list(configurations(args.matrix))
+        for k, c in enumerate(configs):
+            rows.append(matrix_row(*c, steps=args.steps))
+            print(f"[{k + 1}/{len(configs)}] {rows[-1]}", file=sys.stderr, flush=True)
+        lines += [f"## Equality ({args.steps} steps, tiny preset, M=4, b=1)", "",
+                  "| configuration | equal to the one-process executor bit for bit | max loss deviation "
+                  "from PyTorch | parameter deviation from PyTorch |", "|---|---|---|---|"]
+        lines += [f"| {r['config']} | {'yes' if r['bitwise'] else 'NO'} | {r['loss_dev']:.2e} | {r['param_dev']:.2e} |"
+                  for r in rows]
+        bad = [r for r in rows if not r["bitwise"] or r["loss_dev"] > 1e-5 or r["param_dev"] > 1e-5]
+        lines += ["", f"{len(rows) - len(bad)} of {len(rows)} configurations pass."]
+    text = "\n".join(lines) + "\n"
+    if args.doc:
+        Path(args.doc).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
