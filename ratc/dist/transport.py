@@ -97,6 +97,10 @@ class DistTransport:
 
     # ---- steps ---------------------------------------------------------------------------------
 
+    def barrier(self) -> None:
+        """Every rank reaches this point before any goes on."""
+        self._wait(dist.barrier(async_op=True), "the barrier before the first step", "every rank")
+
     def begin_step(self) -> None:
         self.sends = []
         self.issued = 0
@@ -109,8 +113,8 @@ class DistTransport:
             return
         unit = op.attributes.get("unit", -1)
         mine = torch.tensor([self.issued, COLLECTIVE_KINDS.index(kind), unit, tensor.numel() * tensor.element_size()],
-                            dtype=torch.int64)
-        every = torch.empty(self.mesh.D * mine.numel(), dtype=torch.int64)
+                            dtype=torch.int64, device=self.device)
+        every = torch.empty(self.mesh.D * mine.numel(), dtype=torch.int64, device=self.device)
         self._wait(dist.all_gather_single(every, mine, group=self.group, async_op=True),
                    f"the fingerprint of {describe(op)}", self._peers())
         rows = every.view(self.mesh.D, -1).tolist()
@@ -127,7 +131,7 @@ class DistTransport:
             self._wait(work, what, peer, span)
         self.sends = []
         world = self.mesh.P * self.mesh.D
-        table = torch.zeros(count + world, dtype=torch.float64)
+        table = torch.zeros(count + world, dtype=torch.float64, device=self.device)
         for (r, m), loss in losses.items():
             table[r * self.M + m] = float(loss)
         table[count + self.mesh.rank] = self.waited_ns / 1e9

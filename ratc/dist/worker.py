@@ -40,69 +40,97 @@ class RankResult:
     shards: dict = field(default_factory=dict)     # unit -> this replica's fp32 master shard
 
 
-def _device(backend: str) -> torch.device:
-    if backend == "nccl":
-        local = dist.get_rank() % max(torch.cuda.device_count(), 1)
-        torch.cuda.set_device(local)
-        return torch.device("cuda", local)
-    return torch.device("cpu")
+def _device(backend: str, rank: int) -> torch.device:
+    """This rank's device: its own GPU under NCCL (LOCAL_RANK under torchrun), else the CPU."""
+    if backend != "nccl":
+        return torch.device("cpu")
+    import os
+
+    local = int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()
+    torch.cuda.set_device(local)
+    return torch.device("cuda", local)
 
 
-def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=None) -> RankResult:
-    """Join the process group and run cfg.steps steps of the program as `rank`; `on_step(i,
-    loss, seconds)` after each step."""
-    from ratc.dist.rehearsal import message_specs
-    from ratc.dist.trace import Recorder
-    from ratc.dist.transport import DistTransport, Mesh
+def on_device(device: torch.device):
+    """Tensors the executor creates go to the rank's GPU; on the CPU nothing changes (a device
+    context intercepts every torch call, which would slow the CPU path for nothing)."""
+    import contextlib
+
+    return torch.device(device) if device.type != "cpu" else contextlib.nullcontext()
+
+
+def _check_shape(module, world: int) -> tuple[int, int, int, int]:
     from ratc.lifecycle.lowering import find_pipeline, find_plan
+
+    pipe, plan = find_pipeline(module).attributes, find_plan(module).attributes
+    P, D, M, b = pipe["P"], plan["D"], pipe["M"], plan["b"]
+    if world != P * D:
+        raise RatcError(f"the program runs on P x D = {P} x {D} = {P * D} ranks, the job has {world}")
+    return P, D, M, b
+
+
+def _executor(module, cfg: RunConfig, mesh, M: int, b: int, device: torch.device):
+    """This rank's executor over the torch.distributed transport, and the run's data."""
+    from ratc.dist.rehearsal import message_specs
+    from ratc.dist.transport import DistTransport
+    from ratc.frontend.modelfile import import_model_file
     from ratc.vm.functional.data import SyntheticData
     from ratc.vm.functional.executor import FunctionalExecutor
     from ratc.vm.functional.session import build_model, check_program
     from ratc.vm.functional.shards import AdamW
     from ratc.vm.functional.units import flat_params, split_model
 
-    pipe, plan = find_pipeline(module).attributes, find_plan(module).attributes
-    P, D, M, b = pipe["P"], plan["D"], pipe["M"], plan["b"]
-    if world != P * D:
-        raise RatcError(f"the program runs on P x D = {P} x {D} = {P * D} ranks, the job has {world}")
+    opt = AdamW(lr=cfg.lr)
+    model, spec = build_model(cfg.model, cfg.preset, cfg.seed)     # on the CPU: the seeded init is the same
+    check_program(module, spec)
+    model = model.to(device)
+    units = split_model(model)
+
+    def meta_units():
+        meta = import_model_file(cfg.model).build_model(**dict(spec.config)).float().train()
+        meta_set = split_model(meta)
+        return meta_set, [flat_params(u, meta) for u in meta_set.units]
+    specs = message_specs(module, meta_units, opt, mesh.D * M * b, spec.seq_len)
+    transport = DistTransport(mesh, specs, M, cfg.timeout_s, device, cfg.check_collectives)
+    with on_device(device):      # the executor's state and buffers on the rank's device
+        executor = FunctionalExecutor(module, units, [flat_params(u, model) for u in units.units], opt, transport)
+    return executor, transport, SyntheticData(spec.vocab, spec.seq_len, mesh.D * M * b, cfg.seed)
+
+
+def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=None) -> RankResult:
+    """Join the process group and run cfg.steps steps of the program as `rank`; `on_step(i,
+    loss, seconds, exposed seconds)` after each step."""
+    from ratc.dist.trace import Recorder
+    from ratc.dist.transport import Mesh
+
+    P, D, M, b = _check_shape(module, world)
     torch.set_num_threads(cfg.threads)
-    timeout = datetime.timedelta(seconds=cfg.timeout_s)
+    device = _device(cfg.backend, rank)
     kwargs = {"store": store, "rank": rank, "world_size": world} if store is not None else {}
-    dist.init_process_group(cfg.backend, timeout=timeout, **kwargs)
+    if device.type == "cuda":
+        kwargs["device_id"] = device
+    dist.init_process_group(cfg.backend, timeout=datetime.timedelta(seconds=cfg.timeout_s), **kwargs)
     try:
         mesh = Mesh(P, D, rank)
-        device = _device(cfg.backend)
-        opt = AdamW(lr=cfg.lr)
-        model, spec = build_model(cfg.model, cfg.preset, cfg.seed)
-        check_program(module, spec)
-        units = split_model(model)
-
-        def meta_units():
-            from ratc.frontend.modelfile import import_model_file
-            meta = import_model_file(cfg.model).build_model(**dict(spec.config)).float().train()
-            meta_set = split_model(meta)
-            return meta_set, [flat_params(u, meta) for u in meta_set.units]
-        specs = message_specs(module, meta_units, opt, D * M * b, spec.seq_len)
-        transport = DistTransport(mesh, specs, M, cfg.timeout_s, device, cfg.check_collectives)
-        executor = FunctionalExecutor(module, units, [flat_params(u, model) for u in units.units], opt, transport)
-        data = SyntheticData(spec.vocab, spec.seq_len, D * M * b, cfg.seed)
+        executor, transport, data = _executor(module, cfg, mesh, M, b, device)
         recorder = Recorder() if cfg.trace else None
         executor.on_task = recorder.task if recorder else None
         transport.recorder = recorder
         result = RankResult(rank)
-        # every rank starts the first step together: its time then measures the step, not the set-up
-        transport._wait(dist.barrier(async_op=True), "the barrier before the first step", "every rank")
+        transport.barrier()     # every rank starts the first step together: it then times the step, not the set-up
         for i in range(cfg.steps):
             if recorder:
                 recorder.step = i
             start = time.perf_counter()
-            loss = executor.step(data.batch(i))
+            with on_device(device):
+                loss = executor.step({k: v.to(device) for k, v in data.batch(i).items()})
             result.losses.append(loss)
             result.step_seconds.append(time.perf_counter() - start)
             result.exposed_seconds.append(sum(transport.exposed) / world)
             if on_step is not None:
                 on_step(i, loss, result.step_seconds[-1], result.exposed_seconds[-1])
-        result.shards = {u: s.master.detach().clone() for u, s in enumerate(executor.state[mesh.r]) if s is not None}
+        result.shards = {u: s.master.detach().cpu().clone() for u, s in enumerate(executor.state[mesh.r])
+                         if s is not None}
         if recorder:        # after the last step, at the same point on every rank
             every = [None] * world if rank == 0 else None
             dist.gather_object(recorder.events, every, dst=0)
