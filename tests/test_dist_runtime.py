@@ -196,14 +196,14 @@ def test_the_real_trace_has_the_vms_layout_and_task_names(tmp_path, capfd):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
-def test_nccl_on_two_gpus_trains_as_the_one_process_executor():
-    """The NCCL path: one GPU per rank, device-resident tensors. GPU kernels round differently
-    from the CPU's, so the comparison is to 1e-4 rather than bit for bit."""
+def test_nccl_on_two_gpus_trains_as_the_one_process_executor(tmp_path):
+    """The NCCL path (`ratc launch --backend nccl` starts torchrun): one GPU per rank,
+    device-resident tensors. GPU kernels round differently from the CPU's, so the
+    comparison is to 1e-4 rather than bit for bit."""
     cfg = TrainConfig(model=EXAMPLE, P=2, D=1, Z=1, act="fsr", M=2, b=1, reference=False)
-    module = compile_for(cfg)
-    results = launch(module, RunConfig(model=EXAMPLE, preset="tiny", steps=STEPS, backend="nccl"), 2, 1)
-    losses, params = one_process(cfg, module)
-    assert max(abs(a - b) / abs(b) for a, b in zip(results[0].losses, losses)) < 1e-4
-    for u, full in enumerate(params):
-        got = assembled(results, u, full.numel(), 1)
-        assert float((got - full).norm() / full.norm().clamp_min(1e-30)) < 1e-4
+    prog = _program_dir(tmp_path, cfg)
+    csv = tmp_path / "steps.csv"
+    assert main(["launch", str(prog), "--backend", "nccl", "--steps", str(STEPS), "--csv", str(csv)]) == 0
+    got = [float(line.split(",")[1]) for line in csv.read_text().splitlines()[1:]]
+    losses, _ = one_process(cfg, compile_for(cfg))
+    assert max(abs(a - b) / abs(b) for a, b in zip(got, losses)) < 1e-4

@@ -127,10 +127,23 @@ def tokens_per_step(module) -> int:
     return plan["D"] * plan["b"] * find_pipeline(module).attributes["M"] * plan["seq_len"]
 
 
+def _torchrun(args: argparse.Namespace, world: int) -> int:
+    """The ranks under torchrun on this machine (NCCL: CUDA does not survive a fork)."""
+    import subprocess
+
+    argv = [a for a in args.argv[1:]]       # this command's own arguments, as typed
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
+           "-m", "ratc.dist", *argv]
+    print(f"ratc launch: {' '.join(cmd[1:])}", file=sys.stderr)
+    return 1 if subprocess.run(cmd).returncode else 0
+
+
 def handler(args: argparse.Namespace) -> int:
     from ratc.dist.launch import launch
 
     module, cfg, P, D = prepare(args)
+    if cfg.backend == "nccl":
+        return _torchrun(args, P * D)
     print(f"ratc launch: {P * D} ranks (P={P}, D={D}), {cfg.backend}, {cfg.steps} steps", file=sys.stderr)
     results = launch(module, cfg, P, D, on_step=print_step(tokens_per_step(module)))
     write_outputs(args, results[0], D)

@@ -50,6 +50,9 @@ def _describe_exit(status: int) -> str:
 
 def launch(module, cfg, P: int, D: int, on_step=None) -> list:
     """Run the program on P x D forked ranks; their RankResults by rank, or RatcError."""
+    if cfg.backend == "nccl":
+        raise RatcError("the NCCL backend runs its ranks under torchrun (CUDA cannot be used in forked "
+                        "children); `ratc launch --backend nccl` starts torchrun itself")
     # What every rank imports, imported once here: forked children share it.
     import torch.distributed  # noqa: F401
 
