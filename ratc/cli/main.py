@@ -73,6 +73,33 @@ def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPar
     return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
 
 
+# Arguments naming where a command writes. `ratc run --trace FILE` is one too; the other
+# commands' --trace picks a tracer. `ratc report -o` is relative to its OUTDIR by design.
+OUTPUT_DESTS = ("output", "outdir", "trace_out", "dump_dir", "csv", "plot", "emit_program")
+
+
+def absolute_paths(args: argparse.Namespace) -> None:
+    """Make the output paths and the cache directory absolute, before any model file runs:
+    code of a model file may change the working directory (it is left again afterwards,
+    ratc.frontend.user_code, but a path taken in the meantime would name another place)."""
+    from ratc.cache import cache_root
+
+    cwd = os.getcwd()
+    dests = OUTPUT_DESTS + (("trace",) if args.command == "run" else ())
+    for dest in dests:
+        if dest == "output" and args.command == "report":
+            continue
+        value = getattr(args, dest, None)
+        # joined, not normalized: "link/.." must keep meaning what the kernel makes of it
+        if isinstance(value, str) and value not in ("", "-") and not os.path.isabs(value):
+            setattr(args, dest, os.path.join(cwd, value))
+        elif isinstance(value, os.PathLike) and not os.path.isabs(value):
+            setattr(args, dest, type(value)(os.path.join(cwd, value)))
+    root = cache_root()         # (from $RATC_CACHE_DIR, $XDG_CACHE_HOME or $HOME)
+    if root is not None and not root.is_absolute():
+        os.environ["RATC_CACHE_DIR"] = os.path.join(cwd, root)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ratc; user errors print one message and exit 1 without a traceback."""
     argv = sys.argv[1:] if argv is None else argv
@@ -83,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 1
     try:
+        absolute_paths(args)
         return int(args.func(args) or 0)
     except RatcError as exc:
         if args.traceback:

@@ -112,9 +112,12 @@ def trace_hf_config(path_or_dict, seq_len: int, *, name: str | None = None) -> M
 def _trace(config: dict, seq_len: int, name: str | None, display: str) -> ModelProfile:
     from ratc.frontend.trace import trace_model
 
+    from ratc.frontend.user_code import user_code
+
     model = build_hf_model(config, display)
     try:
-        profile = trace_model(model, seq_len, name=name or config.get("model_type", "hf"), method="export")
+        with user_code():       # what the model's code prints stays off ratc's stdout
+            profile = trace_model(model, seq_len, name=name or config.get("model_type", "hf"), method="export")
     except RatcError as exc:
         raise RatcError(f"{display}: {exc}") from None
     profile.meta["source"] = display
