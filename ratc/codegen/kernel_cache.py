@@ -67,13 +67,15 @@ def _finite(x, low: float, high: float = math.inf) -> bool:
 
 
 def _check_entry(entry) -> None:
-    """The fields exec_profile's timing entries hold, in their ranges (_Damaged if not)."""
+    """The fields a timing entry holds, in their ranges (_Damaged if not): cycles always;
+    seconds and MAC utilization where it has them (exec_profile's entries; a timed .rasm
+    text's has cycles alone)."""
     if not isinstance(entry, dict):
         raise _Damaged("its entry is not an object")
     if type(entry.get("cycles")) is not int or entry["cycles"] < 1:
         raise _Damaged(f"cycles {entry.get('cycles')!r} is not a positive integer")
     for field, low, high in (("seconds", 0.0, math.inf), ("mac_utilization", 0.0, 1.0)):
-        if not _finite(entry.get(field), low, high) or (field == "seconds" and entry[field] <= 0):
+        if field in entry and (not _finite(entry[field], low, high) or (field == "seconds" and entry[field] <= 0)):
             raise _Damaged(f"{field} {entry.get(field)!r} is out of range")
 
 

@@ -204,30 +204,6 @@ def program_files(module, platform) -> dict[str, str]:
     return files
 
 
-def read_kernel_table(text: str, source: str) -> dict:
-    """A program's kernels.json, checked to be what program_files writes (ProgramError if not)."""
-    from ratc.program import ProgramError
-
-    def bad(why: str) -> ProgramError:
-        return ProgramError(f"{source}: malformed kernel table: {why}; recompile with `ratc compile`")
-
-    try:
-        table = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise bad(f"not JSON ({exc})") from None
-    if not isinstance(table, dict) or not isinstance(table.get("kernels"), list):
-        raise bad("expected an object with a 'kernels' list")
-    number = (int, float)
-    for i, e in enumerate(table["kernels"]):
-        ok = (isinstance(e, dict) and isinstance(e.get("kernel"), str) and isinstance(e.get("cycles"), int)
-              and all(isinstance(e.get(k), number) and e[k] >= 0 for k in ("seconds", "mac_utilization"))
-              and isinstance(e.get("calls_per_step"), dict)
-              and all(isinstance(c, int) and c >= 0 for c in e["calls_per_step"].values()))
-        if not ok:
-            raise bad(f"entry {i} needs 'kernel', 'cycles', 'seconds', 'mac_utilization' and 'calls_per_step'")
-    return table
-
-
 def kernel_shares(table: dict, step_seconds: float) -> list[tuple[str, int, float, int, float]]:
     """(kernel, cycles, MAC utilization, calls on its busiest stage, share of the step) rows."""
     rows = []
