@@ -138,15 +138,6 @@ class Program:
         """The program's file names under a prefix, sorted."""
         return sorted(n for n in self.files if n.startswith(prefix))
 
-    def module_with(self, marker: str):
-        """The parsed module of the first IR file holding `marker` (e.g. 'life.pipeline'), or None."""
-        from ratc.ir import parse_module
-
-        for name in self.names():
-            if name.endswith((".ir", ".mlir")) and marker in self.text(name):
-                return parse_module(self.text(name), str(self.root / name))
-        return None
-
     def platform(self, override: str | None = None):
         """The platform the program was compiled for (its platform.toml), unless overridden."""
         from ratc.platform import load_platform, parse_platform
