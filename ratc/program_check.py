@@ -322,17 +322,31 @@ def _check_kernels(program: Program, module, platform) -> dict | None:
     return table
 
 
-def kernel_cycles(text: str, platform, where: str) -> int:
-    """Cycles of a .rasm kernel on the kernel VM's timing mode (assembling it first); a
-    timing is kept in the kernel cache under the text's hash, so an unchanged program's
-    kernels are timed once."""
+def _timed_key(text: str, platform) -> list:
     from ratc.cache import content_digest
+    from ratc.codegen.tiling import platform_key
+
+    return ["timed-rasm", list(platform_key(platform)), content_digest(text)]
+
+
+def remember_kernel_cycles(text: str, platform, cycles: int) -> None:
+    """Keep the cycles the code generator timed a kernel's text at, so that opening the
+    program it is written into need not time it again (the text's hash is the key: any
+    other text is timed)."""
+    from ratc.codegen import kernel_cache
+
+    kernel_cache.store(_timed_key(text, platform), {"cycles": int(cycles)})
+
+
+def kernel_cycles(text: str, platform, where: str) -> int:
+    """Cycles of a .rasm kernel on the kernel VM's timing mode (assembling it first). A
+    timing is kept in the kernel cache under the text's sha256, so an unchanged program's
+    kernels are timed once (or never, on the machine that generated them)."""
     from ratc.codegen import kernel_cache
     from ratc.codegen.assembler import assemble
-    from ratc.codegen.tiling import platform_key
     from ratc.vm.kernel_timing import run_timing
 
-    key = ["timed-rasm", list(platform_key(platform)), content_digest(text)]
+    key = _timed_key(text, platform)
     entry = kernel_cache.load(key)
     if entry is not None:
         return entry["cycles"]

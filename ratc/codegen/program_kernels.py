@@ -196,8 +196,14 @@ def program_files(module, platform) -> dict[str, str]:
     entries = kernel_entries(module, platform)
     if not entries:
         return {}
-    files = {f"kernels/{e['kernel']}.rasm": kernel_text(platform, e["kind"], tuple(e["shape"]), **e["tiles"])
-             for e in entries}
+    from ratc.program_check import remember_kernel_cycles
+
+    files = {}
+    for e in entries:
+        text = kernel_text(platform, e["kind"], tuple(e["shape"]), **e["tiles"])
+        files[f"kernels/{e['kernel']}.rasm"] = text
+        # the cycles timed of the generated kernel are its text's: `ratc run` checks them
+        remember_kernel_cycles(text, platform, e["cycles"])
     table = {"platform": platform.name, "clock_hz": platform.dsp.clock,
              "peak_mac_rate": platform.cluster.peak_mac_rate, "kernels": entries}
     files["kernels.json"] = json.dumps(table, indent=1, sort_keys=True) + "\n"
