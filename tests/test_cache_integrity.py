@@ -106,3 +106,25 @@ def test_kernel_cache_miss_is_silent(cache, capsys):
     exec_profile.gemm_profile(PLATFORM, 32, 64, 32)
     exec_profile.kernel_text(PLATFORM, "gemm", (32, 64, 32))
     assert capsys.readouterr().err == ""
+
+
+def test_a_program_compiled_over_a_truncated_cache_entry_has_whole_kernels(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    from ratc.cli.main import main
+
+    monkeypatch.setenv("RATC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(exec_profile, "_CACHE", {})
+    example = str(Path(__file__).resolve().parents[1] / "examples" / "llama.py")
+    argv = ["compile", example, "--preset", "tiny", "--clusters", "4", "--global-batch", "8", "--no-run", "-o"]
+    assert main(argv + [str(tmp_path / "first")]) == 0
+    for entry in (tmp_path / "cache" / "kernels").glob("*/*.rasm"):
+        raw = entry.read_text()
+        entry.write_text(raw[: len(raw) // 2])
+    monkeypatch.setattr(exec_profile, "_CACHE", {})
+    capsys.readouterr()
+    assert main(argv + [str(tmp_path / "second")]) == 0
+    assert "kernel cache entry" in capsys.readouterr().err
+    for rasm in (tmp_path / "first" / "kernels").glob("*.rasm"):
+        assert (tmp_path / "second" / "kernels" / rasm.name).read_text() == rasm.read_text()
+    assert main(["run", str(tmp_path / "second")]) == 0
