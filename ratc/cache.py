@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import sys
 from pathlib import Path
 
 
@@ -40,3 +42,14 @@ def write_quietly(path: Path | None, data: str) -> None:
         write_atomic(path, data)
     except OutputError:
         pass
+
+
+def content_digest(payload) -> str:
+    """The sha256 of a cache entry's payload (text as is, anything else as sorted JSON)."""
+    data = payload if isinstance(payload, str) else json.dumps(payload, sort_keys=True)
+    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def warn_damaged(what: str, path: Path, reason: str, action: str = "regenerating") -> None:
+    """Say on stderr that a cache entry was found damaged and is being made again."""
+    print(f"ratc: warning: {what} {path} is damaged ({reason}); {action}", file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 
 from ratc import __version__
@@ -193,35 +194,40 @@ def refuse_own_file(path, flag: str) -> None:
 
 
 class Program:
-    """A verified program directory: its manifest and byte-exact file contents."""
+    """A verified program directory: its manifest and byte-exact file contents.
+
+    ratc.program_check.open_program, the loader of `ratc run`, `report` and `train`, also
+    sets what it checked the files' meaning of: `module` (program.ir's life module),
+    `profile` (model.ir's model, or None), `kernel_table` (kernels.json, or None) and
+    `own_platform` (platform.toml's).
+    """
 
     def __init__(self, root: Path, manifest: dict, files: dict[str, bytes]):
         self.root = root
         self.manifest = manifest
         self.files = files
+        self.module = self.profile = self.kernel_table = self.own_platform = None
 
     @property
     def meta(self) -> dict:
         return self.manifest.get("meta", {})
 
+    def path(self, rel: str) -> str:
+        """A file's path as messages name it."""
+        return str(self.root / rel)
+
     def text(self, rel: str) -> str:
-        """A file's content as text; ProgramError if the program has no such file."""
+        """A file's content as text; ProgramError if the program has no such file or it is not UTF-8."""
         if rel not in self.files:
             raise ProgramError(f"{self.root}: the program has no file '{rel}'")
-        return self.files[rel].decode()
+        try:
+            return self.files[rel].decode()
+        except UnicodeDecodeError as exc:
+            raise ProgramError(f"{self.root / rel}: not UTF-8 text (byte {exc.start})") from None
 
     def names(self, prefix: str = "") -> list[str]:
         """The program's file names under a prefix, sorted."""
         return sorted(n for n in self.files if n.startswith(prefix))
-
-    def module_with(self, marker: str):
-        """The parsed module of the first IR file holding `marker` (e.g. 'life.pipeline'), or None."""
-        from ratc.ir import parse_module
-
-        for name in self.names():
-            if name.endswith((".ir", ".mlir")) and marker in self.text(name):
-                return parse_module(self.text(name), str(self.root / name))
-        return None
 
     def platform(self, override: str | None = None):
         """The platform the program was compiled for (its platform.toml), unless overridden."""
@@ -229,22 +235,59 @@ class Program:
 
         if override:
             return load_platform(override)
+        if self.own_platform is not None:
+            return self.own_platform
         if "platform.toml" in self.files:
             return parse_platform(self.text("platform.toml"), str(self.root / "platform.toml"))
         return load_platform(self.meta.get("platform", "mt3000"))
 
 
+def _read_regular(root: Path, rel: str) -> bytes:
+    """The bytes of root/rel, refusing a symlink or anything but a directory on the way and
+    a regular file at the end (lstat, then opened without following links: a program
+    directory is data, and `secret -> /etc/passwd` in it must not be read)."""
+    parts = Path(rel).parts
+    here = root
+    for i, part in enumerate(parts):
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            raise ProgramError(f"{root}: file '{rel}' listed in the manifest is missing; "
+                               "recompile with `ratc compile`") from None
+        except OSError as exc:
+            raise ProgramError(f"{here}: cannot read it: {exc.strerror or exc}") from None
+        last = i == len(parts) - 1
+        if stat.S_ISLNK(st.st_mode):
+            raise ProgramError(f"{here}: is a symbolic link; a program directory holds regular files only "
+                               "(recompile with `ratc compile`)")
+        if not (stat.S_ISREG(st.st_mode) if last else stat.S_ISDIR(st.st_mode)):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise ProgramError(f"{here}: is {kind}; a program directory holds regular files only")
+    try:
+        fd = os.open(here, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise ProgramError(f"{here}: cannot read it: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        # (what was checked above is what is open: replaced in between, it is refused here)
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ProgramError(f"{here}: is not a regular file; a program directory holds regular files only")
+        return fh.read()
+
+
 def load_program(root: str | Path) -> Program:
-    """Read a program directory, checking every file against the manifest."""
+    """Read a program directory, checking every file against the manifest (and that each is
+    a regular file inside it). What the files mean is ratc.program_check's to check."""
     root = Path(root)
     if not root.is_dir():
         raise ProgramError(f"{root}: no such program directory (create one with `ratc compile`)")
     mpath = root / MANIFEST
-    if not mpath.is_file():
+    if not os.path.lexists(mpath):
         raise ProgramError(f"{root}: not a ratc program (no {MANIFEST})")
+    raw = _read_regular(root, MANIFEST)
     try:
-        manifest = json.loads(mpath.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        manifest = json.loads(raw.decode())
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ProgramError(f"{mpath}: unreadable manifest: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ProgramError(f"{mpath}: unknown program format {manifest.get('format') if isinstance(manifest, dict) else None!r} "
@@ -256,15 +299,11 @@ def load_program(root: str | Path) -> Program:
                            "and 'meta' be an object; recompile with `ratc compile`")
     files = {}
     for rel, want in sorted(listed.items()):
-        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+        if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts or rel == MANIFEST:
             raise ProgramError(f"{mpath}: malformed manifest: file name {rel!r} leaves the program directory")
-        path = root / rel
-        if not path.is_file():
-            raise ProgramError(f"{root}: file '{rel}' listed in the manifest is missing; "
-                               f"recompile with `ratc compile`")
-        data = path.read_bytes()
+        data = _read_regular(root, rel)
         if _digest(data) != want:
-            raise ProgramError(f"{path}: content does not match the manifest (edited after "
+            raise ProgramError(f"{root / rel}: content does not match the manifest (edited after "
                                f"compilation?); recompile with `ratc compile`")
         files[rel] = data
     return Program(root, manifest, files)

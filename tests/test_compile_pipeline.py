@@ -177,7 +177,8 @@ def _edited_copy(program, tmp_path, name, edit):
 @pytest.mark.parametrize("name, edit, message", [
     ("kernels.json", lambda t: "{not json", "kernels.json: malformed kernel table: not JSON"),
     ("kernels.json", lambda t: "[]", "malformed kernel table: expected an object with a 'kernels' list"),
-    ("kernels.json", lambda t: json.dumps({"kernels": [{"kernel": "k"}]}), "entry 0 needs 'kernel', 'cycles'"),
+    ("kernels.json", lambda t: json.dumps({"kernels": [{"kernel": "k"}]}),
+         "malformed kernel table: kernels[0].cycles: None is not an integer in 1.."),
     ("manifest.json", lambda t: json.dumps({**json.loads(t), "files": []}), "malformed manifest: 'files' must map"),
     ("manifest.json", lambda t: json.dumps({**json.loads(t), "files": {"../x": "0"}}), "leaves the program directory"),
     ("program.ir", lambda t: re.sub(r"life.plan @plan \{D = \d+", "life.plan @plan {D = 0", t, count=1),

@@ -123,8 +123,8 @@ def test_torchrun_runs_a_program_compiled_by_ratc_compile_unchanged(tmp_path):
     assert "Warning" not in proc.stderr          # torch's current collective APIs only
     got = [float(line.split(",")[1]) for line in csv.read_text().splitlines()[1:]]
     cfg = TrainConfig(model=EXAMPLE, P=2, D=1, Z=1, M=2, b=1, reference=False)
-    from ratc.program import load_program
-    module = load_program(out).module_with("life.pipeline")
+    from ratc.program_check import open_program
+    module = open_program(out).module
     assert got == one_process(cfg, module)[0]
 
 

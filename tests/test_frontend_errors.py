@@ -171,7 +171,7 @@ def test_no_such_model_file(tmp_path, capsys):
     ('{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 64}',
      "no 'hidden_size' (transformers would assume 4096)"),
     ('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1000000000, "num_attention_heads": 4, '
-     '"vocab_size": 64}', f"num_hidden_layers must be 1..{MAX_LAYERS}"),
+     '"vocab_size": 64, "intermediate_size": 128}', f"num_hidden_layers must be 1..{MAX_LAYERS}"),
 ])
 def test_malformed_hf_config(tmp_path, capsys, content, cause):
     pytest.importorskip("transformers")

@@ -38,7 +38,7 @@ def compiled_program(outdir, preset: str, seq_len: int, clusters: int, batch: in
     profile = trace_preset(preset, seq_len)
     planner = Planner(profile, load_platform("mt3000"))
     best = planner.plan(clusters, batch).best.cand
-    files = {"graph.ir": print_module(module_from_profile(profile)),
+    files = {"model.ir": print_module(module_from_profile(profile)),
              "program.ir": print_module(compile_candidate(profile, best, planner.platform, planner))}
     write_program(outdir, files)
     return best
@@ -139,7 +139,7 @@ def test_report_needs_a_program_or_a_model(tmp_path, capsys):
     assert "holds a compiled program" in capsys.readouterr().err
     assert main(["report", str(out), "--pipeline", "3"]) == 1     # tiny on 4 clusters: P in 1, 2, 4
     assert "pipeline degree P=3 has no ratrain candidate" in capsys.readouterr().err
-    (out / "graph.ir").write_text("edited\n")
+    (out / "model.ir").write_text("edited\n")
     assert main(["report", str(out)]) == 1
     assert "does not match the manifest" in capsys.readouterr().err
 

@@ -209,8 +209,8 @@ def _ratc(capsys, *args):
 def program_dir(tiny, tmp_path_factory):
     module = compile_candidate(tiny, parse_config("P=2,D=2,Z=2,b=1,A=4,FSR,deadline"), MT3000)
     out = tmp_path_factory.mktemp("prog") / "tiny"
-    write_program(out, {"model.graph.ir": print_module(module_from_profile(tiny)),
-                        "program.life.ir": print_module(module)})
+    write_program(out, {"model.ir": print_module(module_from_profile(tiny)),
+                        "program.ir": print_module(module)})
     return out
 
 

@@ -54,9 +54,8 @@ def prepare(args: argparse.Namespace):
     """(verified module, RunConfig, P, D) from the arguments; errors before any process starts."""
     from ratc.dist import source
     from ratc.dist.worker import RunConfig
-    from ratc.ir import verify
     from ratc.lifecycle.lowering import find_pipeline, find_plan
-    from ratc.program import load_program
+    from ratc.program_check import open_program
 
     for flag, value, low in (("--steps", args.steps, 1), ("--threads", args.threads, 1)):
         if value < low:
@@ -67,11 +66,8 @@ def prepare(args: argparse.Namespace):
     for flag, path in (("--csv", args.csv), ("--trace", args.trace)):
         if path:
             check_output(path, flag)
-    program = load_program(args.outdir)
-    module = program.module_with("life.pipeline")
-    if module is None:
-        raise RatcError(f"{args.outdir}: no scheduled life program (a file with a life.pipeline)")
-    verify(module)
+    program = open_program(args.outdir)         # checked against its manifest, then validated
+    module = program.module
     T = find_plan(module).attributes["T"]
     if T != 1:
         raise RatcError(f"{args.outdir}: the program's plan has T={T}; the runtime executes no tensor "

@@ -46,9 +46,7 @@ def spot_check(program, args: argparse.Namespace) -> int:
     from ratc.codegen.spot_check import check_kernel, task_ops
     from ratc.lifecycle.lowering import find_pipeline
 
-    module = program.module_with("life.pipeline")
-    if module is None:
-        raise RatcError(f"{args.outdir}: --kernel needs the scheduled program (a file with a life.pipeline)")
+    module = program.module         # (open_program verified it and timed its kernels)
     kernels = {op.sym_name: op.attributes for op in module.body.ops if op.name == "life.kernel"}
     if not kernels:
         raise RatcError(f"{args.outdir}: the program has no kernels (compile with the default "
@@ -97,11 +95,10 @@ def _warn_other_platform(own, other, config: str | None) -> None:
 
 
 def _program_budget(program) -> int | None:
-    """The memory budget a program was compiled with (its life.plan's), or None."""
+    """The memory budget a program was compiled with (its life.plan's)."""
     from ratc.lifecycle.lowering import find_plan
 
-    module = program.module_with("life.plan")
-    return int(find_plan(module).attributes["budget"]) if module is not None else None
+    return int(find_plan(program.module).attributes["budget"])
 
 
 MAX_STEPS = 16       # the VM holds every step's tasks at once
@@ -114,13 +111,11 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
 
     from ratc.cli.io import write_output
     from ratc.cli.progress import phase
-    from ratc.ir import verify
-    from ratc.ir.dialects.graph import profile_from_module
     from ratc.lifecycle.lowering import find_plan
     from ratc.planner.config import Candidate
     from ratc.planner.exec_profile import load_exec_profile
     from ratc.planner.search import Planner
-    from ratc.program import load_program
+    from ratc.program_check import open_program
     from ratc.vm.system.driver import compile_candidate, model_macs, parse_config, run_module
     from ratc.vm.system.memory import OutOfMemory
     from ratc.vm.system.trace import trace_json
@@ -138,7 +133,8 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
     if args.trace == "-" and args.output in (None, "-"):
         raise RatcError("--trace - writes the trace to stdout, where the report goes too; "
                         "give the report a file (-o FILE) or the trace one")
-    program = load_program(args.outdir)
+    with phase(f"reading and checking {args.outdir}"):
+        program = open_program(args.outdir)     # every file's meaning checked (ratc.program_check)
     if getattr(args, "kernel", None):
         simulation_only = [flag for flag, given in (("--json", args.json), ("--trace", args.trace),
                                                     ("--plan", args.plan is not None),
@@ -158,8 +154,7 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
     if compiled is not None:
         module, profile = compiled
     else:
-        graph = program.module_with("graph.layer")
-        profile = profile_from_module(graph) if graph is not None else None
+        profile = program.profile
         if args.plan is not None:
             if profile is None:
                 raise RatcError(f"{args.outdir}: --plan needs the model's graph IR in the program, and there is none")
@@ -171,12 +166,7 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
                 module = compile_candidate(profile, parse_config(args.plan), platform,
                                            Planner(profile, platform, exec_profile, budget))
         else:
-            with phase(f"reading {args.outdir}"):
-                module = program.module_with("life.pipeline")
-                if module is None:
-                    raise RatcError(f"{args.outdir}: no scheduled life program (a file with a life.pipeline); "
-                                    "compile one with `ratc compile`")
-                verify(module)
+            module = program.module
     plan = find_plan(module).attributes
     cand = Candidate(plan["P"], plan["D"], plan["T"], plan["Z"], plan["b"], plan["M"], plan["act"], plan["pref"])
     macs = model_macs(profile) * cand.global_batch if profile is not None else 0.0
@@ -228,12 +218,14 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
         from ratc.codegen.program_kernels import program_files
 
         kernels = program_files(module, platform).get("kernels.json")
+        table = None
+        if kernels:
+            from ratc.program_check import read_kernel_table
+            table = read_kernel_table(kernels, "kernels.json")
     else:
-        kernels = program.text("kernels.json") if "kernels.json" in program.files else None
-    if kernels:
-        from ratc.codegen.program_kernels import read_kernel_table
-
-        text += _kernel_table(read_kernel_table(kernels, f"{args.outdir}/kernels.json"), res.step_seconds)
+        table = program.kernel_table
+    if table:
+        text += _kernel_table(table, res.step_seconds)
     _write_report(args.output, text, "text")
     return 0
 

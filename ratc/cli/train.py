@@ -38,9 +38,10 @@ def register(subparsers) -> None:
     p.add_argument("--csv", help="write step, ratc loss, reference loss, relative deviation to this CSV")
     p.add_argument("--plot", help="write both loss curves and their relative deviation as a .png or .svg")
     p.add_argument("--no-reference", action="store_true", help="train with ratc only (no comparison)")
-    p.add_argument("--program", metavar="FILE.ir",
-                   help="execute this scheduled life program (e.g. one written by --emit-program) instead of "
-                        "compiling one; its plan fixes P, D, Z, M, b and the activation policy")
+    p.add_argument("--program", metavar="FILE.ir|DIR",
+                   help="execute this scheduled life program (one written by --emit-program, or a program "
+                        "directory of `ratc compile`) instead of compiling one; its plan fixes P, D, Z, M, b "
+                        "and the activation policy")
     p.add_argument("--emit-program", metavar="FILE.ir", help="write the executed life program here")
     p.set_defaults(func=handler)
 
@@ -77,15 +78,14 @@ def _plot(rows: list[tuple], path: str, title: str) -> None:
 
 
 def _load_program(path: str, cfg):
-    """Parse a life program; the run's P, D, Z, M, b and policy come from its plan."""
+    """A life program (a program directory or one IR file, through ratc.program_check's
+    loader); the run's P, D, Z, M, b and policy come from its plan."""
     import dataclasses
 
-    from ratc.cli.io import read_input
-    from ratc.ir import parse_module
     from ratc.lifecycle.lowering import find_pipeline, find_plan
+    from ratc.program_check import open_life_program
 
-    name, text = read_input(path)
-    module = parse_module(text, name)
+    module = open_life_program(path)
     plan = find_plan(module).attributes
     pipe = find_pipeline(module).attributes
     return module, dataclasses.replace(cfg, P=plan["P"], D=plan["D"], Z=plan["Z"], M=plan["M"], b=plan["b"],

@@ -5,16 +5,21 @@ dozens of shapes, so `ratc compile` keeps each result as one small JSON file und
 $RATC_CACHE_DIR (default $XDG_CACHE_HOME/ratc or ~/.cache/ratc) in kernels/. The key
 includes a hash of the code generator's and the timing model's sources, so editing either
 starts a fresh cache instead of reading stale cycles. RATC_CACHE_DIR=off disables it.
+
+Each entry holds the sha256 of its payload (the timing entry, or the .rasm text after its
+header line): a truncated or edited entry is never used; it is reported on stderr and
+generated again, which replaces it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from functools import lru_cache
 from pathlib import Path
 
-from ratc.cache import cache_root, sources_version, write_quietly
+from ratc.cache import cache_root, content_digest, sources_version, warn_damaged, write_quietly
 
 # Sources whose edits may change what a kernel is, its text or its cycles: the whole code
 # generator and the kernel VM's timing model (hashing all of them needs no list to keep up).
@@ -41,37 +46,108 @@ def _path(key, suffix: str = ".json") -> Path | None:
     return root / digest[:2] / f"{digest}{suffix}"
 
 
-def load(key) -> dict | None:
-    """The cached entry for key, or None (missing, unreadable or from another key)."""
-    path = _path(key)
-    if path is None or not path.is_file():
+class _Damaged(Exception):
+    """A cache entry that exists but cannot be trusted (the reason is its message)."""
+
+
+def _read(path: Path) -> str | None:
+    """The entry's text, None when there is none; _Damaged when it cannot be read."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError:
+        raise _Damaged("not UTF-8 text") from None
+    except OSError as exc:
+        raise _Damaged(exc.strerror or type(exc).__name__) from None
+
+
+def _finite(x, low: float, high: float = math.inf) -> bool:
+    return type(x) in (int, float) and math.isfinite(x) and low <= x <= high
+
+
+def _check_entry(entry) -> None:
+    """The fields a timing entry holds, in their ranges (_Damaged if not): cycles always;
+    seconds and MAC utilization where it has them (exec_profile's entries; a timed .rasm
+    text's has cycles alone)."""
+    if not isinstance(entry, dict):
+        raise _Damaged("its entry is not an object")
+    if type(entry.get("cycles")) is not int or entry["cycles"] < 1:
+        raise _Damaged(f"cycles {entry.get('cycles')!r} is not a positive integer")
+    for field, low, high in (("seconds", 0.0, math.inf), ("mac_utilization", 0.0, 1.0)):
+        if field in entry and (not _finite(entry[field], low, high) or (field == "seconds" and entry[field] <= 0)):
+            raise _Damaged(f"{field} {entry.get(field)!r} is out of range")
+
+
+def _load(path: Path, key) -> dict | None:
+    text = _read(path)
+    if text is None:
         return None
     try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
+        record = json.loads(text)
+    except ValueError:
+        raise _Damaged("not JSON; truncated?") from None
+    if not isinstance(record, dict) or not {"key", "entry", "sha256"} <= record.keys():
+        raise _Damaged("expected an object with 'key', 'entry' and 'sha256'")
+    if record["key"] != json.loads(json.dumps(key)):
+        raise _Damaged("it was written for another key")
+    if record["sha256"] != content_digest(record["entry"]):
+        raise _Damaged("content hash mismatch")
+    _check_entry(record["entry"])
+    return record["entry"]
+
+
+def load(key) -> dict | None:
+    """The cached entry for key, or None: missing, or damaged (warned about on stderr; the
+    caller regenerates it and store() replaces the damaged file)."""
+    path = _path(key)
+    if path is None:
         return None
-    if not isinstance(record, dict) or record.get("key") != json.loads(json.dumps(key)):
+    try:
+        return _load(path, key)
+    except _Damaged as exc:
+        warn_damaged("kernel cache entry", path, str(exc))
         return None
-    return record.get("entry")
 
 
 def store(key, entry: dict) -> None:
-    """Keep an entry; a cache that cannot be written is skipped, never an error."""
-    write_quietly(_path(key), json.dumps({"key": key, "entry": entry}, sort_keys=True) + "\n")
+    """Keep an entry with its content hash; a cache that cannot be written is skipped, never an error."""
+    record = {"key": key, "entry": entry, "sha256": content_digest(entry)}
+    write_quietly(_path(key), json.dumps(record, sort_keys=True) + "\n")
+
+
+def _load_text(path: Path, key) -> str | None:
+    raw = _read(path)
+    if raw is None:
+        return None
+    head, newline, text = raw.partition("\n")
+    try:
+        header = json.loads(head[2:]) if head.startswith("; ") and newline else None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict) or not {"key", "sha256"} <= header.keys():
+        raise _Damaged("no '; {key, sha256}' header line; truncated?")
+    if header["key"] != json.loads(json.dumps(key)):
+        raise _Damaged("it was written for another key")
+    if header["sha256"] != content_digest(text):
+        raise _Damaged("content hash mismatch; truncated or edited?")
+    return text
 
 
 def load_text(key) -> str | None:
-    """A kernel's cached .rasm text (its first line names the key), or None."""
+    """A kernel's cached .rasm text, or None: missing, or damaged (warned about on stderr;
+    the caller regenerates it). Its first line is a comment naming the key and the text's hash."""
     path = _path(key, ".rasm")
-    if path is None or not path.is_file():
+    if path is None:
         return None
     try:
-        head, _, text = path.read_text().partition("\n")
-    except (OSError, UnicodeDecodeError):
+        return _load_text(path, key)
+    except _Damaged as exc:
+        warn_damaged("kernel cache entry", path, str(exc))
         return None
-    return text if head == "; " + json.dumps(key, sort_keys=True) else None
 
 
 def store_text(key, text: str) -> None:
-    """Keep a kernel's .rasm text."""
-    write_quietly(_path(key, ".rasm"), "; " + json.dumps(key, sort_keys=True) + "\n" + text)
+    """Keep a kernel's .rasm text after a header line with its key and content hash."""
+    header = json.dumps({"key": key, "sha256": content_digest(text)}, sort_keys=True)
+    write_quietly(_path(key, ".rasm"), "; " + header + "\n" + text)

@@ -196,36 +196,18 @@ def program_files(module, platform) -> dict[str, str]:
     entries = kernel_entries(module, platform)
     if not entries:
         return {}
-    files = {f"kernels/{e['kernel']}.rasm": kernel_text(platform, e["kind"], tuple(e["shape"]), **e["tiles"])
-             for e in entries}
+    from ratc.program_check import remember_kernel_cycles
+
+    files = {}
+    for e in entries:
+        text = kernel_text(platform, e["kind"], tuple(e["shape"]), **e["tiles"])
+        files[f"kernels/{e['kernel']}.rasm"] = text
+        # the cycles timed of the generated kernel are its text's: `ratc run` checks them
+        remember_kernel_cycles(text, platform, e["cycles"])
     table = {"platform": platform.name, "clock_hz": platform.dsp.clock,
              "peak_mac_rate": platform.cluster.peak_mac_rate, "kernels": entries}
     files["kernels.json"] = json.dumps(table, indent=1, sort_keys=True) + "\n"
     return files
-
-
-def read_kernel_table(text: str, source: str) -> dict:
-    """A program's kernels.json, checked to be what program_files writes (ProgramError if not)."""
-    from ratc.program import ProgramError
-
-    def bad(why: str) -> ProgramError:
-        return ProgramError(f"{source}: malformed kernel table: {why}; recompile with `ratc compile`")
-
-    try:
-        table = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise bad(f"not JSON ({exc})") from None
-    if not isinstance(table, dict) or not isinstance(table.get("kernels"), list):
-        raise bad("expected an object with a 'kernels' list")
-    number = (int, float)
-    for i, e in enumerate(table["kernels"]):
-        ok = (isinstance(e, dict) and isinstance(e.get("kernel"), str) and isinstance(e.get("cycles"), int)
-              and all(isinstance(e.get(k), number) and e[k] >= 0 for k in ("seconds", "mac_utilization"))
-              and isinstance(e.get("calls_per_step"), dict)
-              and all(isinstance(c, int) and c >= 0 for c in e["calls_per_step"].values()))
-        if not ok:
-            raise bad(f"entry {i} needs 'kernel', 'cycles', 'seconds', 'mac_utilization' and 'calls_per_step'")
-    return table
 
 
 def kernel_shares(table: dict, step_seconds: float) -> list[tuple[str, int, float, int, float]]:

@@ -30,6 +30,13 @@ def load_hf_config(path_or_dict, display: str | None = None) -> dict:
 
 
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+# Sizes a model type may read with a default of its own (Llama's intermediate_size 11008,
+# Qwen2's 22016 and num_key_value_heads 32): required whenever the config class takes the
+# key with a non-None default. A None default is HF's "derive it": an absent
+# num_key_value_heads in Llama means as many KV heads as heads (multi-head attention), which
+# is what a config without it means, so there it may be left out. A class that does not take
+# the key at all does not read it (GPT-2's FFN is n_inner, None = 4 x hidden).
+DEFAULTED_SIZE_KEYS = ("intermediate_size", "num_key_value_heads")
 MAX_LAYERS = 4096      # building the module on the meta device still costs time per layer
 
 
@@ -38,6 +45,19 @@ def _cause(exc: BaseException) -> str:
     while exc.__cause__ is not None:
         exc = exc.__cause__
     return f"{type(exc).__name__}: {exc}".strip()
+
+
+def required_size_keys(config_class) -> tuple[str, ...]:
+    """The size keys a config of this transformers class must spell out (see DEFAULTED_SIZE_KEYS)."""
+    import inspect
+
+    try:
+        params = inspect.signature(config_class.__init__).parameters
+    except (TypeError, ValueError):
+        params = {}
+    defaulted = tuple(k for k in DEFAULTED_SIZE_KEYS
+                      if k in params and params[k].default is not None)
+    return SIZE_KEYS + defaulted
 
 
 def build_hf_model(config: dict, display: str = "<config>"):
@@ -56,11 +76,12 @@ def build_hf_model(config: dict, display: str = "<config>"):
         raise RatcError(f"{display}: cannot read config: {_cause(exc)}") from None
     # transformers fills what a config leaves out with its model type's defaults (a 7B-sized
     # model for llama): the model's size must come from the file
-    for attr in SIZE_KEYS:
+    for attr in required_size_keys(type(cfg)):
         names = {attr} | {alias for alias, target in getattr(type(cfg), "attribute_map", {}).items() if target == attr}
         if not names & config.keys():
             raise RatcError(f"{display}: malformed config.json: no '{attr}' (transformers would assume "
-                            f"{getattr(cfg, attr, '?')})")
+                            f"{getattr(cfg, attr, '?')}); every size the model's shape depends on must be "
+                            "in the file")
     layers = getattr(cfg, "num_hidden_layers", 0)
     if not isinstance(layers, int) or not 1 <= layers <= MAX_LAYERS:
         raise RatcError(f"{display}: num_hidden_layers must be 1..{MAX_LAYERS}, got {layers!r}")
@@ -91,9 +112,12 @@ def trace_hf_config(path_or_dict, seq_len: int, *, name: str | None = None) -> M
 def _trace(config: dict, seq_len: int, name: str | None, display: str) -> ModelProfile:
     from ratc.frontend.trace import trace_model
 
+    from ratc.frontend.user_code import user_code
+
     model = build_hf_model(config, display)
     try:
-        profile = trace_model(model, seq_len, name=name or config.get("model_type", "hf"), method="export")
+        with user_code():       # what the model's code prints stays off ratc's stdout
+            profile = trace_model(model, seq_len, name=name or config.get("model_type", "hf"), method="export")
     except RatcError as exc:
         raise RatcError(f"{display}: {exc}") from None
     profile.meta["source"] = display

@@ -74,14 +74,18 @@ def import_model_file(path: str):
 def _own_argv(path: str):
     """sys.argv and sys.path[0] as if the file ran alone: a training script's module-level
     argparse then sees no arguments (its defaults), not ratc's command line, and its
-    top-level imports find the modules beside it (`from blocks import Block`)."""
+    top-level imports find the modules beside it (`from blocks import Block`). Its prints go
+    to stderr and a directory it changes into is left again (ratc.frontend.user_code)."""
+    from ratc.frontend.user_code import user_code
+
     saved, sys.argv = sys.argv, [path]
     folder = str(Path(path).resolve().parent)
     added = folder not in sys.path
     if added:
         sys.path.insert(0, folder)
     try:
-        yield
+        with user_code():
+            yield
     finally:
         sys.argv = saved
         if added and folder in sys.path:
@@ -182,9 +186,12 @@ def trace_model_file(path: str, preset: str | None = None, seq_len: int | None =
 def _trace_model_file(path: str, preset: str | None, seq_len: int | None, method: str):
     from ratc.frontend.trace import trace_model
 
+    from ratc.frontend.user_code import user_code
+
     spec = load_model_file(path, preset, seq_len)
     try:
-        profile = trace_model(spec.module, spec.seq_len, name=spec.preset, method=method)
+        with user_code():       # the model's forward runs while traced
+            profile = trace_model(spec.module, spec.seq_len, name=spec.preset, method=method)
     except RatcError as exc:
         raise RatcError(f"{path}: {exc}") from None
     if profile.vocab != spec.vocab:

@@ -19,6 +19,10 @@ What the hook cannot see is not in the key: environment variables the model read
 existence checks (os.path.exists) it branches on; and packages of the Python
 installation other than torch and transformers are named by no version. A model file
 that depends on those needs RATC_CACHE_DIR=off.
+
+An entry holds the sha256 of the rest of it, and its graph must parse and verify: a
+damaged entry (edited, truncated, unparseable) is reported on stderr and the model traced
+again, never used and never an error.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-from ratc.cache import cache_root, sources_version, write_quietly
+from ratc.cache import cache_root, content_digest, sources_version, warn_damaged, write_quietly
+from ratc.errors import RatcError
 
 # What a profile is made of: the tracer and cost formulas, and the IR that stores it.
 _VERSIONED = ("frontend/*.py", "ir/*.py", "ir/*.lark", "ir/dialects/*.py")
@@ -95,30 +100,76 @@ def _path(key: dict) -> Path | None:
     return root / "traces" / digest[:2] / f"{digest}.json"
 
 
+class _Damaged(Exception):
+    """An entry that exists but cannot be trusted (the reason is its message)."""
+
+
 def load(key: dict | None, source: str):
     """The cached ModelProfile for key (meta["source"] set to `source`), or None: missing,
-    unreadable, from another key, or a local file its trace read has changed since."""
+    or a local file its trace read has changed since (or another working directory), or
+    damaged: warned about on stderr and traced again (store() then replaces it)."""
     path = _path(key) if key is not None else None
-    if path is None or not path.is_file():
+    if path is None:
         return None
     try:
-        record = json.loads(path.read_text())
-        if record["key"] != key or record.get("cwd") not in (None, os.getcwd()) or \
-                any(_file_digest(f) != d for f, d in record["deps"].items()):
-            return None
-        from ratc.ir import parse_module
-        from ratc.ir.dialects.graph import profile_from_module
-
-        profile = profile_from_module(parse_module(record["graph"], str(path)))
-    except Exception:  # noqa: BLE001 - a damaged or foreign entry is a miss, never an error
+        return _load(path, key, source)
+    except _Damaged as exc:
+        warn_damaged("trace cache entry", path, str(exc), "tracing the model again")
         return None
-    profile.meta.update(record["meta"], source=source)
+
+
+# What a record holds besides its hash; the hash covers all of it.
+_FIELDS = ("key", "deps", "meta", "graph")
+
+
+def _load(path: Path, key: dict, source: str):
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError:
+        raise _Damaged("not UTF-8 text") from None
+    except OSError as exc:
+        raise _Damaged(exc.strerror or type(exc).__name__) from None
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError):
+        raise _Damaged("not JSON; truncated?") from None
+    if not isinstance(record, dict) or not {*_FIELDS, "sha256"} <= record.keys():
+        raise _Damaged(f"expected an object with {', '.join(_FIELDS)} and sha256")
+    if record["sha256"] != content_digest({k: v for k, v in record.items() if k != "sha256"}):
+        raise _Damaged("content hash mismatch; edited or truncated?")
+    if record["key"] != key:
+        raise _Damaged("it was written for another key")
+    if not isinstance(record["deps"], dict) or not isinstance(record["meta"], dict) \
+            or not isinstance(record["graph"], str) or not isinstance(record.get("cwd", ""), str):
+        raise _Damaged("'deps' and 'meta' must be objects, 'graph' and 'cwd' text")
+    # Legitimately stale rather than damaged: another working directory, or a file the
+    # trace read has changed since.
+    if record.get("cwd") not in (None, os.getcwd()) or \
+            any(_file_digest(f) != d for f, d in record["deps"].items()):
+        return None
+    from ratc.ir import parse_module, verify
+    from ratc.ir.dialects.graph import profile_from_module
+
+    try:
+        module = parse_module(record["graph"], str(path))
+        verify(module)
+        profile = profile_from_module(module)
+        profile.meta.update(record["meta"], source=source)
+    except (KeyError, TypeError, ValueError) as exc:
+        # (a graph that verifies can still lack what a profile reads; a cache entry is never an error)
+        raise _Damaged(f"its graph is not a model profile: {type(exc).__name__}: {exc}") from None
+    except RatcError as exc:
+        raise _Damaged(f"its graph does not load: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise _Damaged("its graph is nested too deeply") from None
     return profile
 
 
 def store(key: dict | None, profile, deps: list, cwd: str | None = None) -> None:
     """Keep a traced profile with the hashes of the local files its trace read (and the
-    working directory, when it read a path relative to it)."""
+    working directory, when it read a path relative to it), and the sha256 of all of it."""
     path = _path(key) if key is not None else None
     if path is None:
         return
@@ -132,6 +183,9 @@ def store(key: dict | None, profile, deps: list, cwd: str | None = None) -> None
     record = {"key": key, "deps": digests, "meta": meta, "graph": print_module(module_from_profile(profile))}
     if cwd is not None:
         record["cwd"] = cwd
+    # The hash of the record as JSON reads it back (tuples in meta become lists).
+    record = json.loads(json.dumps(record))
+    record["sha256"] = content_digest(record)
     write_quietly(path, json.dumps(record) + "\n")
 
 

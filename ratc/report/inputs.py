@@ -19,20 +19,13 @@ class ProgramInputs:
 
 
 def load_inputs(outdir) -> ProgramInputs:
-    """The report's inputs from a program written by `ratc compile` (manifest-checked)."""
-    from ratc.ir import verify
-    from ratc.ir.dialects.graph import profile_from_module
-    from ratc.program import load_program
+    """The report's inputs from a program written by `ratc compile`, through the loader
+    `ratc run` and `ratc train` use (ratc.program_check: every file's meaning checked)."""
+    from ratc.program_check import MODEL_IR, open_program
 
-    program = load_program(outdir)
-    graph = program.module_with("graph.layer")
-    if graph is None:
-        raise RatcError(f"{outdir}: the program has no graph IR (a file with graph.layer ops); the report needs "
+    program = open_program(outdir)
+    if program.profile is None:
+        raise RatcError(f"{outdir}: the program has no {MODEL_IR} (the model's graph IR); the report needs "
                         "the model's profile to plan and to draw the Eq. 9 breakdown")
-    module = program.module_with("life.pipeline")
-    if module is None:
-        raise RatcError(f"{outdir}: no scheduled life program (a file with a life.pipeline); "
-                        "compile one with `ratc compile`")
-    verify(module)
-    return ProgramInputs(profile_from_module(graph), module, program.platform(),
+    return ProgramInputs(program.profile, program.module, program.platform(),
                          program.meta.get("exec_profile", "paper-table5"))
