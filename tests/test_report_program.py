@@ -72,7 +72,7 @@ def test_report_of_a_compiled_program(tmp_path, capsys):
     from ratc.program import check_replaceable, load_program
     load_program(out)
     derived = json.loads((out / "manifest.json").read_text())["derived"]
-    assert set(derived) == {p.name for p in out.iterdir()} - {"manifest.json", "graph.ir", "program.ir"}
+    assert set(derived) == {p.name for p in out.iterdir()} - {"manifest.json", "model.ir", "program.ir"}
     check_replaceable(out)
 
 
