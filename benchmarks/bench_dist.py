@@ -44,6 +44,7 @@ def timings(runs: int, steps: int) -> dict:
         startup.append(total - sum(r0.step_seconds))
         dist_step.append(statistics.median(r0.step_seconds[1:]))
         exposed.append(statistics.median(e / s for e, s in zip(r0.exposed_seconds[1:], r0.step_seconds[1:])))
+        torch.set_num_threads(1)        # as each rank runs (--threads 1), and as `ratc train` does
         session = Session(cfg, module=module)
         times = []
         for i in range(steps):

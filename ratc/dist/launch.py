@@ -22,7 +22,7 @@ from ratc.errors import RatcError
 GRACE_S = 5.0       # how long a rank being ended may take to exit before SIGKILL
 
 
-def _child(module, cfg, rank: int, world: int, store_path: str, out_fd: int, on_step) -> int:
+def _child(module, cfg, rank: int, world: int, store_path: str, out_fd: int, on_step, specs) -> int:
     import torch.distributed as dist
 
     from ratc.dist.worker import run_rank
@@ -30,7 +30,7 @@ def _child(module, cfg, rank: int, world: int, store_path: str, out_fd: int, on_
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        result = run_rank(module, cfg, rank, world, dist.FileStore(store_path, world), on_step)
+        result = run_rank(module, cfg, rank, world, dist.FileStore(store_path, world), on_step, specs)
         data = pickle.dumps(result)
         with os.fdopen(out_fd, "wb") as fh:
             fh.write(data)
@@ -53,13 +53,15 @@ def launch(module, cfg, P: int, D: int, on_step=None) -> list:
     if cfg.backend == "nccl":
         raise RatcError("the NCCL backend runs its ranks under torchrun (CUDA cannot be used in forked "
                         "children); `ratc launch --backend nccl` starts torchrun itself")
-    # What every rank imports, imported once here: forked children share it.
+    # What every rank imports and rehearses, done once here: the forked children share it
+    # (the rehearsal's meta tensors also import torch._dynamo, seconds per process).
     import torch.distributed  # noqa: F401
 
-    import ratc.dist.rehearsal  # noqa: F401
     import ratc.dist.transport  # noqa: F401
-    import ratc.dist.worker  # noqa: F401
     import ratc.vm.functional.session  # noqa: F401
+    from ratc.dist.worker import rehearse
+
+    specs = rehearse(module, cfg)
 
     with tempfile.TemporaryDirectory(prefix="ratc-launch-") as tmp:
         store = os.path.join(tmp, "store")
@@ -71,7 +73,7 @@ def launch(module, cfg, P: int, D: int, on_step=None) -> list:
             pid = os.fork()
             if pid == 0:
                 os.close(r_fd)
-                code = _child(module, cfg, rank, P * D, store, w_fd, on_step if rank == 0 else None)
+                code = _child(module, cfg, rank, P * D, store, w_fd, on_step if rank == 0 else None, specs)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)

@@ -3,7 +3,9 @@
 A receiver must allocate its buffers before the data arrives, and the runtime sends no
 headers: the names, shapes and dtypes of each message (and which gradients flow back at
 all, which autograd decides) come from a rehearsal of the same program on the meta
-device, which costs no memory and no FLOPs.
+device, which costs no memory and no FLOPs. Every micro-batch of a step has the same
+shape, so the rehearsal stops once each directed stage pair has sent its first activation
+and its first gradient.
 """
 
 from __future__ import annotations
@@ -29,17 +31,25 @@ class Field:
         return self.constant if self.shape is None else torch.empty(self.shape, dtype=self.dtype, device=device)
 
 
-class _Recorder(LocalTransport):
-    """The one-process transport, noting each message's fields."""
+class _Seen(Exception):
+    """Every kind of message has been sent once."""
 
-    def __init__(self, P: int, D: int):
+
+class _Recorder(LocalTransport):
+    """The one-process transport, noting each kind of message's fields."""
+
+    def __init__(self, P: int, D: int, kinds: set):
         super().__init__(P, D)
+        self.kinds = kinds
         self.specs: dict = {}
 
     def send(self, p, op, value):
-        self.specs[message_key(p, op)] = tuple(
+        src, dst, direction, _ = message_key(p, op)
+        self.specs.setdefault((src, dst, direction), tuple(
             Field(n, None, None, v) if not isinstance(v, torch.Tensor) else Field(n, tuple(v.shape), v.dtype)
-            for n, v in sorted(value[0].items()))
+            for n, v in sorted(value[0].items())))
+        if self.specs.keys() >= self.kinds:
+            raise _Seen()
         super().send(p, op, value)
 
     def end_step(self, losses, count):
@@ -47,16 +57,23 @@ class _Recorder(LocalTransport):
 
 
 def message_specs(module, build_units, opt, batch_rows: int, seq_len: int) -> dict:
-    """{(from stage, to stage, direction, micro-batch): (Field, ...)} of one step of the program;
+    """{(from stage, to stage, direction): (Field, ...)} of the program's messages;
     `build_units()` builds the model's UnitSet and its flat parameters (called on meta)."""
     from ratc.lifecycle.lowering import find_pipeline, find_plan
     from ratc.vm.functional.executor import FunctionalExecutor
 
-    P, D = find_pipeline(module).attributes["P"], find_plan(module).attributes["D"]
+    pipe = find_pipeline(module)
+    kinds = {(s.attributes["stage"], op.attributes["peer"], op.attributes["dir"])
+             for s in pipe.region.ops for op in s.region.ops if op.name == "life.send"}
+    if not kinds:
+        return {}
     with torch.device("meta"):
         units, flats = build_units()
-        recorder = _Recorder(P, D)
+        recorder = _Recorder(pipe.attributes["P"], find_plan(module).attributes["D"], kinds)
         ex = FunctionalExecutor(module, units, flats, opt, recorder)
         ids = torch.zeros(batch_rows, seq_len, dtype=torch.long)
-        ex.step({"input_ids": ids, "labels": ids})
+        try:
+            ex.step({"input_ids": ids, "labels": ids})
+        except _Seen:
+            pass
     return recorder.specs

@@ -150,7 +150,7 @@ class DistTransport:
     def send(self, p: int, op, value: list) -> None:
         a = op.attributes
         peer = self.mesh.rank_of(a["peer"], self.mesh.r)
-        fields = self.specs[(p, a["peer"], a["dir"], a["mb"])]
+        fields = self.specs[(p, a["peer"], a["dir"])]
         what = describe(op)
         for f in fields:
             if f.shape is None:
@@ -166,7 +166,7 @@ class DistTransport:
     def recv(self, p: int, op) -> Pending:
         a = op.attributes
         peer = self.mesh.rank_of(a["peer"], self.mesh.r)
-        fields = self.specs[(a["peer"], p, a["dir"], a["mb"])]
+        fields = self.specs[(a["peer"], p, a["dir"])]
         got = {f.name: f.empty(self.device) for f in fields}
         span = self._span("receive", op)
         works = [(dist.irecv(got[f.name], src=peer), f.name) for f in fields if f.shape is not None]

@@ -59,51 +59,63 @@ def on_device(device: torch.device):
     return torch.device(device) if device.type != "cpu" else contextlib.nullcontext()
 
 
-def _check_shape(module, world: int) -> tuple[int, int, int, int]:
+def _shape(module) -> tuple[int, int, int, int]:
+    """(P, D, M, b) of a program."""
     from ratc.lifecycle.lowering import find_pipeline, find_plan
 
     pipe, plan = find_pipeline(module).attributes, find_plan(module).attributes
-    P, D, M, b = pipe["P"], plan["D"], pipe["M"], plan["b"]
-    if world != P * D:
-        raise RatcError(f"the program runs on P x D = {P} x {D} = {P * D} ranks, the job has {world}")
-    return P, D, M, b
+    return pipe["P"], plan["D"], pipe["M"], plan["b"]
 
 
-def _executor(module, cfg: RunConfig, mesh, M: int, b: int, device: torch.device):
-    """This rank's executor over the torch.distributed transport, and the run's data."""
+def rehearse(module, cfg: RunConfig) -> dict:
+    """Every stage-boundary message's fields, from one step of the program on the meta device
+    (ratc.dist.rehearsal); the same on every rank, so `ratc launch` runs it once before forking."""
     from ratc.dist.rehearsal import message_specs
+    from ratc.frontend.modelfile import import_model_file, load_model_file
+    from ratc.vm.functional.shards import AdamW
+    from ratc.vm.functional.units import flat_params, split_model
+
+    _, _, M, b = _shape(module)
+    spec = load_model_file(cfg.model, cfg.preset)
+
+    def meta_units():
+        meta = import_model_file(cfg.model).build_model(**dict(spec.config)).float().train()
+        meta_set = split_model(meta)
+        return meta_set, [flat_params(u, meta) for u in meta_set.units]
+    return message_specs(module, meta_units, AdamW(lr=cfg.lr), _shape(module)[1] * M * b, spec.seq_len)
+
+
+def _executor(module, cfg: RunConfig, mesh, specs: dict, device: torch.device):
+    """This rank's executor over the torch.distributed transport, and the run's data."""
     from ratc.dist.transport import DistTransport
-    from ratc.frontend.modelfile import import_model_file
     from ratc.vm.functional.data import SyntheticData
     from ratc.vm.functional.executor import FunctionalExecutor
     from ratc.vm.functional.session import build_model, check_program
     from ratc.vm.functional.shards import AdamW
     from ratc.vm.functional.units import flat_params, split_model
 
-    opt = AdamW(lr=cfg.lr)
+    _, D, M, b = _shape(module)
     model, spec = build_model(cfg.model, cfg.preset, cfg.seed)     # on the CPU: the seeded init is the same
     check_program(module, spec)
     model = model.to(device)
     units = split_model(model)
-
-    def meta_units():
-        meta = import_model_file(cfg.model).build_model(**dict(spec.config)).float().train()
-        meta_set = split_model(meta)
-        return meta_set, [flat_params(u, meta) for u in meta_set.units]
-    specs = message_specs(module, meta_units, opt, mesh.D * M * b, spec.seq_len)
     transport = DistTransport(mesh, specs, M, cfg.timeout_s, device, cfg.check_collectives)
     with on_device(device):      # the executor's state and buffers on the rank's device
-        executor = FunctionalExecutor(module, units, [flat_params(u, model) for u in units.units], opt, transport)
-    return executor, transport, SyntheticData(spec.vocab, spec.seq_len, mesh.D * M * b, cfg.seed)
+        executor = FunctionalExecutor(module, units, [flat_params(u, model) for u in units.units],
+                                      AdamW(lr=cfg.lr), transport)
+    return executor, transport, SyntheticData(spec.vocab, spec.seq_len, D * M * b, cfg.seed)
 
 
-def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=None) -> RankResult:
+def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=None,
+             specs: dict | None = None) -> RankResult:
     """Join the process group and run cfg.steps steps of the program as `rank`; `on_step(i,
-    loss, seconds, exposed seconds)` after each step."""
+    loss, seconds, exposed seconds)` after each step. `specs`: rehearse()'s, if known."""
     from ratc.dist.trace import Recorder
     from ratc.dist.transport import Mesh
 
-    P, D, M, b = _check_shape(module, world)
+    P, D, M, b = _shape(module)
+    if world != P * D:
+        raise RatcError(f"the program runs on P x D = {P} x {D} = {P * D} ranks, the job has {world}")
     torch.set_num_threads(cfg.threads)
     device = _device(cfg.backend, rank)
     kwargs = {"store": store, "rank": rank, "world_size": world} if store is not None else {}
@@ -112,7 +124,7 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
     dist.init_process_group(cfg.backend, timeout=datetime.timedelta(seconds=cfg.timeout_s), **kwargs)
     try:
         mesh = Mesh(P, D, rank)
-        executor, transport, data = _executor(module, cfg, mesh, M, b, device)
+        executor, transport, data = _executor(module, cfg, mesh, specs or rehearse(module, cfg), device)
         recorder = Recorder() if cfg.trace else None
         executor.on_task = recorder.task if recorder else None
         transport.recorder = recorder
