@@ -173,7 +173,9 @@ def test_the_real_trace_has_the_vms_layout_and_task_names(tmp_path, capfd):
     assert main(["compile", "--preset", "tiny", "--plan", "P=2,D=2,Z=1,b=1,A=2,FSR,deadline", "--no-run",
                  "-o", str(out)]) == 0
     real, sim, csv = tmp_path / "real.json", tmp_path / "sim.json", tmp_path / "steps.csv"
-    assert main(["launch", str(out), "--steps", "2", "--trace", str(real), "--csv", str(csv)]) == 0
+    plot = tmp_path / "loss.png"
+    assert main(["launch", str(out), "--steps", "2", "--trace", str(real), "--csv", str(csv), "--plot", str(plot)]) == 0
+    assert plot.read_bytes().startswith(b"\x89PNG")
     assert main(["run", str(out), "--trace", str(sim)]) == 0
     printed = capfd.readouterr().out
     assert re.search(r"step    1  loss \d\.\d+ .* tokens/s  exposed comm .* ms \(", printed)

@@ -48,6 +48,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the real timeline of every rank (tasks, transfers, collectives, waits) as one "
                         "Chrome trace, in the layout of `ratc run --trace`")
     p.add_argument("--csv", metavar="FILE", help="write step, loss, wall time and exposed communication per step")
+    p.add_argument("--plot", metavar="FILE", help="draw the loss per step as a .png or .svg")
 
 
 def prepare(args: argparse.Namespace):
@@ -63,9 +64,12 @@ def prepare(args: argparse.Namespace):
     if not args.timeout > 0:
         raise RatcError(f"--timeout must be positive, got {args.timeout}")
     from ratc.cli.io import check_output
-    for flag, path in (("--csv", args.csv), ("--trace", args.trace)):
+    for flag, path in (("--csv", args.csv), ("--trace", args.trace), ("--plot", args.plot)):
         if path:
             check_output(path, flag)
+    if args.plot:
+        from ratc.report.style import format_of
+        format_of(args.plot, "--plot")
     program = open_program(args.outdir)         # checked against its manifest, then validated
     module = program.module
     T = find_plan(module).attributes["T"]
@@ -100,7 +104,7 @@ def print_step(tokens_per_step: int):
 
 
 def write_outputs(args: argparse.Namespace, result, D: int) -> None:
-    """--csv and --trace from rank 0's result."""
+    """--csv, --plot and --trace from rank 0's result."""
     from ratc.cli.io import report_written, write_atomic
 
     if args.csv:
@@ -109,6 +113,12 @@ def write_outputs(args: argparse.Namespace, result, D: int) -> None:
             for i, (loss, s, e) in enumerate(zip(result.losses, result.step_seconds, result.exposed_seconds))]
         write_atomic(args.csv, "\n".join(rows) + "\n", "--csv")
         report_written(args.csv, f"the loss of {len(result.losses)} steps")
+    if args.plot:
+        from ratc.cli.train import plot_losses
+
+        rows = [(i, loss, None, None) for i, loss in enumerate(result.losses)]
+        plot_losses(rows, args.plot, f"ratc launch {args.outdir}: {len(result.losses)} steps")
+        report_written(args.plot, "the loss per step")
     if args.trace:
         from ratc.dist.trace import trace_json
 

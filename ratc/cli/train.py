@@ -52,7 +52,8 @@ def _csv(rows: list[tuple]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plot(rows: list[tuple], path: str, title: str) -> None:
+def plot_losses(rows: list[tuple], path: str, title: str) -> None:
+    """The loss per step of (step, loss, reference loss or None, deviation or None) rows as a picture."""
     from matplotlib.figure import Figure
 
     from ratc.cli.io import write_atomic
@@ -167,6 +168,6 @@ def handler(args: argparse.Namespace) -> int:
         write_atomic(args.csv, _csv(rows), "--csv")
         report_written(args.csv, f"losses of {len(rows)} step{'s' if len(rows) > 1 else ''}")
     if args.plot:
-        _plot(rows, args.plot, f"{Path(args.model).name} [{session.preset}] {label}")
+        plot_losses(rows, args.plot, f"{Path(args.model).name} [{session.preset}] {label}")
         report_written(args.plot, f"loss curves of {len(rows)} step{'s' if len(rows) > 1 else ''}")
     return 0
