@@ -84,6 +84,10 @@ def _load_program(path: str, cfg):
     from ratc.ir import parse_module
     from ratc.lifecycle.lowering import find_pipeline, find_plan
 
+    from ratc.limits import MAX_IR_BYTES
+
+    if path != "-":
+        MAX_IR_BYTES.check_file(path)
     name, text = read_input(path)
     module = parse_module(text, name)
     plan = find_plan(module).attributes

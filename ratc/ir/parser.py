@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from lark import Lark, Token, Transformer
-from lark.exceptions import VisitError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from ratc.errors import LocatedError, SourceLocation
 from ratc.gcpause import gc_paused
@@ -210,10 +210,12 @@ class _Grammar:
         self.recorder = _Literals()
         callbacks = {name: self._literal for name in _LITERALS}
         callbacks["OPNAME"] = self._opname
+        # The recipes are built as the parser reduces each rule (Lark's inline transformer),
+        # so no parse tree of the whole text is ever held: a tree kept ~90 bytes of memory
+        # per input byte alive, the recipes a few.
         self.lark = Lark((Path(__file__).parent / "ir.lark").read_text(), parser="lalr",
                          start=["module", "op"], lexer="contextual", maybe_placeholders=True,
-                         lexer_callbacks=callbacks)
-        self.recipes = _Recipes()
+                         lexer_callbacks=callbacks, transformer=_Recipes())
 
     def _literal(self, tok):
         return self.recorder.literal(tok)
@@ -224,11 +226,7 @@ class _Grammar:
     def parse(self, text: str, start: str):
         """(recipe, recorder) for text; raises lark's UnexpectedInput or _RecipeError."""
         self.recorder = _Literals()
-        tree = self.lark.parse(text, start=start)
-        try:
-            return self.recipes.transform(tree), self.recorder
-        except VisitError as exc:
-            raise exc.orig_exc from None
+        return self.lark.parse(text, start=start), self.recorder
 
 
 _GRAMMAR: _Grammar | None = None
@@ -477,7 +475,12 @@ def _syntax_error(exc: UnexpectedInput, b: _Builder) -> LocatedError:
 
 
 def parse_module(text: str, filename: str = "<input>") -> Module:
-    """Parse IR text into a Module; syntax and name errors raise LocatedError."""
+    """Parse IR text into a Module; syntax and name errors raise LocatedError, a text above
+    $RATC_MAX_IR_BYTES a RatcError before any parsing."""
+    from ratc.limits import MAX_IR_BYTES
+
+    MAX_IR_BYTES.check(len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass")),
+                       filename)
     # nothing parsed is garbage until we return (the GC pass was a quarter of the parse)
     with gc_paused():
         try:
@@ -491,5 +494,8 @@ def parse_module(text: str, filename: str = "<input>") -> Module:
 
 
 def parse_file(path: str | Path) -> Module:
-    """Parse an IR file."""
+    """Parse an IR file (its size is checked before it is read)."""
+    from ratc.limits import MAX_IR_BYTES
+
+    MAX_IR_BYTES.check_file(path)
     return parse_module(Path(path).read_text(), str(path))
