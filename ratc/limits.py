@@ -35,12 +35,13 @@ class Limit:
             raise RatcError(f"${self.env} must be positive, got {raw!r}")
         return got
 
-    def check(self, amount: float, subject: str) -> None:
-        """Raise a RatcError naming the subject, the limit and its override when amount exceeds it."""
+    def check(self, amount: float, subject: str, hint: str = "") -> None:
+        """Raise a RatcError naming the subject, the limit and its override when amount exceeds
+        it; `hint` says what else the user can do."""
         limit = self.value()
         if amount > limit:
             raise RatcError(f"{subject}: {self.what} {_show(amount, self.unit)} exceeds the limit of "
-                            f"{_show(limit, self.unit)} (set ${self.env} to raise it)")
+                            f"{_show(limit, self.unit)} (set ${self.env} to raise it{hint})")
 
 
     def check_file(self, path) -> None:
@@ -62,11 +63,11 @@ def _show(n: float, unit: str) -> str:
 
 # Parsing keeps ~6 bytes of memory per byte of line-structured IR text (as ratc prints it)
 # and up to ~40 for hand-laid-out text (docs/reliability-limits.md).
-MAX_IR_BYTES = Limit("RATC_MAX_IR_BYTES", 2**30, "IR text size", "bytes")
+MAX_IR_BYTES = Limit("RATC_MAX_IR_BYTES", 10**9, "IR text size", "bytes")
 # The kernel VM's full mode runs ~200,000 bundles a second and keeps every DDR and GSM
 # buffer in memory.
 MAX_KERNEL_STEPS = Limit("RATC_MAX_KERNEL_STEPS", 100_000_000, "bundles to execute (all DSPs)")
-MAX_KERNEL_BYTES = Limit("RATC_MAX_KERNEL_BYTES", 4 * 2**30, "DDR and GSM buffers", "bytes")
+MAX_KERNEL_BYTES = Limit("RATC_MAX_KERNEL_BYTES", 4 * 10**9, "DDR and GSM buffers", "bytes")
 # Planner searches enumerate the divisors of the cluster count and schedules per sequence.
 MAX_CLUSTERS = Limit("RATC_MAX_CLUSTERS", 65_536, "cluster count")
 MAX_SEQ_LEN = Limit("RATC_MAX_SEQ_LEN", 1_048_576, "sequence length")
