@@ -46,3 +46,83 @@ def test_a_limit_override_of_zero_or_garbage_is_refused(monkeypatch):
     monkeypatch.setenv("RATC_MAX_KERNEL_STEPS", "1e9")
     with pytest.raises(RatcError, match=r"\$RATC_MAX_KERNEL_STEPS must be a whole number"):
         MAX_KERNEL_STEPS.value()
+
+
+def _profile(tmp_path, **changes):
+    """mt3000.toml with `key = value` lines replaced."""
+    from ratc.platform.loader import PROFILE_DIR
+
+    lines = []
+    for line in (PROFILE_DIR / "mt3000.toml").read_text().splitlines():
+        key = line.split("=")[0].strip()
+        lines.append(f"{key} = {changes[key]}" if key in changes else line)
+    path = tmp_path / "odd.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("dsps", "1000000", r"\[cluster\]\.dsps: must be at most 4096, got 1000000"),
+    ("vector_lanes", "65536", r"\[vliw\]\.vector_lanes: must be at most 1024"),
+    ("barrier_latency", "10000000000", r"\[vliw\]\.barrier_latency: must be at most 1e\+06"),
+    ("am_size", '"1TiB"', r"\[dsp\]\.am_size: must be at most"),
+])
+def test_platform_values_outside_the_schema_ranges_are_refused_on_load(tmp_path, key, value, message):
+    from ratc.platform import load_platform
+    from ratc.platform.loader import PlatformError
+
+    with pytest.raises(PlatformError, match=message):
+        load_platform(_profile(tmp_path, **{key: value}))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"vector_registers": "5"}, r"vector_registers is 5, but a GEMM micro-tile needs vmac_rows \+ 2 = 6"),
+    ({"quad_registers": "1"}, r"quad_registers is 1, but a GEMM micro-tile needs at least 2"),
+])
+def test_kernel_on_a_platform_without_registers_for_a_micro_tile_is_a_platform_error(tmp_path, capsys,
+                                                                                    changes, message):
+    # tiling.default_groups raised a bare ValueError (max() of nothing) for these
+    import re
+
+    assert main(["kernel", "gemm", "64", "64", "64", "--platform", _profile(tmp_path, **changes)]) == 1
+    err = _error(capsys)
+    assert re.search(message, err) and "odd.toml" in err
+
+
+def test_sequence_lengths_above_the_limit_are_refused_before_tracing(capsys):
+    assert main(["plan", "--preset", "tiny", "--clusters", "8", "--global-batch", "64",
+                 "--seq-len", "1000000000000"]) == 1
+    err = _error(capsys)
+    assert "--seq-len: sequence length 1,000,000,000,000 exceeds the limit of 1,048,576" in err
+    assert "$RATC_MAX_SEQ_LEN" in err
+
+
+def test_a_model_file_whose_input_spec_asks_for_a_huge_sequence_is_refused_naming_the_file(tmp_path, capsys):
+    from ratc.frontend.presets import example_model
+
+    path = tmp_path / "long.py"
+    path.write_text(example_model().read_text().replace('seq_len=config.get("seq_len", DEFAULT_SEQ_LEN)',
+                                                             'seq_len=10**12'))
+    assert '10**12' in path.read_text()
+    assert main(["compile", str(path), "--emit", "graph"]) == 1
+    err = _error(capsys)
+    assert "long.py: input_spec: sequence length" in err and "$RATC_MAX_SEQ_LEN" in err
+
+
+@pytest.mark.parametrize("command", [
+    ["plan", "--preset", "tiny", "--global-batch", "64", "--clusters", "1000000000"],
+    ["compile", "--preset", "tiny", "--clusters", "1000000000"],
+    ["plan", "--preset", "tiny", "--global-batch", "64", "--min-clusters", "--max-clusters", "1000000000"],
+])
+def test_cluster_counts_above_the_limit_are_refused_before_any_planning(command, capsys):
+    assert main(command) == 1
+    err = _error(capsys)
+    assert "exceeds the limit of 65,536 (set $RATC_MAX_CLUSTERS to raise it)" in err
+
+
+def test_the_planner_api_refuses_cluster_counts_above_the_limit(monkeypatch):
+    from ratc.planner.search import Planner
+
+    monkeypatch.setenv("RATC_MAX_CLUSTERS", "16")
+    with pytest.raises(RatcError, match=r"cluster count 32 exceeds the limit of 16"):
+        Planner.plan(object.__new__(Planner), 32, 64)

@@ -42,6 +42,12 @@ def check_model_source(args: argparse.Namespace, default_preset: str | None = No
     if not named(args) and default_preset is None:
         raise RatcError("no model: give a model file, --preset NAME (the bundled examples/llama.py) "
                         "or --hf-config CONFIG_JSON")
+    if args.seq_len is not None:
+        from ratc.limits import MAX_SEQ_LEN
+
+        if args.seq_len < 2:
+            raise RatcError(f"--seq-len must be at least 2, got {args.seq_len}")
+        MAX_SEQ_LEN.check(args.seq_len, "--seq-len")
     source = args.hf_config or args.model
     if source and not Path(source).is_file():
         raise RatcError(f"{source}: no such file")

@@ -96,6 +96,13 @@ def handler(args: argparse.Namespace) -> int:
         raise RatcError(f"--top must be at least 1, got {args.top}")
     if not args.min_clusters and args.clusters is None:
         raise RatcError("ratc plan: give --clusters N (or --min-clusters)")
+    from ratc.limits import MAX_CLUSTERS
+
+    # before tracing: a search over a billion clusters ran for minutes before its first error
+    if args.min_clusters:
+        MAX_CLUSTERS.check(args.max_clusters, "--max-clusters")
+    else:
+        MAX_CLUSTERS.check(args.clusters, "--clusters")
     strategy = get_strategy(args.strategy)
     model = load_model(args)
     planner = make_planner(args, model)

@@ -138,6 +138,13 @@ def _count(value, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
+def _check_seq_len(seq_len: int, path: str) -> None:
+    """input_spec's sequence length, refused above $RATC_MAX_SEQ_LEN before the model is built."""
+    from ratc.limits import MAX_SEQ_LEN
+
+    MAX_SEQ_LEN.check(seq_len, f"{path}: input_spec")
+
+
 def load_model_file(path: str, preset: str | None = None, seq_len: int | None = None) -> ModelSpec:
     """Build a model file's module on the meta device for one preset (and sequence length)."""
     import torch
@@ -155,6 +162,7 @@ def load_model_file(path: str, preset: str | None = None, seq_len: int | None = 
             or not _count(spec.get("batch", 1), 1):
         raise RatcError(f"{path}: input_spec must return a dict with integers 'seq_len' (>= 2), 'vocab' (>= 1) "
                         f"and optionally 'batch' (>= 1), got {spec!r}")
+    _check_seq_len(spec["seq_len"], path)
     with torch.device("meta"):
         module = _call(mod.build_model, dict(config), path, "build_model")
     if not isinstance(module, torch.nn.Module):
