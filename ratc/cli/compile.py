@@ -71,10 +71,25 @@ def _header(command: str, profile) -> str:
     return f"// {command}\n// tracer: {meta.get('tracer')}, layers traced: {meta.get('traced_layers')}\n"
 
 
+def _check_not_around_cwd(output: str) -> None:
+    """A program directory is replaced whole: never the directory the command runs in, or
+    one holding it (`-o .` inside a program directory)."""
+    try:
+        target, cwd = Path(output).resolve(), Path.cwd().resolve()
+    except (OSError, RuntimeError):       # a link loop or a vanished cwd: left to the writer
+        return
+    if target == cwd or target in cwd.parents:
+        raise RatcError(f"-o {output}: the program directory would replace the current directory "
+                        f"{'' if target == cwd else '(or one holding it) '}{cwd}; run ratc from outside it "
+                        "or give another directory")
+
+
 def check_arguments(args: argparse.Namespace) -> None:
     """What the parser cannot say: a compile needs a cluster count or a plan, unless it stops at --emit."""
     if args.output == "":
         raise RatcError("-o needs a path (omit it for out/<model>)")
+    if args.emit is None and args.output is not None:
+        _check_not_around_cwd(args.output)
     if args.emit is None and args.clusters is None and args.plan is None:
         raise RatcError("ratc compile: give --clusters N (or --plan CONFIG), or --emit=graph to stop after tracing")
     for flag, value in (("--clusters", args.clusters), ("--global-batch", args.global_batch)):

@@ -14,11 +14,12 @@ def read_input(path: str) -> tuple[str, str]:
     """Return (display name, text) of a file, or of stdin for '-'."""
     if path == "-":
         return "<stdin>", sys.stdin.read()
+    from ratc.input_files import not_a_file
+
     p = Path(path)
-    if p.is_dir():
-        raise RatcError(f"{path}: is a directory, not a file")
-    if not p.is_file():
-        raise RatcError(f"{path}: no such file")
+    problem = not_a_file(path)
+    if problem:
+        raise RatcError(problem)
     try:
         return path, p.read_text()
     except UnicodeDecodeError:

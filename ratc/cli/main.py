@@ -7,7 +7,9 @@ import atexit
 import gc
 import importlib
 import os
+import signal
 import sys
+import threading
 
 from ratc import __version__
 from ratc.errors import LocatedError, RatcError
@@ -56,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """parse_args, but an unknown argument after the command is reported by that command's
     parser, with its usage (argparse's parse_args reports every one with the top-level usage)."""
-    args, extras = parser.parse_known_args(argv)
+    args, extras = parser.parse_known_args(_attach_dash_values(parser, argv))
     if extras:
         chosen = parser
         if args.command is not None:
@@ -66,6 +68,34 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
                 chosen = _commands(parser)[args.command]
         chosen.error(f"unrecognized arguments: {' '.join(extras)}")
     return args
+
+
+def _attach_dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """argv with each value that starts with '-' joined to its option ('--memory-budget -5GB'
+    becomes '--memory-budget=-5GB'): argparse would take '-5GB' for an unknown option and say
+    the value is missing, where the user gave one that is out of range (which the option's
+    type or handler then says)."""
+    takes_value, known = set(), set()
+    for p in (parser, *_commands(parser).values()):
+        for action in p._actions:
+            known.update(action.option_strings)
+            if action.nargs is None:
+                takes_value.update(action.option_strings)
+    out, i = [], 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            out.extend(argv[i:])
+            break
+        value = argv[i + 1] if i + 1 < len(argv) else None
+        if (word in takes_value and value is not None and value.startswith("-") and value != "-"
+                and value.split("=", 1)[0] not in known):
+            out.append(f"{word}={value}" if word.startswith("--") else word + value)
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
 
 
 def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -82,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
+    interrupts = _Interrupts()
     try:
-        return int(args.func(args) or 0)
+        with interrupts:
+            return int(args.func(args) or 0)
     except RatcError as exc:
         if args.traceback:
             raise
@@ -91,11 +123,83 @@ def main(argv: list[str] | None = None) -> int:
         text = str(exc)
         print(text if isinstance(exc, LocatedError) else f"ratc: error: {text}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except (RecursionError, UnicodeError) as exc:
+        # Raised from inside whatever read an input (a JSON nested thousands deep, a model
+        # built from thousands of nested modules, a file name that is not UTF-8 under an
+        # ASCII locale): the user's input, not a bug, so it is reported as one.
+        if args.traceback:
+            raise
+        print(f"ratc: error: {_input_problem(exc, argv)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as exc:
+        if not interrupts.received:
+            # raised by code (a model file), not by Ctrl-C: an error in that code
+            if args.traceback:
+                raise
+            print(f"ratc: error: {_raiser(exc)} raised KeyboardInterrupt (no interrupt was received)",
+                  file=sys.stderr)
+            return 1
         print("ratc: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+
+
+class _Interrupts:
+    """Inside: SIGINT raises KeyboardInterrupt as Python's own handler does, and is recorded,
+    so that a KeyboardInterrupt some code raised itself can be told from a real one."""
+
+    def __init__(self):
+        self.received = False
+        self.previous = None
+
+    def _handle(self, signum, frame):
+        self.received = True
+        raise KeyboardInterrupt
+
+    def __enter__(self):
+        # only where Python's default is in force (not in a thread, not under another handler)
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        else:
+            self.received = True        # cannot tell: treat every KeyboardInterrupt as real
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        return False
+
+
+def _raiser(exc: BaseException) -> str:
+    """'FILE:LINE' of the innermost frame outside ratc and the Python installation."""
+    import sysconfig
+    import traceback
+
+    own = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+           *{sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not any(os.path.abspath(f.filename).startswith(p + os.sep) for p in own)]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "ratc"
+
+
+def _input_problem(exc: BaseException, argv: list[str]) -> str:
+    """What went wrong with which input, for an error that names no file of its own."""
+    named = [a for a in argv if not a.startswith("-") and os.path.lexists(a)]
+    where = ", ".join(_shown(a) for a in named) if named else "the input"
+    if isinstance(exc, RecursionError):
+        return f"{where}: nested too deeply to process (deeper than Python's recursion limit)"
+    if isinstance(exc, UnicodeEncodeError):
+        return (f"{where}: cannot encode {_shown(exc.object[exc.start:exc.end])!r} as {exc.encoding} "
+                "(a file name or text that is not valid in this encoding)")
+    if isinstance(exc, UnicodeDecodeError):
+        return f"{where}: not {exc.encoding} text (byte {exc.start})"
+    return f"{where}: {exc}"
+
+
+def _shown(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def run() -> None:

@@ -35,7 +35,8 @@ def add_planning_arguments(p: argparse.ArgumentParser, global_batch_required: bo
                    help="sequences per optimizer step" + ("" if global_batch_required
                                                           else " (default: 64 per cluster)"))
     p.add_argument("--platform", default="mt3000", help="platform profile name or TOML file (default mt3000)")
-    p.add_argument("--memory-budget", help="override the per-cluster memory budget, e.g. 30GB")
+    p.add_argument("--memory-budget", type=memory_budget,
+                   help="override the per-cluster memory budget, e.g. 30GB")
     p.add_argument("--strategy", default="ratrain", help="search space: ratrain, tp-heavy, zero3-heavy, "
                    "backward-ckpt, full-save, tuned-pp-dp-zero, any (default ratrain)")
     p.add_argument("--pipeline", type=pipeline_degree, default=None, metavar="P|any",
@@ -47,6 +48,19 @@ def add_planning_arguments(p: argparse.ArgumentParser, global_batch_required: bo
     p.add_argument("--exec-profile", default=exec_profile, help="GEMM execution profile: paper-table5 "
                    "(the paper's measured Table 5) or kernel-vm (cycle counts of ratc's generated kernels) "
                    f"(default {exec_profile})")
+
+
+def memory_budget(text: str) -> int:
+    """--memory-budget: a positive byte size, checked as the command line is read (before tracing)."""
+    from ratc import units
+
+    try:
+        budget = units.parse_bytes(text)
+    except units.UnitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if budget <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive byte size, got {text!r}")
+    return budget
 
 
 def pipeline_degree(text: str) -> int | str:
@@ -70,14 +84,7 @@ def make_planner(args: argparse.Namespace, model):
     from ratc.platform import load_platform
 
     platform = load_platform(args.platform)
-    budget = None
-    if args.memory_budget is not None:
-        try:
-            budget = units.parse_bytes(args.memory_budget)
-        except units.UnitError as exc:
-            raise RatcError(f"--memory-budget: {exc}") from None
-        if budget <= 0:
-            raise RatcError(f"--memory-budget must be positive, got {args.memory_budget!r}")
+    budget = args.memory_budget      # parsed and range-checked by memory_budget()
     micro = tuple(sorted(set(args.micro_batch))) if args.micro_batch else None
     if micro and micro[0] < 1:
         raise RatcError(f"--micro-batch must be at least 1, got {micro[0]}")

@@ -27,6 +27,7 @@ from ratc.ir.core import Block, Module, Operation
 from ratc.ir.types import parse_type
 from ratc.units import UnitError, parse_bytes
 
+MAX_REGION_DEPTH = 100     # ops inside ops inside ...: ratc's own programs nest 3 deep
 _LITERALS = ("VALUE", "SYMBOL", "STRING", "INT", "FLOAT", "BYTES")
 def _string(s: str) -> str:
     if "\\" not in s:
@@ -270,7 +271,11 @@ class _Builder:
     def error(self, message: str, line: int, col: int) -> LocatedError:
         return LocatedError(message, self.loc(line, col))
 
-    def open_region(self) -> None:
+    def open_region(self, line: int, col: int) -> None:
+        # Regions nest only a few deep in any real program; every walk over the IR recurses
+        # per level, so a deeper text is refused here rather than as a RecursionError later.
+        if len(self.defined) > MAX_REGION_DEPTH:
+            raise self.error(f"regions nested more than {MAX_REGION_DEPTH} deep", line, col)
         self.defined.append([])
 
     def close_region(self) -> None:
@@ -308,7 +313,7 @@ class _Builder:
                        loc=SourceLocation(self.filename, line, col, self.text))
         if region is not None:
             op.region = Block(parent=op)
-            self.open_region()
+            self.open_region(line, col)
             for sub in region:
                 op.region.append(self.build(sub, texts, op_loc))
             self.close_region()
@@ -424,7 +429,7 @@ def _parse_lines(text: str, filename: str) -> Module:
         stack[-1].append(op)
         if opens:
             stack.append(op.region)
-            b.open_region()
+            b.open_region(lineno, len(raw) - len(raw.lstrip()) + 1)
             pending.append((op, recipe[0], texts, (lineno, raw)))
     if module is None or stack:
         raise _NotLineStructured

@@ -82,8 +82,11 @@ def load_platform(name_or_path: str | Path = "mt3000") -> Platform:
         if not path.exists():
             raise PlatformError(
                 f"unknown platform {str(name_or_path)!r} (shipped: {', '.join(list_platforms())})")
-    if not path.is_file():
-        raise PlatformError(f"{path}: no such platform profile")
+    from ratc.input_files import not_a_file
+
+    problem = not_a_file(str(path))
+    if problem:
+        raise PlatformError(f"{problem} (the platform profile)")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
