@@ -126,3 +126,25 @@ def test_the_planner_api_refuses_cluster_counts_above_the_limit(monkeypatch):
     monkeypatch.setenv("RATC_MAX_CLUSTERS", "16")
     with pytest.raises(RatcError, match=r"cluster count 32 exceeds the limit of 16"):
         Planner.plan(object.__new__(Planner), 32, 64)
+
+
+def test_train_refuses_a_micro_batch_whose_activations_exceed_memory_naming_both(monkeypatch, capsys):
+    from ratc.frontend.presets import example_model
+    from ratc.vm.functional import session as session_mod
+
+    monkeypatch.setattr(session_mod, "machine_bytes", lambda: 8 * 10**9)
+    # tiny's parameters fit in 8 GB many times over; a million sequences' activations do not
+    assert main(["train", str(example_model()), "--preset", "tiny", "--steps", "1",
+                 "--micro-batch-size", "1000000"]) == 1
+    err = _error(capsys)
+    assert "global batch of 4000000 sequences (M=4 x b=1000000 x D=1)" in err
+    assert "of saved activations" in err and "more than this machine's 8.00 GB" in err
+
+
+def test_train_activation_estimate_grows_with_the_global_batch():
+    from ratc.frontend.presets import example_model
+    from ratc.vm.functional.session import TrainConfig, activation_bytes
+
+    one = activation_bytes(TrainConfig(model=str(example_model()), M=1, b=1))
+    assert one > 0
+    assert activation_bytes(TrainConfig(model=str(example_model()), M=4, b=2, D=2)) == 16 * one
