@@ -105,7 +105,7 @@ def test_an_input_that_is_not_a_file_is_reported_as_what_it_is(tmp_path, capsys,
 
 def test_a_negative_memory_budget_is_a_range_error_not_a_missing_value(capsys):
     err = _fails(["compile", "--preset", "tiny", "--clusters", "8", "--memory-budget", "-5GB"], capsys)
-    assert "argument --memory-budget: must be a positive byte size, got '-5GB'" in err
+    assert "--memory-budget must be a positive byte size, got '-5GB'" in err
     err = _fails(["plan", "--preset", "tiny", "--clusters", "8", "--global-batch", "8", "--memory-budget", "0GB"],
                  capsys)
     assert "must be a positive byte size" in err

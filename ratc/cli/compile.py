@@ -98,6 +98,8 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.clusters is not None:
         from ratc.limits import MAX_CLUSTERS
         MAX_CLUSTERS.check(args.clusters, "--clusters")
+    from ratc.cli.plan import memory_budget
+    memory_budget(args)         # before tracing
 
 
 def run(args: argparse.Namespace) -> int:

@@ -46,7 +46,7 @@ def check_model_source(args: argparse.Namespace, default_preset: str | None = No
         from ratc.limits import MAX_SEQ_LEN
 
         if args.seq_len < 2:
-            raise RatcError(f"--seq-len must be at least 2, got {args.seq_len}")
+            raise RatcError(f"--seq-len: sequence length must be at least 2, got {args.seq_len}")
         MAX_SEQ_LEN.check(args.seq_len, "--seq-len")
     source = args.hf_config or args.model
     problem = not_a_file(source) if source else None

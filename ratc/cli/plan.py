@@ -35,7 +35,7 @@ def add_planning_arguments(p: argparse.ArgumentParser, global_batch_required: bo
                    help="sequences per optimizer step" + ("" if global_batch_required
                                                           else " (default: 64 per cluster)"))
     p.add_argument("--platform", default="mt3000", help="platform profile name or TOML file (default mt3000)")
-    p.add_argument("--memory-budget", type=memory_budget,
+    p.add_argument("--memory-budget",
                    help="override the per-cluster memory budget, e.g. 30GB")
     p.add_argument("--strategy", default="ratrain", help="search space: ratrain, tp-heavy, zero3-heavy, "
                    "backward-ckpt, full-save, tuned-pp-dp-zero, any (default ratrain)")
@@ -50,16 +50,19 @@ def add_planning_arguments(p: argparse.ArgumentParser, global_batch_required: bo
                    f"(default {exec_profile})")
 
 
-def memory_budget(text: str) -> int:
-    """--memory-budget: a positive byte size, checked as the command line is read (before tracing)."""
+def memory_budget(args: argparse.Namespace) -> int | None:
+    """--memory-budget in bytes (None if not given): a positive byte size. Plan and compile
+    check it before tracing."""
     from ratc import units
 
+    if args.memory_budget is None:
+        return None
     try:
-        budget = units.parse_bytes(text)
+        budget = units.parse_bytes(args.memory_budget)
     except units.UnitError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise RatcError(f"--memory-budget: {exc}") from None
     if budget <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive byte size, got {text!r}")
+        raise RatcError(f"--memory-budget must be a positive byte size, got {args.memory_budget!r}")
     return budget
 
 
@@ -84,7 +87,7 @@ def make_planner(args: argparse.Namespace, model):
     from ratc.platform import load_platform
 
     platform = load_platform(args.platform)
-    budget = args.memory_budget      # parsed and range-checked by memory_budget()
+    budget = memory_budget(args)
     micro = tuple(sorted(set(args.micro_batch))) if args.micro_batch else None
     if micro and micro[0] < 1:
         raise RatcError(f"--micro-batch must be at least 1, got {micro[0]}")
@@ -110,6 +113,7 @@ def handler(args: argparse.Namespace) -> int:
         MAX_CLUSTERS.check(args.max_clusters, "--max-clusters")
     else:
         MAX_CLUSTERS.check(args.clusters, "--clusters")
+    memory_budget(args)
     strategy = get_strategy(args.strategy)
     model = load_model(args)
     planner = make_planner(args, model)
