@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from functools import lru_cache
 from pathlib import Path
 
@@ -186,21 +187,42 @@ def _type(text: str, line: int, col: int):
         raise _RecipeError(str(exc), line, col) from None
 
 
+class _Places:
+    """(line, column) pairs in two machine-integer arrays."""
+
+    __slots__ = ("lines", "cols")
+
+    def __init__(self):
+        self.lines, self.cols = array("q"), array("q")
+
+    def append(self, line: int, col: int) -> None:
+        self.lines.append(line)
+        self.cols.append(col)
+
+    def __getitem__(self, i: int) -> tuple[int, int]:
+        return self.lines[i], self.cols[i]
+
+    def __iter__(self):
+        return zip(self.lines, self.cols)
+
+
 class _Literals:
     """Lexer hook: replaces each literal token by its index and remembers text and place."""
 
     def __init__(self):
         self.texts: list[str] = []
-        self.places: list[tuple[int, int]] = []
-        self.op_places: list[tuple[int, int]] = []
+        # Line and column of every literal, packed (a tuple each was a fifth of a whole
+        # text's peak memory); read back only for error messages.
+        self.places = _Places()
+        self.op_places = _Places()
 
     def literal(self, tok: Token) -> Token:
         self.texts.append(str(tok))
-        self.places.append((tok.line, tok.column))
+        self.places.append(tok.line, tok.column)
         return tok.update(value=str(len(self.texts) - 1))
 
     def opname(self, tok: Token) -> Token:
-        self.op_places.append((tok.line, tok.column))
+        self.op_places.append(tok.line, tok.column)
         return tok
 
 
@@ -262,7 +284,7 @@ class _Builder:
         self.scope: dict = {}
         self.defined: list[list[str]] = [[]]
         # Where literals are, for error columns: a list for a whole text, else the current line.
-        self.places: list[tuple[int, int]] | None = None
+        self.places: _Places | None = None
         self.lineno, self.line_raw, self.line_texts = 0, "", []
 
     def loc(self, line: int, col: int) -> SourceLocation:
