@@ -151,15 +151,23 @@ def test_a_non_utf8_model_file_name_compiles_and_is_recorded_printably(tmp_path,
     assert "m\ufffd.py --emit=graph" in out.read_text().splitlines()[0]
 
 
-def test_an_ascii_locale_with_a_non_ascii_path_is_not_a_traceback(tmp_path):
+def test_an_ascii_locale_with_a_non_ascii_path_writes_utf8_files_and_refuses_ascii_stdout(tmp_path):
     path = tmp_path / "modèle.py"
     path.write_text(LLAMA)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "ascii"}
-    done = subprocess.run([sys.executable, "-m", "ratc", "compile", os.fsencode(path), "--emit", "graph"],
-                          capture_output=True, timeout=300, cwd=tmp_path, env=env)
-    assert b"Traceback" not in done.stderr and done.returncode in (0, 1), done.stderr[-2000:]
-    if done.returncode == 1:
-        assert b"cannot encode" in done.stderr
+
+    def ratc(*words):
+        return subprocess.run([sys.executable, "-m", "ratc", *words], capture_output=True, timeout=300,
+                              cwd=tmp_path, env=env)
+
+    out = tmp_path / "sortie-é.ir"
+    done = ratc("compile", os.fsencode(path), "--emit", "graph", "-o", os.fsencode(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "modèle.py --emit=graph" in out.read_text(encoding="utf-8").splitlines()[0]
+    # the same text to an ASCII stdout cannot be written: an error naming the input, no traceback
+    done = ratc("compile", os.fsencode(path), "--emit", "graph")
+    assert done.returncode == 1 and b"Traceback" not in done.stderr
+    assert b"mod\\xe8le.py: cannot encode '\\xe8' as ascii" in done.stderr
 
 
 def test_odd_register_counts_are_refused_by_the_platform_loader_not_default_groups(tmp_path, capsys):

@@ -21,7 +21,7 @@ def read_input(path: str) -> tuple[str, str]:
     if problem:
         raise RatcError(problem)
     try:
-        return path, p.read_text()
+        return path, p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise RatcError(f"{path}: not a UTF-8 text file") from None
 
@@ -54,7 +54,7 @@ def write_atomic(path: str | Path, data: str | bytes, flag: str | None = None) -
         # a device (/dev/null), a FIFO or a socket: write into it; renaming over it would
         # replace it with a file (as root, even /dev/null)
         try:
-            with open(path, mode) as fh:
+            with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
                 fh.write(data)
         except OSError as exc:
             raise OutputError.refused(path, exc) from None
@@ -67,7 +67,7 @@ def write_atomic(path: str | Path, data: str | bytes, flag: str | None = None) -
     except OSError as exc:
         raise OutputError.refused(path, exc) from None
     try:
-        with os.fdopen(fd, mode) as fh:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
             fh.write(data)
         # mkstemp makes the file private (0600); give it the permissions open() would.
         umask = os.umask(0)

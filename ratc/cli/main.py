@@ -192,14 +192,15 @@ def _input_problem(exc: BaseException, argv: list[str]) -> str:
         return f"{where}: nested too deeply to process (deeper than Python's recursion limit)"
     if isinstance(exc, UnicodeEncodeError):
         return (f"{where}: cannot encode {_shown(exc.object[exc.start:exc.end])!r} as {exc.encoding} "
-                "(a file name or text that is not valid in this encoding)")
+                "(a file name or text this locale cannot write; use a UTF-8 locale, or -o FILE for output)")
     if isinstance(exc, UnicodeDecodeError):
         return f"{where}: not {exc.encoding} text (byte {exc.start})"
     return f"{where}: {exc}"
 
 
 def _shown(text: str) -> str:
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """A name as its bytes read in UTF-8 (Python keeps undecodable ones as lone surrogates)."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def run() -> None:

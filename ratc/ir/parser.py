@@ -525,4 +525,4 @@ def parse_file(path: str | Path) -> Module:
     from ratc.limits import MAX_IR_BYTES
 
     MAX_IR_BYTES.check_file(path)
-    return parse_module(Path(path).read_text(), str(path))
+    return parse_module(Path(path).read_text(encoding="utf-8"), str(path))
