@@ -43,7 +43,6 @@ class Limit:
             raise RatcError(f"{subject}: {self.what} {_show(amount, self.unit)} exceeds the limit of "
                             f"{_show(limit, self.unit)} (set ${self.env} to raise it{hint})")
 
-
     def check_file(self, path) -> None:
         """check() on a file's size, before it is read (a file that cannot be stat'ed is left
         to its reader, which names the problem)."""
@@ -72,4 +71,5 @@ MAX_KERNEL_BYTES = Limit("RATC_MAX_KERNEL_BYTES", 4 * 10**9, "DDR and GSM buffer
 MAX_CLUSTERS = Limit("RATC_MAX_CLUSTERS", 65_536, "cluster count")
 MAX_SEQ_LEN = Limit("RATC_MAX_SEQ_LEN", 1_048_576, "sequence length")
 
+# every limit, as docs/reliability-limits.md lists them
 ALL = (MAX_IR_BYTES, MAX_KERNEL_STEPS, MAX_KERNEL_BYTES, MAX_CLUSTERS, MAX_SEQ_LEN)

@@ -148,3 +148,16 @@ def test_train_activation_estimate_grows_with_the_global_batch():
     one = activation_bytes(TrainConfig(model=str(example_model()), M=1, b=1))
     assert one > 0
     assert activation_bytes(TrainConfig(model=str(example_model()), M=4, b=2, D=2)) == 16 * one
+
+
+def test_every_limit_is_documented_with_its_default():
+    from pathlib import Path
+
+    from ratc.limits import ALL, _show
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "reliability-limits.md").read_text()
+    for limit in ALL:
+        row = next((line for line in doc.splitlines() if line.startswith(f"| `{limit.env}` |")), None)
+        assert row is not None, limit.env
+        default = _show(limit.default, limit.unit).replace(".00 ", " ")
+        assert f"| {default} |" in row, (row, default)

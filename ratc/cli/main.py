@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         # ASCII locale): the user's input, not a bug, so it is reported as one.
         if args.traceback:
             raise
-        print(f"ratc: error: {_input_problem(exc, argv)}", file=sys.stderr)
+        print(f"ratc: error: {_input_problem(exc, argv, args.command)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
         if not interrupts.received:
@@ -184,9 +184,9 @@ def _raiser(exc: BaseException) -> str:
     return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "ratc"
 
 
-def _input_problem(exc: BaseException, argv: list[str]) -> str:
+def _input_problem(exc: BaseException, argv: list[str], command: str) -> str:
     """What went wrong with which input, for an error that names no file of its own."""
-    named = [a for a in argv if not a.startswith("-") and os.path.lexists(a)]
+    named = [a for a in argv if not a.startswith("-") and a != command and os.path.lexists(a)]
     where = ", ".join(_shown(a) for a in named) if named else "the input"
     if isinstance(exc, RecursionError):
         return f"{where}: nested too deeply to process (deeper than Python's recursion limit)"
