@@ -194,3 +194,16 @@ def test_a_program_whose_manifest_is_nested_thousands_deep_is_an_error_naming_th
     for command in ("run", "report"):
         err = _fails([command, str(program)], capsys)
         assert f"{program}: nested too deeply to process" in err
+
+
+@pytest.mark.parametrize("command", [
+    ["kernel", "gemm", "8", "8", "8", "-o"],
+    ["compile", "--preset", "tiny", "--emit", "graph", "-o"],
+    ["plan", "--preset", "tiny", "--clusters", "8", "--global-batch", "8", "-o"],
+])
+def test_an_output_path_that_is_a_symlink_loop_is_an_error_not_a_runtime_error(tmp_path, capsys, command):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    err = _fails(command + [str(loop)], capsys)
+    assert f"{loop}: a symbolic link loop" in err
+    assert loop.is_symlink() and os.readlink(loop) == str(loop)      # left as it was

@@ -131,6 +131,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"ratc: error: {_input_problem(exc, argv, args.command)}", file=sys.stderr)
         return 1
+    except RuntimeError as exc:
+        # pathlib's resolve() (Python < 3.13) reports a symlink loop this way, wherever a
+        # command resolves an input or output path
+        loop = _symlink_loop(exc)
+        if loop is None or args.traceback:
+            raise
+        print(f"ratc: error: {_shown(loop)}: a symbolic link loop", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as exc:
         if not interrupts.received:
             # raised by code (a model file), not by Ctrl-C: an error in that code
@@ -196,6 +204,16 @@ def _input_problem(exc: BaseException, argv: list[str], command: str) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return f"{where}: not {exc.encoding} text (byte {exc.start})"
     return f"{where}: {exc}"
+
+
+def _symlink_loop(exc: RuntimeError) -> str | None:
+    """The path of pathlib's 'Symlink loop from PATH' error, else None."""
+    text = str(exc)
+    prefix = "Symlink loop from "
+    if not text.startswith(prefix):
+        return None
+    quoted = text[len(prefix):]
+    return quoted[1:-1] if len(quoted) >= 2 and quoted[0] == quoted[-1] and quoted[0] in "'\"" else quoted
 
 
 def _shown(text: str) -> str:
