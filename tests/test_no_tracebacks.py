@@ -207,3 +207,13 @@ def test_an_output_path_that_is_a_symlink_loop_is_an_error_not_a_runtime_error(t
     err = _fails(command + [str(loop)], capsys)
     assert f"{loop}: a symbolic link loop" in err
     assert loop.is_symlink() and os.readlink(loop) == str(loop)      # left as it was
+
+
+def test_an_hf_config_with_intermediate_size_zero_is_an_error_naming_the_op(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    config = (ROOT / "examples" / "hf" / "llama.json").read_text()
+    path = tmp_path / "zero.json"
+    path.write_text(config.replace('"intermediate_size": 688', '"intermediate_size": 0'))
+    assert '"intermediate_size": 0' in path.read_text()
+    err = _fails(["compile", "--hf-config", str(path), "--emit", "graph"], capsys)
+    assert "zero.json" in err and "mlp" in err and "has no elements" in err
