@@ -37,8 +37,8 @@ def write_file(path: Path, data: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as fh:
-            fh.write(data)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data if isinstance(data, bytes) else data.encode("utf-8"))   # UTF-8 whatever the locale
         os.chmod(tmp, 0o666 & ~_umask())     # mkstemp makes it private (0600); as open() would
         os.replace(tmp, path)
     except BaseException:

@@ -372,7 +372,10 @@ def open_life_program(path: str):
     from ratc.cli.io import read_input
     from ratc.ir import parse_module, verify
     from ratc.lifecycle.lowering import find_pipeline, find_plan
+    from ratc.limits import MAX_IR_BYTES
 
+    if path != "-":
+        MAX_IR_BYTES.check_file(path)
     name, text = read_input(path)
     module = parse_module(text, name)
     verify(module)

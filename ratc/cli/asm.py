@@ -89,8 +89,10 @@ def run_and_report(program, platform, args, useful_macs=None, min_ddr_bytes=None
     import numpy as np
 
     from ratc.codegen.report import format_report, kernel_stats
-    from ratc.vm.kernel_vm import run_program
+    from ratc.vm.kernel_vm import check_full_run, run_program
 
+    if args.mode == "full":
+        check_full_run(program)     # before --input and --random-inputs allocate the buffers
     ddr = {b.name for b in program.buffers if b.space == "ddr"}
     inputs = {buf: _load_array(spec, buf, path) for spec, buf, path in _specs(args.input, "--input", ddr)}
     # every --save is checked before the run, and written after it, each file atomically

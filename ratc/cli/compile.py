@@ -80,6 +80,11 @@ def check_arguments(args: argparse.Namespace) -> None:
     for flag, value in (("--clusters", args.clusters), ("--global-batch", args.global_batch)):
         if value is not None and value < 1:
             raise RatcError(f"{flag} must be at least 1, got {value}")
+    if args.clusters is not None:
+        from ratc.limits import MAX_CLUSTERS
+        MAX_CLUSTERS.check(args.clusters, "--clusters")
+    from ratc.cli.plan import memory_budget
+    memory_budget(args)         # before tracing
 
 
 def check_output_dir(path) -> None:

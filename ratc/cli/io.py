@@ -14,13 +14,14 @@ def read_input(path: str) -> tuple[str, str]:
     """Return (display name, text) of a file, or of stdin for '-'."""
     if path == "-":
         return "<stdin>", sys.stdin.read()
+    from ratc.input_files import not_a_file
+
     p = Path(path)
-    if p.is_dir():
-        raise RatcError(f"{path}: is a directory, not a file")
-    if not p.is_file():
-        raise RatcError(f"{path}: no such file")
+    problem = not_a_file(path)
+    if problem:
+        raise RatcError(problem)
     try:
-        return path, p.read_text()
+        return path, p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise RatcError(f"{path}: not a UTF-8 text file") from None
 
@@ -93,8 +94,8 @@ def write_atomic(path: str | Path, data: str | bytes, flag: str | None = None) -
         # a device (/dev/null), a FIFO or a socket: write into it; renaming over it would
         # replace it with a file (as root, even /dev/null)
         try:
-            with open(path, "wb" if isinstance(data, bytes) else "w") as fh:
-                fh.write(data)
+            with open(path, "wb") as fh:
+                fh.write(data if isinstance(data, bytes) else data.encode("utf-8"))
         except OSError as exc:
             raise OutputError.refused(path, exc) from None
         return

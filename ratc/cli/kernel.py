@@ -44,6 +44,13 @@ def run(args) -> int:
         except ValueError:
             raise RatcError(f"--tile {spec!r}: expected NAME=INTEGER") from None
     check_tile_options("gemm" if args.op == "gemm" else "attn_bwd", options, "--tile")
+    if args.run and args.mode == "full" and args.op == "gemm" and len(args.dims) == 3:
+        from ratc.limits import MAX_KERNEL_BYTES
+
+        # A, B and C in DDR (f16) at the least: refused before the kernel is even generated
+        m, n, k = args.dims
+        MAX_KERNEL_BYTES.check(2 * (m * k + k * n + m * n), f"kernel gemm {m} {n} {k} in full mode",
+                               "; --mode timing counts cycles without values")
     kernel = _generate(platform, args, options)
     if args.output or not args.run:
         write_output(args.output, kernel.text)

@@ -7,8 +7,8 @@ flags, checks and messages; only the help texts differ.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from ratc.input_files import not_a_file
 from ratc.errors import RatcError
 
 HF_SEQ_LEN = 2048      # an HF config.json names no training sequence length
@@ -42,9 +42,16 @@ def check_model_source(args: argparse.Namespace, default_preset: str | None = No
     if not named(args) and default_preset is None:
         raise RatcError("no model: give a model file, --preset NAME (the bundled examples/llama.py) "
                         "or --hf-config CONFIG_JSON")
+    if args.seq_len is not None:
+        from ratc.limits import MAX_SEQ_LEN
+
+        if args.seq_len < 2:
+            raise RatcError(f"--seq-len: sequence length must be at least 2, got {args.seq_len}")
+        MAX_SEQ_LEN.check(args.seq_len, "--seq-len")
     source = args.hf_config or args.model
-    if source and not Path(source).is_file():
-        raise RatcError(f"{source}: no such file")
+    problem = not_a_file(source) if source else None
+    if problem:
+        raise RatcError(problem)
 
 
 def load_model(args: argparse.Namespace, default_preset: str | None = None):
@@ -78,4 +85,11 @@ def describe(args: argparse.Namespace) -> str:
     """The source as command-line words, to reproduce an output: 'FILE --preset X --seq-len N'."""
     words = [f"--hf-config {args.hf_config}" if args.hf_config else args.model or ""]
     words += [f"--{flag} {v}" for flag, v in (("preset", args.preset), ("seq-len", args.seq_len)) if v]
-    return " ".join(w for w in words if w)
+    return printable(" ".join(w for w in words if w))
+
+
+def printable(text: str) -> str:
+    """Text as it can be written into a UTF-8 output: a file name's undecodable bytes (kept
+    by Python as lone surrogates) become U+FFFD."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace").encode(
+        "utf-8", "replace").decode("utf-8")

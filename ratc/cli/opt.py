@@ -24,6 +24,10 @@ def run(args: argparse.Namespace) -> int:
     from ratc.ir import parse_module, print_module
     from ratc.passes import PassManager, parse_pipeline
 
+    from ratc.limits import MAX_IR_BYTES
+
+    if args.file != "-":
+        MAX_IR_BYTES.check_file(args.file)
     name, text = read_input(args.file)
     passes = parse_pipeline(args.pipeline) if args.pipeline.strip() else []
     module = parse_module(text, name)

@@ -35,7 +35,8 @@ def add_planning_arguments(p: argparse.ArgumentParser, global_batch_required: bo
                    help="sequences per optimizer step" + ("" if global_batch_required
                                                           else " (default: 64 per cluster)"))
     p.add_argument("--platform", default="mt3000", help="platform profile name or TOML file (default mt3000)")
-    p.add_argument("--memory-budget", help="override the per-cluster memory budget, e.g. 30GB")
+    p.add_argument("--memory-budget",
+                   help="override the per-cluster memory budget, e.g. 30GB")
     p.add_argument("--strategy", default="ratrain", help="search space: ratrain, tp-heavy, zero3-heavy, "
                    "backward-ckpt, full-save, tuned-pp-dp-zero, any (default ratrain)")
     p.add_argument("--pipeline", type=pipeline_degree, default=None, metavar="P|any",
@@ -47,6 +48,22 @@ def add_planning_arguments(p: argparse.ArgumentParser, global_batch_required: bo
     p.add_argument("--exec-profile", default=exec_profile, help="GEMM execution profile: paper-table5 "
                    "(the paper's measured Table 5) or kernel-vm (cycle counts of ratc's generated kernels) "
                    f"(default {exec_profile})")
+
+
+def memory_budget(args: argparse.Namespace) -> int | None:
+    """--memory-budget in bytes (None if not given): a positive byte size. Plan and compile
+    check it before tracing."""
+    from ratc import units
+
+    if args.memory_budget is None:
+        return None
+    try:
+        budget = units.parse_bytes(args.memory_budget)
+    except units.UnitError as exc:
+        raise RatcError(f"--memory-budget: {exc}") from None
+    if budget <= 0:
+        raise RatcError(f"--memory-budget must be a positive byte size, got {args.memory_budget!r}")
+    return budget
 
 
 def pipeline_degree(text: str) -> int | str:
@@ -70,14 +87,7 @@ def make_planner(args: argparse.Namespace, model):
     from ratc.platform import load_platform
 
     platform = load_platform(args.platform)
-    budget = None
-    if args.memory_budget is not None:
-        try:
-            budget = units.parse_bytes(args.memory_budget)
-        except units.UnitError as exc:
-            raise RatcError(f"--memory-budget: {exc}") from None
-        if budget <= 0:
-            raise RatcError(f"--memory-budget must be positive, got {args.memory_budget!r}")
+    budget = memory_budget(args)
     micro = tuple(sorted(set(args.micro_batch))) if args.micro_batch else None
     if micro and micro[0] < 1:
         raise RatcError(f"--micro-batch must be at least 1, got {micro[0]}")
@@ -98,6 +108,14 @@ def handler(args: argparse.Namespace) -> int:
         raise RatcError(f"--top must be at least 1, got {args.top}")
     if not args.min_clusters and args.clusters is None:
         raise RatcError("ratc plan: give --clusters N (or --min-clusters)")
+    from ratc.limits import MAX_CLUSTERS
+
+    # before tracing: a search over a billion clusters ran for minutes before its first error
+    if args.min_clusters:
+        MAX_CLUSTERS.check(args.max_clusters, "--max-clusters")
+    else:
+        MAX_CLUSTERS.check(args.clusters, "--clusters")
+    memory_budget(args)
     strategy = get_strategy(args.strategy)
     model = load_model(args)
     planner = make_planner(args, model)

@@ -19,7 +19,7 @@ def load_hf_config(path_or_dict, display: str | None = None) -> dict:
     path = Path(path_or_dict)
     display = display or str(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RatcError(f"{display}: no such file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

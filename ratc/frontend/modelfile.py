@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -46,11 +47,14 @@ def _where(exc: BaseException, path: Path) -> str:
 
 def import_model_file(path: str):
     """Execute a model file as a fresh module; errors name the file and the cause."""
+    from ratc.input_files import not_a_file
+
     p = Path(path)
-    if not p.is_file():
-        raise RatcError(f"{path}: no such file")
+    problem = not_a_file(path)
+    if problem:
+        raise RatcError(problem)
     # a stable name (hash() varies with PYTHONHASHSEED, and class reprs in messages show it)
-    name = f"_ratc_model_{hashlib.sha256(str(p.resolve()).encode()).hexdigest()[:16]}"
+    name = f"_ratc_model_{hashlib.sha256(os.fsencode(p.resolve())).hexdigest()[:16]}"
     spec = importlib.util.spec_from_file_location(name, p)
     if spec is None or spec.loader is None:
         raise RatcError(f"{path}: not a Python file")
@@ -119,6 +123,8 @@ def _check_protocol(mod, path: str) -> None:
 def _choose_preset(mod, path: str, preset: str | None) -> str:
     if preset is None:
         preset = getattr(mod, "DEFAULT_PRESET", None)
+        if preset is not None and not isinstance(preset, str):
+            raise RatcError(f"{path}: DEFAULT_PRESET must be the name of a preset (a string), got {preset!r}")
         if preset is None and len(mod.PRESETS) == 1:
             preset = next(iter(mod.PRESETS))
         if preset is None:
@@ -142,6 +148,13 @@ def _count(value, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
+def _check_seq_len(seq_len: int, path: str) -> None:
+    """input_spec's sequence length, refused above $RATC_MAX_SEQ_LEN before the model is built."""
+    from ratc.limits import MAX_SEQ_LEN
+
+    MAX_SEQ_LEN.check(seq_len, f"{path}: input_spec")
+
+
 def load_model_file(path: str, preset: str | None = None, seq_len: int | None = None) -> ModelSpec:
     """Build a model file's module on the meta device for one preset (and sequence length)."""
     import torch
@@ -159,6 +172,7 @@ def load_model_file(path: str, preset: str | None = None, seq_len: int | None = 
             or not _count(spec.get("batch", 1), 1):
         raise RatcError(f"{path}: input_spec must return a dict with integers 'seq_len' (>= 2), 'vocab' (>= 1) "
                         f"and optionally 'batch' (>= 1), got {spec!r}")
+    _check_seq_len(spec["seq_len"], path)
     with torch.device("meta"):
         module = _call(mod.build_model, dict(config), path, "build_model")
     if not isinstance(module, torch.nn.Module):

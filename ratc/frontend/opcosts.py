@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ratc.errors import RatcError
 from ratc.frontend.capture import Node, TensorInfo
 
 # Ops that only re-describe memory (or are folded into their consumer's addressing).
@@ -244,6 +245,17 @@ def elementwise_cost(node: Node) -> Cost:
     return c
 
 
+def _check_nonempty(node: Node) -> None:
+    """A costed op on a tensor without elements (a size of 0 in the model's config, such as
+    intermediate_size = 0) has no meaningful cost: every per-element formula divides by it."""
+    for t in (node, *_tensor_args(node)):
+        if t.out.numel == 0:
+            where = f" in {node.scope[-1][0]} ({node.scope[-1][1]})" if node.scope else ""
+            raise RatcError(f"op '{node.name}' ({node.op}){where}: tensor '{t.name}' of shape "
+                            f"{list(t.out.shape)} has no elements; a model with a size of 0 (e.g. "
+                            "intermediate_size = 0) cannot be trained")
+
+
 def node_cost(node: Node) -> Cost | None:
     """Costs of a single (non-norm-group) node; None for views and metadata ops."""
     op = node.op
@@ -251,6 +263,7 @@ def node_cost(node: Node) -> Cost | None:
         return None
     if is_noop_cast(node):
         return None
+    _check_nonempty(node)
     if op == "linear":
         return linear_cost(node)
     if op == "matmul":

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from functools import lru_cache
 from pathlib import Path
 
 from lark import Lark, Token, Transformer
-from lark.exceptions import VisitError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from ratc.errors import LocatedError, SourceLocation
 from ratc.gcpause import gc_paused
@@ -27,6 +28,7 @@ from ratc.ir.core import Block, Module, Operation
 from ratc.ir.types import parse_type
 from ratc.units import UnitError, parse_bytes
 
+MAX_REGION_DEPTH = 100     # ops inside ops inside ...: ratc's own programs nest 3 deep
 _LITERALS = ("VALUE", "SYMBOL", "STRING", "INT", "FLOAT", "BYTES")
 def _string(s: str) -> str:
     if "\\" not in s:
@@ -80,7 +82,7 @@ class _RecipeError(Exception):
 
 
 class _Recipes(Transformer):
-    """Turns parse trees into position-free recipes whose literals are hole indices."""
+    """Lark callbacks, run as each rule is reduced: position-free recipes whose literals are hole indices."""
 
     def lit(self, children):
         tok = children[0]
@@ -185,21 +187,42 @@ def _type(text: str, line: int, col: int):
         raise _RecipeError(str(exc), line, col) from None
 
 
+class _Places:
+    """(line, column) pairs in two machine-integer arrays."""
+
+    __slots__ = ("lines", "cols")
+
+    def __init__(self):
+        self.lines, self.cols = array("q"), array("q")
+
+    def append(self, line: int, col: int) -> None:
+        self.lines.append(line)
+        self.cols.append(col)
+
+    def __getitem__(self, i: int) -> tuple[int, int]:
+        return self.lines[i], self.cols[i]
+
+    def __iter__(self):
+        return zip(self.lines, self.cols)
+
+
 class _Literals:
     """Lexer hook: replaces each literal token by its index and remembers text and place."""
 
     def __init__(self):
         self.texts: list[str] = []
-        self.places: list[tuple[int, int]] = []
-        self.op_places: list[tuple[int, int]] = []
+        # Line and column of every literal, packed (a tuple each cost ~3 bytes of peak
+        # memory per input byte); read back only for error messages.
+        self.places = _Places()
+        self.op_places = _Places()
 
     def literal(self, tok: Token) -> Token:
         self.texts.append(str(tok))
-        self.places.append((tok.line, tok.column))
+        self.places.append(tok.line, tok.column)
         return tok.update(value=str(len(self.texts) - 1))
 
     def opname(self, tok: Token) -> Token:
-        self.op_places.append((tok.line, tok.column))
+        self.op_places.append(tok.line, tok.column)
         return tok
 
 
@@ -210,10 +233,12 @@ class _Grammar:
         self.recorder = _Literals()
         callbacks = {name: self._literal for name in _LITERALS}
         callbacks["OPNAME"] = self._opname
+        # The recipes are built as the parser reduces each rule (Lark's inline transformer),
+        # so no parse tree of the whole text is ever held: with the tree, a hand-laid-out
+        # text peaked at ~80 bytes of memory per input byte, without it at ~35.
         self.lark = Lark((Path(__file__).parent / "ir.lark").read_text(), parser="lalr",
                          start=["module", "op"], lexer="contextual", maybe_placeholders=True,
-                         lexer_callbacks=callbacks)
-        self.recipes = _Recipes()
+                         lexer_callbacks=callbacks, transformer=_Recipes())
 
     def _literal(self, tok):
         return self.recorder.literal(tok)
@@ -224,11 +249,7 @@ class _Grammar:
     def parse(self, text: str, start: str):
         """(recipe, recorder) for text; raises lark's UnexpectedInput or _RecipeError."""
         self.recorder = _Literals()
-        tree = self.lark.parse(text, start=start)
-        try:
-            return self.recipes.transform(tree), self.recorder
-        except VisitError as exc:
-            raise exc.orig_exc from None
+        return self.lark.parse(text, start=start), self.recorder
 
 
 _GRAMMAR: _Grammar | None = None
@@ -263,7 +284,7 @@ class _Builder:
         self.scope: dict = {}
         self.defined: list[list[str]] = [[]]
         # Where literals are, for error columns: a list for a whole text, else the current line.
-        self.places: list[tuple[int, int]] | None = None
+        self.places: _Places | None = None
         self.lineno, self.line_raw, self.line_texts = 0, "", []
 
     def loc(self, line: int, col: int) -> SourceLocation:
@@ -272,7 +293,11 @@ class _Builder:
     def error(self, message: str, line: int, col: int) -> LocatedError:
         return LocatedError(message, self.loc(line, col))
 
-    def open_region(self) -> None:
+    def open_region(self, line: int, col: int) -> None:
+        # Regions nest only a few deep in any real program; every walk over the IR recurses
+        # per level, so a deeper text is refused here rather than as a RecursionError later.
+        if len(self.defined) > MAX_REGION_DEPTH:
+            raise self.error(f"regions nested more than {MAX_REGION_DEPTH} deep", line, col)
         self.defined.append([])
 
     def close_region(self) -> None:
@@ -310,7 +335,7 @@ class _Builder:
                        loc=SourceLocation(self.filename, line, col, self.text))
         if region is not None:
             op.region = Block(parent=op)
-            self.open_region()
+            self.open_region(line, col)
             for sub in region:
                 op.region.append(self.build(sub, texts, op_loc))
             self.close_region()
@@ -426,7 +451,7 @@ def _parse_lines(text: str, filename: str) -> Module:
         stack[-1].append(op)
         if opens:
             stack.append(op.region)
-            b.open_region()
+            b.open_region(lineno, len(raw) - len(raw.lstrip()) + 1)
             pending.append((op, recipe[0], texts, (lineno, raw)))
     if module is None or stack:
         raise _NotLineStructured
@@ -477,7 +502,12 @@ def _syntax_error(exc: UnexpectedInput, b: _Builder) -> LocatedError:
 
 
 def parse_module(text: str, filename: str = "<input>") -> Module:
-    """Parse IR text into a Module; syntax and name errors raise LocatedError."""
+    """Parse IR text into a Module; syntax and name errors raise LocatedError, a text above
+    $RATC_MAX_IR_BYTES a RatcError before any parsing."""
+    from ratc.limits import MAX_IR_BYTES
+
+    MAX_IR_BYTES.check(len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass")),
+                       filename)
     # nothing parsed is garbage until we return (the GC pass was a quarter of the parse)
     with gc_paused():
         try:
@@ -491,5 +521,8 @@ def parse_module(text: str, filename: str = "<input>") -> Module:
 
 
 def parse_file(path: str | Path) -> Module:
-    """Parse an IR file."""
-    return parse_module(Path(path).read_text(), str(path))
+    """Parse an IR file (its size is checked before it is read)."""
+    from ratc.limits import MAX_IR_BYTES
+
+    MAX_IR_BYTES.check_file(path)
+    return parse_module(Path(path).read_text(encoding="utf-8"), str(path))

@@ -13,6 +13,10 @@ class _Namer:
         self.names: dict[Value, str] = {}
         self.taken: set[str] = set()
         self.counter = 0
+        # The next suffix to try per repeated hint: the smallest free `hint_i` only grows
+        # (names are never released), so each search resumes where the last one ended and
+        # a hint repeated n times costs O(n) in all, not O(n^2).
+        self.suffix: dict[str, int] = {}
 
     def name(self, v: Value) -> str:
         got = self.names.get(v)
@@ -25,9 +29,10 @@ class _Namer:
             hint = str(self.counter)
             self.counter += 1
         elif hint in self.taken:
-            i = 1
+            i = self.suffix.get(hint, 1)
             while f"{hint}_{i}" in self.taken:
                 i += 1
+            self.suffix[hint] = i + 1
             hint = f"{hint}_{i}"
         self.taken.add(hint)
         self.names[v] = hint

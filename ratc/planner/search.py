@@ -241,6 +241,8 @@ class Planner:
         strat = get_strategy(strategy) if isinstance(strategy, str) else strategy
         if clusters < 1 or global_batch < 1:
             raise RatcError(f"clusters ({clusters}) and global batch ({global_batch}) must be positive")
+        from ratc.limits import MAX_CLUSTERS
+        MAX_CLUSTERS.check(clusters, "planning")
         start = time.perf_counter()
         groups = self.space(clusters, global_batch, strat)
         if not groups:

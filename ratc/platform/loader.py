@@ -44,6 +44,7 @@ class Platform:
                            section_bounds(SECTIONS[sec_name])[field_name])
             sections[sec_name] = dataclasses.replace(sections[sec_name], **{field_name: value})
         _check_peak(f"{self.source} with overrides", sections)
+        _check_registers(f"{self.source} with overrides", sections)
         return dataclasses.replace(self, sections=sections)
 
 
@@ -81,8 +82,11 @@ def load_platform(name_or_path: str | Path = "mt3000") -> Platform:
         if not path.exists():
             raise PlatformError(
                 f"unknown platform {str(name_or_path)!r} (shipped: {', '.join(list_platforms())})")
-    if not path.is_file():
-        raise PlatformError(f"{path}: no such platform profile")
+    from ratc.input_files import not_a_file
+
+    problem = not_a_file(str(path))
+    if problem:
+        raise PlatformError(f"{problem} (the platform profile)")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -124,6 +128,7 @@ def parse_platform(text: str, source: str) -> Platform:
         sections[sec_name] = cls(**{k: _parse(source, sec_name, k, kind, table[k], bounds[k])
                                     for k, kind in kinds.items()})
     _check_peak(source, sections)
+    _check_registers(source, sections)
     return Platform(name=str(meta["name"]), description=str(meta.get("description", "")),
                     source=source, text=text, sections=sections)
 
@@ -141,3 +146,16 @@ def _check_peak(source: str, sections: dict) -> None:
             f"{source}: [cluster].peak_mac_rate is {c.peak_mac_rate:.4g} MAC/s but the DSP model issues "
             f"{issued:.4g} (dsps {c.dsps} x vmac_rows {v.vmac_rows} x vector_lanes {v.vector_lanes} "
             f"x clock {d.clock:.6g} Hz); make them agree")
+
+
+def _check_registers(source: str, sections: dict) -> None:
+    """The register files must hold the smallest GEMM micro-tile the code generator emits:
+    one group of vmac_rows accumulators plus two operand vectors, and two quad registers
+    (operands alternate between k steps)."""
+    v = sections["vliw"]
+    if v.vector_registers < v.vmac_rows + 2:
+        raise PlatformError(f"{source}: [vliw].vector_registers is {v.vector_registers}, but a GEMM micro-tile "
+                            f"needs vmac_rows + 2 = {v.vmac_rows + 2}")
+    if v.quad_registers < 2:
+        raise PlatformError(f"{source}: [vliw].quad_registers is {v.quad_registers}, but a GEMM micro-tile "
+                            "needs at least 2")

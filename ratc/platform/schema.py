@@ -12,6 +12,18 @@ from ratc import units
 LOWER = {"int": ">0", "float": ">0", "bytes": ">0", "bandwidth": ">0", "frequency": ">0", "mac_rate": ">0",
          "time": ">=0"}
 
+MAX_REGISTERS = 4096     # per register file: the kernel VM allocates each one whole
+# Upper bounds that keep every command's work bounded: the kernel VM builds one DSP (with
+# its register files) per core, and the codegen and timing models loop over lanes, rows
+# and cycles. Each is orders of magnitude above any real machine (MT-3000: 24 DSPs,
+# 64 lanes x 4 rows; an H100: 132 SMs).
+MAX_CORES = 4096
+MAX_LANES = 1024
+MAX_LATENCY = 1_000_000      # cycles
+MAX_ONCHIP = 2**30           # bytes of one on-chip memory (SM, AM)
+MAX_GSM = 2**36
+MAX_CLUSTERS_PER_NODE = 65_536
+
 
 def quantity(kind: str, doc: str, low: str | None = None, high: float | None = None):
     """A dataclass field parsed from a TOML value in the given unit kind; `low` ('>0' or '>=0',
@@ -60,18 +72,18 @@ def _typed(value, types):
 class ClusterSpec:
     """One acceleration cluster (or one GPU): the unit a pipeline stage is placed on."""
 
-    dsps: int = quantity("int", "compute cores (DSPs or SMs) per cluster")
+    dsps: int = quantity("int", "compute cores (DSPs or SMs) per cluster", high=MAX_CORES)
     peak_mac_rate: float = quantity("mac_rate", "FP16 multiply-accumulates per second")
     memory_budget: int = quantity("bytes", "usable training memory per cluster")
     ddr_bandwidth: float = quantity("bandwidth", "effective off-chip memory bandwidth")
-    gsm_size: int = quantity("bytes", "cluster-shared on-chip memory")
+    gsm_size: int = quantity("bytes", "cluster-shared on-chip memory", high=MAX_GSM)
 
 
 @dataclass(frozen=True)
 class NetworkSpec:
     """Links between clusters."""
 
-    clusters_per_node: int = quantity("int", "clusters sharing the fast intra-node link")
+    clusters_per_node: int = quantity("int", "clusters sharing the fast intra-node link", high=MAX_CLUSTERS_PER_NODE)
     intra_node_bandwidth: float = quantity("bandwidth", "point-to-point bandwidth inside a node")
     intra_node_latency: float = quantity("time", "per-message latency inside a node")
     inter_node_bandwidth: float = quantity("bandwidth", "point-to-point bandwidth between nodes")
@@ -90,28 +102,35 @@ class DSPSpec:
     """One DSP core: clock and private memories."""
 
     clock: float = quantity("frequency", "core clock")
-    sm_size: int = quantity("bytes", "scalar memory per DSP")
-    am_size: int = quantity("bytes", "array memory per DSP")
+    sm_size: int = quantity("bytes", "scalar memory per DSP", high=MAX_ONCHIP)
+    am_size: int = quantity("bytes", "array memory per DSP", high=MAX_ONCHIP)
 
 
-MAX_REGISTERS = 4096     # per register file: the kernel VM allocates each one whole
 
 
 @dataclass(frozen=True)
 class VLIWSpec:
     """The DSP's 8-slot VLIW core as the kernel VM models it (latencies in cycles)."""
 
-    vector_lanes: int = quantity("int", "FP32 lanes per vector register (FP16 elements per vector load)")
-    vmac_rows: int = quantity("int", "rows one VMAC updates: MACs per VMAC = vmac_rows * vector_lanes")
+    vector_lanes: int = quantity("int", "FP32 lanes per vector register (FP16 elements per vector load)",
+                                 high=MAX_LANES)
+    vmac_rows: int = quantity("int", "rows one VMAC updates: MACs per VMAC = vmac_rows * vector_lanes",
+                              high=MAX_LANES)
     scalar_registers: int = quantity("int", "integer registers r0..", high=MAX_REGISTERS)
     quad_registers: int = quantity("int", "registers q0.. holding vmac_rows FP16 left-operand values", high=MAX_REGISTERS)
     vector_registers: int = quantity("int", "vector registers v0..", high=MAX_REGISTERS)
-    vmac_latency: int = quantity("int", "cycles from VMAC issue until its accumulators are readable", low=">=0")
-    alu_latency: int = quantity("int", "cycles of an integer ALU op (SMAC1/SMAC2/SIEU)", low=">=0")
-    sld_latency: int = quantity("int", "cycles of a scalar (quad) load from SM", low=">=0")
-    vld_latency: int = quantity("int", "cycles of a vector load from AM", low=">=0")
-    branch_penalty: int = quantity("int", "bubble cycles after a taken loop branch (SBR)", low=">=0")
-    barrier_latency: int = quantity("int", "cycles for the cluster barrier to release after the last arrival", low=">=0")
+    vmac_latency: int = quantity("int", "cycles from VMAC issue until its accumulators are readable",
+                            low=">=0", high=MAX_LATENCY)
+    alu_latency: int = quantity("int", "cycles of an integer ALU op (SMAC1/SMAC2/SIEU)",
+                            low=">=0", high=MAX_LATENCY)
+    sld_latency: int = quantity("int", "cycles of a scalar (quad) load from SM",
+                            low=">=0", high=MAX_LATENCY)
+    vld_latency: int = quantity("int", "cycles of a vector load from AM",
+                            low=">=0", high=MAX_LATENCY)
+    branch_penalty: int = quantity("int", "bubble cycles after a taken loop branch (SBR)",
+                            low=">=0", high=MAX_LATENCY)
+    barrier_latency: int = quantity("int", "cycles for the cluster barrier to release after the last arrival",
+                            low=">=0", high=MAX_LATENCY)
 
 
 @dataclass(frozen=True)

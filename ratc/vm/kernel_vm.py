@@ -17,7 +17,7 @@ import numpy as np
 
 from ratc.codegen.assembler import format_bundle
 from ratc.codegen.isa import OPS
-from ratc.codegen.program import Program
+from ratc.codegen.program import Program, iter_bundles
 from ratc.errors import RatcError
 from ratc.vm.kernel_races import Access, find_race
 from ratc.vm.kernel_timing import DSPTimer, MachineModel, TimedLoop, compile_timing, run_timing, static_counts
@@ -63,8 +63,19 @@ def make_ddr(program: Program, inputs: dict[str, np.ndarray] | None = None) -> d
     return ddr
 
 
+def check_full_run(program: Program) -> None:
+    """Refuse, before any allocation, a full run whose shared buffers or executed bundles
+    exceed $RATC_MAX_KERNEL_BYTES or $RATC_MAX_KERNEL_STEPS."""
+    from ratc.limits import MAX_KERNEL_BYTES, MAX_KERNEL_STEPS
+
+    subject, hint = f"kernel {program.name} in full mode", "; --mode timing counts cycles without values"
+    MAX_KERNEL_BYTES.check(sum(b.nbytes for b in program.buffers if b.space in SHARED), subject, hint)
+    MAX_KERNEL_STEPS.check(sum(n for _, n in iter_bundles(program.body)) * program.dsps, subject, hint)
+
+
 def run_full(program: Program, platform, inputs: dict[str, np.ndarray] | None = None) -> RunResult:
     """Execute the kernel on all its DSPs with numerics; returns cycles and the DDR buffers."""
+    check_full_run(program)
     model = MachineModel(platform, program.dsps)
     items = compile_timing(program, model)
     ddr = make_ddr(program, inputs)

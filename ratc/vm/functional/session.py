@@ -53,6 +53,20 @@ def host_bytes(params: int, cfg: TrainConfig) -> int:
     return params * copies * FP32
 
 
+def activation_bytes(cfg: TrainConfig) -> int:
+    """Host memory the step's saved activations take at most: the traced profile's full-save
+    bytes per sequence, in float32, for every sequence of the global batch (the reference's
+    one backward over the global batch keeps all of them; ratc's executor keeps at most as
+    many, from every micro-batch of every replica in flight)."""
+    from ratc.frontend.modelfile import trace_model_file
+    from ratc.ir.types import DTYPE_BYTES
+
+    profile = trace_model_file(cfg.model, cfg.preset)
+    per_seq = profile.pre.saved_bytes + profile.post.saved_bytes + sum(
+        t.saved_bytes * t.repeat for t in profile.layers)
+    return per_seq * FP32 // DTYPE_BYTES.get(profile.dtype, 2) * cfg.global_batch
+
+
 def machine_bytes() -> int:
     """This machine's physical memory."""
     import os
@@ -70,14 +84,22 @@ def check_host_memory(cfg: TrainConfig, limit: int | None = None) -> int:
             params = sum(p.numel() for p in import_model_file(cfg.model).build_model(**dict(spec.config)).parameters())
     except Exception as exc:  # noqa: BLE001 - anything the user's file raises is reported
         raise RatcError(f"{cfg.model}: build_model raised {type(exc).__name__}: {exc}") from None
-    need = host_bytes(params, cfg)
+    weights = host_bytes(params, cfg)
     limit = machine_bytes() if limit is None else limit
-    if need > limit:
+    if weights > limit:
         raise RatcError(f"training {spec.preset} for real ({params:,} parameters, D={cfg.D}, Z={cfg.Z}"
                         f"{', with the PyTorch reference' if cfg.reference else ''}) needs about "
-                        f"{format_bytes(need)} of host memory, more than this machine's {format_bytes(limit)}; "
+                        f"{format_bytes(weights)} of host memory, more than this machine's {format_bytes(limit)}; "
                         "ratc train runs small models (e.g. --preset tiny)")
-    return need
+    # a huge micro-batch exhausted memory with parameters that fit: count activations too
+    acts = activation_bytes(cfg)
+    if weights + acts > limit:
+        raise RatcError(f"training {spec.preset} for real with a global batch of {cfg.global_batch} sequences "
+                        f"(M={cfg.M} x b={cfg.b} x D={cfg.D}) needs about {format_bytes(weights + acts)} of host "
+                        f"memory ({format_bytes(acts)} of saved activations, {format_bytes(weights)} of "
+                        f"parameters and optimizer state), more than this machine's {format_bytes(limit)}; "
+                        "use a smaller --micro-batch-size or fewer --micro-batches")
+    return weights + acts
 
 
 def build_model(path: str, preset: str | None, seed: int):
