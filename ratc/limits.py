@@ -61,7 +61,7 @@ def _show(n: float, unit: str) -> str:
 
 
 # Parsing keeps ~6 bytes of memory per byte of line-structured IR text (as ratc prints it)
-# and up to ~40 for hand-laid-out text (docs/reliability-limits.md).
+# and up to ~40 for hand-laid-out text (docs/reliability.md).
 MAX_IR_BYTES = Limit("RATC_MAX_IR_BYTES", 10**9, "IR text size", "bytes")
 # The kernel VM's full mode runs ~200,000 bundles a second and keeps every DDR and GSM
 # buffer in memory.
@@ -71,5 +71,5 @@ MAX_KERNEL_BYTES = Limit("RATC_MAX_KERNEL_BYTES", 4 * 10**9, "DDR and GSM buffer
 MAX_CLUSTERS = Limit("RATC_MAX_CLUSTERS", 65_536, "cluster count")
 MAX_SEQ_LEN = Limit("RATC_MAX_SEQ_LEN", 1_048_576, "sequence length")
 
-# every limit, as docs/reliability-limits.md lists them
+# every limit, as docs/reliability.md lists them
 ALL = (MAX_IR_BYTES, MAX_KERNEL_STEPS, MAX_KERNEL_BYTES, MAX_CLUSTERS, MAX_SEQ_LEN)

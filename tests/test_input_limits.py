@@ -155,7 +155,7 @@ def test_every_limit_is_documented_with_its_default():
 
     from ratc.limits import ALL, _show
 
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "reliability-limits.md").read_text()
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "reliability.md").read_text()
     for limit in ALL:
         row = next((line for line in doc.splitlines() if line.startswith(f"| `{limit.env}` |")), None)
         assert row is not None, limit.env
