@@ -31,6 +31,22 @@ def sources_version(patterns: tuple[str, ...]) -> str:
     return h.hexdigest()[:16]
 
 
+class Damaged(Exception):
+    """A cache entry that exists but cannot be trusted (the reason is its message)."""
+
+
+def read_entry(path: Path) -> str | None:
+    """A cache entry's text, None when there is none; Damaged when it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError:
+        raise Damaged("not UTF-8 text") from None
+    except OSError as exc:
+        raise Damaged(exc.strerror or type(exc).__name__) from None
+
+
 def write_quietly(path: Path | None, data: str) -> None:
     """Write a cache file atomically; a cache that cannot be written is skipped, never an error."""
     if path is None:

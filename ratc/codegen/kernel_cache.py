@@ -19,7 +19,7 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-from ratc.cache import cache_root, content_digest, sources_version, warn_damaged, write_quietly
+from ratc.cache import Damaged, cache_root, content_digest, read_entry, sources_version, warn_damaged, write_quietly
 
 # Sources whose edits may change what a kernel is, its text or its cycles: the whole code
 # generator and the kernel VM's timing model (hashing all of them needs no list to keep up).
@@ -46,53 +46,37 @@ def _path(key, suffix: str = ".json") -> Path | None:
     return root / digest[:2] / f"{digest}{suffix}"
 
 
-class _Damaged(Exception):
-    """A cache entry that exists but cannot be trusted (the reason is its message)."""
-
-
-def _read(path: Path) -> str | None:
-    """The entry's text, None when there is none; _Damaged when it cannot be read."""
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        return None
-    except UnicodeDecodeError:
-        raise _Damaged("not UTF-8 text") from None
-    except OSError as exc:
-        raise _Damaged(exc.strerror or type(exc).__name__) from None
-
-
 def _finite(x, low: float, high: float = math.inf) -> bool:
     return type(x) in (int, float) and math.isfinite(x) and low <= x <= high
 
 
 def _check_entry(entry) -> None:
-    """The fields a timing entry holds, in their ranges (_Damaged if not): cycles always;
+    """The fields a timing entry holds, in their ranges (Damaged if not): cycles always;
     seconds and MAC utilization where it has them (exec_profile's entries; a timed .rasm
     text's has cycles alone)."""
     if not isinstance(entry, dict):
-        raise _Damaged("its entry is not an object")
+        raise Damaged("its entry is not an object")
     if type(entry.get("cycles")) is not int or entry["cycles"] < 1:
-        raise _Damaged(f"cycles {entry.get('cycles')!r} is not a positive integer")
+        raise Damaged(f"cycles {entry.get('cycles')!r} is not a positive integer")
     for field, low, high in (("seconds", 0.0, math.inf), ("mac_utilization", 0.0, 1.0)):
         if field in entry and (not _finite(entry[field], low, high) or (field == "seconds" and entry[field] <= 0)):
-            raise _Damaged(f"{field} {entry.get(field)!r} is out of range")
+            raise Damaged(f"{field} {entry.get(field)!r} is out of range")
 
 
 def _load(path: Path, key) -> dict | None:
-    text = _read(path)
+    text = read_entry(path)
     if text is None:
         return None
     try:
         record = json.loads(text)
     except ValueError:
-        raise _Damaged("not JSON; truncated?") from None
+        raise Damaged("not JSON; truncated?") from None
     if not isinstance(record, dict) or not {"key", "entry", "sha256"} <= record.keys():
-        raise _Damaged("expected an object with 'key', 'entry' and 'sha256'")
+        raise Damaged("expected an object with 'key', 'entry' and 'sha256'")
     if record["key"] != json.loads(json.dumps(key)):
-        raise _Damaged("it was written for another key")
+        raise Damaged("it was written for another key")
     if record["sha256"] != content_digest(record["entry"]):
-        raise _Damaged("content hash mismatch")
+        raise Damaged("content hash mismatch")
     _check_entry(record["entry"])
     return record["entry"]
 
@@ -105,7 +89,7 @@ def load(key) -> dict | None:
         return None
     try:
         return _load(path, key)
-    except _Damaged as exc:
+    except Damaged as exc:
         warn_damaged("kernel cache entry", path, str(exc))
         return None
 
@@ -117,7 +101,7 @@ def store(key, entry: dict) -> None:
 
 
 def _load_text(path: Path, key) -> str | None:
-    raw = _read(path)
+    raw = read_entry(path)
     if raw is None:
         return None
     head, newline, text = raw.partition("\n")
@@ -126,11 +110,11 @@ def _load_text(path: Path, key) -> str | None:
     except ValueError:
         header = None
     if not isinstance(header, dict) or not {"key", "sha256"} <= header.keys():
-        raise _Damaged("no '; {key, sha256}' header line; truncated?")
+        raise Damaged("no '; {key, sha256}' header line; truncated?")
     if header["key"] != json.loads(json.dumps(key)):
-        raise _Damaged("it was written for another key")
+        raise Damaged("it was written for another key")
     if header["sha256"] != content_digest(text):
-        raise _Damaged("content hash mismatch; truncated or edited?")
+        raise Damaged("content hash mismatch; truncated or edited?")
     return text
 
 
@@ -142,7 +126,7 @@ def load_text(key) -> str | None:
         return None
     try:
         return _load_text(path, key)
-    except _Damaged as exc:
+    except Damaged as exc:
         warn_damaged("kernel cache entry", path, str(exc))
         return None
 

@@ -38,7 +38,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-from ratc.cache import cache_root, content_digest, sources_version, warn_damaged, write_quietly
+from ratc.cache import Damaged, cache_root, content_digest, read_entry, sources_version, warn_damaged, write_quietly
 from ratc.errors import RatcError
 
 # What a profile is made of: the tracer and cost formulas, and the IR that stores it.
@@ -100,10 +100,6 @@ def _path(key: dict) -> Path | None:
     return root / "traces" / digest[:2] / f"{digest}.json"
 
 
-class _Damaged(Exception):
-    """An entry that exists but cannot be trusted (the reason is its message)."""
-
-
 def load(key: dict | None, source: str):
     """The cached ModelProfile for key (meta["source"] set to `source`), or None: missing,
     or a local file its trace read has changed since (or another working directory), or
@@ -113,7 +109,7 @@ def load(key: dict | None, source: str):
         return None
     try:
         return _load(path, key, source)
-    except _Damaged as exc:
+    except Damaged as exc:
         warn_damaged("trace cache entry", path, str(exc), "tracing the model again")
         return None
 
@@ -123,27 +119,22 @@ _FIELDS = ("key", "deps", "meta", "graph")
 
 
 def _load(path: Path, key: dict, source: str):
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    text = read_entry(path)
+    if text is None:
         return None
-    except UnicodeDecodeError:
-        raise _Damaged("not UTF-8 text") from None
-    except OSError as exc:
-        raise _Damaged(exc.strerror or type(exc).__name__) from None
     try:
         record = json.loads(text)
     except (ValueError, RecursionError):
-        raise _Damaged("not JSON; truncated?") from None
+        raise Damaged("not JSON; truncated?") from None
     if not isinstance(record, dict) or not {*_FIELDS, "sha256"} <= record.keys():
-        raise _Damaged(f"expected an object with {', '.join(_FIELDS)} and sha256")
+        raise Damaged(f"expected an object with {', '.join(_FIELDS)} and sha256")
     if record["sha256"] != content_digest({k: v for k, v in record.items() if k != "sha256"}):
-        raise _Damaged("content hash mismatch; edited or truncated?")
+        raise Damaged("content hash mismatch; edited or truncated?")
     if record["key"] != key:
-        raise _Damaged("it was written for another key")
+        raise Damaged("it was written for another key")
     if not isinstance(record["deps"], dict) or not isinstance(record["meta"], dict) \
             or not isinstance(record["graph"], str) or not isinstance(record.get("cwd", ""), str):
-        raise _Damaged("'deps' and 'meta' must be objects, 'graph' and 'cwd' text")
+        raise Damaged("'deps' and 'meta' must be objects, 'graph' and 'cwd' text")
     # Legitimately stale rather than damaged: another working directory, or a file the
     # trace read has changed since.
     if record.get("cwd") not in (None, os.getcwd()) or \
@@ -159,11 +150,11 @@ def _load(path: Path, key: dict, source: str):
         profile.meta.update(record["meta"], source=source)
     except (KeyError, TypeError, ValueError) as exc:
         # (a graph that verifies can still lack what a profile reads; a cache entry is never an error)
-        raise _Damaged(f"its graph is not a model profile: {type(exc).__name__}: {exc}") from None
+        raise Damaged(f"its graph is not a model profile: {type(exc).__name__}: {exc}") from None
     except RatcError as exc:
-        raise _Damaged(f"its graph does not load: {str(exc).splitlines()[0]}") from None
+        raise Damaged(f"its graph does not load: {str(exc).splitlines()[0]}") from None
     except RecursionError:
-        raise _Damaged("its graph is nested too deeply") from None
+        raise Damaged("its graph is nested too deeply") from None
     return profile
 
 
