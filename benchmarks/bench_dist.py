@@ -2,7 +2,8 @@
 equality matrix against the one-process executor and plain PyTorch.
 
     python benchmarks/bench_dist.py                     # timings + the quick matrix
-    python benchmarks/bench_dist.py --matrix full --doc docs/distributed.md
+    python benchmarks/bench_dist.py --matrix medium --doc /tmp/distributed.md   # 24 configurations
+    python benchmarks/bench_dist.py --matrix full                               # all 144
 
 Timings: `ratc launch`'s library entry on the tiny preset at P=2, D=2 (4 processes), median
 of --runs: start-up (from the call to the first step), the median step (steps 1..N-1)
@@ -62,7 +63,12 @@ def configurations(kind: str):
         yield from [(EXAMPLE, 2, 2, 1, "fsr", True), (EXAMPLE, 1, 2, 3, "ckpt", False),
                     (EXAMPLE, 4, 1, 2, "full", True), (EXAMPLE, 2, 2, 0, "fsr", False)]
         return
-    for P, D, Z, act, sp in itertools.product((1, 2, 4), (1, 2), (0, 1, 2, 3), ("full", "ckpt", "fsr"), (True, False)):
+    grid = itertools.product((1, 2, 4), (1, 2), (0, 1, 2, 3))
+    if kind == "medium":        # every P, D and ZeRO stage; the policies taken in turn
+        for k, (P, D, Z) in enumerate(grid):
+            yield EXAMPLE, P, D, Z, ("fsr", "ckpt", "full")[k % 3], k % 2 == 0
+        return
+    for (P, D, Z), act, sp in itertools.product(grid, ("full", "ckpt", "fsr"), (True, False)):
         yield EXAMPLE, P, D, Z, act, sp
 
 
@@ -89,7 +95,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3, help="timing repetitions (default 3)")
     ap.add_argument("--steps", type=int, default=20, help="steps per matrix run (default 20)")
-    ap.add_argument("--matrix", choices=("none", "quick", "full"), default="quick")
+    ap.add_argument("--matrix", choices=("none", "quick", "medium", "full"), default="quick",
+                    help="configurations checked: quick 4, medium 24 (every P, D, Z), full 144")
     ap.add_argument("--doc", help="write the results as markdown to this file (e.g. docs/distributed.md)")
     args = ap.parse_args()
     lines = ["# The distributed runtime, measured", "",
