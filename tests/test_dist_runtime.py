@@ -27,6 +27,7 @@ from ratc.vm.functional.session import Session, TrainConfig, compile_for
 
 EXAMPLE = str(Path(__file__).parents[1] / "examples" / "llama.py")
 STEPS = 2
+DEADLINE_S = 240        # no test waits longer for its ranks (each wait inside is bounded too)
 
 
 def one_process(cfg: TrainConfig, module, steps: int = STEPS):
@@ -50,7 +51,8 @@ def test_launch_equals_the_one_process_executor_bit_for_bit(P, D, Z, act, state_
     cfg = TrainConfig(model=EXAMPLE, P=P, D=D, Z=Z, act=act, state_pipeline=state_pipeline, M=2, b=1,
                       reference=False)
     module = compile_for(cfg)
-    results = launch(module, RunConfig(model=EXAMPLE, preset="tiny", steps=STEPS, timeout_s=60), P, D)
+    results = launch(module, RunConfig(model=EXAMPLE, preset="tiny", steps=STEPS, timeout_s=60), P, D,
+                     deadline_s=DEADLINE_S)
     losses, params = one_process(cfg, module)
     assert [r.losses for r in results] == [losses] * (P * D)      # every rank reports the step's loss
     for u, full in enumerate(params):
@@ -71,8 +73,20 @@ def test_a_dead_rank_ends_the_job_naming_it(tmp_path):
         os.kill(os.getpid(), signal.SIGKILL)
     start = time.monotonic()
     with pytest.raises(RatcError, match=r"rank 0 \(stage 0, replica 0\) was killed by SIGKILL; the other ranks were ended"):
-        launch(compile_for(cfg), RunConfig(model=EXAMPLE, preset="tiny", steps=5, timeout_s=50), 2, 1, on_step=die)
+        launch(compile_for(cfg), RunConfig(model=EXAMPLE, preset="tiny", steps=5, timeout_s=50), 2, 1, on_step=die,
+               deadline_s=DEADLINE_S)
     assert time.monotonic() - start < 40
+
+
+def test_a_job_past_its_deadline_is_ended():
+    cfg = TrainConfig(model=EXAMPLE, P=1, D=2, Z=0, M=2, b=1, reference=False)
+
+    def stall(*step):
+        time.sleep(60)
+    start = time.monotonic()
+    with pytest.raises(RatcError, match="the job did not finish within 2 s; its ranks were ended"):
+        launch(compile_for(cfg), RunConfig(model=EXAMPLE, preset="tiny", steps=2), 1, 2, on_step=stall, deadline_s=2)
+    assert time.monotonic() - start < 30
 
 
 def test_a_wait_past_the_timeout_names_the_op_the_rank_and_the_peer(capfd):
@@ -83,7 +97,8 @@ def test_a_wait_past_the_timeout_names_the_op_the_rank_and_the_peer(capfd):
         time.sleep(30)
     start = time.monotonic()
     with pytest.raises(RatcError, match=r"rank 1 \(stage 1, replica 0\) exited with status 1"):
-        launch(compile_for(cfg), RunConfig(model=EXAMPLE, preset="tiny", steps=3, timeout_s=3), 2, 1, on_step=stall)
+        launch(compile_for(cfg), RunConfig(model=EXAMPLE, preset="tiny", steps=3, timeout_s=3), 2, 1, on_step=stall,
+               deadline_s=DEADLINE_S)
     assert time.monotonic() - start < 25
     err = capfd.readouterr().err
     assert "rank 1 (stage 1, replica 0): " in err and "did not complete within 3 s waiting for rank 0 (stage 0, replica 0)" in err
@@ -152,11 +167,11 @@ def test_check_collectives_stops_a_reordered_schedule_naming_the_op(monkeypatch,
     _swap_two_grad_syncs_on_rank_1(monkeypatch)
     run = RunConfig(model=EXAMPLE, preset="tiny", steps=STEPS, timeout_s=60)
     # without the check, gloo pairs unit 4's gradient with unit 3's: the run ends, with wrong numbers
-    results = launch(module, run, 1, 2)
+    results = launch(module, run, 1, 2, deadline_s=DEADLINE_S)
     assert results[0].losses[0] == one_process(cfg, module, steps=1)[0][0]    # (step 0's loss comes before)
     assert results[0].losses[1] != one_process(cfg, module)[0][1]
     with pytest.raises(RatcError, match=r"rank \d \(stage 0, replica \d\) exited with status 1"):
-        launch(module, RunConfig(**{**run.__dict__, "check_collectives": True}), 1, 2)
+        launch(module, RunConfig(**{**run.__dict__, "check_collectives": True}), 1, 2, deadline_s=DEADLINE_S)
     err = capfd.readouterr().err
     assert "collective #2 of the step differs across the replicas at " in err
     assert "rank 0 (stage 0, replica 0) issues all-reduce of unit 4" in err

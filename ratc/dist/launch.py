@@ -48,8 +48,9 @@ def _describe_exit(status: int) -> str:
     return f"exited with status {os.WEXITSTATUS(status)}"
 
 
-def launch(module, cfg, P: int, D: int, on_step=None) -> list:
-    """Run the program on P x D forked ranks; their RankResults by rank, or RatcError."""
+def launch(module, cfg, P: int, D: int, on_step=None, deadline_s: float | None = None) -> list:
+    """Run the program on P x D forked ranks; their RankResults by rank, or RatcError. With
+    `deadline_s`, ranks still running after that many seconds are ended and the job fails."""
     if cfg.backend == "nccl":
         raise RatcError("the NCCL backend runs its ranks under torchrun (CUDA cannot be used in forked "
                         "children); `ratc launch --backend nccl` starts torchrun itself")
@@ -79,7 +80,9 @@ def launch(module, cfg, P: int, D: int, on_step=None) -> list:
                 os._exit(code)
             os.close(w_fd)
             children[pid], pipes[r_fd] = rank, (rank, bytearray())
-        results, failure = _supervise(children, pipes)
+        results, failure = _supervise(children, pipes, deadline_s)
+    if failure == "deadline":
+        raise RatcError(f"the job did not finish within {deadline_s:g} s; its ranks were ended")
     if failure is not None:
         rank, status = failure
         p, r = divmod(rank, D)
@@ -87,12 +90,17 @@ def launch(module, cfg, P: int, D: int, on_step=None) -> list:
     return [results[r] for r in sorted(results)]
 
 
-def _supervise(children: dict, pipes: dict) -> tuple[dict, tuple | None]:
+def _supervise(children: dict, pipes: dict, deadline_s: float | None) -> tuple[dict, object]:
     """Collect the ranks' results until every one has exited; the first failure ends the rest.
-    Returns ({rank: result}, (rank, wait status) of the first failure or None)."""
+    Returns ({rank: result}, (rank, wait status) of the first failure, "deadline" or None)."""
     failure, ending_since, results = None, None, {}
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
     try:
         while children or pipes:
+            if deadline is not None and failure is None and time.monotonic() > deadline:
+                failure, ending_since = "deadline", time.monotonic()
+                for other in children:
+                    os.kill(other, signal.SIGTERM)
             ready = select.select(list(pipes), [], [], 0.05)[0] if pipes else []
             if not pipes:
                 time.sleep(0.05)
