@@ -95,8 +95,7 @@ def _read_manifest(mpath: Path) -> dict | None:
 
 def ratc_written(manifest: dict) -> set[str]:
     """The names (relative, posix) of every file ratc wrote into a program directory."""
-    names = {MANIFEST} | set(manifest["files"]) | {n for n in manifest.get("derived", []) if isinstance(n, str)}
-    return names
+    return {MANIFEST} | set(manifest["files"]) | {n for n in manifest.get("derived", []) if isinstance(n, str)}
 
 
 def foreign_files(outdir: Path, manifest: dict) -> list[str]:
