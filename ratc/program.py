@@ -86,7 +86,7 @@ def owning_program(path) -> tuple[Path, str] | None:
         if manifest.is_file():
             try:
                 own = set(json.loads(manifest.read_text()).get("files", {})) | {MANIFEST}
-            except (OSError, ValueError, AttributeError, UnicodeDecodeError):
+            except (OSError, ValueError, AttributeError, RecursionError):
                 return None     # load_program reports a damaged manifest
             rel = p.relative_to(root).as_posix()
             return (root, rel) if rel in own else None
@@ -117,7 +117,11 @@ class Program:
         """A file's content as text; ProgramError if the program has no such file."""
         if rel not in self.files:
             raise ProgramError(f"{self.root}: the program has no file '{rel}'")
-        return self.files[rel].decode()
+        try:
+            return self.files[rel].decode()
+        except UnicodeDecodeError as exc:
+            raise ProgramError(f"{self.root / rel}: not a UTF-8 text file (byte {exc.start}); "
+                               "recompile with `ratc compile`") from None
 
     def names(self, prefix: str = "") -> list[str]:
         """The program's file names under a prefix, sorted."""
@@ -155,6 +159,8 @@ def load_program(root: str | Path) -> Program:
         manifest = json.loads(mpath.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ProgramError(f"{mpath}: unreadable manifest: {exc}") from None
+    except RecursionError:
+        raise ProgramError(f"{mpath}: unreadable manifest: arrays or objects nested too deeply") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ProgramError(f"{mpath}: unknown program format {manifest.get('format') if isinstance(manifest, dict) else None!r} "
                            f"(expected {FORMAT!r})")

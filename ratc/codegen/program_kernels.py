@@ -215,6 +215,8 @@ def read_kernel_table(text: str, source: str) -> dict:
         table = json.loads(text)
     except json.JSONDecodeError as exc:
         raise bad(f"not JSON ({exc})") from None
+    except RecursionError:
+        raise bad("arrays or objects nested too deeply") from None
     if not isinstance(table, dict) or not isinstance(table.get("kernels"), list):
         raise bad("expected an object with a 'kernels' list")
     number = (int, float)
