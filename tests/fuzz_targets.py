@@ -600,7 +600,7 @@ def program_dir(rng: random.Random, env: Env) -> Case:
             (prog / extra).write_text(rng.choice(env.rasm_texts + env.ir_texts + ["", "{}"]))
             edits.append(f"added {extra}")
     _rehash(prog)
-    return Case("; ".join(edits) or "unchanged", _cli(["run", str(prog), "--steps", "1"]))
+    return Case("; ".join(edits) or "unchanged", _cli(["run", str(prog), "--steps", "1"]), (str(prog),))
 
 
 TARGETS: dict[str, Callable[[random.Random, Env], Case]] = {
