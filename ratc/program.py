@@ -128,12 +128,17 @@ class Program:
         return sorted(n for n in self.files if n.startswith(prefix))
 
     def module_with(self, marker: str):
-        """The parsed module of the first IR file holding `marker` (e.g. 'life.pipeline'), or None."""
-        from ratc.ir import parse_module
+        """The parsed and verified module of the first IR file holding `marker` (e.g.
+        'life.pipeline'), or None."""
+        from ratc.ir import load_dialects, parse_module, verify
 
+        load_dialects()
         for name in self.names():
             if name.endswith((".ir", ".mlir")) and marker in self.text(name):
-                return parse_module(self.text(name), str(self.root / name))
+                # verified here, so that no reader takes an op's attributes on trust
+                module = parse_module(self.text(name), str(self.root / name))
+                verify(module)
+                return module
         return None
 
     def platform(self, override: str | None = None):

@@ -113,14 +113,16 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 NEST_DEPTHS = [3, 50, 200, 1000, 5000, 50_000]
 
 
-def mutate_text(rng: random.Random, text: str, tokens: list[str] = ()) -> tuple[str, list[str]]:
-    """1..4 random edits of text; returns the result and a description of each edit."""
+EDITS = ["flip", "delete", "duplicate", "token", "token", "number", "number", "nest", "truncate", "swap_lines"]
+
+
+def mutate_text(rng: random.Random, text: str, tokens: list[str] = (), kinds: list[str] = EDITS) -> tuple[str, list[str]]:
+    """1..4 random edits of text (of the given kinds); returns the result and a description of each."""
     done = []
     for _ in range(rng.randint(1, 4)):
         n = len(text)
         at = rng.randint(0, n)
-        kind = rng.choice(["flip", "delete", "duplicate", "token", "token", "number", "number", "nest", "truncate",
-                           "swap_lines"])
+        kind = rng.choice(kinds)
         if kind == "flip" and n:
             at = min(at, n - 1)
             ch = rng.choice([chr(rng.randint(0, 127)), chr(rng.randint(128, 0x10FFFF) & ~0x800 | 0x80),
@@ -143,7 +145,7 @@ def mutate_text(rng: random.Random, text: str, tokens: list[str] = ()) -> tuple[
             numbers = list(_NUMBER.finditer(text))
             if numbers:
                 m = rng.choice(numbers)
-                text = text[:m.start()] + rng.choice(HUGE) + text[m.end():]
+                text, at = text[:m.start()] + rng.choice(HUGE) + text[m.end():], m.start()
         elif kind == "nest":
             depth = rng.choice(NEST_DEPTHS)
             opener, closer = rng.choice([("{", "}"), ("(", ")"), ("[", "]"), ("<", ">"), ("{ test.op {", "}")])
@@ -339,7 +341,9 @@ def ir_text(rng: random.Random, env: Env) -> Case:
             text = "module {\n" + text + "\n}\n"
         what = "random IR tokens"
     else:
-        text, edits = mutate_text(rng, rng.choice(env.ir_texts), env.tokens["ir"])
+        # a third change numbers only: the text still parses, and the verifier has to judge it
+        kinds = ["number"] if rng.random() < 0.33 else EDITS
+        text, edits = mutate_text(rng, rng.choice(env.ir_texts), env.tokens["ir"], kinds)
         what = "IR edits " + ", ".join(edits)
 
     def run():
@@ -443,7 +447,8 @@ def rasm_text(rng: random.Random, env: Env) -> Case:
                          for _ in range(rng.randint(1, 40)))
         what = "random rasm tokens"
     else:
-        text, edits = mutate_text(rng, rng.choice(env.rasm_texts), env.tokens["rasm"])
+        kinds = ["number"] if rng.random() < 0.33 else EDITS
+        text, edits = mutate_text(rng, rng.choice(env.rasm_texts), env.tokens["rasm"], kinds)
         what = "rasm edits " + ", ".join(edits)
     platform = _platform(env)
     return Case(what, lambda: assemble(text, platform, "fuzz.rasm"), ("fuzz.rasm",))
@@ -585,7 +590,10 @@ def program_dir(rng: random.Random, env: Env) -> Case:
                 doc, e = mutate_document(rng, tomllib.loads(path.read_text()))
                 path.write_text(dump_toml(doc))
             else:
-                text, e = mutate_text(rng, path.read_text(), env.tokens["rasm" if name.endswith(".rasm") else "ir"])
+                # half change numbers only: the files still parse, and their meaning is what is judged
+                kinds = ["number"] if rng.random() < 0.5 else EDITS
+                text, e = mutate_text(rng, path.read_text(), env.tokens["rasm" if name.endswith(".rasm") else "ir"],
+                                      kinds)
                 path.write_bytes(text.encode("utf-8", "surrogatepass"))
             edits.append(f"{name}: {', '.join(e)}")
         elif action == "bytes" and path.is_file():
