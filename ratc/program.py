@@ -179,10 +179,13 @@ def load_program(root: str | Path) -> Program:
         if Path(rel).is_absolute() or ".." in Path(rel).parts:
             raise ProgramError(f"{mpath}: malformed manifest: file name {rel!r} leaves the program directory")
         path = root / rel
-        if not path.is_file():
-            raise ProgramError(f"{root}: file '{rel}' listed in the manifest is missing; "
-                               f"recompile with `ratc compile`")
-        data = path.read_bytes()
+        try:
+            if not path.is_file():
+                raise ProgramError(f"{root}: file '{rel}' listed in the manifest is missing; "
+                                   f"recompile with `ratc compile`")
+            data = path.read_bytes()
+        except OSError as exc:      # a name too long, a file without read permission
+            raise ProgramError(f"{mpath}: cannot read the listed file {rel!r}: {exc.strerror}") from None
         if _digest(data) != want:
             raise ProgramError(f"{path}: content does not match the manifest (edited after "
                                f"compilation?); recompile with `ratc compile`")

@@ -554,7 +554,8 @@ def cli_options(rng: random.Random, env: Env) -> Case:
         argv += ["-o", str(env.scratch("kernel") / "k.rasm")]
     else:
         spec = _tiles_spec(rng, env)
-        return Case(f"--tiles {spec!r}", lambda: _retile(env, spec), ("tiles",))
+        # errors name the spec ('tiles: ...') or the kernel and its option ('kernel @gemm_...: ...')
+        return Case(f"--tiles {spec!r}", lambda: _retile(env, spec), ("tiles", "@"))
     return Case("ratc " + " ".join(argv), _cli(argv))
 
 

@@ -82,3 +82,20 @@ def test_a_program_graph_ir_without_a_required_attribute_is_refused_by_the_verif
     prog = _copy_and_rehash(tiny_program, tmp_path / "prog", damage)
     with pytest.raises(RatcError, match=r"model\.ir:\d+:\d+: error: 'graph.layer' requires attribute 'repeat'"):
         load_program(prog).module_with("graph.layer")
+
+
+def test_a_manifest_listing_a_file_name_too_long_for_the_system_is_refused_naming_it(tiny_program, tmp_path):
+    prog = tmp_path / "prog"
+    shutil.copytree(tiny_program, prog)
+    manifest = json.loads((prog / "manifest.json").read_text())
+    manifest["files"]["kernels/" + "x" * 5000 + ".rasm"] = "0" * 64
+    (prog / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ProgramError, match=r"manifest\.json: cannot read the listed file 'kernels/xxx.*File name too long"):
+        load_program(prog)
+
+
+def test_a_platform_integer_past_any_float_is_refused_as_not_finite():
+    text = (PROFILE_DIR / "mt3000.toml").read_text()
+    text = re.sub(r"branch_penalty = \d+", "branch_penalty = " + "9" * 400, text)
+    with pytest.raises(PlatformError, match=r"fuzz\.toml: \[vliw\]\.branch_penalty: must be a finite number"):
+        parse_platform(text, "fuzz.toml")
