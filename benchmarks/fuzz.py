@@ -81,6 +81,10 @@ def run_bounded(target: str, seed: int, env, time_limit: float, memory_limit: in
             if not chunk:
                 break
             chunks.append(chunk)
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)        # interrupted: leave no child running
+        os.waitpid(pid, 0)
+        raise
     finally:
         os.close(read_end)
     _, status = os.waitpid(pid, 0)
@@ -122,32 +126,56 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("RATC_CACHE_DIR", str(Path(tmp) / "cache"))
         env = build_env(Path(tmp))
         if args.replay is not None:
-            for target in targets:
-                case = fuzz_targets.make_case(target, args.replay, env)
-                print(f"{target} seed {args.replay}: {case.what[:2000]}")
-                print(f"  -> {fuzz_targets.run_case(case)}")
-            return 0
+            return _replay(targets, args.replay, env)
         fuzz_targets.warm(env)     # once here, not in every child
-        failures, total = [], {}
-        for target in targets:
-            counts = {"ok": 0, "error": 0, "failure": 0}
-            start = time.monotonic()
-            bar = tqdm(range(args.seed, args.seed + args.cases), desc=target, file=sys.stderr,
-                       disable=not sys.stderr.isatty(), unit="case")
-            for seed in bar:
-                outcome, message = run_bounded(target, seed, env, args.time_limit, args.memory_limit * (1 << 30))
-                counts[outcome] += 1
-                if outcome == "failure":
-                    failures.append((target, seed, message))
-                bar.set_postfix(fail=counts["failure"], refresh=False)
-            bar.close()
-            total[target] = counts
-            print(f"{target:13} {args.cases:6} cases in {time.monotonic() - start:7.1f} s: {counts['ok']:6} ok, "
-                  f"{counts['error']:6} RatcError, {counts['failure']:4} failures", flush=True)
+        # `timeout` and kill stop the run with a report of the cases done so far
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+        failures, interrupted = [], False
+        try:
+            for target in targets:
+                _fuzz(target, args, env, failures, tqdm)
+        except KeyboardInterrupt:
+            interrupted = True
+            print("interrupted (the last count is of the cases run until then)", flush=True)
         for target, seed, message in failures:
             print(f"\nFAILURE {target} seed {seed}: {fuzz_targets.reproducer(target, seed)}\n  {message[:1500]}")
-        return 1 if failures else 0
+        return 1 if failures else 130 if interrupted else 0
 
+
+def _fuzz(target: str, args, env, failures: list, tqdm) -> None:
+    """Run the target's cases, print its counts (those so far if interrupted)."""
+    counts = {"ok": 0, "error": 0, "failure": 0}
+    start = time.monotonic()
+    bar = tqdm(range(args.seed, args.seed + args.cases), desc=target, file=sys.stderr,
+               disable=not sys.stderr.isatty(), unit="case")
+    try:
+        for seed in bar:
+            outcome, message = run_bounded(target, seed, env, args.time_limit, args.memory_limit * (1 << 30))
+            counts[outcome] += 1
+            if outcome == "failure":
+                failures.append((target, seed, message))
+                print(f"failure: {target} seed {seed}: {message.splitlines()[0][:200]}", flush=True)
+            bar.set_postfix(fail=counts["failure"], refresh=False)
+    finally:
+        bar.close()
+        done = sum(counts.values())
+        print(f"{target:13} {done:6} cases (seeds {args.seed}..{args.seed + done - 1}) in "
+              f"{time.monotonic() - start:7.1f} s: {counts['ok']:6} ok, {counts['error']:6} RatcError, "
+              f"{counts['failure']:4} failures", flush=True)
+
+
+def _replay(targets: list[str], seed: int, env) -> int:
+    """Run one case of each target in process, showing what it is and its outcome."""
+    code = 0
+    for target in targets:
+        case = fuzz_targets.make_case(target, seed, env)
+        print(f"{target} seed {seed}: {case.what[:2000]}")
+        try:
+            print(f"  -> {fuzz_targets.run_case(case)}")
+        except fuzz_targets.Failure as exc:
+            print(f"  -> FAILURE {exc}")
+            code = 1
+    return code
 
 if __name__ == "__main__":
     sys.exit(main())
