@@ -329,12 +329,75 @@ def _platform(env: Env):
     return env.cached("platform", lambda: load_platform("mt3000"))
 
 
+def _grammar_ir(rng: random.Random) -> str:
+    """A module from a small grammar of the 'test' dialect: ops with odd attribute values and
+    types, use-before-def, unknown names and regions nested up to hundreds deep."""
+    values: list[str] = []
+
+    def attr() -> str:
+        if rng.random() < 0.5:
+            return rng.choice(["1.0", "2"])
+        return rng.choice(["1.0", "-0.0", "1e999", "nan", "inf", str(10 ** rng.randint(0, 40)), "-1", "true",
+                           '"s"', '"\\u00e9\\n"', "64KiB", "1e30GB", "@f0", "[1, 2]", "[]", "{a = 1}", "[" * 30 + "]" * 30])
+
+    def typ() -> str:
+        if rng.random() < 0.6:
+            return "tensor<4xf32>"
+        dims = "x".join(rng.choice(["1", "4", "0", "-1", "?", "99999999999999999999"]) for _ in range(rng.randint(0, 3)))
+        return rng.choice([f"tensor<{dims + 'x' if dims else ''}{rng.choice(['f32', 'f16', 'bf16', 'i8', 'q9'])}>",
+                           "!test.tok", "!x", "tensor<>", "i32"])
+
+    def ops(depth: int, n: int) -> list[str]:
+        lines = []
+        for _ in range(n):
+            ind = "  " * (depth + 1)
+            kind = rng.choice(["const", "const", "add", "print", "func", "split", "token", "call", "attrs", "bogus"])
+            use = lambda: rng.choice(values) if values and rng.random() < 0.9 else f"%undef{rng.randint(0, 9)}"  # noqa: E731
+            if kind == "func" and depth < 400:
+                inner = ops(depth + 1, rng.choice([0, 1, 1, 2]) if depth > 3 else rng.randint(0, 3))
+                lines.append(f"{ind}test.func @f{depth}_{len(lines)} {{repeat = {attr()}}} {{")
+                lines += inner + [f"{ind}}}"]
+                continue
+            name = f"%v{len(values)}"
+            if kind == "const":
+                lines.append(f"{ind}{name} = test.const {{value = {attr()}}} : {typ()}")
+            elif kind == "add":
+                lines.append(f"{ind}{name} = test.add({use()}, {use()}) : {typ()}")
+            elif kind == "print":
+                lines.append(f"{ind}test.print({use()})")
+                continue
+            elif kind == "split":
+                lines.append(f"{ind}{name}, {name}b = test.split({use()}) : {typ()}, {typ()}")
+            elif kind == "token":
+                lines.append(f"{ind}{name} = test.token : !test.tok")
+            elif kind == "call":
+                lines.append(f"{ind}test.call({use()}) {{callee = @f{rng.randint(0, 3)}_{rng.randint(0, 3)}}}")
+                continue
+            elif kind == "attrs":
+                key = rng.choice("ifsbnrldeal") + rng.choice(["", "", "i", "s"])
+                lines.append(f"{ind}test.attrs {{{key} = {attr()}}}")
+                continue
+            else:
+                lines.append(f"{ind}{name} = test.{rng.choice(['nope', 'const.x', ''])}() : {typ()}")
+            values.append(name)
+        return lines
+
+    deep = rng.random() < 0.1
+    body = ops(0, rng.randint(0, 12))
+    if deep:    # a chain of funcs: each region holds the next
+        depth = rng.choice([50, 300, 2000])
+        body += [f"test.func @d{i} {{" for i in range(depth)] + ["}"] * depth
+    return "module @fuzz {\n" + "\n".join(body) + "\n}\n"
+
+
 def ir_text(rng: random.Random, env: Env) -> Case:
     """IR text: a real module with text edits, or tokens of the IR's vocabulary strung together."""
     from ratc.ir import load_dialects, parse_module, verify
 
     load_dialects()
-    if rng.random() < 0.15:
+    if rng.random() < 0.25:
+        text, what = _grammar_ir(rng), "IR from the test-dialect grammar"
+    elif rng.random() < 0.15:
         toks = env.tokens["ir"] + SPECIAL
         text = " ".join(rng.choice(toks) for _ in range(rng.randint(1, 200)))
         if rng.random() < 0.5:

@@ -99,3 +99,25 @@ def test_a_platform_integer_past_any_float_is_refused_as_not_finite():
     text = re.sub(r"branch_penalty = \d+", "branch_penalty = " + "9" * 400, text)
     with pytest.raises(PlatformError, match=r"fuzz\.toml: \[vliw\]\.branch_penalty: must be a finite number"):
         parse_platform(text, "fuzz.toml")
+
+
+@pytest.mark.parametrize("layout", ["one op a line", "all on one line"])
+def test_regions_nested_past_the_limit_are_refused_with_a_located_error(layout):
+    """The parser took 2 000 nested regions, and the verifier then died of a RecursionError."""
+    from ratc.ir import parse_module
+    from ratc.ir.parser import MAX_REGION_DEPTH
+
+    depth = 2000
+    sep = "\n" if layout == "one op a line" else " "
+    text = sep.join(["module @m {"] + [f"test.func @f{i} {{" for i in range(depth)] + ["}"] * (depth + 1)) + "\n"
+    line = MAX_REGION_DEPTH + 2 if layout == "one op a line" else 1
+    with pytest.raises(RatcError, match=rf"deep\.ir:{line}:\d+: error: .*nested too deeply"):
+        parse_module(text, "deep.ir")
+    shallow = sep.join(["module @m {"] + [f"test.func @f{i} {{" for i in range(MAX_REGION_DEPTH)]
+                       + ["}"] * (MAX_REGION_DEPTH + 1)) + "\n"
+    # what the limit is for: the deepest module accepted verifies and prints
+    from ratc.ir import print_module, verify
+
+    module = parse_module(shallow, "shallow.ir")
+    verify(module)
+    assert print_module(module).count("test.func") == MAX_REGION_DEPTH

@@ -255,6 +255,11 @@ class _BadLiteral(Exception):
         self.hole, self.message = hole, message
 
 
+# The verifier, the printer and the passes walk regions recursively; ratc's own IR nests a
+# handful deep (module, pipeline, stage, task).
+MAX_REGION_DEPTH = 100
+
+
 class _Builder:
     """Builds ops from recipes, resolving value names through nested scopes."""
 
@@ -272,7 +277,9 @@ class _Builder:
     def error(self, message: str, line: int, col: int) -> LocatedError:
         return LocatedError(message, self.loc(line, col))
 
-    def open_region(self) -> None:
+    def open_region(self, line: int, col: int) -> None:
+        if len(self.defined) > MAX_REGION_DEPTH:
+            raise self.error(f"regions nested too deeply (at most {MAX_REGION_DEPTH} levels)", line, col)
         self.defined.append([])
 
     def close_region(self) -> None:
@@ -310,7 +317,7 @@ class _Builder:
                        loc=SourceLocation(self.filename, line, col, self.text))
         if region is not None:
             op.region = Block(parent=op)
-            self.open_region()
+            self.open_region(line, col)
             for sub in region:
                 op.region.append(self.build(sub, texts, op_loc))
             self.close_region()
@@ -426,7 +433,7 @@ def _parse_lines(text: str, filename: str) -> Module:
         stack[-1].append(op)
         if opens:
             stack.append(op.region)
-            b.open_region()
+            b.open_region(lineno, len(raw) - len(raw.lstrip()) + 1)
             pending.append((op, recipe[0], texts, (lineno, raw)))
     if module is None or stack:
         raise _NotLineStructured
