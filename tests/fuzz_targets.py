@@ -318,6 +318,8 @@ def run_case(case: Case) -> str:
     except BaseException as exc:  # noqa: BLE001 - every other outcome is the finding
         if isinstance(exc, KeyboardInterrupt):
             raise
+        if isinstance(exc, MemoryError):
+            raise Failure("MemoryError: over the memory limit") from exc
         tb = "".join(traceback.format_exception(exc, limit=-8))
         raise Failure(f"{type(exc).__name__}: {str(exc)[:300]}\n{tb[-3000:]}") from exc
     return "ok"

@@ -110,3 +110,24 @@ def test_a_seed_always_makes_the_same_case(fuzz_env):
     """(target, seed) is the reproducer the benchmark prints."""
     for target in fuzz_targets.TARGETS:
         assert fuzz_targets.make_case(target, 17, fuzz_env).what == fuzz_targets.make_case(target, 17, fuzz_env).what
+
+
+def test_the_benchmark_stops_a_case_over_its_time_or_memory_limit(monkeypatch):
+    """benchmarks/fuzz.py runs each case in a forked child bounded in time and address space."""
+    import sys
+    import time
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import fuzz
+
+    cases = {"slow": lambda rng, env: fuzz_targets.Case("slow", lambda: time.sleep(30)),
+             "hog": lambda rng, env: fuzz_targets.Case("hog", lambda: bytearray(3 << 30)),
+             "fine": lambda rng, env: fuzz_targets.Case("fine", lambda: None)}
+    monkeypatch.setattr(fuzz_targets, "TARGETS", {**fuzz_targets.TARGETS, **cases})
+    start = time.monotonic()
+    assert fuzz.run_bounded("slow", 0, None, 1.0, 2 << 30) == ("failure", "over the time limit (1 s)")
+    assert time.monotonic() - start < 5
+    assert fuzz.run_bounded("hog", 0, None, 10.0, 2 << 30) == ("failure", "MemoryError: over the memory limit")
+    assert fuzz.run_bounded("fine", 0, None, 10.0, 2 << 30) == ("ok", "")
+    sys.modules.pop("fuzz", None)
