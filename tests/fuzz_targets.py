@@ -537,7 +537,12 @@ def hf_config(rng: random.Random, env: Env) -> Case:
     path.write_bytes(text.encode("utf-8", "surrogatepass"))
 
     def run():
-        check_hf_config(load_hf_config(path), str(path))
+        from ratc.frontend.trace_cache import hf_config_key
+
+        # as trace_hf_config reads one: the trace cache's key first, then the checks
+        config = load_hf_config(path)
+        hf_config_key(config, 2048, None)
+        check_hf_config(config, str(path))
     return Case(what, run, (str(path),))
 
 
