@@ -114,7 +114,6 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
 
     from ratc.cli.io import write_output
     from ratc.cli.progress import phase
-    from ratc.ir import verify
     from ratc.ir.dialects.graph import profile_from_module
     from ratc.lifecycle.lowering import find_plan
     from ratc.planner.config import Candidate
@@ -176,7 +175,6 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
                 if module is None:
                     raise RatcError(f"{args.outdir}: no scheduled life program (a file with a life.pipeline); "
                                     "compile one with `ratc compile`")
-                verify(module)
     plan = find_plan(module).attributes
     cand = Candidate(plan["P"], plan["D"], plan["T"], plan["Z"], plan["b"], plan["M"], plan["act"], plan["pref"])
     macs = model_macs(profile) * cand.global_batch if profile is not None else 0.0

@@ -20,7 +20,6 @@ class ProgramInputs:
 
 def load_inputs(outdir) -> ProgramInputs:
     """The report's inputs from a program written by `ratc compile` (manifest-checked)."""
-    from ratc.ir import verify
     from ratc.ir.dialects.graph import profile_from_module
     from ratc.program import load_program
 
@@ -33,6 +32,5 @@ def load_inputs(outdir) -> ProgramInputs:
     if module is None:
         raise RatcError(f"{outdir}: no scheduled life program (a file with a life.pipeline); "
                         "compile one with `ratc compile`")
-    verify(module)
     return ProgramInputs(profile_from_module(graph), module, program.platform(),
                          program.meta.get("exec_profile", "paper-table5"))
