@@ -606,7 +606,9 @@ def cli_options(rng: random.Random, env: Env) -> Case:
             if rng.random() < 0.4:
                 for _ in range(rng.choice([1, 1, 1, 2]) if flag == "--micro-batch" else 1):
                     value = rng.choice(values)
-                    argv += [f"{flag}={value}"] if value.startswith("-") or rng.random() < 0.3 else [flag, value]
+                    # '--flag -5GB' is one of the cases: argparse reads -5GB as an option
+                    argv += [f"{flag}={value}"] if rng.random() < (0.7 if value.startswith("-") else 0.3) \
+                        else [flag, value]
         if rng.random() < 0.1:
             argv.append("--min-clusters")
         if rng.random() < 0.2:
