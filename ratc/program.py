@@ -177,7 +177,7 @@ def owning_program(path) -> tuple[Path, str] | None:
         if manifest.is_file():
             try:
                 own = set(json.loads(manifest.read_text()).get("files", {})) | {MANIFEST}
-            except (OSError, ValueError, AttributeError, UnicodeDecodeError):
+            except (OSError, ValueError, AttributeError, RecursionError):
                 return None     # load_program reports a damaged manifest
             rel = p.relative_to(root).as_posix()
             return (root, rel) if rel in own else None
@@ -286,7 +286,9 @@ def load_program(root: str | Path) -> Program:
     raw = _read_regular(root, MANIFEST)
     try:
         manifest = json.loads(raw.decode())
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+    except RecursionError:
+        raise ProgramError(f"{mpath}: unreadable manifest: arrays or objects nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:
         raise ProgramError(f"{mpath}: unreadable manifest: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ProgramError(f"{mpath}: unknown program format {manifest.get('format') if isinstance(manifest, dict) else None!r} "

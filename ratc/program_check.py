@@ -265,7 +265,7 @@ def check_kernel_table(table, where: str) -> dict:
             if not stage.isdigit() or type(n) is not int or not 0 <= n <= MAX_CALLS:
                 raise bad(f"{f}.calls_per_step[{stage!r}]", f"{n!r} is not an integer in 0..{MAX_CALLS} "
                                                               "for a stage number")
-        if "kind" in e and e["kind"] not in KERNEL_DIMS:
+        if "kind" in e and (not isinstance(e["kind"], str) or e["kind"] not in KERNEL_DIMS):
             raise bad(f"{f}.kind", f"{e['kind']!r} is not one of {', '.join(KERNEL_DIMS)}")
         if "ddr_bytes" in e and (type(e["ddr_bytes"]) is not int or e["ddr_bytes"] < 0):
             raise bad(f"{f}.ddr_bytes", f"{e['ddr_bytes']!r} is not an integer >= 0")
@@ -276,7 +276,10 @@ def read_kernel_table(text: str, where: str) -> dict:
     """kernels.json text, parsed and checked against its schema."""
     try:
         table = json.loads(text)
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise ProgramError(f"{where}: malformed kernel table: arrays or objects nested too deeply; "
+                           "recompile with `ratc compile`") from None
+    except ValueError as exc:
         raise ProgramError(f"{where}: malformed kernel table: not JSON ({exc}); recompile with "
                            "`ratc compile`") from None
     return check_kernel_table(table, where)

@@ -24,6 +24,8 @@ def load_hf_config(path_or_dict, display: str | None = None) -> dict:
         raise RatcError(f"{display}: no such file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RatcError(f"{display}: malformed config.json: {exc}") from None
+    except RecursionError:
+        raise RatcError(f"{display}: malformed config.json: arrays or objects nested too deeply") from None
     if not isinstance(data, dict):
         raise RatcError(f"{display}: malformed config.json: expected a JSON object, got {type(data).__name__}")
     return data
@@ -60,10 +62,10 @@ def required_size_keys(config_class) -> tuple[str, ...]:
     return SIZE_KEYS + defaulted
 
 
-def build_hf_model(config: dict, display: str = "<config>"):
-    """The causal-LM module for a config, built on the meta device in the training dtype."""
+def check_hf_config(config: dict, display: str = "<config>"):
+    """The transformers config for a config.json's contents, refused unless it names its model
+    type and every size (RatcError naming `display`); builds no model."""
     try:
-        import torch
         import transformers
     except ImportError:
         raise RatcError("--hf-config needs the optional 'transformers' package: pip install 'ratc[hf]'") from None
@@ -82,9 +84,23 @@ def build_hf_model(config: dict, display: str = "<config>"):
             raise RatcError(f"{display}: malformed config.json: no '{attr}' (transformers would assume "
                             f"{getattr(cfg, attr, '?')}); every size the model's shape depends on must be "
                             "in the file")
-    layers = getattr(cfg, "num_hidden_layers", 0)
-    if not isinstance(layers, int) or not 1 <= layers <= MAX_LAYERS:
+        value = getattr(cfg, attr, None)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise RatcError(f"{display}: malformed config.json: '{attr}' must be a positive integer, "
+                            f"got {value!r}")
+    layers = cfg.num_hidden_layers
+    if not layers <= MAX_LAYERS:
         raise RatcError(f"{display}: num_hidden_layers must be 1..{MAX_LAYERS}, got {layers!r}")
+    return cfg
+
+
+def build_hf_model(config: dict, display: str = "<config>"):
+    """The causal-LM module for a config, built on the meta device in the training dtype."""
+    cfg = check_hf_config(config, display)
+    import torch
+    import transformers
+
+    model_type = config["model_type"]
     try:
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, TRAIN_DTYPE))

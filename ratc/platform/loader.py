@@ -100,6 +100,8 @@ def parse_platform(text: str, source: str) -> Platform:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PlatformError(f"{source}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise PlatformError(f"{source}: invalid TOML: arrays or tables nested too deeply") from None
     meta = raw.pop("platform", {})
     if not isinstance(meta, dict) or "name" not in meta:
         raise PlatformError(f"{source}: missing [platform] table with a 'name'")

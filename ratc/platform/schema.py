@@ -37,7 +37,11 @@ def check_range(value, low: str | None, high: float | None, shown=None) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
     got = f"got {value if shown is None else shown!r}"
-    if not math.isfinite(value):
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:       # an int past any float: every use of it as a rate or size overflows
+        finite = False
+    if not finite:
         raise units.UnitError(f"must be a finite number, {got}")
     if low == ">0" and value <= 0:
         raise units.UnitError(f"must be positive, {got}")
