@@ -122,3 +122,23 @@ def test_regions_nested_past_the_limit_are_refused_with_a_located_error(layout):
     module = parse_module(shallow, "shallow.ir")
     verify(module)
     assert print_module(module).count("test.func") == MAX_REGION_DEPTH
+
+
+def test_an_hf_layer_count_past_the_limit_is_refused_before_transformers_builds_per_layer_lists(tmp_path):
+    """Qwen2's config class builds a list per layer as it is constructed: 2**64 + 1 layers never returned."""
+    from ratc.frontend.hf import check_hf_config
+
+    config = {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "num_hidden_layers": 2 ** 64 + 1, "vocab_size": 256}
+    with pytest.raises(RatcError, match=r"cfg\.json: num_hidden_layers must be 1\.\.4096, got 18446744073709551617"):
+        check_hf_config(config, "cfg.json")
+
+
+@pytest.mark.parametrize("key, value", [("vocab_size", -2), ("hidden_size", 0), ("intermediate_size", 0)])
+def test_an_hf_size_that_is_not_positive_is_refused_naming_it(key, value):
+    from ratc.frontend.hf import check_hf_config
+
+    config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+              "num_hidden_layers": 2, "vocab_size": 256, key: value}
+    with pytest.raises(RatcError, match=rf"cfg\.json: malformed config\.json: '{key}' must be a positive integer"):
+        check_hf_config(config, "cfg.json")

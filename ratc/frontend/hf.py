@@ -62,6 +62,18 @@ def required_size_keys(config_class) -> tuple[str, ...]:
     return SIZE_KEYS + defaulted
 
 
+def _check_layer_count(transformers, config: dict, display: str) -> None:
+    """Refuse a layer count past MAX_LAYERS before transformers sees it: config classes build
+    per-layer lists (Qwen2's layer_types) as they are constructed, so 2**64 layers never returns."""
+    config_class = transformers.CONFIG_MAPPING.get(config["model_type"]) \
+        if config["model_type"] in transformers.CONFIG_MAPPING else None
+    aliases = getattr(config_class, "attribute_map", {}) or {}
+    for key in {"num_hidden_layers"} | {k for k, v in aliases.items() if v == "num_hidden_layers"}:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= MAX_LAYERS:
+            raise RatcError(f"{display}: {key} must be 1..{MAX_LAYERS}, got {value!r}")
+
+
 def check_hf_config(config: dict, display: str = "<config>"):
     """The transformers config for a config.json's contents, refused unless it names its model
     type and every size (RatcError naming `display`); builds no model."""
@@ -72,6 +84,7 @@ def check_hf_config(config: dict, display: str = "<config>"):
     model_type = config.get("model_type")
     if not isinstance(model_type, str):
         raise RatcError(f"{display}: malformed config.json: missing string field 'model_type'")
+    _check_layer_count(transformers, config, display)
     try:
         cfg = transformers.AutoConfig.for_model(**{**config, "use_cache": False})
     except Exception as exc:  # noqa: BLE001 - transformers validates with its own exception types
