@@ -154,7 +154,8 @@ def _fuzz(target: str, args, env, failures: list, tqdm) -> None:
             counts[outcome] += 1
             if outcome == "failure":
                 failures.append((target, seed, message))
-                print(f"failure: {target} seed {seed}: {message.splitlines()[0][:200]}", flush=True)
+                first, _, _ = message.partition("\n")
+                print(f"failure: {target} seed {seed}: {first[:200]}", flush=True)
             bar.set_postfix(fail=counts["failure"], refresh=False)
     finally:
         bar.close()

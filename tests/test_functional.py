@@ -198,12 +198,15 @@ def test_runtime_errors_name_the_op():
         ex.step({"input_ids": ids, "labels": ids})
 
 
-def test_tied_weights_are_refused():
+def test_tied_weights_form_one_tie_group_with_the_copy_last_in_each_unit():
     from ratc.frontend.modelfile import import_model_file
     mod = import_model_file(MODEL)
     cfg = dict(mod.PRESETS["tiny"], tie_embeddings=True)
-    with pytest.raises(RatcError, match="tied weights"):
-        split_model(mod.build_model(**cfg))
+    units = split_model(mod.build_model(**cfg))
+    emb, head = units.units[0], units.units[-1]
+    assert units.ties == [[0, emb.index + len(units.units) - 1]]
+    shape = emb.param_shapes[-1]
+    assert head.param_shapes[-1] == shape and head.segments == (head.numel - shape.numel(), shape.numel())
 
 
 FROZEN_MODEL = '''
@@ -324,7 +327,7 @@ def test_pytorch_idioms_match_pytorch(preset, kw):
     ("dropout", "'layers.0.drop': dropout p=0.1: checkpoint and FSR recompute a layer"),
     ("weight_norm", "'layers.0.up': parametrized parameters (weight_norm"),
     ("batch_norm", "'layers.0.bn': BatchNorm1d normalizes over the batch"),
-    ("shape_tie", "tied weights across units are not supported (unit 4 only reads its shape"),
+    ("shape_tie", "is read by unit 4 (as 'embed_tokens.weight') only for its shape; use the size from the model's config"),
 ])
 def test_idioms_a_unit_cannot_reproduce_are_refused_by_name(preset, message):
     model, _ = build_model(VARIANTS, preset, 0)

@@ -63,7 +63,7 @@ def test_deeply_nested_json_in_a_config_is_an_error_naming_it(tmp_path, capsys):
     path = tmp_path / "deep.json"
     path.write_text('{"a": ' * 100_000 + "1" + "}" * 100_000)
     err = _fails(["compile", "--hf-config", str(path), "--emit", "graph"], capsys)
-    assert f"{path}: nested too deeply to process" in err
+    assert f"{path}: malformed config.json: arrays or objects nested too deeply" in err
 
 
 def test_a_size_of_zero_in_a_model_is_an_error_naming_the_op_not_a_zero_division(tmp_path, capsys):
@@ -193,7 +193,7 @@ def test_a_program_whose_manifest_is_nested_thousands_deep_is_an_error_naming_th
     (program / "manifest.json").write_text('{"a": ' * 100_000 + "1" + "}" * 100_000)
     for command in ("run", "report"):
         err = _fails([command, str(program)], capsys)
-        assert f"{program / 'manifest.json'}: unreadable manifest: maximum recursion depth exceeded" in err
+        assert f"{program / 'manifest.json'}: unreadable manifest: arrays or objects nested too deeply" in err
 
 
 @pytest.mark.parametrize("command", [
@@ -209,11 +209,12 @@ def test_an_output_path_that_is_a_symlink_loop_is_an_error_not_a_runtime_error(t
     assert loop.is_symlink() and os.readlink(loop) == str(loop)      # left as it was
 
 
-def test_an_hf_config_with_intermediate_size_zero_is_an_error_naming_the_op(tmp_path, capsys):
+def test_an_hf_config_with_intermediate_size_zero_is_an_error_naming_the_size(tmp_path, capsys):
     pytest.importorskip("transformers")
     config = (ROOT / "examples" / "hf" / "llama.json").read_text()
     path = tmp_path / "zero.json"
     path.write_text(config.replace('"intermediate_size": 688', '"intermediate_size": 0'))
     assert '"intermediate_size": 0' in path.read_text()
     err = _fails(["compile", "--hf-config", str(path), "--emit", "graph"], capsys)
-    assert "zero.json" in err and "mlp" in err and "has no elements" in err
+    # refused while the config is read, before transformers builds (and warns about) empty tensors
+    assert "zero.json: malformed config.json: 'intermediate_size' must be a positive integer, got 0" in err

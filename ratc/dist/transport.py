@@ -33,11 +33,15 @@ class RuntimeFailure(RatcError):
 class Mesh:
     """The (pp, dp) rank layout and its process groups, created eagerly in one order on every rank."""
 
-    def __init__(self, P: int, D: int, rank: int):
+    def __init__(self, P: int, D: int, rank: int, tie_stages: list | None = None):
         self.P, self.D, self.rank = P, D, rank
         self.p, self.r = divmod(rank, D)
         # every rank creates every group, in the same order (torch.distributed requires it)
         self.dp_groups = [dist.new_group([p * D + r for r in range(D)]) for p in range(P)]
+        # per tie group spanning stages, per replica r: the ranks of its stages' replica r
+        # (Megatron's embedding group), None for a group on one stage
+        self.tie_groups = [[dist.new_group([q * D + r for q in stages]) for r in range(D)] if len(stages) > 1
+                           else None for stages in tie_stages or ()]
 
     def rank_of(self, p: int, r: int) -> int:
         return p * self.D + r
@@ -204,6 +208,20 @@ class DistTransport:
             self._wait(work, what, self._peers(), span)
             return [shard / D]
         return Pending(wait, keep=(full, shard))
+
+    def tie_sum(self, p: int, op, partial: list, group: int, stages: list) -> Pending:
+        """The tied-gradient part summed with the group's other stages (same replica)."""
+        total = partial[0].contiguous().clone()
+        self._issue(op, "all-reduce", total)
+        span = self._span("collectives", op)
+        work = dist.all_reduce(total, group=self.mesh.tie_groups[group][self.mesh.r], async_op=True)
+        what = describe(op)
+        peers = ", ".join(self.mesh.where(self.mesh.rank_of(q, self.mesh.r)) for q in stages if q != self.mesh.p)
+
+        def wait():
+            self._wait(work, what, peers, span)
+            return [total]
+        return Pending(wait, keep=(total,))
 
     def all_gather(self, p: int, op, shards: list, n: int) -> Pending:
         shard = shards[0].contiguous()

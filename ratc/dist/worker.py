@@ -67,6 +67,15 @@ def _shape(module) -> tuple[int, int, int, int]:
     return pipe["P"], plan["D"], pipe["M"], plan["b"]
 
 
+def tie_stages(module) -> list[list[int]]:
+    """Per tie group of the program, the stages holding its copies (ascending)."""
+    from ratc.lifecycle.lowering import find_pipeline
+
+    pipe = find_pipeline(module)
+    stage_of = {i: s.attributes["stage"] for s in pipe.region.ops for i in s.attributes["units"]}
+    return [sorted({stage_of[i] for i in g}) for g in pipe.attributes.get("ties", [])]
+
+
 def rehearse(module, cfg: RunConfig) -> dict:
     """Every stage-boundary message's fields, from one step of the program on the meta device
     (ratc.dist.rehearsal); the same on every rank, so `ratc launch` runs it once before forking."""
@@ -123,7 +132,7 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
         kwargs["device_id"] = device
     dist.init_process_group(cfg.backend, timeout=datetime.timedelta(seconds=cfg.timeout_s), **kwargs)
     try:
-        mesh = Mesh(P, D, rank)
+        mesh = Mesh(P, D, rank, tie_stages(module))
         executor, transport, data = _executor(module, cfg, mesh, specs or rehearse(module, cfg), device)
         recorder = Recorder() if cfg.trace else None
         executor.on_task = recorder.task if recorder else None

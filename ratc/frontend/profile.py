@@ -46,12 +46,22 @@ class LayerProfile:
     params: tuple[tuple[str, tuple[int, ...], str], ...] = ()   # (name in layer, shape, dtype)
     args: tuple[tuple[tuple[int, ...], str], ...] = ()          # tensors from outside: (shape, dtype)
     frozen: tuple[str, ...] = ()    # names in params with requires_grad=False: no gradient, no optimizer state
+    # (name in params, tie key) of parameters shared with another layer (a tied embedding and
+    # LM head): each layer holding one keeps a copy, and the copies' gradients are summed
+    # before they update. The key is the parameter's name in the first layer that uses it.
+    tied: tuple[tuple[str, str], ...] = ()
 
     @property
     def trainable_count(self) -> int:
         """Parameters of one instance that get gradients (param_count less the frozen ones)."""
         frozen = set(self.frozen)
         return self.param_count - sum(math.prod(shape) for name, shape, _ in self.params if name in frozen)
+
+    def tied_count(self, trainable: bool = False) -> int:
+        """Elements of this layer's tied parameters (only the trainable ones if asked)."""
+        tied, frozen = dict(self.tied), set(self.frozen)
+        return sum(math.prod(shape) for name, shape, _ in self.params
+                   if name in tied and not (trainable and name in frozen))
 
     @property
     def fwd_flops(self) -> int:
@@ -86,13 +96,35 @@ class ModelProfile:
 
     @property
     def param_count(self) -> int:
+        """The model's parameters, a tied one counted once."""
         return (self.pre.param_count + self.post.param_count
-                + sum(t.param_count * t.repeat for t in self.layers))
+                + sum(t.param_count * t.repeat for t in self.layers) - self._copies(False))
 
     @property
     def trainable_count(self) -> int:
         return (self.pre.trainable_count + self.post.trainable_count
-                + sum(t.trainable_count * t.repeat for t in self.layers))
+                + sum(t.trainable_count * t.repeat for t in self.layers) - self._copies(True))
+
+    def ties(self) -> dict[str, list[tuple[str, str]]]:
+        """Tie key -> [(layer name, parameter name in it), ...] for every parameter held by
+        more than one layer, in layer order."""
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for layer in (self.pre, *self.layers, self.post):
+            for name, key in layer.tied:
+                groups.setdefault(key, []).append((layer.name, name))
+        return groups
+
+    def _copies(self, trainable: bool) -> int:
+        """Elements held as extra copies of a tied parameter (by every holder but the first)."""
+        seen: set[str] = set()
+        extra = 0
+        for layer in (self.pre, *self.layers, self.post):
+            sizes, frozen = {n: math.prod(shape) for n, shape, _ in layer.params}, set(layer.frozen)
+            for name, key in layer.tied:
+                if key in seen and not (trainable and name in frozen):
+                    extra += sizes[name] * layer.repeat
+                seen.add(key)
+        return extra
 
     def decoder_layers(self) -> list[LayerProfile]:
         """The decoder layers in order, one entry per instance."""

@@ -245,7 +245,7 @@ def _input_bytes(part: _Part) -> int:
 
 
 def _profile(part: _Part, name: str, repeat: int, params: list[tuple[str, torch.Tensor]],
-             module: nn.Module) -> LayerProfile:
+             module: nn.Module, tied: tuple[tuple[str, str], ...] = ()) -> LayerProfile:
     _wire(part, {id(p): n for n, p in params}, module)
     if part.root:                   # decoder layers; pre/post build the tables, not apply them
         _mark_rope(part)
@@ -259,23 +259,42 @@ def _profile(part: _Part, name: str, repeat: int, params: list[tuple[str, torch.
                         param_bytes=sum(p.numel() * p.element_size() for _, p in params),
                         input_bytes=_input_bytes(part),
                         params=tuple((n, tuple(p.shape), dtype_name(p.dtype)) for n, p in params),
-                        frozen=tuple(n for n, p in params if not p.requires_grad),
+                        frozen=tuple(n for n, p in params if not p.requires_grad), tied=tied,
                         args=tuple((tuple(a.out.shape), dtype_name(a.out.dtype)) for a in part.args))
 
 
 def _outer_params(module: nn.Module, part: _Part, layer_params: set[int],
-                  taken: set[int]) -> list[tuple[str, torch.Tensor]]:
-    """Parameters a part uses that belong to no decoder layer, each counted once overall."""
-    found = []
+                  first_name: dict[int, str]) -> tuple[list[tuple[str, torch.Tensor]], tuple[tuple[str, str], ...]]:
+    """Parameters a part uses that belong to no decoder layer, and the (name, tie key) of
+    those an earlier part already uses (a tied embedding and LM head: each holds a copy).
+    `first_name` maps each parameter seen so far to its name in its first user."""
+    found, tied = [], []
     for n in part.nodes:
         for a in n.args:
             if a.op != "param":
                 continue
             p = module.get_parameter(a.target)
-            if id(p) not in layer_params and id(p) not in taken:
-                taken.add(id(p))
-                found.append((a.target, p))
-    return found
+            if id(p) in layer_params:
+                raise RatcError(f"the {part.name} reads parameter '{a.target}' of a decoder layer; ratc ties "
+                                "parameters between the embedding and the head only")
+            if any(q is p for _, q in found):
+                continue
+            found.append((a.target, p))
+            if id(p) in first_name:
+                tied.append((a.target, first_name[id(p)]))
+            else:
+                first_name[id(p)] = a.target
+    return found, tuple(tied)
+
+
+def _check_layer_params(module: nn.Module, part: _Part, mod: nn.Module) -> None:
+    """A decoder layer may read only its own parameters (ties reach the embedding and head only)."""
+    own = {id(p) for p in mod.parameters()}
+    for n in part.nodes:
+        for a in n.args:
+            if a.op == "param" and id(module.get_parameter(a.target)) not in own:
+                raise RatcError(f"decoder layer '{part.name}' reads parameter '{a.target}', which is not its own; "
+                                "ratc ties parameters between the embedding and the head only")
 
 
 def _merge_layers(profiles: list[LayerProfile], container: str) -> tuple[LayerProfile, ...]:
@@ -311,6 +330,9 @@ def trace_model(module: nn.Module, seq_len: int, *, name: str = "model", method:
     container, layer_paths = find_layer_container(module)
     layer_mods = [module.get_submodule(p) for p in layer_paths]
     layer_params = {id(p) for m in layer_mods for p in m.parameters()}
+    if len(layer_params) != sum(1 for m in layer_mods for _ in m.parameters()):
+        raise RatcError(f"decoder layers of '{container}' share parameters; ratc ties parameters between the "
+                        "embedding and the head only")
     identical = replicate and len(layer_mods) > 1 and len({signature(m) for m in layer_mods}) == 1
     # Behind a frozen embedding the first layer's input needs no gradient, the others' do:
     # trace two layers then, and repeat the second.
@@ -333,11 +355,16 @@ def trace_model(module: nn.Module, seq_len: int, *, name: str = "model", method:
         _build_ops(part)
     _attribute_saves(parts)
 
-    taken: set[int] = set()
-    pre_params = _outer_params(module, pre, layer_params, taken)
-    post_params = _outer_params(module, post, layer_params, taken)
-    unused = [n for n, p in module.named_parameters() if id(p) not in layer_params and id(p) not in taken]
+    for part, mod in zip(layers, layer_mods):
+        _check_layer_params(module, part, mod)
+    first_name: dict[int, str] = {}
+    pre_params, _ = _outer_params(module, pre, layer_params, first_name)
+    post_params, post_tied = _outer_params(module, post, layer_params, first_name)
+    unused = [n for n, p in module.named_parameters() if id(p) not in layer_params and id(p) not in first_name]
     post_params += [(n, module.get_parameter(n)) for n in unused]
+    # the first holder of a tied parameter lists it as tied too, under its own name
+    keys = {key for _, key in post_tied}
+    pre_tied = tuple((n, n) for n, _ in pre_params if n in keys)
     # (traced layers once each; with replication the last traced one stands for the rest)
     repeats = [1] * len(layers)
     repeats[-1] += len(layer_paths) - len(layers)
@@ -351,8 +378,8 @@ def trace_model(module: nn.Module, seq_len: int, *, name: str = "model", method:
     return ModelProfile(
         name=name, seq_len=seq_len, vocab=weight.shape[0], hidden=weight.shape[1],
         dtype=dtype_name(weight.dtype),
-        pre=_profile(pre, "embedding", 1, pre_params, module),
+        pre=_profile(pre, "embedding", 1, pre_params, module, pre_tied),
         layers=templates,
-        post=_profile(post, "head", 1, post_params, module),
+        post=_profile(post, "head", 1, post_params, module, post_tied),
         meta={"tracer": tracer, "layer_container": container, "traced_layers": len(traced_paths),
               "unmodeled_ops": unknown, "unused_params": unused})

@@ -25,11 +25,11 @@ ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = ("!life.act", "!life.saved", "!
 # `ipg_buffer`s with overlap_comm): a Backward waits until its buffer's last bucket is reduced.
 BUCKET_BUFFERS = 2
 # A trained unit's gradient and state chain (a frozen unit has none).
-STATE_TASKS = frozenset({"life.reduce", "life.grad_sync", "life.update", "life.prefetch"})
+STATE_TASKS = frozenset({"life.reduce", "life.grad_sync", "life.tie_sum", "life.update", "life.prefetch"})
 # The compute tasks a co-running Recover may ride on (FSR, ratc.lifecycle.placement).
 HOST_OPS = frozenset({"life.fwd", "life.bwd"})
 TASK_OPS = frozenset({"life.param", "life.opt", "life.recv", "life.send", "life.gather", "life.fwd",
-                      "life.recover", "life.bwd", "life.reduce", "life.grad_sync", "life.update",
+                      "life.recover", "life.bwd", "life.reduce", "life.grad_sync", "life.tie_sum", "life.update",
                       "life.prefetch", "life.step_end"})
 
 
@@ -55,7 +55,7 @@ def frozen_units(units) -> list[int]:
 class _Ctx:
     """What a task's rules need: plan-wide numbers and its stage's units."""
 
-    __slots__ = ("P", "M", "Z", "act", "head", "p", "units", "first", "last", "no_recover", "frozen")
+    __slots__ = ("P", "M", "Z", "act", "head", "p", "units", "first", "last", "no_recover", "frozen", "ties")
 
     def __init__(self, pipe, stage):
         a = pipe.attributes
@@ -65,6 +65,11 @@ class _Ctx:
         self.first, self.last = self.units[0], self.units[-1]
         self.no_recover = a.get("no_recover", ())
         self.frozen = a.get("frozen", ())
+        self.ties = a.get("ties", ())
+
+    def tie_group(self, i: int) -> list | None:
+        """The tie group unit i is in, or None."""
+        return next((g for g in self.ties if i in g), None)
 
     def recovers(self, i: int) -> bool:
         """Decoder layers are recomputed under ckpt and fsr, but those in `no_recover` (they
@@ -154,8 +159,13 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
             prev = [("life.reduce", i, c.M - 2, None, GRAD)] if c.M > 1 else []
             return last + prev, [TOKEN, GRAD], bool(prev)
         return last, [GRAD], c.Z == 0
+    if name == "life.tie_sum":
+        group = c.tie_group(i) or [i]
+        mine = [j for j in group if j != i and j in c.units] + [i]
+        return [("life.grad_sync", j, None, None, GRAD) for j in mine], [GRAD], len(mine) == 1
     if name == "life.update":
-        return [("life.grad_sync", i, None, None, GRAD), ("life.opt", i, None, None, OPT),
+        g = "life.tie_sum" if c.tie_group(i) else "life.grad_sync"
+        return [(g, i, None, None, GRAD), ("life.opt", i, None, None, OPT),
                 ("life.param", i, None, None, PARAM)], [PARAM], True
     if name == "life.prefetch":
         return [("life.update", i, None, None, PARAM)], [VIEW], True
@@ -191,6 +201,8 @@ def check_task(op) -> None:
     if op.name in STATE_TASKS and i in c.frozen:
         raise VerifyError(f"'{op.name}' of unit {i}: the unit is frozen (nothing trained), so it has no "
                           "gradient to reduce, synchronize or apply", op)
+    if op.name == "life.tie_sum" and c.tie_group(i) is None:
+        raise VerifyError(f"'{op.name}' of unit {i}: the unit is in none of the plan's tie groups", op)
     if op.name == "life.recover" and not c.recovers(i):
         raise VerifyError(f"'{op.name}' of unit {i}: no recovery under act policy '{c.act}' for this unit", op)
     if op.name == "life.gather" and c.Z < 3:
@@ -252,6 +264,8 @@ def required_tasks(c: _Ctx) -> set:
         trained = i not in c.frozen
         if trained:
             need |= {("life.grad_sync", i, None, None), ("life.update", i, None, None)}
+        if trained and c.tie_group(i):
+            need.add(("life.tie_sum", i, None, None))
         if trained and c.Z in (1, 2):
             need.add(("life.prefetch", i, None, None))
         for m in range(c.M):
@@ -377,7 +391,38 @@ def _check_pipeline(pipe) -> None:
         units += s.attributes.get("units", [])
     if units != list(range(a["units"])):
         raise VerifyError(f"the stages' units must be 0..{a['units'] - 1} in order, got {units}", pipe)
+    _check_tie_sums(pipe)
     simulate_issue(stages)
+
+
+def _check_tie_sums(pipe) -> None:
+    """A TieSum names the stages of its group; one summing across stages is issued after the
+    stage's last send (so waiting on it never holds back a peer's main path) and, per stage,
+    in the order of the groups (every stage then issues the tie collectives in one order)."""
+    stage_of = {i: s.attributes["stage"] for s in pipe.region.ops for i in s.attributes["units"]}
+    ties = pipe.attributes.get("ties", [])
+    for s in pipe.region.ops:
+        ops = s.region.ops
+        last_send = max((k for k, op in enumerate(ops) if op.name == "life.send"), default=-1)
+        order = []
+        for k, op in enumerate(ops):
+            if op.name != "life.tie_sum":
+                continue
+            i = op.attributes["unit"]
+            g = next((n for n, grp in enumerate(ties) if i in grp), None)
+            if g is None:
+                continue        # (the task check reports it)
+            want = sorted({stage_of[j] for j in ties[g]})
+            if op.attributes["stages"] != want:
+                raise VerifyError(f"'life.tie_sum' (unit {i}): stages must be {want}, the stages of tie group "
+                                  f"{ties[g]}, got {op.attributes['stages']}", op)
+            if len(want) > 1 and k < last_send:
+                raise VerifyError(f"'life.tie_sum' (unit {i}) sums across stages {want} before the stage's last "
+                                  "send: it must follow every send of the stage", op)
+            if order and g < order[-1]:
+                raise VerifyError(f"'life.tie_sum' (unit {i}) of tie group {g} is issued after one of group "
+                                  f"{order[-1]}: every stage issues its tie sums in group order", op)
+            order.append(g)
 
 
 def _check_against_plan(pipe) -> None:
@@ -395,7 +440,8 @@ def _check_against_plan(pipe) -> None:
             raise VerifyError(f"'life.pipeline' {key} = {a[key]}, but its plan @{ref} has "
                               f"{'units' if key == 'units' else key} = {want}", pipe)
     for key, want, what in (("no_recover", not_recovered(plan.region.ops), "decoder layers that save nothing for backward"),
-                            ("frozen", frozen_units(plan.region.ops), "units with nothing trained")):
+                            ("frozen", frozen_units(plan.region.ops), "units with nothing trained"),
+                            ("ties", list(p.get("ties", [])), "tie groups")):
         if list(a.get(key, [])) != want:
             raise VerifyError(f"'life.pipeline' {key} = {list(a.get(key, []))}, but in its plan @{ref} the "
                               f"{what} are {want}", pipe)

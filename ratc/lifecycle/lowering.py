@@ -64,6 +64,8 @@ class _StageLowering:
         # its bucket buffer; Backward k reuses Backward k-2's buffer (two buffers, DeepSpeed's
         # double-buffered `ipg_buffer`), so it waits for released[k - 2].
         self.released: list = []
+        self.ties = a.get("ties", [])
+        self.local = {u.attributes["index"] for u in units}
 
     def emit(self, op: Operation) -> Operation:
         """Append an op to the stage program."""
@@ -230,6 +232,21 @@ class _StageLowering:
         self.env["gs", i] = op.results[-1]
         return op
 
+    def tie_sum(self, i: int) -> Operation:
+        """TieSum(i): unit i's synchronized gradient with its tied part summed over the copies
+        (the other copies' on this stage first, then its own, which it overwrites when it is
+        the only one here; across stages an all-reduce between the group's stages)."""
+        group = next(g for g in self.ties if i in g)
+        mine = [self.env["gs", j] for j in group if j != i and j in self.local] + [self.env["gs", i]]
+        u = self.u(i)
+        attrs = {"unit": i, "stages": sorted({self.u(j)["stage"] for j in group}), "dur": u["tie"],
+                 "res": "link", "prio": PRIO_SYNC, "sizes": [int(u["grad"] if self.Z != 1 else u["shard"])]}
+        if len(mine) == 1:
+            attrs["inplace"] = True
+        op = _task("life.tie_sum", mine, [GRAD], attrs, [f"gt{i}"])
+        self.env["gt", i] = op.result
+        return op
+
     def state_chain(self) -> None:
         """GradSync (ZeRO 0/1; under ZeRO >= 2 it follows its last Backward), UpdateShard and
         PrefetchW of every layer at the step end (bulk), then step_end. A frozen unit has none:
@@ -242,8 +259,11 @@ class _StageLowering:
             if Z < 2:
                 self.emit(self.grad_sync(i))
         for i in order:
+            if "tied" in self.u(i):
+                self.emit(self.tie_sum(i))
+        for i in order:
             u = self.u(i)
-            self.env["w'", i] = self.emit(_task("life.update", [self.env["gs", i], self.env["s", i],
+            self.env["w'", i] = self.emit(_task("life.update", [self.env["gt" if "tied" in u else "gs", i], self.env["s", i],
                                                                 self.env["w", i]], [PARAM], {
                 "unit": i, "dur": u["update"], "res": "ddr", "prio": PRIO_STATE, "sizes": [int(u["param"])],
                 "inplace": True}, [f"w{i}_next"])).result
@@ -294,7 +314,8 @@ def lower(module: Module, act_policy: str | None = None) -> Operation:
                                 sym_name=f"s{p}", region=Block(low.ops)))
     attrs = {"plan": SymbolRef(plan.sym_name), "P": P, "M": M, "Z": a["Z"], "act": act, "units": len(units),
              "schedule": "gpipe"}
-    for key, value in (("no_recover", not_recovered(units)), ("frozen", frozen_units(units))):
+    for key, value in (("no_recover", not_recovered(units)), ("frozen", frozen_units(units)),
+                       ("ties", a.get("ties", []))):
         if value:
             attrs[key] = value
     pipe = Operation("life.pipeline", attributes=attrs, sym_name="step", region=Block(stages))

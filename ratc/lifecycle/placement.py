@@ -76,6 +76,8 @@ def update_prefetch(pipe, mode: str) -> None:
     for stage in pipe.region.ops:
         ops = stage.region.ops
         syncs, updates, prefetches = (_by(ops, n) for n in ("life.grad_sync", "life.update", "life.prefetch"))
+        # a tied unit's gradient is complete when its TieSum (after the GradSync) is
+        syncs.update(_by(ops, "life.tie_sum"))
         if not updates:
             continue        # every unit of the stage frozen: no state chain
         first_fwd = {op.attributes["unit"]: op for op in ops if op.name == "life.fwd" and op.attributes["mb"] == 0}

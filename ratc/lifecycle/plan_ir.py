@@ -15,7 +15,7 @@ from ratc.ir.core import Block, Module, Operation
 
 def plan_op(profile, cand, platform, planner=None) -> Operation:
     """A `life.plan @plan` op for one candidate (a ratc.planner.config.Candidate)."""
-    from ratc.planner.collectives import all_gather, all_reduce, link_for, reduce_scatter
+    from ratc.planner.collectives import all_gather, all_reduce, link_for, reduce_scatter, tie_sum
     from ratc.planner.opcost import TP_ALLREDUCES_PER_LAYER, elem_bytes
     from ratc.planner.search import Planner
 
@@ -35,6 +35,8 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     p2p = float(pp_link.send(act_bytes)) if P > 1 else 0.0
     ddr = platform.cluster.ddr_bandwidth
     stage_of = [p for p, (s, e) in enumerate(ranges) for _ in range(s, e)]
+    ties = tie_groups(profile, len(units))
+    tied_in = {i for g in ties for i in g}
 
     ops = []
     for i, u in enumerate(units):
@@ -77,11 +79,33 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
         }
         if not sends:
             attrs["frozen"] = True      # nothing trained: no gradient, no state chain
+        elif i in tied_in:
+            # the tied part of the synchronized gradient (its shard under ZeRO >= 1, aligned
+            # across the copies), summed over the copies' stages before the update
+            group = next(g for g in ties if i in g)
+            tied = u.tied * recipe.grad_bytes / (D if Z >= 1 else 1)
+            attrs["tied"] = _b(tied)
+            attrs["tie"] = float(tie_sum(len({stage_of[j] for j in group}), tied, pp_link, ddr))
         ops.append(Operation("life.unit", attributes={k: _num(v) for k, v in attrs.items()}))
     attrs = {"model": profile.name, "platform": platform.name, "P": P, "D": D, "T": T, "Z": Z, "b": b,
              "M": M, "act": cand.act, "pref": cand.pref, "seq_len": profile.seq_len, "p2p": p2p,
              "budget": ByteSize(int(planner.budget))}
+    if ties:
+        attrs["ties"] = ties
     return Operation("life.plan", attributes=attrs, sym_name="plan", region=Block(ops))
+
+
+def tie_groups(profile, n_units: int) -> list[list[int]]:
+    """The plan's tie groups: unit indices of each parameter the profile's embedding and head
+    both hold (the frontend ties only those), when it is trained."""
+    roles = {profile.pre.name: 0, profile.post.name: n_units - 1}
+    frozen = {(lp.name, n) for lp in (profile.pre, profile.post) for n in lp.frozen}
+    groups = []
+    for holders in profile.ties().values():
+        units = sorted({roles[layer] for layer, name in holders if (layer, name) not in frozen})
+        if len(units) > 1 and units not in groups:
+            groups.append(units)
+    return groups
 
 
 def plan_module(profile, cand, platform, planner=None) -> Module:

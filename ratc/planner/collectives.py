@@ -52,3 +52,12 @@ def all_gather(n: int, nbytes: float, link: Link) -> float:
 def all_reduce(n: int, nbytes: float, link: Link) -> float:
     """Ring all-reduce: a reduce-scatter followed by an all-gather."""
     return 2 * reduce_scatter(n, nbytes, link)
+
+
+def tie_sum(stages, nbytes, link: Link, ddr: float):
+    """Summing a tied parameter's gradient over its copies: an all-reduce between the `stages`
+    stages holding one (Megatron's embedding group), or on one stage a local add (two reads,
+    one write on DDR). 0 where there is nothing tied."""
+    return np.where(np.asarray(nbytes) > 0,
+                    np.where(np.asarray(stages) > 1, all_reduce(np.maximum(stages, 1), nbytes, link),
+                             3 * np.asarray(nbytes) / ddr), 0.0)

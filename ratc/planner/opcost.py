@@ -45,6 +45,7 @@ class UnitCost:
     bwd_ops: tuple = ()     # ((compute s, DDR s, bytes freed), ...)
     stream: float = 0.0     # FSR: headroom over one layer when its Backward hosts a decoder Recover
     backward: bool = True   # some op needs a gradient (behind frozen inputs, with frozen weights, none does)
+    tied: float = 0.0       # of the trainable parameters, those tied to another unit's (summed before the update)
 
     @property
     def recovers(self) -> bool:
@@ -179,7 +180,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     kernels = UnitKernels(merge(kf), merge(kb), other_f, other_b)
     return UnitCost(name=layer.name, decoder=decoder, fwd=f, fwd_compute=fc, fwd_ddr=fd,
                     bwd=b, bwd_compute=bc, bwd_ddr=bd, params=layer.param_count / tp,
-                    trainable=layer.trainable_count / tp,
+                    trainable=layer.trainable_count / tp, tied=layer.tied_count(trainable=True) / tp,
                     saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
                     workspace=workspace, kernels=kernels, backward=any(op.grad for op in layer.ops),
                     fwd_phases=phases(x for op in ph_f for x in op),

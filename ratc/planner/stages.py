@@ -30,7 +30,7 @@ class UnitTable:
     @classmethod
     def of(cls, units) -> "UnitTable":
         cols = {f: np.array([getattr(u, f) for u in units], dtype=float)
-                for f in _SUM_FIELDS + ("ckpt_bytes", "workspace", "stream")}
+                for f in _SUM_FIELDS + ("ckpt_bytes", "workspace", "stream", "tied")}
         return cls(tuple(units), cols, np.array([u.decoder for u in units]),
                    np.array([u.recovers for u in units]), {})
 
@@ -82,6 +82,7 @@ class StageCosts:
     u_bwd: np.ndarray
     u_dec: np.ndarray              # 1.0 where the unit is recovered (recomputed by Recover)
     u_co: np.ndarray               # what the unit's Backward adds hosting the Recover of the unit before it
+    u_tied: np.ndarray             # [P, U] trainable parameters tied to another unit's (tie_sum before the update)
 
 
 def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=RECIPE) -> StageCosts:
@@ -137,14 +138,14 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
         dec_workspace=np.where(dec_pad, ws, 0.0).max(axis=1), edge_workspace=np.where(edge, ws, 0.0).max(axis=1),
         head_saved=head_saved, bucket_pair=pair, bucket_pair1=pair1,
         u_params=u_params, u_trainable=u_trainable, u_fwd=u_fwd, u_bwd=pad(c["bwd"]), u_dec=dec_pad.astype(float),
-        u_co=u_co)
+        u_co=u_co, u_tied=pad(c["tied"]))
 
 
 _ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "co_f", "co_b", "co_c", "params", "trainable",
            "n_dec", "n_dec_bwd", "n_rec", "last_rec", "view_pair", "max_dec_params", "saved_full", "ckpt", "rec_buf", "stream_buf",
            "workspace",
            "dec_workspace", "edge_workspace", "bucket_pair", "bucket_pair1", "head_saved")
-_UNIT_ARRAYS = ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_dec", "u_co")
+_UNIT_ARRAYS = ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_dec", "u_co", "u_tied")
 
 
 def _corun_extras(table: UnitTable, ranges, P: int, U: int):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ratc.planner.collectives import Link, all_gather, all_reduce, link_for, reduce_scatter
+from ratc.planner.collectives import Link, all_gather, all_reduce, link_for, reduce_scatter, tie_sum
 from ratc.planner.config import ACT_POLICIES, PREF_POLICIES, RECIPE, CandidateBatch
 from ratc.planner.opcost import TP_ALLREDUCES_PER_LAYER
 from ratc.planner.stages import StageCosts
@@ -327,8 +327,8 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     u_host = b[:, :, None] * u_co + tp_one[:, :, None] * hosts
     u_rec = np.where((c.act == CKPT)[:, :, None], b[:, :, None] * sc.u_fwd * u_dec,
                      np.where(fsr[:, :, None], u_host, 0.0))
-    sync, update, prefetch, window, e_comm, e_upd, e_pref, by_pref = _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link,
-                                                                                     ddr, recipe)
+    sync, update, prefetch, window, e_comm, e_upd, e_pref, by_pref = _state_pipeline(
+        sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe)
 
     def slots(on_path, c_rec, d_rec, l_rec):
         """A stage's slot by its busiest resource: the compute stream's path and each engine."""
@@ -365,7 +365,7 @@ def _ex(link):
     return type(link)(np.asarray(link.latency)[..., None], np.asarray(link.bandwidth)[..., None])
 
 
-def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, ddr, recipe):
+def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe):
     """GradSync -> UpdateShard -> PrefetchW per unit (Eq. 2-4) and the exposed tail."""
     D, Z, b, pref = c.D[:, :, None], c.Z[:, :, None], c.b[:, :, None], c.pref[:, 0]
     link = _ex(dp_link)
@@ -376,6 +376,11 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, ddr, recipe):
     real = trained > 0                 # zero padding and frozen units send nothing: no message latency
     grads = trained * recipe.grad_bytes
     rs = np.where(Z == 0, all_reduce(D, grads, link), reduce_scatter(D, grads, link)) * real
+    # A tied parameter's synchronized gradient (shard) is summed over its copies before the
+    # update, on the same link queue after the GradSync: the frontend ties the embedding and
+    # the head only, on two stages when P > 1.
+    tied = sc.u_tied * recipe.grad_bytes / np.where(Z >= 1, D, 1)
+    rs = rs + tie_sum(min(sc.P, 2), tied, _ex(pp_link), ddr)
     upd = trained / np.where(Z >= 1, D, 1) * recipe.update_traffic_bytes / ddr
     ag = np.where((Z == 1) | (Z == 2), all_gather(D, trained * recipe.param_bytes, link), 0.0) * real
     u_fwd = b * sc.u_fwd

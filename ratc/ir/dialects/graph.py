@@ -96,8 +96,9 @@ def _verify_arg(op: Operation) -> None:
 
 GRAPH.op("arg", "a tensor the layer reads from outside (its checkpoint, a model input, a shared table)",
          results=["out:tensor"], attrs={"index": "int"}, pure=True, verify=_verify_arg)
-GRAPH.op("param", "a parameter held by the layer (frozen: requires_grad=False, so no gradient or optimizer state)",
-         results=["out:tensor"], attrs={"name": "str", "frozen": "bool?"}, pure=True)
+GRAPH.op("param", "a parameter held by the layer (frozen: requires_grad=False, so no gradient or optimizer "
+         "state; tied: a copy of the parameter of that name shared with another layer)",
+         results=["out:tensor"], attrs={"name": "str", "frozen": "bool?", "tied": "str?"}, pure=True)
 GRAPH.op("matmul", "a GEMM: x W^T or a product of activations", operands=["inputs:tensor*"],
          results=["out:tensor"], attrs={**COST_ATTRS, "m": "int", "n": "int", "k": "int"},
          pure=True, verify=_verify_matmul)
@@ -127,9 +128,11 @@ def _layer_op(layer: LayerProfile, role: str, sym: str) -> Operation:
     for i, (shape, dtype) in enumerate(layer.args):
         values[f"${i}"] = body.append(Operation("graph.arg", (), [TensorType(shape, dtype)], {"index": i},
                                                 result_names=[f"arg{i}"])).result
-    frozen = set(layer.frozen)
+    frozen, tied = set(layer.frozen), dict(layer.tied)
     for name, shape, dtype in layer.params:
         attrs = {"name": name, "frozen": True} if name in frozen else {"name": name}
+        if name in tied:
+            attrs["tied"] = tied[name]
         values[name] = body.append(Operation("graph.param", (), [TensorType(shape, dtype)], attrs,
                                              result_names=[_hint(name)])).result
     for op in layer.ops:
@@ -167,7 +170,7 @@ def module_from_profile(profile: ModelProfile) -> Module:
 
 def _layer_profile(op: Operation) -> LayerProfile:
     names = {}
-    args, params, frozen, ops = [], [], [], []
+    args, params, frozen, tied, ops = [], [], [], [], []
     for inner in op.region.ops:
         if inner.name == "graph.output":
             continue            # derived: the ops' results nothing else reads
@@ -180,6 +183,8 @@ def _layer_profile(op: Operation) -> LayerProfile:
             params.append((inner.attributes["name"], out.type.shape, out.type.dtype))
             if inner.attributes.get("frozen", False):
                 frozen.append(inner.attributes["name"])
+            if "tied" in inner.attributes:
+                tied.append((inner.attributes["name"], inner.attributes["tied"]))
         else:
             a = inner.attributes
             names[out] = a["name"]
@@ -193,7 +198,8 @@ def _layer_profile(op: Operation) -> LayerProfile:
     a = op.attributes
     return LayerProfile(name=a["name"], repeat=a["repeat"], ops=tuple(ops), param_count=a["param_count"],
                         param_bytes=int(a["param_bytes"]), input_bytes=int(a["input_bytes"]),
-                        params=tuple(params), frozen=tuple(frozen), args=tuple(t for _, t in sorted(args)))
+                        params=tuple(params), frozen=tuple(frozen), tied=tuple(tied),
+                        args=tuple(t for _, t in sorted(args)))
 
 
 def profile_from_module(module: Module) -> ModelProfile:

@@ -76,7 +76,7 @@ def _finite(x) -> bool:
 def _check_unit(op):
     a = op.attributes
     for key in ("fwd", "bwd", "sync", "reduce", "update", "prefetch", "gather", "fwd_c", "fwd_d",
-                "bwd_c", "bwd_d", "fwd_other", "bwd_other"):
+                "bwd_c", "bwd_d", "fwd_other", "bwd_other", "tie"):
         if key in a and not _finite(a[key]):
             raise VerifyError(f"'{op.name}' attribute '{key}' must be finite and not negative, got {a[key]}", op)
     for key in ("fph", "bph"):
@@ -141,6 +141,30 @@ def _check_plan(op):
         stage = s
     if stage is not None and stage != a["P"] - 1:
         raise VerifyError(f"'{op.name}': P = {a['P']}, but its units are on stages 0..{stage} only", op)
+    _check_ties(op, units)
+
+
+def _check_ties(op, units) -> None:
+    """`ties`: groups of two or more trained units sharing a parameter, each unit in one group,
+    each group on one stage or on distinct stages (one copy each: one tie collective a stage);
+    exactly the units with a tied gradient (`tied`) are in one."""
+    groups = op.attributes.get("ties", [])
+    seen: set = set()
+    for g in groups:
+        if not isinstance(g, list) or len(g) < 2 or not all(type(i) is int and 0 <= i < len(units) for i in g) \
+                or g != sorted(set(g)) or seen & set(g):
+            raise VerifyError(f"'{op.name}' ties: each group must list two or more units in increasing order, "
+                              f"each unit in one group only, got {g!r}", op)
+        seen |= set(g)
+        stages = [units[i].attributes.get("stage") for i in g]
+        if len(set(stages)) not in (1, len(g)):
+            raise VerifyError(f"'{op.name}' tie group {g} is on stages {stages}: its units must share one stage "
+                              "or each have its own", op)
+    for u in units:
+        tied = "tied" in u.attributes
+        if tied != (u.attributes.get("index") in seen) or (tied and u.attributes.get("frozen", False)):
+            raise VerifyError(f"life.unit #{u.attributes.get('index')}: a unit has 'tied' exactly when it is trained "
+                              "and in one of the plan's tie groups", u)
 
 
 def _check_pipeline_counts(op):
@@ -158,7 +182,7 @@ LIFE.op("plan", "a training configuration and its per-unit costs: the lowering's
         symbol=True, region=True, verify=_check_plan, attrs={
             "model": "str", "platform": "str", "P": "int", "D": "int", "T": "int", "Z": "int", "b": "int",
             "M": "int", "act": "full|ckpt|fsr", "pref": "bulk|layerwise|deadline", "seq_len": "int",
-            "p2p": "float", "budget": "bytes"})
+            "p2p": "float", "budget": "bytes", "ties": "list?"})
 LIFE.op("unit", "one layer (embedding, decoder layer or head) with its costs per micro-batch",
         verify=_check_unit, attrs={
             "index": "int", "name": "str", "stage": "int", "decoder": "bool",
@@ -168,7 +192,7 @@ LIFE.op("unit", "one layer (embedding, decoder layer or head) with its costs per
             "sync_kind": "all-reduce|reduce-scatter", "reduce": "float", "update": "float",
             "prefetch": "float", "gather": "float", "kfwd": "list?", "kbwd": "list?", "fwd_other": "float?",
             "bwd_other": "float?", "fph": "list<float>?", "bph": "list<float>?", "stream": "bytes?",
-            "frozen": "bool?"})
+            "frozen": "bool?", "tied": "bytes?", "tie": "float?"})
 def _check_kernel(op):
     a = op.attributes
     if a["cycles"] < 0 or a["ddr_bytes"] < 0 or not 0 <= a["mac_util"] <= 1:
@@ -187,7 +211,7 @@ LIFE.op("pipeline", "one training step of all pipeline stages", symbol=True, reg
             "plan": "symref", "P": "int", "M": "int", "Z": "int", "act": "full|ckpt|fsr", "units": "int",
             "schedule": "gpipe|1f1b", "state": "bulk|layerwise?", "update": "bulk|eager|deadline?",
             "fsr": "bool?", "peak": "list<int>?", "peak_at": "list<int>?", "budget": "bytes?",
-            "no_recover": "list<int>?", "frozen": "list<int>?"})
+            "no_recover": "list<int>?", "frozen": "list<int>?", "ties": "list?"})
 LIFE.op("stage", "the ordered program of one pipeline stage", symbol=True, region=True,
         verify=_check_stage, attrs={
             "stage": "int", "units": "list<int>", "peak": "bytes?", "peak_at": "int?",
@@ -228,6 +252,11 @@ LIFE.op("grad_sync", "GradSync(l): the collective completing a layer's accumulat
                      "(ZeRO >= 2: also a token freeing the last bucket's buffer)",
         operands=["args*"], results=["outs*"], verify=_check,
         attrs={"unit": "int", "kind": "all-reduce|reduce-scatter", **_TASK})
+LIFE.op("tie_sum", "TieSum(l): a tied parameter's synchronized gradient summed over its copies (the "
+                   "other copies' on this stage, the operands before the unit's own; an all-reduce "
+                   "between `stages` when they are several), before UpdateShard",
+        operands=["args*"], results=["outs*"], verify=_check,
+        attrs={"unit": "int", "stages": "list<int>", **_TASK})
 LIFE.op("update", "UpdateShard(l): the optimizer step on this rank's shard",
         operands=["g:!life.grad", "s:!life.opt", "w:!life.param"], results=["w:!life.param"],
         verify=_check, attrs={"unit": "int", **_TASK, **_DEADLINE})

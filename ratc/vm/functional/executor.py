@@ -82,11 +82,14 @@ class Pending:
     """An asynchronous result (a collective or a receive in flight), waited at its first reader;
     `keep` holds the tensors the work reads or writes alive until then."""
 
-    __slots__ = ("wait", "keep")
+    __slots__ = ("wait", "keep", "ready")
 
-    def __init__(self, wait, keep=()):
+    def __init__(self, wait, keep=(), ready=None):
         self.wait = wait        # () -> the value
         self.keep = keep
+        # () -> whether wait() can return now; in one process, work another stage has not
+        # yet contributed to (a TieSum) makes its reader yield to the other stages
+        self.ready = ready or (lambda: True)
 
 
 def stage_units(stages: list) -> list[set]:
@@ -121,8 +124,15 @@ class FunctionalExecutor:
         self.head = len(units.units) - 1
         frozen = [u.frozen_mask() for u in units.units]
         # state[r][u] for the replicas and units held here (None elsewhere)
-        held = set().union(*(stage_units(self.stages)[p] for p in self.transport.stages))
-        self.state = [[UnitState(init_params[u.index], r, self.D, self.Z, opt, frozen[u.index])
+        self.on_stage = stage_units(self.stages)
+        held = set().union(*(self.on_stage[p] for p in self.transport.stages))
+        ties = [list(g) for g in a.get("ties", [])]
+        if ties != units.ties:
+            raise RatcError(f"the program sums tied gradients over units {ties or 'of no group'}, but in the model "
+                            f"units {units.ties or 'of no group'} share a parameter: the program was compiled "
+                            "for another model")
+        self.ties = ties
+        self.state = [[UnitState(init_params[u.index], r, self.D, self.Z, opt, frozen[u.index], u.segments)
                        if u.index in held else None for u in units.units]
                       if r in self.replicas else None for r in range(self.D)]
         # Each value is dropped after its last reader, as the memory plan assumes.
@@ -139,7 +149,7 @@ class FunctionalExecutor:
             "life.param": self._param, "life.opt": self._param, "life.fwd": self._fwd,
             "life.recover": self._recover, "life.bwd": self._bwd, "life.send": self._send,
             "life.recv": self._recv, "life.gather": self._gather, "life.reduce": self._reduce,
-            "life.grad_sync": self._grad_sync, "life.update": self._update,
+            "life.grad_sync": self._grad_sync, "life.tie_sum": self._tie_sum, "life.update": self._update,
             "life.prefetch": self._gather, "life.step_end": self._step_end,
         }
 
@@ -163,10 +173,12 @@ class FunctionalExecutor:
         while any(pc < len(self.stages[p]) for p, pc in pcs.items()):
             progressed = False
             for p in pcs:
-                ops = self.stages[p]
+                ops, vals = self.stages[p], self.vals[p]
                 while pcs[p] < len(ops):
                     op = ops[pcs[p]]
                     if op.name == "life.recv" and not self.transport.ready(p, op):
+                        break
+                    if any(isinstance(vals.get(v), Pending) and not vals[v].ready() for v in op.operands):
                         break
                     self._run(p, pcs[p], op)
                     pcs[p] += 1
@@ -358,11 +370,14 @@ class FunctionalExecutor:
     def _gather(self, p: int, op: Operation, ins: list) -> list:
         """PrefetchW / ZeRO-3 gather: all-gather the replicas' shards into a full view."""
         states = self._states(op)
-        return [self.transport.all_gather(p, op, [s.master.detach() for s in states], states[0].N)]
+        full = self.transport.all_gather(p, op, [s.master.detach() for s in states], states[0].c * states[0].D)
+        if isinstance(full, Pending):
+            return [Pending(lambda: [states[0].unshard(f) for f in full.wait()], keep=full.keep)]
+        return [[states[0].unshard(f) for f in full]]
 
     def _scatter(self, p: int, op: Operation, buckets: list[torch.Tensor], acc: list | None) -> list:
         states = self._states(op)
-        padded = [torch.nn.functional.pad(b, (0, s.c * s.D - s.N)) for s, b in zip(states, buckets)]
+        padded = [s.rows(b).reshape(-1) for s, b in zip(states, buckets)]
         shards = self.transport.reduce_scatter_mean(p, op, padded)
 
         def finish(shards):
@@ -380,6 +395,35 @@ class FunctionalExecutor:
         if op.attributes["kind"] == "all-reduce":
             return [self.transport.all_reduce_mean(p, op, ins[0])]     # UpdateShard reads it without writing
         return [self._scatter(p, op, ins[0], ins[1] if len(ins) > 1 else None)]
+
+    def _tie_sum(self, p: int, op: Operation, ins: list) -> list:
+        """TieSum: each replica's synchronized gradient (shard) with its tied part replaced by the
+        sum over the group's copies: this stage's in unit order, then over the group's stages."""
+        i = op.attributes["unit"]
+        group = next(g for g in self.ties if i in g)
+        mine = [j for j in group if j != i and j in self.on_stage[p]] + [i]
+        grads = dict(zip(mine, ins))
+        states = self._states(op)
+        partial = []
+        for k, r in enumerate(self.replicas):
+            total = None
+            for j in sorted(grads):
+                part = self.state[r][j].tied_part(grads[j][k])
+                total = part.clone() if total is None else total.add_(part)
+            partial.append(total)
+        stages = op.attributes["stages"]
+        summed = self.transport.tie_sum(p, op, partial, self.ties.index(group), stages) if len(stages) > 1 else partial
+
+        def finish(summed):
+            out = []
+            for s, own, tied in zip(states, grads[i], summed):
+                g = own.clone()
+                s.tied_part(g).copy_(tied)
+                out.append(g)
+            return out
+        if isinstance(summed, Pending):
+            return [Pending(lambda: finish(summed.wait()), keep=summed.keep, ready=summed.ready)]
+        return [finish(summed)]
 
     def _update(self, p: int, op: Operation, ins: list) -> list:
         """UpdateShard: AdamW on this replica's shard; ZeRO >= 1 views are stale until PrefetchW."""

@@ -1,7 +1,9 @@
 """Per-replica training state of one unit under ZeRO, and the collectives between replicas.
 
 Each unit's parameters are one flat vector of N elements, padded to D equal shards of c
-elements. ZeRO-0 keeps the whole vector and optimizer state on every replica; ZeRO >= 1
+elements. A unit holding a tied parameter's copy keeps it in a segment of its own at the
+end of the vector, padded and sharded on its own: shard r of every copy then holds the
+same elements of it, so the copies' gradients sum shard by shard (TieSum). ZeRO-0 keeps the whole vector and optimizer state on every replica; ZeRO >= 1
 gives replica r the optimizer state (and fp32 master) of shard r only; ZeRO >= 2 also
 keeps only shard r of the synchronized gradient; ZeRO-3 also keeps no parameter view
 between uses. Collectives average over replicas (each replica's loss is a mean over its
@@ -35,25 +37,53 @@ class UnitState:
     """What replica r holds of one unit: master shard, its optimizer state, the parameter view."""
 
     def __init__(self, flat: torch.Tensor, replica: int, D: int, Z: int, opt: AdamW,
-                 frozen: torch.Tensor | None = None):
-        self.N, self.D, self.Z = flat.numel(), D, Z
-        self.c = math.ceil(self.N / D) if Z >= 1 else self.N
-        self.lo = replica * self.c if Z >= 1 else 0
-        padded = torch.zeros(self.c * D if Z >= 1 else self.N)
-        padded[:self.N] = flat
-        self.master = torch.nn.Parameter(padded[self.lo:self.lo + self.c].clone())
+                 frozen: torch.Tensor | None = None, segments: tuple[int, ...] = ()):
+        self.N, self.D, self.Z, self.replica = flat.numel(), D, Z, replica
+        self.segments = tuple(segments) or (self.N,)
+        self.widths = [math.ceil(n / D) if Z >= 1 else n for n in self.segments]   # per shard
+        self.c = sum(self.widths)
+        self.master = torch.nn.Parameter(self.shard(flat).clone())
         self.frozen = self.shard_of(frozen)    # this shard's requires_grad=False elements, or None
         self.optimizer = opt.make([self.master])
         # The previous step boundary's view; ZeRO-3 keeps none (it gathers before every use).
         self.view: torch.Tensor | None = flat.clone() if Z < 3 else None
 
+    def rows(self, full: torch.Tensor) -> torch.Tensor:
+        """A flat vector laid out as [D, c]: row r is shard r (each segment padded and split)."""
+        if self.Z == 0:
+            return full.view(1, -1)
+        out, o = [], 0
+        for n, w in zip(self.segments, self.widths):
+            seg = torch.zeros(w * self.D, dtype=full.dtype)
+            seg[:n] = full[o:o + n]
+            out.append(seg.view(self.D, w))
+            o += n
+        return out[0] if len(out) == 1 else torch.cat(out, dim=1)
+
+    def shard(self, full: torch.Tensor) -> torch.Tensor:
+        """This replica's shard of a flat vector (the whole vector under ZeRO-0)."""
+        return self.rows(full)[self.replica if self.Z >= 1 else 0]
+
+    def unshard(self, shards: torch.Tensor) -> torch.Tensor:
+        """The flat vector from the D shards laid end to end."""
+        rows = shards.view(self.D if self.Z >= 1 else 1, -1)
+        out, o = [], 0
+        for n, w in zip(self.segments, self.widths):
+            out.append(rows[:, o:o + w].reshape(-1)[:n])
+            o += w
+        return out[0] if len(out) == 1 else torch.cat(out)
+
+    def tied_part(self, shard: torch.Tensor) -> torch.Tensor:
+        """The tied segment's elements in a shard (a view); empty when nothing is tied."""
+        if len(self.segments) < 2:
+            return shard[:0]
+        return shard[self.c - self.widths[-1]:]
+
     def shard_of(self, mask: torch.Tensor | None) -> torch.Tensor | None:
         """This replica's part of a mask over the unit's flat vector (None if it selects none here)."""
         if mask is None:
             return None
-        padded = torch.zeros(self.c * self.D if self.Z >= 1 else self.N, dtype=torch.bool)
-        padded[:self.N] = mask
-        shard = padded[self.lo:self.lo + self.c]
+        shard = self.shard(mask)
         return shard if bool(shard.any()) else None
 
     def step(self, grad: torch.Tensor, skip: torch.Tensor | None = None) -> None:
@@ -81,4 +111,4 @@ class UnitState:
 
 def all_gather(states: list[UnitState]) -> torch.Tensor:
     """The full flat parameter vector from every replica's master shard."""
-    return torch.cat([s.master.detach() for s in states])[:states[0].N].clone()
+    return states[0].unshard(torch.cat([s.master.detach() for s in states])).clone()

@@ -20,12 +20,17 @@ def message_key(p: int, op) -> tuple:
     return (a["peer"], p, a["dir"], a["mb"]) if op.name == "life.recv" else (p, a["peer"], a["dir"], a["mb"])
 
 
-def mean_of(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """The replicas' mean, summed in replica order (as a two-operand all-reduce sums)."""
+def sum_of(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The tensors' sum in list order (as a two-operand all-reduce sums)."""
     total = tensors[0].clone()
     for t in tensors[1:]:
         total += t
-    return total / len(tensors)
+    return total
+
+
+def mean_of(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The replicas' mean, summed in replica order."""
+    return sum_of(tensors) / len(tensors)
 
 
 def step_loss(losses: dict, count: int) -> float:
@@ -43,9 +48,11 @@ class LocalTransport:
         self.stages = list(range(P))
         self.replicas = list(range(D))
         self.mailbox: dict = {}
+        self.ties: dict = {}        # tie group -> {stage: its per-replica partial sums}
 
     def begin_step(self) -> None:
         self.mailbox.clear()
+        self.ties.clear()
 
     def ready(self, p: int, op) -> bool:
         """Whether stage p's life.recv can run now (its message was sent)."""
@@ -72,6 +79,22 @@ class LocalTransport:
         """The full flat vector (first n elements) from every replica's shard, for each replica."""
         view = torch.cat(shards)[:n].clone()
         return [view] * len(shards)       # read-only views: the replicas' copies share storage
+
+    def tie_sum(self, p: int, op, partial: list, group: int, stages: list):
+        """Each replica's tied-gradient part summed over the group's stages (in stage order),
+        once every one of them has contributed its own."""
+        from ratc.vm.functional.executor import Pending
+
+        posts = self.ties.setdefault(group, {})
+        if p in posts:
+            raise RatcError(f"stage {p} summed tie group {group} twice in one step")
+        posts[p] = partial
+
+        def wait():
+            if len(posts) != len(stages):
+                raise RatcError(f"tie group {group}: stages {sorted(set(stages) - posts.keys())} have not contributed")
+            return [sum_of([posts[q][k] for q in sorted(posts)]) for k in range(len(partial))]
+        return Pending(wait, ready=lambda: len(posts) == len(stages))
 
     def end_step(self, losses: dict, count: int) -> float:
         return step_loss(losses, count)

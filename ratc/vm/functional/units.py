@@ -4,8 +4,10 @@ The model is traced once with torch.fx; every node is assigned to the unit that 
 it (decoder layers from `nn_module_stack`, everything before the first layer to the
 pre-unit, everything after the last layer to the post-unit). Each unit becomes its own
 GraphModule whose inputs are the values it reads from earlier units or from the data
-(`input_ids`, `labels`) and whose outputs are the values later units read. Units share no
-parameters, so each owns one flat parameter vector (the object ZeRO shards).
+(`input_ids`, `labels`) and whose outputs are the values later units read. Each unit owns
+one flat parameter vector (the object ZeRO shards); a parameter several units read (a tied
+embedding and LM head) has a copy in each, at the end of its vector, and the units form a
+tie group whose gradients the program's TieSum adds up.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Unit:
     offsets: list[int] = field(default_factory=list)
     trainable: list[bool] = field(default_factory=list)   # False = frozen (requires_grad=False)
     inplace: bool = True              # whether an op may write into an input (then it runs on copies)
+    segments: tuple[int, ...] = ()    # (untied, tied) element counts when it holds tied copies
 
     def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """The unit's parameters as shaped views of one flat vector (no copies)."""
@@ -75,6 +78,7 @@ class UnitSet:
     units: list[Unit]
     loss: str
     defaults: dict = field(default_factory=dict)    # placeholders of defaulted forward arguments -> default
+    ties: list = field(default_factory=list)        # groups of unit indices sharing parameters
 
     def producer(self) -> dict[str, int]:
         """Value name -> index of the unit that computes it."""
@@ -206,17 +210,19 @@ def split_model(model: nn.Module) -> UnitSet:
         raise RatcError("the model's forward must return one scalar loss computed after the last layer")
 
     owner: dict[int, tuple[str, int]] = {}      # parameter identity -> (first name, unit)
+    holders: dict[int, set] = {}                # parameter identity -> units reading it
     for n in graph.nodes:
         for name, param in _referenced_params(n, model):
             users = {unit_of[u] for u in n.users} if n.op == "get_attr" else {unit_of[n]}
             for u in users:
                 first, v = owner.setdefault(id(param), (name, u))
-                if v != u:
-                    reads = [x for x in n.users if unit_of[x] == u] if n.op == "get_attr" else []
-                    hint = (f" (unit {u} only reads its shape: use the size from the model's config instead)"
-                            if reads and all(not grad.get(x, True) for x in reads) else "")
-                    raise RatcError(f"parameter '{first}' is used by units {v} and {u} (as '{name}'); "
-                                    f"tied weights across units are not supported{hint}")
+                holders.setdefault(id(param), set()).add(u)
+                reads = [x for x in n.users if unit_of[x] == u] if n.op == "get_attr" else []
+                if v != u and reads and all(not grad.get(x, True) for x in reads):
+                    raise RatcError(f"parameter '{first}' of unit {v} is read by unit {u} (as '{name}') only for "
+                                    "its shape; use the size from the model's config instead")
+    ties = _tie_groups(holders)
+    tie_key = {pid: owner[pid][0] for pid, us in holders.items() if len(us) > 1}
 
     order = {n: i for i, n in enumerate(graph.nodes)}
     units = []
@@ -244,9 +250,12 @@ def split_model(model: nn.Module) -> UnitSet:
             env[n] = g.node_copy(n, env.__getitem__)
         g.output(tuple(env[n] for n in later))
         gm = torch.fx.GraphModule(model, g)
-        names = [name for name, _ in gm.named_parameters()]
-        shapes = [p.shape for _, p in gm.named_parameters()]
-        trainable = [p.requires_grad for _, p in gm.named_parameters()]
+        # a tied parameter's copy goes at the end, the copies in one order in every unit
+        named = sorted(gm.named_parameters(), key=lambda np_: (id(np_[1]) in tie_key, tie_key.get(id(np_[1]), "")))
+        names = [name for name, _ in named]
+        shapes = [p.shape for _, p in named]
+        trainable = [p.requires_grad for _, p in named]
+        tied = sum(p.numel() for _, p in named if id(p) in tie_key)
         offsets, total = [], 0
         for s in shapes:
             offsets.append(total)
@@ -256,15 +265,28 @@ def split_model(model: nn.Module) -> UnitSet:
                           inputs=[a.name for a in ext], outputs=[n.name for n in later],
                           input_grad=[grad[a] for a in ext],
                           param_names=names, param_shapes=shapes, numel=total, offsets=offsets,
-                          trainable=trainable, inplace=any(_writes_in_place(n, model) for n in members)))
+                          trainable=trainable, inplace=any(_writes_in_place(n, model) for n in members),
+                          segments=(total - tied, tied) if tied else ()))
     # (fx keeps a placeholder, holding the default, for each concrete argument; a unit reading it gets that)
     defaults = {n.name: n.args[0] for n in graph.nodes if n.op == "placeholder" and n.args}
-    return UnitSet(units=units, loss=loss_node.name, defaults=defaults)
+    return UnitSet(units=units, loss=loss_node.name, defaults=defaults, ties=ties)
+
+
+def _tie_groups(holders: dict) -> list[list[int]]:
+    """The groups of units sharing parameters (one group per set of units), each unit in one."""
+    groups = sorted({tuple(sorted(us)) for us in holders.values() if len(us) > 1})
+    seen: set = set()
+    for g in groups:
+        if seen & set(g):
+            raise RatcError(f"units {list(g)} share a parameter, and one of them shares another with other units; "
+                            "ratc sums tied gradients over one group of units per unit")
+        seen |= set(g)
+    return [list(g) for g in groups]
 
 
 def flat_params(unit: Unit, model: nn.Module) -> torch.Tensor:
     """The model's current values of a unit's parameters as one flat float tensor."""
-    params = dict(model.named_parameters())
+    params = dict(model.named_parameters(remove_duplicate=False))     # a tied parameter under each name
     if not unit.param_names:
         return torch.zeros(0)
     return torch.cat([params[n].detach().reshape(-1) for n in unit.param_names]).clone()

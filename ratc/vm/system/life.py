@@ -34,7 +34,8 @@ _COLLECTIVE = {"life.grad_sync": None, "life.reduce": "reduce_scatter", "life.pr
 # The kind of task each life op is (the trace category of its slices).
 TASK_KINDS = {"life.fwd": "forward", "life.bwd": "backward", "life.recover": "recover", "life.send": "send",
               "life.recv": "send", "life.grad_sync": "grad_sync", "life.reduce": "grad_sync", "life.update": "update",
-              "life.prefetch": "prefetch", "life.gather": "gather", "life.param": "marker", "life.opt": "marker",
+              "life.prefetch": "prefetch", "life.gather": "gather", "life.tie_sum": "grad_sync",
+              "life.param": "marker", "life.opt": "marker",
               "life.step_end": "marker"}
 
 
@@ -57,6 +58,8 @@ def action_name(op, p: int) -> str:
         return f"{p}{n[5:].upper()}_{'F' if a['dir'] == 'fwd' else 'B'}{a['mb']}"
     if n in ("life.grad_sync", "life.update", "life.prefetch"):
         return f"{p}{'GUP'[('life.grad_sync', 'life.update', 'life.prefetch').index(n)]}{a['unit']}"
+    if n == "life.tie_sum":
+        return f"{p}T{a['unit']}"
     if n in ("life.reduce", "life.gather"):
         return f"{p}{'RS' if n == 'life.reduce' else 'AG'}{a['unit']}.{a['mb']}"
     if n in ("life.param", "life.opt"):
@@ -99,6 +102,7 @@ class _Translation:
         # deadline and eager chains hand each layer's view over on its own.
         self.barrier = self.pipe.attributes.get("update") == "bulk"
         self.step_ends: dict = {}    # (step, stage) -> per replica, the step_end task
+        self.tie_sums: dict = {}     # (step, tie group) -> [per replica tie_sum task, ...] over its stages
 
     def cycles(self, seconds: float) -> int:
         return int(round(seconds * self.clock))
@@ -150,6 +154,12 @@ class _Translation:
             for r in range(self.R):
                 t = self.prog.tasks[recv[r]]
                 t.deps = t.deps + tuple(self.sends[key][r])
+        # a tie sum across stages starts when every stage's copy is ready (its inputs are)
+        for tasks in self.tie_sums.values():
+            for r in range(self.R):
+                ready = tuple(dict.fromkeys(d for ids in tasks for d in self.prog.tasks[ids[r]].deps))
+                for ids in tasks:
+                    self.prog.tasks[ids[r]].deps = ready
         self.memory()
         return self.prog
 
@@ -335,6 +345,20 @@ def _collective(tr, op, p, k, pos):
     _buffers(tr, op, p, k, ids)
     if op.name == "life.prefetch":
         tr.views[(k, p, a["unit"])] = op.results[0]
+
+
+@handler("life.tie_sum")
+def _tie_sum(tr, op, p, k, pos):
+    """The sum of a tied gradient's copies: on this stage's link (an all-reduce with the
+    group's other stages, which it waits for) or, with every copy here, a local add."""
+    a = op.attributes
+    ids = tr.add(op, p, k, [(p, "tx")], tr.cycles(a["dur"]), tr.background(op, p, k), pos)
+    tr.queues[tr.queue_key(op, p)] = [(i,) for i in ids]
+    if len(a["stages"]) > 1:
+        group = next(n for n, g in enumerate(tr.plan.attributes.get("ties", [])) if a["unit"] in g)
+        tr.tie_sums.setdefault((k, group), []).append(ids)
+    tr.produce(op, k, ids)
+    _buffers(tr, op, p, k, ids)
 
 
 @handler("life.step_end")
