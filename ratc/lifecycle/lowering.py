@@ -263,7 +263,8 @@ class _StageLowering:
                 self.emit(self.tie_sum(i))
         for i in order:
             u = self.u(i)
-            self.env["w'", i] = self.emit(_task("life.update", [self.env["gt" if "tied" in u else "gs", i], self.env["s", i],
+            grad = self.env["gt" if "tied" in u else "gs", i]
+            self.env["w'", i] = self.emit(_task("life.update", [grad, self.env["s", i],
                                                                 self.env["w", i]], [PARAM], {
                 "unit": i, "dur": u["update"], "res": "ddr", "prio": PRIO_STATE, "sizes": [int(u["param"])],
                 "inplace": True}, [f"w{i}_next"])).result

@@ -3,11 +3,12 @@
 Each unit's parameters are one flat vector of N elements, padded to D equal shards of c
 elements. A unit holding a tied parameter's copy keeps it in a segment of its own at the
 end of the vector, padded and sharded on its own: shard r of every copy then holds the
-same elements of it, so the copies' gradients sum shard by shard (TieSum). ZeRO-0 keeps the whole vector and optimizer state on every replica; ZeRO >= 1
-gives replica r the optimizer state (and fp32 master) of shard r only; ZeRO >= 2 also
-keeps only shard r of the synchronized gradient; ZeRO-3 also keeps no parameter view
-between uses. Collectives average over replicas (each replica's loss is a mean over its
-own tokens, so the mean of the replicas is the mean over the global batch).
+same elements of it, so the copies' gradients sum shard by shard (TieSum). ZeRO-0 keeps
+the whole vector and optimizer state on every replica; ZeRO >= 1 gives replica r the
+optimizer state (and fp32 master) of shard r only; ZeRO >= 2 also keeps only shard r of
+the synchronized gradient; ZeRO-3 also keeps no parameter view between uses. Collectives
+average over replicas (each replica's loss is a mean over its own tokens, so the mean of
+the replicas is the mean over the global batch).
 """
 
 from __future__ import annotations
