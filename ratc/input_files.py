@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 
@@ -28,3 +29,12 @@ def not_a_file(path: str) -> str | None:
              (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
     kind = next((name for test, name in kinds if test(mode)), "not a regular file")
     return f"{path}: is {kind}, not a file"
+
+
+def json_value(text: str):
+    """json.loads, where JSON nested past the interpreter's recursion limit is a ValueError
+    like any other malformed text (json raises RecursionError for it)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("arrays or objects nested too deeply") from None

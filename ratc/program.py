@@ -17,6 +17,7 @@ from pathlib import Path
 from ratc import __version__
 from ratc.atomic import Staging, recover, write_file
 from ratc.errors import OutputError, RatcError
+from ratc.input_files import json_value
 
 MANIFEST = "manifest.json"
 FORMAT = "ratc-program/1"
@@ -285,9 +286,7 @@ def load_program(root: str | Path) -> Program:
         raise ProgramError(f"{root}: not a ratc program (no {MANIFEST})")
     raw = _read_regular(root, MANIFEST)
     try:
-        manifest = json.loads(raw.decode())
-    except RecursionError:
-        raise ProgramError(f"{mpath}: unreadable manifest: arrays or objects nested too deeply") from None
+        manifest = json_value(raw.decode())
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProgramError(f"{mpath}: unreadable manifest: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:

@@ -12,10 +12,10 @@ the file and the field or line.
 
 from __future__ import annotations
 
-import json
 import math
 
 from ratc.errors import LocatedError, RatcError
+from ratc.input_files import json_value
 from ratc.program import Program, ProgramError, load_program
 
 # Limits on a program's values (docs/reliability.md, "Program directories"). Far above any
@@ -275,10 +275,7 @@ def check_kernel_table(table, where: str) -> dict:
 def read_kernel_table(text: str, where: str) -> dict:
     """kernels.json text, parsed and checked against its schema."""
     try:
-        table = json.loads(text)
-    except RecursionError:
-        raise ProgramError(f"{where}: malformed kernel table: arrays or objects nested too deeply; "
-                           "recompile with `ratc compile`") from None
+        table = json_value(text)
     except ValueError as exc:
         raise ProgramError(f"{where}: malformed kernel table: not JSON ({exc}); recompile with "
                            "`ratc compile`") from None

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ratc.errors import RatcError
 from ratc.frontend.profile import ModelProfile
+from ratc.input_files import json_value
 
 # torch dtype names as config.json spells them; ratc trains in fp16 unless told otherwise.
 TRAIN_DTYPE = "float16"
@@ -19,13 +19,11 @@ def load_hf_config(path_or_dict, display: str | None = None) -> dict:
     path = Path(path_or_dict)
     display = display or str(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json_value(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RatcError(f"{display}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError) as exc:
         raise RatcError(f"{display}: malformed config.json: {exc}") from None
-    except RecursionError:
-        raise RatcError(f"{display}: malformed config.json: arrays or objects nested too deeply") from None
     if not isinstance(data, dict):
         raise RatcError(f"{display}: malformed config.json: expected a JSON object, got {type(data).__name__}")
     return data
