@@ -16,6 +16,7 @@ import math
 
 from ratc.errors import LocatedError, RatcError
 from ratc.input_files import json_value
+from ratc.units import in_range
 from ratc.program import Program, ProgramError, load_program
 
 # Limits on a program's values (docs/reliability.md, "Program directories"). Far above any
@@ -105,10 +106,6 @@ def _fail(where: str, op, message: str):
     return ProgramError(f"{where}: {message}")
 
 
-def _in_range(value, low, high) -> bool:
-    return type(value) in (int, float) and math.isfinite(value) and low <= value <= high
-
-
 def check_life_module(module, where: str, clock: float | None = None) -> None:
     """Ranges a verified life module's plan and tasks must be in (the verifier checks their
     structure): cluster counts, batch sizes, seconds and cycles; with the platform's clock,
@@ -129,7 +126,7 @@ def check_life_module(module, where: str, clock: float | None = None) -> None:
     units = [u for u in plan.region.ops if u.name == "life.unit"]
     for u in units:
         for key, value in u.attributes.items():
-            if isinstance(value, float) and not _in_range(value, 0.0, MAX_TASK_SECONDS):
+            if isinstance(value, float) and not in_range(value, 0.0, MAX_TASK_SECONDS):
                 raise _fail(where, u, f"life.unit #{u.attributes['index']} {key} = {value!r} is out of range "
                                       f"(0..{MAX_TASK_SECONDS:g} s)")
     kernels = {op.sym_name: op for op in module.body.ops if op.name == "life.kernel"}
@@ -148,7 +145,7 @@ _OTHER = {"life.fwd": "fwd_other", "life.recover": "fwd_other", "life.bwd": "bwd
 
 def _check_task(op, units, kernels: dict, clock: float | None, where: str) -> None:
     a = op.attributes
-    if "dur" in a and not _in_range(a["dur"], 0.0, MAX_TASK_SECONDS):
+    if "dur" in a and not in_range(a["dur"], 0.0, MAX_TASK_SECONDS):
         raise _fail(where, op, f"'{op.name}' dur = {a['dur']!r} s is out of range (0..{MAX_TASK_SECONDS:g} s)")
     if "cycles" not in a or clock is None:
         return
@@ -242,7 +239,7 @@ def check_kernel_table(table, where: str) -> dict:
     if not isinstance(table, dict) or not isinstance(table.get("kernels"), list):
         raise ProgramError(f"{where}: malformed kernel table: expected an object with a 'kernels' list")
     clock = table.get("clock_hz")
-    if "clock_hz" in table and not (_in_range(clock, 1.0, 1e15)):
+    if "clock_hz" in table and not (in_range(clock, 1.0, 1e15)):
         raise bad("clock_hz", f"{clock!r} is not a positive clock rate")
     for i, e in enumerate(table["kernels"]):
         f = f"kernels[{i}]"
@@ -252,11 +249,11 @@ def check_kernel_table(table, where: str) -> dict:
             raise bad(f"{f}.kernel", f"expected a kernel symbol, got {e.get('kernel')!r}")
         if type(e.get("cycles")) is not int or not 1 <= e["cycles"] <= MAX_KERNEL_CYCLES:
             raise bad(f"{f}.cycles", f"{e.get('cycles')!r} is not an integer in 1..{MAX_KERNEL_CYCLES}")
-        if not _in_range(e.get("seconds"), 0.0, MAX_TASK_SECONDS) or e["seconds"] <= 0:
+        if not in_range(e.get("seconds"), 0.0, MAX_TASK_SECONDS) or e["seconds"] <= 0:
             raise bad(f"{f}.seconds", f"{e.get('seconds')!r} is not in (0, {MAX_TASK_SECONDS:g}]")
         if clock is not None and not math.isclose(e["seconds"], e["cycles"] / clock, rel_tol=1e-9):
             raise bad(f"{f}.seconds", f"{e['seconds']!r} is not its {e['cycles']} cycles at clock_hz {clock!r}")
-        if not _in_range(e.get("mac_utilization"), 0.0, 1.0):
+        if not in_range(e.get("mac_utilization"), 0.0, 1.0):
             raise bad(f"{f}.mac_utilization", f"{e.get('mac_utilization')!r} is not in [0, 1]")
         calls = e.get("calls_per_step")
         if not isinstance(calls, dict):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-
 import re
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -17,6 +16,16 @@ _BYTE_SCALE = {
 _TIME_SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "cycles": None}
 _FREQ_SCALE = {"Hz": 1.0, "KHz": 1e3, "MHz": 1e6, "GHz": 1e9}
 _RATE_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+def in_range(value, low: float, high: float = math.inf) -> bool:
+    """Whether a value read from a file is a finite int or float (never a bool) in [low, high]."""
+    if type(value) not in (int, float):
+        return False
+    try:
+        return math.isfinite(value) and low <= value <= high
+    except OverflowError:       # an int past any float
+        return False
 
 
 class UnitError(ValueError):

@@ -646,6 +646,18 @@ def _retile(env: Env, spec: str) -> None:
 EDITABLE = ["program.ir", "model.ir", "kernels.json", "platform.toml", "plan.json", "schedule.txt"]
 
 
+def _parsed(path: Path):
+    """The JSON or TOML document in a file, or None when it is neither or does not parse."""
+    try:
+        if path.suffix == ".json":
+            return json.loads(path.read_text())
+        if path.suffix == ".toml":
+            return tomllib.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return None
+
+
 def program_dir(rng: random.Random, env: Env) -> Case:
     """The tiny program with random file edits and its manifest regenerated to match, run as
     `ratc run` runs it."""
@@ -657,17 +669,16 @@ def program_dir(rng: random.Random, env: Env) -> Case:
         name = rng.choice(EDITABLE * 3 + files)
         path = prog / name
         if action == "edit" and path.is_file():
-            if name.endswith(".json") and rng.random() < 0.6:
-                doc, e = mutate_document(rng, json.loads(path.read_text()))
-                path.write_text(dump_json(rng, doc))
-            elif name.endswith(".toml") and rng.random() < 0.6:
-                doc, e = mutate_document(rng, tomllib.loads(path.read_text()))
-                path.write_text(dump_toml(doc))
+            # an earlier edit of this case may have left the file unparsable: then edit its text
+            doc = _parsed(path) if rng.random() < 0.6 else None
+            if doc is not None:
+                doc, e = mutate_document(rng, doc)
+                path.write_text(dump_json(rng, doc) if name.endswith(".json") else dump_toml(doc))
             else:
                 # half change numbers only: the files still parse, and their meaning is what is judged
                 kinds = ["number"] if rng.random() < 0.5 else EDITS
-                text, e = mutate_text(rng, path.read_text(), env.tokens["rasm" if name.endswith(".rasm") else "ir"],
-                                      kinds)
+                text, e = mutate_text(rng, path.read_bytes().decode("utf-8", "surrogateescape"),
+                                      env.tokens["rasm" if name.endswith(".rasm") else "ir"], kinds)
                 path.write_bytes(text.encode("utf-8", "surrogatepass"))
             edits.append(f"{name}: {', '.join(e)}")
         elif action == "bytes" and path.is_file():

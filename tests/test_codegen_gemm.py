@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from ratc.codegen.assembler import assemble
 from ratc.codegen.exec_profile import gemm_time, read_execution_profile, write_execution_profile
-from ratc.codegen.gemm import generate_gemm
-from ratc.codegen.tiling import GemmTiles, footprint
+from ratc.codegen.gemm import _GemmGen, generate_gemm
+from ratc.codegen.tiling import GemmTiles, choose_tiles, footprint
 from ratc.errors import RatcError
 from ratc.platform import load_platform
 
@@ -45,6 +45,29 @@ def test_gemm_matches_numpy_with_forced_multi_dsp_tilings(grid, md_groups, nd_ve
     gm, gn = grid
     kt = math.lcm(gm, gn, 2) * kt_mult
     check_gemm(m, n, k, gm=gm, gn=gn, md=32 * md_groups, nd=64 * nd_vecs, kt=kt, groups=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3000), st.integers(1, 6000), st.integers(1, 9000))
+def test_block_runs_equal_the_step_by_step_signatures(m, n, k):
+    # The emitter enumerates only change points, so a 10**9-column GEMM emits in under a
+    # second; the oracle is every (block, step) signature, run-length encoded.
+    gen = _GemmGen(P, m, n, k, choose_tiles(P, m, n, k))
+    every = []
+    for b in range(gen.blocks):
+        steps = []
+        for s in range(gen.ns):
+            sig = gen.step_sig(b, s)
+            if steps and steps[-1][0] == sig:
+                steps[-1][1] += 1
+            else:
+                steps.append([sig, 1])
+        block = [tuple(run) for run in steps]
+        if every and every[-1][0] == block:
+            every[-1][1] += 1
+        else:
+            every.append([block, 1])
+    assert gen.block_runs() == [tuple(run) for run in every]
 
 
 SHAPES = [(1, 1, 1), (7, 3, 5), (33, 65, 17), (64, 64, 64), (96, 130, 40), (128, 64, 200),

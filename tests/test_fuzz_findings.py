@@ -7,13 +7,12 @@ import shutil
 
 import pytest
 
-from ratc.program_check import read_kernel_table
 from ratc.errors import RatcError
 from ratc.frontend.hf import load_hf_config
 from ratc.platform import PlatformError, parse_platform
 from ratc.platform.loader import PROFILE_DIR
 from ratc.program import ProgramError, load_program
-from ratc.program_check import open_program
+from ratc.program_check import open_program, read_kernel_table
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -49,6 +48,13 @@ def test_a_deeply_nested_kernels_json_is_refused_naming_it():
     with pytest.raises(ProgramError, match=r"prog/kernels\.json: malformed kernel table: .*nested too deeply"):
         read_kernel_table('{"kernels": ' + DEEP + "}", "prog/kernels.json")
 
+
+
+def test_a_kernel_time_past_any_float_is_refused_naming_the_table(tiny_program):
+    table = json.loads((tiny_program / "kernels.json").read_text())
+    table["kernels"][0]["seconds"] = 10 ** 400
+    with pytest.raises(ProgramError, match=r"prog/kernels\.json: .*seconds"):
+        read_kernel_table(json.dumps(table), "prog/kernels.json")
 
 def test_a_deeply_nested_hf_config_is_refused_naming_it(tmp_path):
     path = tmp_path / "config.json"

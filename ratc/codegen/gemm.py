@@ -14,7 +14,6 @@ current step computes, including the first steps of the next block.
 from __future__ import annotations
 
 import math
-from itertools import groupby
 
 from ratc.codegen.kernel import Emitter, Kernel, check_kernel_size
 from ratc.codegen.microkernel import Operand, micro_tile
@@ -79,12 +78,9 @@ class _GemmGen:
         if self.total > 1:
             self.issue(1, "r8")
         # Blocks differ only in whether a later block's panels are prefetched near their end.
-        classes = [self.block_steps(b) for b in range(self.blocks)]
-        for sig, run in groupby(classes):
-            count = len(list(run))
+        for steps, count in self.block_runs():
             label = e.open_loop("blk", count) if count > 1 else None
-            for step_sig, steps in groupby(sig):
-                n_steps = len(list(steps))
+            for step_sig, n_steps in steps:
                 inner = e.open_loop("ks", n_steps) if n_steps > 1 else None
                 self.step(*step_sig)
                 if inner:
@@ -138,19 +134,27 @@ class _GemmGen:
         e.bundle(f"dma {CH_DDR}, Pg[r20], B[r11, r15], {self.ktb}, {t.nd}, {self.Nc}, {self.n}, clip",
                  f"addi r10, r10, {t.kt}", f"addi r11, r11, {t.kt}")
 
+    def step_sig(self, b: int, s: int) -> tuple:
+        """Signature of K step s of block b; equal signatures emit equal code (and form loops)."""
+        ns, q = self.ns, b * self.ns + s
+        if ns == 1:
+            kind = "only"
+        else:
+            final = b == self.blocks - 1
+            kind = "first" if s == 0 else ("final" if final else "last") if s == ns - 1 else "mid"
+        chunk = ns > 1 and b > 0 and s < self.chunks
+        return (kind, s == 0, q + 1 < self.total, q + 2 < self.total, (q + 2) % ns == 0, chunk)
+
     def block_steps(self, b: int) -> tuple:
-        """Step signatures of block b; equal signatures emit equal code (and form loops)."""
-        ns, out = self.ns, []
-        final = b == self.blocks - 1
-        for s in range(ns):
-            q = b * ns + s
-            if ns == 1:
-                kind = "only"
-            else:
-                kind = "first" if s == 0 else ("final" if final else "last") if s == ns - 1 else "mid"
-            chunk = ns > 1 and b > 0 and s < self.chunks
-            out.append((kind, s == 0, q + 1 < self.total, q + 2 < self.total, (q + 2) % ns == 0, chunk))
-        return tuple(out)
+        """Block b's step signatures as (signature, repeats) runs."""
+        # A signature changes only after the first step, where chunking ends, and in the
+        # last two steps (prefetch of the next block, the last step's kind).
+        return _runs(lambda s: self.step_sig(b, s), self.ns, (1, self.chunks, self.ns - 2, self.ns - 1))
+
+    def block_runs(self) -> list:
+        """The blocks as (step runs, repeats) runs, in order."""
+        # Block 0 writes nothing back; the last two blocks stop prefetching; all between are alike.
+        return _runs(self.block_steps, self.blocks, (1, self.blocks - 2, self.blocks - 1))
 
     def step(self, kind: str, block_start: bool, next1: bool, next2: bool, advance: bool, chunk: bool):
         """One K step: sync on the next panels, start later loads, compute, rotate buffers."""
@@ -221,3 +225,16 @@ class _GemmGen:
                    left=Operand("As", "r26", self.mr), right=Operand("Bs", "r23", nd),
                    acc_in=Operand("Cs", "r24", nd) if load_acc else None, acc_out=Operand(out, "r24", nd),
                    ptrs=("r21", "r22"))
+
+
+def _runs(f, n: int, change_points) -> list:
+    """[(f(i), repeats)] over range(n), merged when equal; f may change only at change_points."""
+    starts = sorted({0, *(c for c in change_points if 0 < c < n)})
+    out: list = []
+    for start, end in zip(starts, starts[1:] + [n]):
+        value = f(start)
+        if out and out[-1][0] == value:
+            out[-1] = (value, out[-1][1] + end - start)
+        else:
+            out.append((value, end - start))
+    return out

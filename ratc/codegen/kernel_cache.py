@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ratc.cache import Damaged, cache_root, content_digest, read_entry, sources_version, warn_damaged, write_quietly
+from ratc.units import in_range
 
 # Sources whose edits may change what a kernel is, its text or its cycles: the whole code
 # generator and the kernel VM's timing model (hashing all of them needs no list to keep up).
@@ -46,10 +47,6 @@ def _path(key, suffix: str = ".json") -> Path | None:
     return root / digest[:2] / f"{digest}{suffix}"
 
 
-def _finite(x, low: float, high: float = math.inf) -> bool:
-    return type(x) in (int, float) and math.isfinite(x) and low <= x <= high
-
-
 def _check_entry(entry) -> None:
     """The fields a timing entry holds, in their ranges (Damaged if not): cycles always;
     seconds and MAC utilization where it has them (exec_profile's entries; a timed .rasm
@@ -59,7 +56,7 @@ def _check_entry(entry) -> None:
     if type(entry.get("cycles")) is not int or entry["cycles"] < 1:
         raise Damaged(f"cycles {entry.get('cycles')!r} is not a positive integer")
     for field, low, high in (("seconds", 0.0, math.inf), ("mac_utilization", 0.0, 1.0)):
-        if field in entry and (not _finite(entry[field], low, high) or (field == "seconds" and entry[field] <= 0)):
+        if field in entry and (not in_range(entry[field], low, high) or (field == "seconds" and entry[field] <= 0)):
             raise Damaged(f"{field} {entry.get(field)!r} is out of range")
 
 
