@@ -2,21 +2,23 @@
 equality matrix against the one-process executor and plain PyTorch.
 
     python benchmarks/bench_dist.py                     # timings + the quick matrix
-    python benchmarks/bench_dist.py --matrix medium --doc /tmp/distributed.md   # 24 configurations
-    python benchmarks/bench_dist.py --matrix full                               # all 144
+    python benchmarks/bench_dist.py --matrix medium     # 24 configurations of each preset
+    python benchmarks/bench_dist.py --matrix full --write-docs   # all 288; writes docs/distributed_measured.md
 
 Timings: `ratc launch`'s library entry on the tiny preset at P=2, D=2 (4 processes), median
 of --runs: start-up (from the call to the first step), the median step (steps 1..N-1)
 against the one-process executor's on the same program, and the share of a step the ranks
-spent blocked on transfers and collectives. Matrix: for each configuration, the runtime's
-losses and final parameters against the one-process executor (bit for bit at D <= 2) and
-against plain PyTorch training (relative loss deviation and parameter deviation, <= 1e-5).
+spent blocked on transfers and collectives. Matrix: for each configuration of the `tiny`
+preset and the `tiny-tied` one (embedding and LM head share a weight), the runtime's losses
+and final parameters against the one-process executor (bit for bit at D <= 2) and against
+plain PyTorch training (relative loss deviation and parameter deviation, <= 1e-5).
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import statistics
 import sys
 import time
@@ -24,12 +26,16 @@ from pathlib import Path
 
 import torch
 
+from ratc.cli.io import write_atomic
 from ratc.dist.launch import launch
 from ratc.dist.worker import RunConfig
 from ratc.vm.functional.session import Session, TrainConfig, compile_for, parameter_deviation, relative_deviation
 from ratc.vm.functional.units import flat_params
 
-EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "llama.py")
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = str(ROOT / "examples" / "llama.py")
+DOC = ROOT / "docs" / "distributed_measured.md"
+PRESETS = ("tiny", "tiny-tied")
 
 
 def timings(runs: int, steps: int) -> dict:
@@ -59,23 +65,26 @@ def timings(runs: int, steps: int) -> dict:
 
 
 def configurations(kind: str):
+    """(preset, P, D, Z, activation policy, deadline prefetch) of each matrix run."""
     if kind == "quick":
-        yield from [(EXAMPLE, 2, 2, 1, "fsr", True), (EXAMPLE, 1, 2, 3, "ckpt", False),
-                    (EXAMPLE, 4, 1, 2, "full", True), (EXAMPLE, 2, 2, 0, "fsr", False)]
+        yield from [("tiny", 2, 2, 1, "fsr", True), ("tiny", 1, 2, 3, "ckpt", False),
+                    ("tiny-tied", 4, 1, 2, "full", True), ("tiny-tied", 2, 2, 0, "fsr", False)]
         return
-    grid = itertools.product((1, 2, 4), (1, 2), (0, 1, 2, 3))
-    if kind == "medium":        # every P, D and ZeRO stage; the policies taken in turn
-        for k, (P, D, Z) in enumerate(grid):
-            yield EXAMPLE, P, D, Z, ("fsr", "ckpt", "full")[k % 3], k % 2 == 0
-        return
-    for (P, D, Z), act, sp in itertools.product(grid, ("full", "ckpt", "fsr"), (True, False)):
-        yield EXAMPLE, P, D, Z, act, sp
+    grid = list(itertools.product((1, 2, 4), (1, 2), (0, 1, 2, 3)))
+    for preset in PRESETS:
+        if kind == "medium":        # every P, D and ZeRO stage; the policies taken in turn
+            for k, (P, D, Z) in enumerate(grid):
+                yield preset, P, D, Z, ("fsr", "ckpt", "full")[k % 3], k % 2 == 0
+        else:
+            for (P, D, Z), act, sp in itertools.product(grid, ("full", "ckpt", "fsr"), (True, False)):
+                yield preset, P, D, Z, act, sp
 
 
-def matrix_row(model: str, P: int, D: int, Z: int, act: str, sp: bool, steps: int) -> dict:
-    cfg = TrainConfig(model=model, P=P, D=D, Z=Z, act=act, state_pipeline=sp, M=4, b=1)
+def matrix_row(preset: str, P: int, D: int, Z: int, act: str, sp: bool, steps: int) -> dict:
+    """One configuration trained by `ratc launch`, the one-process executor and PyTorch."""
+    cfg = TrainConfig(model=EXAMPLE, preset=preset, P=P, D=D, Z=Z, act=act, state_pipeline=sp, M=4, b=1)
     module = compile_for(cfg)
-    results = launch(module, RunConfig(model=model, preset="tiny", steps=steps), P, D)
+    results = launch(module, RunConfig(model=EXAMPLE, preset=preset, steps=steps), P, D)
     session = Session(cfg, module=module)
     ours, ref = zip(*(session.step(i) for i in range(steps)))
     params = session.executor.parameters()
@@ -84,7 +93,7 @@ def matrix_row(model: str, P: int, D: int, Z: int, act: str, sp: bool, steps: in
         shards = [r.shards[u] for r in results if u in r.shards]
         dist_params.append(torch.cat(shards)[:full.numel()] if Z >= 1 else shards[0])
     losses = results[0].losses
-    return {"config": f"P={P} D={D} Z={Z} {act} {'deadline' if sp else 'bulk'}",
+    return {"config": f"{preset} P={P} D={D} Z={Z} {act} {'deadline' if sp else 'bulk'}",
             "bitwise": losses == list(ours) and all(torch.equal(a, b) for a, b in zip(dist_params, params)),
             "loss_dev": max(relative_deviation(a, b) for a, b in zip(losses, ref)),
             "param_dev": parameter_deviation(dist_params, [flat_params(u, session.reference.model)
@@ -96,12 +105,14 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3, help="timing repetitions (default 3)")
     ap.add_argument("--steps", type=int, default=20, help="steps per matrix run (default 20)")
     ap.add_argument("--matrix", choices=("none", "quick", "medium", "full"), default="quick",
-                    help="configurations checked: quick 4, medium 24 (every P, D, Z), full 144")
-    ap.add_argument("--doc", help="write the results as markdown to this file (e.g. docs/distributed.md)")
+                    help="configurations checked: quick 4, medium 24 per preset (every P, D, Z), full 144 per preset")
+    ap.add_argument("--write-docs", action="store_true", help=f"write the results to {DOC.relative_to(ROOT)}")
     args = ap.parse_args()
     lines = ["# The distributed runtime, measured", "",
              f"`python benchmarks/bench_dist.py --matrix {args.matrix} --steps {args.steps} --runs {args.runs}` "
-             f"on {torch.get_num_threads()}-thread {sys.platform}, torch {torch.__version__}, gloo.", ""]
+             f"on {time.strftime('%Y-%m-%d')}, "
+             f"on {torch.get_num_threads()}-thread {sys.platform}, torch {torch.__version__}, gloo "
+             f"(load average {os.getloadavg()[0]:.1f} at the start: timings are only as quiet as the machine).", ""]
     t = timings(args.runs, 6)
     lines += ["## Timings (tiny preset, P=2, D=2: 4 processes, M=4, b=2; medians)", "",
               "| start-up | step (runtime) | step (one process) | ratio | exposed communication |",
@@ -116,7 +127,7 @@ def main() -> int:
         for k, c in enumerate(configs):
             rows.append(matrix_row(*c, steps=args.steps))
             print(f"[{k + 1}/{len(configs)}] {rows[-1]}", file=sys.stderr, flush=True)
-        lines += [f"## Equality ({args.steps} steps, tiny preset, M=4, b=1)", "",
+        lines += [f"## Equality ({args.steps} steps, M=4, b=1)", "",
                   "| configuration | equal to the one-process executor bit for bit | max loss deviation "
                   "from PyTorch | parameter deviation from PyTorch |", "|---|---|---|---|"]
         lines += [f"| {r['config']} | {'yes' if r['bitwise'] else 'NO'} | {r['loss_dev']:.2e} | {r['param_dev']:.2e} |"
@@ -124,8 +135,8 @@ def main() -> int:
         bad = [r for r in rows if not r["bitwise"] or r["loss_dev"] > 1e-5 or r["param_dev"] > 1e-5]
         lines += ["", f"{len(rows) - len(bad)} of {len(rows)} configurations pass."]
     text = "\n".join(lines) + "\n"
-    if args.doc:
-        Path(args.doc).write_text(text)
+    if args.write_docs:
+        write_atomic(DOC, text)
     print(text)
     return 0
 
