@@ -151,13 +151,13 @@ def _swap_two_grad_syncs_on_rank_1(monkeypatch):
 
     original = FunctionalExecutor.__init__
 
-    def init(self, module, units, init_params, opt, transport=None):
+    def init(self, module, units, init_params, opt, transport=None, *rest):
         if isinstance(transport, DistTransport) and transport.mesh.rank == 1:
             ops = find_pipeline(module).region.ops[0].region.ops
             i, j = (next(k for k, op in enumerate(ops) if op.name == "life.grad_sync" and op.attributes["unit"] == u)
                     for u in (4, 3))
             ops[i], ops[j] = ops[j], ops[i]
-        original(self, module, units, init_params, opt, transport)
+        original(self, module, units, init_params, opt, transport, *rest)
     monkeypatch.setattr(FunctionalExecutor, "__init__", init)
 
 

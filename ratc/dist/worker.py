@@ -101,6 +101,7 @@ def _executor(module, cfg: RunConfig, mesh, specs: dict, device: torch.device):
     from ratc.vm.functional.executor import FunctionalExecutor
     from ratc.vm.functional.session import build_model, check_program
     from ratc.vm.functional.shards import AdamW
+    from ratc.vm.functional.streams import RecoveryStream
     from ratc.vm.functional.units import flat_params, split_model
 
     _, D, M, b = _shape(module)
@@ -111,7 +112,7 @@ def _executor(module, cfg: RunConfig, mesh, specs: dict, device: torch.device):
     transport = DistTransport(mesh, specs, M, cfg.timeout_s, device, cfg.check_collectives)
     with on_device(device):      # the executor's state and buffers on the rank's device
         executor = FunctionalExecutor(module, units, [flat_params(u, model) for u in units.units],
-                                      AdamW(lr=cfg.lr), transport)
+                                      AdamW(lr=cfg.lr), transport, RecoveryStream.for_device(device))
     return executor, transport, SyntheticData(spec.vocab, spec.seq_len, D * M * b, cfg.seed)
 
 

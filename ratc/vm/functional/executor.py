@@ -23,6 +23,7 @@ from ratc.errors import RatcError
 from ratc.ir.core import Module, Operation
 from ratc.vm.functional.boundary import live_in
 from ratc.vm.functional.shards import AdamW, UnitState, all_gather
+from ratc.vm.functional.streams import RecoveryStream
 from ratc.vm.functional.transport import LocalTransport
 from ratc.vm.functional.units import UnitSet
 
@@ -104,7 +105,7 @@ class FunctionalExecutor:
     (in this process, or over torch.distributed); everything else is the same code."""
 
     def __init__(self, module: Module, units: UnitSet, init_params: list[torch.Tensor], opt: AdamW = AdamW(),
-                 transport=None):
+                 transport=None, recovery_stream: RecoveryStream | None = None):
         from ratc.ir import verify
         from ratc.lifecycle.lowering import find_pipeline, find_plan
 
@@ -119,6 +120,7 @@ class FunctionalExecutor:
         self.stages = [s.region.ops for s in pipe.region.ops]
         self.transport = transport if transport is not None else LocalTransport(self.P, self.D)
         self.on_task = None     # (stage, op, start ns, end ns) after each op's handler, if set
+        self.recovery_stream = recovery_stream      # co-running Recovers' side stream (a GPU's), or None
         self.replicas = self.transport.replicas
         self.live = live_in(units)
         self.head = len(units.units) - 1
@@ -311,8 +313,14 @@ class FunctionalExecutor:
         i, m = op.attributes["unit"], op.attributes["mb"]
         unit = self.units.units[i]
         by = self._operands(op, ins)
-        return [[self._forward(unit, self._weights(by, k), self._args(unit, by["act"][0][k], r, m))
-                 for k, r in enumerate(self.replicas)]]
+        inputs = [(self._weights(by, k), self._args(unit, by["act"][0][k], r, m)) for k, r in enumerate(self.replicas)]
+
+        def rebuild():
+            return [self._forward(unit, flat, args) for flat, args in inputs]
+        if self.recovery_stream is None or op.attributes.get("placement") != "corun":
+            return [rebuild()]
+        # On a GPU the co-running Recover overlaps the main stream; its Backward waits for it.
+        return [Pending(self.recovery_stream.run(rebuild, inputs), keep=inputs)]
 
     def _bwd(self, p: int, op: Operation, ins: list) -> list:
         i = op.attributes["unit"]
