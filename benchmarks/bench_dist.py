@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from ratc.cli.io import write_atomic
+from ratc.io import write_atomic
 from ratc.dist.launch import launch
 from ratc.dist.worker import RunConfig
 from ratc.vm.functional.session import Session, TrainConfig, compile_for, parameter_deviation, relative_deviation

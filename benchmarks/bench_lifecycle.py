@@ -24,10 +24,9 @@ from ratc.lifecycle.compile import default_pipeline  # noqa: E402
 from ratc.lifecycle.lowering import find_pipeline  # noqa: E402
 from ratc.lifecycle.plan_ir import plan_module  # noqa: E402
 from ratc.passes import PassContext, PassManager, parse_pipeline  # noqa: E402
-from ratc.planner.config import Candidate  # noqa: E402
+from ratc.planner.config import Candidate, parse_config  # noqa: E402
 from ratc.planner.search import Planner  # noqa: E402
 from ratc.platform import load_platform  # noqa: E402
-from ratc.vm.system.driver import parse_config  # noqa: E402
 
 MARK = "<!-- memory table: python benchmarks/bench_lifecycle.py --vm --doc docs/lifecycle.md -->"
 

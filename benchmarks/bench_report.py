@@ -31,7 +31,7 @@ def prepare(outdir: Path, preset: str) -> str:
     """Write the compiled program of the planner's best plan; returns its label."""
     from ratc.frontend.presets import trace_preset
     from ratc.ir import print_module
-    from ratc.ir.dialects.graph import module_from_profile
+    from ratc.frontend.graph_ir import module_from_profile
     from ratc.planner.search import Planner
     from ratc.platform import load_platform
     from ratc.program import write_program

@@ -46,7 +46,8 @@ def llama(runs, symmetric=True):
     """LLaMA-2-7B at P=2, D=4, b=1, A=128 (Table 3), compiled by the lifecycle passes."""
     from ratc.frontend.presets import trace_preset
     from ratc.platform import load_platform
-    from ratc.vm.system.driver import compile_candidate, parse_config
+    from ratc.planner.config import parse_config
+    from ratc.vm.system.driver import compile_candidate
     from ratc.vm.system.engine import simulate
     from ratc.vm.system.life import translate
     from ratc.vm.system.results import summarize

@@ -51,7 +51,7 @@ def write_quietly(path: Path | None, data: str) -> None:
     """Write a cache file atomically; a cache that cannot be written is skipped, never an error."""
     if path is None:
         return
-    from ratc.cli.io import write_atomic
+    from ratc.io import write_atomic
     from ratc.errors import OutputError
 
     try:

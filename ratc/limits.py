@@ -71,5 +71,9 @@ MAX_KERNEL_BYTES = Limit("RATC_MAX_KERNEL_BYTES", 4 * 10**9, "DDR and GSM buffer
 MAX_CLUSTERS = Limit("RATC_MAX_CLUSTERS", 65_536, "cluster count")
 MAX_SEQ_LEN = Limit("RATC_MAX_SEQ_LEN", 1_048_576, "sequence length")
 
+# A step's program holds every micro-batch's tasks: beyond this it would take minutes and
+# gigabytes to build and simulate (the planner's Eq. 12 ranks any M in microseconds).
+MAX_MICRO_BATCHES = 16384
+
 # every limit, as docs/reliability.md lists them
 ALL = (MAX_IR_BYTES, MAX_KERNEL_STEPS, MAX_KERNEL_BYTES, MAX_CLUSTERS, MAX_SEQ_LEN)

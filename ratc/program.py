@@ -229,18 +229,6 @@ class Program:
         """The program's file names under a prefix, sorted."""
         return sorted(n for n in self.files if n.startswith(prefix))
 
-    def platform(self, override: str | None = None):
-        """The platform the program was compiled for (its platform.toml), unless overridden."""
-        from ratc.platform import load_platform, parse_platform
-
-        if override:
-            return load_platform(override)
-        if self.own_platform is not None:
-            return self.own_platform
-        if "platform.toml" in self.files:
-            return parse_platform(self.text("platform.toml"), str(self.root / "platform.toml"))
-        return load_platform(self.meta.get("platform", "mt3000"))
-
 
 def _read_regular(root: Path, rel: str) -> bytes:
     """The bytes of root/rel, refusing a symlink or anything but a directory on the way and

@@ -16,14 +16,14 @@ import math
 
 from ratc.errors import LocatedError, RatcError
 from ratc.input_files import json_value
-from ratc.units import in_range
+from ratc import limits
 from ratc.program import Program, ProgramError, load_program
+from ratc.units import in_range
 
 # Limits on a program's values (docs/reliability.md, "Program directories"). Far above any
 # real program, far below where arithmetic on them stops meaning anything.
 MAX_CLUSTERS = 2 ** 20          # P x D x T
 MAX_MICRO_BATCH = 4096          # sequences per micro-batch (b)
-MAX_MICRO_BATCHES = 16384       # micro-batches per step (M, the A of a config); as lowering's
 MAX_SEQ_LEN = 2 ** 24           # tokens per sequence
 MAX_KERNEL_CYCLES = 2 ** 48     # one kernel call: ~5 days at the MT-3000's 659 MHz
 MAX_CALLS = 2 ** 40             # kernel calls per step on one stage
@@ -59,6 +59,16 @@ def check_program(program: Program) -> None:
         check_model_matches(module, profile, program.path(MODEL_IR))
     table = _check_kernels(program, module, platform)
     program.module, program.profile, program.kernel_table, program.own_platform = module, profile, table, platform
+
+
+def program_platform(program: Program, override: str | None = None):
+    """The platform a program was compiled for (its platform.toml), unless overridden by a
+    profile name or file."""
+    from ratc.platform import load_platform
+
+    if override:
+        return load_platform(override)
+    return program.own_platform if program.own_platform is not None else _platform(program)
 
 
 def _platform(program: Program):
@@ -115,7 +125,7 @@ def check_life_module(module, where: str, clock: float | None = None) -> None:
     plan = find_plan(module)
     a = plan.attributes
     for key, high in (("P", MAX_CLUSTERS), ("D", MAX_CLUSTERS), ("T", MAX_CLUSTERS), ("b", MAX_MICRO_BATCH),
-                      ("M", MAX_MICRO_BATCHES), ("seq_len", MAX_SEQ_LEN)):
+                      ("M", limits.MAX_MICRO_BATCHES), ("seq_len", MAX_SEQ_LEN)):
         if not (type(a.get(key)) is int and 1 <= a[key] <= high):
             raise _fail(where, plan, f"life.plan {key} = {a.get(key)!r} is out of range (1..{high})")
     if a["P"] * a["D"] * a["T"] > MAX_CLUSTERS:
@@ -172,7 +182,7 @@ def _check_task(op, units, kernels: dict, clock: float | None, where: str) -> No
 def _check_meta(program: Program, module) -> None:
     """meta.config and meta.model, when the manifest has them, name the plan of program.ir."""
     from ratc.lifecycle.lowering import find_plan
-    from ratc.vm.system.driver import parse_config
+    from ratc.planner.config import parse_config
 
     a = find_plan(module).attributes
     where = program.path("manifest.json")
@@ -197,7 +207,7 @@ def _check_meta(program: Program, module) -> None:
 
 
 def _model_profile(program: Program):
-    from ratc.ir.dialects.graph import profile_from_module
+    from ratc.frontend.graph_ir import profile_from_module
 
     module = _parse(program, MODEL_IR)
     try:
@@ -319,43 +329,17 @@ def _check_kernels(program: Program, module, platform) -> dict | None:
     return table
 
 
-def _timed_key(text: str, platform) -> list:
-    from ratc.cache import content_digest
-    from ratc.codegen.tiling import platform_key
-
-    return ["timed-rasm", list(platform_key(platform)), content_digest(text)]
-
-
-def remember_kernel_cycles(text: str, platform, cycles: int) -> None:
-    """Keep the cycles the code generator timed a kernel's text at, so that opening the
-    program it is written into need not time it again (the text's hash is the key: any
-    other text is timed)."""
-    from ratc.codegen import kernel_cache
-
-    kernel_cache.store(_timed_key(text, platform), {"cycles": int(cycles)})
-
-
 def kernel_cycles(text: str, platform, where: str) -> int:
-    """Cycles of a .rasm kernel on the kernel VM's timing mode (assembling it first). A
-    timing is kept in the kernel cache under the text's sha256, so an unchanged program's
-    kernels are timed once (or never, on the machine that generated them)."""
+    """Cycles of a program's .rasm kernel on the kernel VM's timing mode (kernel_cache.text_cycles),
+    its errors as the program's."""
     from ratc.codegen import kernel_cache
-    from ratc.codegen.assembler import assemble
-    from ratc.vm.kernel_timing import run_timing
 
-    key = _timed_key(text, platform)
-    entry = kernel_cache.load(key)
-    if entry is not None:
-        return entry["cycles"]
     try:
-        cycles = run_timing(assemble(text, platform, filename=where), platform)
+        return kernel_cache.text_cycles(text, platform, where)
     except LocatedError as exc:
         raise LocatedProgramError(exc.message, exc.loc) from None
     except RatcError as exc:
         raise ProgramError(f"{where}: {exc}") from None
-    if cycles >= 1:
-        kernel_cache.store(key, {"cycles": cycles})
-    return cycles
 
 
 def open_life_program(path: str):
@@ -366,7 +350,7 @@ def open_life_program(path: str):
 
     if os.path.isdir(path):
         return open_program(path).module
-    from ratc.cli.io import read_input
+    from ratc.io import read_input
     from ratc.ir import parse_module, verify
     from ratc.lifecycle.lowering import find_pipeline, find_plan
     from ratc.limits import MAX_IR_BYTES

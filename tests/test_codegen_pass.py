@@ -8,16 +8,17 @@ import pytest
 from ratc.cli.main import main
 from ratc.codegen import kernel_cache
 from ratc.codegen.op_kernels import op_kernels
-from ratc.codegen.program_kernels import kernel_calls, parse_tiles
+from ratc.codegen.program_kernels import kernel_calls, parse_tiles, program_exec_profile
 from ratc.errors import RatcError
 from ratc.frontend import trace_preset
 from ratc.ir import parse_module, print_module, verify
-from ratc.lifecycle import compile_program
+from ratc.lifecycle.compile import compile_program
 from ratc.lifecycle.lowering import find_pipeline
+from ratc.planner.config import parse_config
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.search import Planner
 from ratc.platform import load_platform
-from ratc.vm.system.driver import parse_config, run_module
+from ratc.vm.system.driver import run_module
 
 PLATFORM = load_platform("mt3000")
 CLOCK = PLATFORM.dsp.clock
@@ -86,19 +87,19 @@ def test_tile_change_moves_the_step_by_cycles_times_calls(tiny, planner, config)
 
 def test_prediction_prices_a_retiled_program_with_its_own_kernels(tiny, planner):
     """Oracle: the system VM. With one GEMM re-tiled, the planner's prediction for the program
-    (its profile for_program) is as close to the VM as it is for the default tiles."""
+    (its program_exec_profile) is as close to the VM as it is for the default tiles."""
     config = "P=2,D=1,Z=0,b=1,A=4,Ckpt,deadline"
     cand = parse_config(config)
     base = compiled(tiny, planner, config)
     sym = "gemm_64x128x344_f16"
     tiles = dict(kernel_ops(base)[sym]["tiles"], gm=1, gn=1)       # one DSP instead of a grid
     changed = compiled(tiny, planner, config, f"{sym}:" + ",".join(f"{k}={v}" for k, v in sorted(tiles.items())))
-    assert planner.exec_profile.for_program(base).tiles == ()
-    assert planner.exec_profile.for_program(changed).tiles == ((("gemm", (64, 128, 344)), tuple(sorted(tiles.items()))),)
+    assert program_exec_profile(planner.exec_profile, base).tiles == ()
+    assert program_exec_profile(planner.exec_profile, changed).tiles == ((("gemm", (64, 128, 344)), tuple(sorted(tiles.items()))),)
     errors = []
     for module in (base, changed):
         sim = run_module(module, PLATFORM, budget=None)[1].step_seconds
-        pred = Planner(tiny, PLATFORM, planner.exec_profile.for_program(module)).evaluate_group([cand])[0].t_step
+        pred = Planner(tiny, PLATFORM, program_exec_profile(planner.exec_profile, module)).evaluate_group([cand])[0].t_step
         errors.append(pred / sim - 1)
     stale = planner.evaluate_group([cand])[0].t_step / run_module(changed, PLATFORM, budget=None)[1].step_seconds - 1
     # (here -3.7 % and -3.2 %; priced with the default kernels the re-tiled program is -16 %)

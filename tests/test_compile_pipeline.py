@@ -198,7 +198,7 @@ def test_a_plan_too_many_micro_batches_to_compile_is_refused_at_once(capsys):
     compiles (16,384) is refused before it is built, with what to change."""
     import time
 
-    from ratc.lifecycle.lowering import MAX_MICRO_BATCHES
+    from ratc.limits import MAX_MICRO_BATCHES
 
     # 4 clusters and micro-batches of at most 16 sequences: A >= batch / 64 micro-batches
     batch = 64 * (MAX_MICRO_BATCHES + 1)
@@ -221,9 +221,9 @@ def test_compile_builds_the_fastest_plan_it_can(monkeypatch, tmp_path, capsys):
     from ratc.cli.plan import make_planner
     from ratc.cli.compile import _subcommand_args
     from ratc.cli.model_source import load_model
-    from ratc.lifecycle import lowering
+    from ratc import limits
 
-    monkeypatch.setattr(lowering, "MAX_MICRO_BATCHES", 8)
+    monkeypatch.setattr(limits, "MAX_MICRO_BATCHES", 8)
     # two stages: more micro-batches make a shorter pipeline bubble
     argv = ["compile", EXAMPLE, "--preset", "tiny", "--clusters", "2", "--pipeline", "2", "--global-batch", "64"]
     args = _subcommand_args(argv)

@@ -10,7 +10,7 @@ from ratc.cli.main import main
 from ratc.frontend import trace_preset
 from ratc.ir import VerifyError, parse_module, print_module, verify
 from ratc.ir.core import Operation
-from ratc.ir.dialects.graph import module_from_profile, profile_from_module
+from ratc.frontend.graph_ir import module_from_profile, profile_from_module
 
 EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "llama.py")
 

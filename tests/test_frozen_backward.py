@@ -19,7 +19,7 @@ import torch
 from ratc.frontend.modelfile import load_model_file
 from ratc.frontend.trace import trace_model
 from ratc.ir import parse_module, print_module
-from ratc.ir.dialects.graph import module_from_profile, profile_from_module
+from ratc.frontend.graph_ir import module_from_profile, profile_from_module
 from ratc.ir.verifier import VerifyError, verify
 from ratc.lifecycle.compile import compile_program
 from ratc.planner.config import Candidate

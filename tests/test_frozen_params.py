@@ -11,7 +11,7 @@ from ratc.frontend.modelfile import load_model_file
 from ratc.frontend.presets import trace_preset
 from ratc.frontend.trace import trace_model
 from ratc.ir import parse_module, print_module
-from ratc.ir.dialects.graph import module_from_profile, profile_from_module
+from ratc.frontend.graph_ir import module_from_profile, profile_from_module
 from ratc.ir.verifier import VerifyError, verify
 from ratc.planner.config import RECIPE, Candidate
 from ratc.planner.search import Planner

@@ -19,7 +19,7 @@ from ratc.frontend import trace_preset
 from ratc.lifecycle.compile import compile_program
 from ratc.lifecycle.lowering import find_pipeline
 from ratc.planner.search import Planner
-from ratc.vm.system.driver import parse_config
+from ratc.planner.config import parse_config
 from test_lifecycle_support import mt3000
 
 # The paper's configurations (Table 3; Table 2 per strategy: RATrain, TP-heavy, ZeRO-3-heavy,

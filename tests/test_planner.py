@@ -279,8 +279,8 @@ def test_cli_json_is_deterministic(capsys):
 
 def test_cli_marks_plans_too_long_to_compile(capsys, monkeypatch):
     """A candidate of more micro-batches than `ratc compile` builds is ranked, and marked."""
-    from ratc.lifecycle import lowering
-    monkeypatch.setattr(lowering, "MAX_MICRO_BATCHES", 4)
+    from ratc import limits
+    monkeypatch.setattr(limits, "MAX_MICRO_BATCHES", 4)
     _, out, _ = run_cli(capsys, "--clusters", "4", "--global-batch", "32", "--json", "--top", "100")
     top = json.loads(out)["top"]
     assert {t["compilable"] for t in top} == {True, False}

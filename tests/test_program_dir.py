@@ -73,7 +73,7 @@ def test_written_files_get_ordinary_permissions(tmp_path):
 def test_outputs_the_system_refuses_are_user_errors(tmp_path):
     """A file or a directory in the way is a clear OutputError / ProgramError naming it, and
     nothing half-written is left behind."""
-    from ratc.cli.io import write_atomic
+    from ratc.io import write_atomic
     from ratc.errors import OutputError
 
     blocker = tmp_path / "afile"
@@ -93,7 +93,7 @@ def test_outputs_the_system_refuses_are_user_errors(tmp_path):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc, where nothing can be created")
 def test_a_place_nothing_can_be_created_is_a_user_error():
     """/proc refuses new files even to root: the OS's reason reaches the user."""
-    from ratc.cli.io import write_atomic
+    from ratc.io import write_atomic
     from ratc.errors import OutputError
 
     with pytest.raises(OutputError, match="cannot write /proc/ratc-test/x.txt: No such file or directory"):
@@ -109,7 +109,7 @@ def test_writing_to_a_device_fifo_or_symlink_keeps_it(tmp_path):
     import stat
     import threading
 
-    from ratc.cli.io import write_atomic
+    from ratc.io import write_atomic
 
     write_atomic("/dev/null", "discarded")
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)

@@ -29,7 +29,7 @@ def compiled_program(outdir, preset: str, seq_len: int, clusters: int, batch: in
     IR and the scheduled life program of the planner's best candidate."""
     from ratc.frontend.presets import trace_preset
     from ratc.ir import print_module
-    from ratc.ir.dialects.graph import module_from_profile
+    from ratc.frontend.graph_ir import module_from_profile
     from ratc.planner.search import Planner
     from ratc.platform import load_platform
     from ratc.program import write_program

@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 from ratc.ir import print_module
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
-from ratc.ir.dialects.graph import module_from_profile
+from ratc.frontend.graph_ir import module_from_profile
 from ratc.platform import load_platform
 from ratc.program import write_program
-from ratc.vm.system.driver import compile_candidate, kendall_tau, parse_config, run_module
+from ratc.planner.config import parse_config
+from ratc.vm.system.driver import compile_candidate, kendall_tau, run_module
 from ratc.vm.system.engine import simulate
 from ratc.vm.system.life import translate
 from ratc.vm.system.program import ProgramError

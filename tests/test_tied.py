@@ -36,7 +36,7 @@ def _model(llama, preset="tiny-tied"):
 
 def test_the_profile_gives_the_tied_weight_to_the_embedding_and_the_head_and_counts_it_once(llama):
     from ratc.frontend.trace import trace_model
-    from ratc.ir.dialects.graph import module_from_profile, profile_from_module
+    from ratc.frontend.graph_ir import module_from_profile, profile_from_module
 
     model = _model(llama)
     profile = trace_model(model, 64)

@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ratc.frontend.presets import trace_preset  # noqa: E402
 from ratc.planner.search import Planner  # noqa: E402
 from ratc.platform import load_platform  # noqa: E402
-from ratc.vm.system.driver import compile_candidate, model_macs, parse_config, run_module  # noqa: E402
+from ratc.planner.config import parse_config  # noqa: E402
+from ratc.vm.system.driver import compile_candidate, model_macs, run_module  # noqa: E402
 
 BASE = "P=8,D=32,T=1,Z=2,b=1,A=128"
 # Variant -> (activation policy, state policy). `layerwise` keeps the layer-wise GradSync

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from ratc.cli.io import write_output
+from ratc.io import write_output
 from ratc.codegen.attention import generate_attention_backward
 from ratc.platform import load_platform
 

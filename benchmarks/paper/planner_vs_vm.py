@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ratc.cli.io import write_atomic  # noqa: E402
+from ratc.io import write_atomic  # noqa: E402
 from ratc.frontend.presets import trace_preset  # noqa: E402
 from ratc.planner.search import Planner  # noqa: E402
 from ratc.platform import load_platform  # noqa: E402

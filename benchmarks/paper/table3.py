@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import table2  # noqa: E402
 
-from ratc.cli.io import write_atomic  # noqa: E402
+from ratc.io import write_atomic  # noqa: E402
 from ratc.frontend.presets import trace_preset  # noqa: E402
 from ratc.planner.search import Planner  # noqa: E402
 
@@ -60,7 +60,7 @@ def main_path_markdown(platform) -> str:
     """
     from dataclasses import replace
 
-    from ratc.vm.system.driver import parse_config
+    from ratc.planner.config import parse_config
 
     double = platform.with_overrides(peak_mac_rate=f"{2 * platform.cluster.peak_mac_rate!r} MAC/s",
                                      clock=f"{2 * platform.dsp.clock!r}Hz")

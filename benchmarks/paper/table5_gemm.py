@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from ratc.cli.io import write_output
+from ratc.io import write_output
 from ratc.codegen.gemm import generate_gemm
 from ratc.platform import load_platform
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from ratc.cli.io import write_atomic
+from ratc.io import write_atomic
 from ratc.errors import RatcError
 
 
@@ -40,7 +40,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ratc.cli.io import read_input, report_written, to_file, write_output
+    from ratc.io import read_input, report_written, to_file, write_output
     from ratc.codegen.assembler import assemble, disassemble
     from ratc.platform import load_platform
 

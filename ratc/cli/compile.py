@@ -18,7 +18,7 @@ from ratc.errors import RatcError
 
 def _emit_graph(profile) -> str:
     from ratc.ir import print_module, verify
-    from ratc.ir.dialects.graph import module_from_profile
+    from ratc.frontend.graph_ir import module_from_profile
 
     module = module_from_profile(profile)
     verify(module)
@@ -90,7 +90,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 def check_output_dir(path) -> None:
     """Refuse a program directory -o (through a symlink) that is or holds an input, or is not
     a ratc program holding only what ratc wrote."""
-    from ratc.cli.io import refuse_input
+    from ratc.io import refuse_input
     from ratc.program import check_replaceable, resolve_output_dir
 
     outdir = resolve_output_dir(path)
@@ -99,7 +99,7 @@ def check_output_dir(path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ratc.cli.io import check_output, write_output
+    from ratc.io import check_output, write_output
 
     check_model_source(args)      # a missing model file first: it is what the user typed wrong
     check_arguments(args)
@@ -153,7 +153,7 @@ def _subcommand_args(argv: list[str]) -> argparse.Namespace:
 def choose_candidate(args: argparse.Namespace, planner):
     """(candidate, plan result or None): the forced --plan, or the planner's best."""
     from ratc.planner.strategies import get_strategy
-    from ratc.vm.system.driver import parse_config
+    from ratc.planner.config import parse_config
 
     if args.plan is not None:
         cand = parse_config(args.plan)
@@ -172,7 +172,7 @@ def choose_candidate(args: argparse.Namespace, planner):
 
 def _compilable(result):
     """The fastest feasible candidate whose step ratc can build (A <= MAX_MICRO_BATCHES)."""
-    from ratc.lifecycle.lowering import MAX_MICRO_BATCHES
+    from ratc.limits import MAX_MICRO_BATCHES
     from ratc.planner.report import compilable
     from ratc.units import format_time
 
@@ -195,7 +195,8 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
     from ratc.cli.plan import make_planner
     from ratc.cli.progress import phase
     from ratc.ir import print_module
-    from ratc.lifecycle import compile_program, format_pipeline
+    from ratc.lifecycle.actions import format_pipeline
+    from ratc.lifecycle.compile import compile_program
     from ratc.lifecycle.lowering import find_pipeline
     from ratc.planner.report import render_json
     from ratc.program import write_program

@@ -41,7 +41,7 @@ def register(subparsers) -> None:
 
 
 def handler(args: argparse.Namespace) -> int:
-    from ratc.cli.io import write_atomic
+    from ratc.io import write_atomic
     from ratc.planner.search import Planner
     from ratc.platform import load_platform
     from ratc.report import diagram

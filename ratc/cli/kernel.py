@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from ratc.cli.asm import run_and_report
-    from ratc.cli.io import report_written, to_file, write_output
+    from ratc.io import report_written, to_file, write_output
     from ratc.codegen.program_kernels import check_tile_options
     from ratc.platform import load_platform
 

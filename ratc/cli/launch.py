@@ -63,7 +63,7 @@ def prepare(args: argparse.Namespace):
             raise RatcError(f"{flag} must be at least {low}, got {value}")
     if not args.timeout > 0:
         raise RatcError(f"--timeout must be positive, got {args.timeout}")
-    from ratc.cli.io import check_output
+    from ratc.io import check_output
     for flag, path in (("--csv", args.csv), ("--trace", args.trace), ("--plot", args.plot)):
         if path:
             check_output(path, flag)
@@ -105,7 +105,7 @@ def print_step(tokens_per_step: int):
 
 def write_outputs(args: argparse.Namespace, result, D: int) -> None:
     """--csv, --plot and --trace from rank 0's result."""
-    from ratc.cli.io import report_written, write_atomic
+    from ratc.io import report_written, write_atomic
 
     if args.csv:
         rows = ["step,loss,seconds,exposed_comm_seconds"] + [

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
-    from ratc.cli.io import note_inputs
+    from ratc.io import note_inputs
 
     interrupts = _Interrupts()
     try:

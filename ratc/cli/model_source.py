@@ -60,7 +60,7 @@ def load_model(args: argparse.Namespace, default_preset: str | None = None):
     if args.hf_config:
         from ratc.frontend.hf import trace_hf_config
         return trace_hf_config(args.hf_config, HF_SEQ_LEN if args.seq_len is None else args.seq_len)
-    from ratc.cli.io import note_input
+    from ratc.io import note_input
     from ratc.frontend.modelfile import trace_model_file
 
     # A preset alone is the bundled example's: the same as naming the file, trace cache

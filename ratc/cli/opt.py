@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ratc.cli.io import read_input, report_written, to_file, write_output
+from ratc.io import read_input, report_written, to_file, write_output
 from ratc.cli.pass_options import add_pass_options, instrumentation
 
 

@@ -97,7 +97,7 @@ def make_planner(args: argparse.Namespace, model):
 
 def handler(args: argparse.Namespace) -> int:
     from ratc import units
-    from ratc.cli.io import check_output, report_written, to_file, write_output
+    from ratc.io import check_output, report_written, to_file, write_output
     from ratc.planner.report import render_json, render_text
     from ratc.planner.strategies import get_strategy
 

@@ -64,6 +64,7 @@ def handler(args: argparse.Namespace) -> int:
 
     module = None
     if (Path(args.outdir) / MANIFEST).is_file():
+        from ratc.codegen.program_kernels import program_exec_profile
         from ratc.lifecycle.lowering import find_plan
         from ratc.report.inputs import load_inputs
 
@@ -75,7 +76,7 @@ def handler(args: argparse.Namespace) -> int:
         module, platform, model = inputs.module, inputs.platform, inputs.profile
         cand = plan_candidate(module)
         # as the program's kernels run (tiles it was compiled with included)
-        planner = Planner(model, platform, load_exec_profile(platform, inputs.exec_profile).for_program(module),
+        planner = Planner(model, platform, program_exec_profile(load_exec_profile(platform, inputs.exec_profile), module),
                           budget=int(find_plan(module).attributes["budget"]))
         clusters = cand.clusters if args.clusters is None else args.clusters
         batch = cand.global_batch if args.global_batch is None else args.global_batch

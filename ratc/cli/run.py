@@ -41,10 +41,11 @@ def register(subparsers) -> None:
 
 def spot_check(program, args: argparse.Namespace) -> int:
     """`--kernel STAGE:TASK`: execute the kernels that task calls and compare them with numpy."""
-    from ratc.cli.io import write_output
+    from ratc.io import write_output
     from ratc.codegen.assembler import assemble
     from ratc.codegen.spot_check import check_kernel, task_ops
     from ratc.lifecycle.lowering import find_pipeline
+    from ratc.program_check import program_platform
 
     module = program.module         # (open_program verified it and timed its kernels)
     kernels = {op.sym_name: op.attributes for op in module.body.ops if op.name == "life.kernel"}
@@ -53,7 +54,7 @@ def spot_check(program, args: argparse.Namespace) -> int:
                         "--exec-profile kernel-vm, which runs the codegen pass)")
     stage, ops = task_ops(find_pipeline(module), args.kernel)
     names = sorted({ref.name for op in ops for ref in op.attributes.get("kernels", ())})
-    platform = program.platform(args.platform)
+    platform = program_platform(program, args.platform)
     units = sorted({op.attributes["unit"] for op in ops})
     lines, failed = [f"task {args.kernel}: stage {stage}, units {units}"], 0
     for name in names:
@@ -109,14 +110,15 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
     the program, so the files it holds in memory are not parsed and verified again."""
     import json
 
-    from ratc.cli.io import write_output
+    from ratc.io import write_output
     from ratc.cli.progress import phase
+    from ratc.codegen.program_kernels import program_exec_profile
     from ratc.lifecycle.lowering import find_plan
-    from ratc.planner.config import Candidate
+    from ratc.planner.config import Candidate, parse_config
     from ratc.planner.exec_profile import load_exec_profile
     from ratc.planner.search import Planner
-    from ratc.program_check import open_program
-    from ratc.vm.system.driver import compile_candidate, model_macs, parse_config, run_module
+    from ratc.program_check import open_program, program_platform
+    from ratc.vm.system.driver import compile_candidate, model_macs, run_module
     from ratc.vm.system.memory import OutOfMemory
     from ratc.vm.system.trace import trace_json
 
@@ -125,7 +127,7 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
                         "steady state: every later one repeats them)")
     if not 0 <= args.seed < 2 ** 63:
         raise RatcError(f"--seed must be 0..2**63-1, got {args.seed}")
-    from ratc.cli.io import check_output
+    from ratc.io import check_output
 
     for flag, path in (("--trace", args.trace), ("-o", args.output)):
         if path not in (None, "-"):
@@ -144,8 +146,8 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
             raise RatcError(f"--kernel runs one task's kernels against numpy; {', '.join(simulation_only)} "
                             f"{'applies' if len(simulation_only) == 1 else 'apply'} only to the simulation")
         return spot_check(program, args)
-    platform = program.platform(args.platform)
-    own = program.platform()
+    platform = program_platform(program, args.platform)
+    own = program_platform(program)
     other = platform.text != own.text           # another machine than the program's (a what-if)
     if other and args.plan is None and compiled is None:
         _warn_other_platform(own, platform, program.meta.get("config"))
@@ -191,13 +193,13 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
         # priced with the program's own kernels (re-tiled ones included), unless they are
         # another machine's
         kernels_here = not other or args.plan is not None or compiled is not None
-        priced = exec_profile.for_program(module) if kernels_here else exec_profile
+        priced = program_exec_profile(exec_profile, module) if kernels_here else exec_profile
         (ev,) = Planner(profile, platform, priced).evaluate_group([cand])
         predicted = ev.t_step
     if args.trace == "-":
         write_output("-", trace_json(tl))
     elif args.trace:
-        from ratc.cli.io import report_written, write_atomic
+        from ratc.io import report_written, write_atomic
         write_atomic(args.trace, trace_json(tl), "--trace")
         report_written(args.trace, f"Chrome trace of {len(tl.program.tasks)} tasks (open it in Perfetto)")
     if args.json:
@@ -232,7 +234,7 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
 
 def _write_report(path: str | None, text: str, form: str) -> None:
     """The run's report on stdout, or in a file (and said so)."""
-    from ratc.cli.io import report_written, to_file, write_output
+    from ratc.io import report_written, to_file, write_output
 
     write_output(path, text)
     if to_file(path):

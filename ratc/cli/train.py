@@ -56,7 +56,7 @@ def plot_losses(rows: list[tuple], path: str, title: str) -> None:
     """The loss per step of (step, loss, reference loss or None, deviation or None) rows as a picture."""
     from matplotlib.figure import Figure
 
-    from ratc.cli.io import write_atomic
+    from ratc.io import write_atomic
     from ratc.report.style import format_of, save
 
     steps = [r[0] for r in rows]
@@ -100,7 +100,7 @@ def handler(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
-    from ratc.cli.io import check_output, report_written, write_atomic
+    from ratc.io import check_output, report_written, write_atomic
     from ratc.vm.functional.session import ACT_NAMES, Session, TrainConfig, relative_deviation
     from ratc.vm.functional.shards import AdamW
 

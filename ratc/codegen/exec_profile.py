@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from ratc.cli.io import write_atomic
 from ratc.codegen import kernel_cache
 from ratc.codegen.tiling import platform_key
 from ratc.errors import RatcError
+from ratc.io import write_atomic
 
 _CACHE: dict[tuple, dict] = {}
 

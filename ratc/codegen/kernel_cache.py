@@ -132,3 +132,33 @@ def store_text(key, text: str) -> None:
     """Keep a kernel's .rasm text after a header line with its key and content hash."""
     header = json.dumps({"key": key, "sha256": content_digest(text)}, sort_keys=True)
     write_quietly(_path(key, ".rasm"), "; " + header + "\n" + text)
+
+
+def _timed_key(text: str, platform) -> list:
+    from ratc.codegen.tiling import platform_key
+
+    return ["timed-rasm", list(platform_key(platform)), content_digest(text)]
+
+
+def remember_text_cycles(text: str, platform, cycles: int) -> None:
+    """Keep the cycles the code generator timed a kernel's text at, so that opening the
+    program it is written into need not time it again (the text's hash is the key: any
+    other text is timed)."""
+    store(_timed_key(text, platform), {"cycles": int(cycles)})
+
+
+def text_cycles(text: str, platform, where: str) -> int:
+    """Cycles of a .rasm kernel text on the kernel VM's timing mode (assembling it first). A
+    timing is kept under the text's sha256, so an unchanged program's kernels are timed once
+    (or never, on the machine that generated them)."""
+    from ratc.codegen.assembler import assemble
+    from ratc.vm.kernel_timing import run_timing
+
+    key = _timed_key(text, platform)
+    entry = load(key)
+    if entry is not None:
+        return entry["cycles"]
+    cycles = run_timing(assemble(text, platform, filename=where), platform)
+    if cycles >= 1:
+        store(key, {"cycles": cycles})
+    return cycles

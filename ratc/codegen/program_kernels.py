@@ -196,14 +196,14 @@ def program_files(module, platform) -> dict[str, str]:
     entries = kernel_entries(module, platform)
     if not entries:
         return {}
-    from ratc.program_check import remember_kernel_cycles
+    from ratc.codegen.kernel_cache import remember_text_cycles
 
     files = {}
     for e in entries:
         text = kernel_text(platform, e["kind"], tuple(e["shape"]), **e["tiles"])
         files[f"kernels/{e['kernel']}.rasm"] = text
         # the cycles timed of the generated kernel are its text's: `ratc run` checks them
-        remember_kernel_cycles(text, platform, e["cycles"])
+        remember_text_cycles(text, platform, e["cycles"])
     table = {"platform": platform.name, "clock_hz": platform.dsp.clock,
              "peak_mac_rate": platform.cluster.peak_mac_rate, "kernels": entries}
     files["kernels.json"] = json.dumps(table, indent=1, sort_keys=True) + "\n"
@@ -217,3 +217,13 @@ def kernel_shares(table: dict, step_seconds: float) -> list[tuple[str, int, floa
         calls = max(e["calls_per_step"].values(), default=0)
         rows.append((e["kernel"], e["cycles"], e["mac_utilization"], calls, calls * e["seconds"] / step_seconds))
     return rows
+
+
+def program_exec_profile(profile, module):
+    """An execution profile as a compiled program's kernels run: its re-tiled kernels priced
+    as they were generated (a program of another platform: the profile's defaults)."""
+    from ratc.lifecycle.lowering import find_plan
+
+    if not profile.runs_kernels or find_plan(module).attributes["platform"] != profile.platform.name:
+        return profile     # another platform's tiles need not even be valid here
+    return profile.with_tiles(retiled_kernels(module, profile.platform))

@@ -141,7 +141,7 @@ def _load(path: Path, key: dict, source: str):
             any(_file_digest(f) != d for f, d in record["deps"].items()):
         return None
     from ratc.ir import parse_module, verify
-    from ratc.ir.dialects.graph import profile_from_module
+    from ratc.frontend.graph_ir import profile_from_module
 
     try:
         module = parse_module(record["graph"], str(path))
@@ -165,7 +165,7 @@ def store(key: dict | None, profile, deps: list, cwd: str | None = None) -> None
     if path is None:
         return
     from ratc.ir import print_module
-    from ratc.ir.dialects.graph import module_from_profile
+    from ratc.frontend.graph_ir import module_from_profile
 
     meta = {k: v for k, v in profile.meta.items() if k != "source"}
     digests = {str(f): _file_digest(f) for f in sorted(set(deps))}

@@ -17,6 +17,7 @@ from ratc.ir.core import Block, Module, Operation
 from ratc.ir.types import OpaqueType
 from ratc.ir.verifier import verify_op
 from ratc.lifecycle.checks import frozen_units, not_recovered, recovered
+from ratc import limits
 
 ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = (
     OpaqueType("life", n) for n in ("act", "saved", "rec", "grad", "param", "opt", "view", "token"))
@@ -279,9 +280,6 @@ class _StageLowering:
         self.emit(Operation("life.step_end", [views[i] for i in sorted(views)]))
 
 
-# A step's program holds every micro-batch's tasks: beyond this it would take minutes and
-# gigabytes to build and simulate (the planner's Eq. 12 ranks any M in microseconds).
-MAX_MICRO_BATCHES = 16384
 
 
 def lower(module: Module, act_policy: str | None = None) -> Operation:
@@ -293,9 +291,9 @@ def lower(module: Module, act_policy: str | None = None) -> Operation:
     act = act_policy or a["act"]
     P, M = a["P"], a["M"]
     units = plan.region.ops
-    if M > MAX_MICRO_BATCHES:
+    if M > limits.MAX_MICRO_BATCHES:
         raise RatcError(f"life.plan: M = {M} micro-batches per step; ratc compiles programs of at most "
-                        f"{MAX_MICRO_BATCHES} (each micro-batch is a Forward and a Backward of every layer on "
+                        f"{limits.MAX_MICRO_BATCHES} (each micro-batch is a Forward and a Backward of every layer on "
                         f"every stage, about {M * len(units) * 2:,} tasks here); use larger micro-batches "
                         "(b in a plan, --micro-batch to the planner) or a smaller global batch")
     # the plan's own rules (units numbered 0.. in order, each stage a non-empty run of them)

@@ -148,5 +148,5 @@ class PassManager:
 
 
 def _write(path: Path, text: str) -> None:
-    from ratc.cli.io import write_atomic
+    from ratc.io import write_atomic
     write_atomic(path, text)

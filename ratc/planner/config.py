@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+from ratc.errors import RatcError
 
 ACT_POLICIES = ("full", "ckpt", "fsr")
 # bulk: GradSync, UpdateShard and PrefetchW all at the accumulation boundary (conventional
@@ -92,3 +95,49 @@ class CandidateBatch:
                    b=col([c.b for c in cands]), M=col([c.A for c in cands]),
                    act=col([ACT_POLICIES.index(c.act) for c in cands]),
                    pref=col([PREF_POLICIES.index(c.pref) for c in cands]))
+
+
+_ACT_NAMES = {"full": "full", "full-save": "full", "ckpt": "ckpt", "checkpoint": "ckpt", "fsr": "fsr"}
+_INT_KEYS = ("P", "D", "T", "Z", "b", "A")
+
+
+def parse_config(text: str) -> Candidate:
+    """A candidate from the planner's label form: 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline'.
+
+    T, Z, b default to 1, 2, 1; the activation policy to FSR and the state policy to deadline.
+    """
+    values = {"T": 1, "Z": 2, "b": 1, "act": "fsr", "pref": "deadline", "balance": "time"}
+    if not text.strip():
+        raise RatcError("--plan is empty (expected e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline')")
+    given: set = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, val = part.partition("=")
+        key, val = key.strip(), val.strip()
+        what = key if eq else ("act" if part.lower() in _ACT_NAMES else "pref" if part.lower() in PREF_POLICIES
+                               else part)
+        if what in given:
+            raise RatcError(f"--plan {text!r}: {what} is given twice")
+        given.add(what)
+        if eq and key in _INT_KEYS:
+            if not re.fullmatch(r"\d+", val):
+                raise RatcError(f"--plan: {key} must be a positive integer, got {val!r}")
+            values[key] = int(val)
+        elif eq and key in ("act", "pref", "balance"):
+            values[key] = val.lower()
+        elif not eq and part.lower() in _ACT_NAMES:
+            values["act"] = _ACT_NAMES[part.lower()]
+        elif not eq and part.lower() in PREF_POLICIES:
+            values["pref"] = part.lower()
+        else:
+            raise RatcError(f"--plan: cannot read {part!r} in {text!r} (expected e.g. "
+                            "'P=2,D=4,Z=2,b=1,A=128,FSR,deadline')")
+    missing = [k for k in ("P", "D", "A") if k not in values]
+    if missing:
+        raise RatcError(f"--plan {text!r}: missing {', '.join(missing)}")
+    values["act"] = _ACT_NAMES.get(values["act"], values["act"])
+    if values["act"] not in ACT_POLICIES or values["pref"] not in PREF_POLICIES:
+        raise RatcError(f"--plan {text!r}: activation policy must be one of {', '.join(ACT_POLICIES)} and state "
+                        f"policy one of {', '.join(PREF_POLICIES)}")
+    if min(values[k] for k in ("P", "D", "T", "b", "A")) < 1 or values["Z"] > 3:
+        raise RatcError(f"--plan {text!r}: P, D, T, b, A must be >= 1 and Z in 0..3")
+    return Candidate(**{k: values[k] for k in (*_INT_KEYS, "act", "pref", "balance")})

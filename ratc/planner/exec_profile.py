@@ -42,8 +42,9 @@ class ExecutionProfile:
     def gemm_efficiency(self, m: int, n: int, k: int) -> float:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def for_program(self, module) -> "ExecutionProfile":
-        """This profile as a compiled program's kernels run (the same, unless they were re-tiled)."""
+    def with_tiles(self, tiles: tuple) -> "ExecutionProfile":
+        """This profile with some kernels generated with other tiles (only a profile that runs
+        kernels prices tiles)."""
         return self
 
 
@@ -98,13 +99,8 @@ class KernelVMExecProfile(ExecutionProfile):
     def _tiles(self) -> dict:
         return dict(self.tiles)
 
-    def for_program(self, module) -> "KernelVMExecProfile":
-        from ratc.codegen.program_kernels import retiled_kernels
-        from ratc.lifecycle.lowering import find_plan
-
-        if find_plan(module).attributes["platform"] != self.platform.name:
-            return self     # another platform's tiles need not even be valid here: its defaults price it
-        return dataclasses.replace(self, tiles=retiled_kernels(module, self.platform))
+    def with_tiles(self, tiles: tuple) -> "KernelVMExecProfile":
+        return dataclasses.replace(self, tiles=tiles)
 
     def gemm_time(self, m: int, n: int, k: int) -> float:
         return self.kernel("gemm", (m, n, k))["seconds"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ratc.lifecycle import lowering
+from ratc import limits
 from ratc.units import format_bytes, format_time
 
 
@@ -54,7 +54,7 @@ def _row(result, ev, seq_len: int, times: Times = SECONDS) -> str:
 
 def compilable(ev) -> bool:
     """Whether `ratc compile` can build the candidate's step (it refuses more micro-batches)."""
-    return ev.cand.A <= lowering.MAX_MICRO_BATCHES
+    return ev.cand.A <= limits.MAX_MICRO_BATCHES
 
 
 def breakdown(ev, times: Times = SECONDS) -> str:
@@ -121,7 +121,7 @@ def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False) 
         lines.append(breakdown(ev, times))
         if not compilable(ev):
             lines.append(f"    A={ev.cand.A} micro-batches per step: more than ratc compile builds "
-                         f"({lowering.MAX_MICRO_BATCHES}); it takes the fastest plan within that")
+                         f"({limits.MAX_MICRO_BATCHES}); it takes the fastest plan within that")
     if with_explain:
         lines.append("")
         lines += explain(result, times=times)

@@ -184,7 +184,7 @@ def kernel_rows(module, platform, step_seconds: float) -> list:
 
 def write_report(outdir, report, images: dict, html_name: str = "report.html") -> list:
     """Write the HTML page and each picture beside it; returns the paths written."""
-    from ratc.cli.io import check_output, write_atomic
+    from ratc.io import check_output, write_atomic
     from ratc.program import record_derived
     from ratc.report import html
 

@@ -1,9 +1,12 @@
-"""The dialects shipped with ratc; importing this package registers all of them."""
+"""The dialects shipped with ratc; importing this package registers all of them.
+
+The graph dialect is the IR's own; the life dialect belongs to ratc.lifecycle, whose
+verifier it calls. Naming the modules here (as data, imported on first lookup) is how the
+IR core loads them without importing a layer above it, as MLIR tools register dialects."""
 
 import importlib
 
-# Each name is a module of this package that declares one dialect.
-DIALECT_MODULES = ["graph", "life"]
+DIALECT_MODULES = ["ratc.ir.dialects.graph", "ratc.lifecycle.dialect"]
 
 for _name in DIALECT_MODULES:
-    importlib.import_module(f"{__name__}.{_name}")
+    importlib.import_module(_name)

@@ -27,10 +27,10 @@ send/recv matching and that the stages cannot deadlock (ratc.lifecycle.checks).
 from __future__ import annotations
 
 import math
-from functools import cache
 
 from ratc.ir.registry import Dialect
 from ratc.ir.verifier import VerifyError
+from ratc.lifecycle import checks
 
 LIFE = Dialect("life", "training-state lifecycles: per-stage scheduled programs")
 
@@ -46,23 +46,16 @@ _PLACED = {"placement": "corun|bwd?", "window": "float?", "exposed": "float?", "
 _DEADLINE = {"release": "float?", "deadline": "float?", "start": "float?", "exposed": "float?"}
 
 
-@cache
-def _checks():
-    # imported on first use: ratc.lifecycle imports this dialect
-    from ratc.lifecycle import checks
-    return checks
-
-
 def _check(op):
-    return _checks().check_task(op)
+    return checks.check_task(op)
 
 
 def _check_stage(op):
-    return _checks().check_stage(op)
+    return checks.check_stage(op)
 
 
 def _check_pipeline(op):
-    return _checks().check_pipeline(op)
+    return checks.check_pipeline(op)
 
 
 # A kernel list entry (kfwd, kbwd): [kind, *shape, calls per micro-batch].

@@ -1,4 +1,4 @@
-"""Reading inputs and writing outputs atomically for the CLI."""
+"""Reading inputs and writing outputs: atomic writes, and no output that is an input."""
 
 from __future__ import annotations
 
