@@ -24,7 +24,7 @@ from ratc.lifecycle.compile import default_pipeline  # noqa: E402
 from ratc.lifecycle.lowering import find_pipeline  # noqa: E402
 from ratc.lifecycle.plan_ir import plan_module  # noqa: E402
 from ratc.passes import PassContext, PassManager, parse_pipeline  # noqa: E402
-from ratc.planner.config import Candidate, parse_config  # noqa: E402
+from ratc.step.config import Candidate, parse_config  # noqa: E402
 from ratc.planner.search import Planner  # noqa: E402
 from ratc.platform import load_platform  # noqa: E402
 
@@ -75,7 +75,7 @@ def compare(model: str, cand: Candidate, platform, vm: bool = False) -> dict:
     out = {"eq9": [float(x) for x in mem.total[0]], "plan": list(find_pipeline(module).attributes["peak"])}
     if vm and cand.T == 1:
         from ratc.vm.system.driver import run_module
-        out["vm"] = list(run_module(module, platform, budget=None)[1].stage_peak_bytes)
+        out["vm"] = list(run_module(module, platform, memory_limit=False)[1].stage_peak_bytes)
     return out
 
 

@@ -46,7 +46,7 @@ def llama(runs, symmetric=True):
     """LLaMA-2-7B at P=2, D=4, b=1, A=128 (Table 3), compiled by the lifecycle passes."""
     from ratc.frontend.presets import trace_preset
     from ratc.platform import load_platform
-    from ratc.planner.config import parse_config
+    from ratc.step.config import parse_config
     from ratc.vm.system.driver import compile_candidate
     from ratc.vm.system.engine import simulate
     from ratc.vm.system.life import translate
@@ -56,7 +56,7 @@ def llama(runs, symmetric=True):
     model = trace_preset("llama2-7b")
     cw, _, module = timed(lambda: compile_candidate(model, parse_config("P=2,D=4,Z=2,b=1,A=128,FSR,deadline"),
                                                     platform), 1)
-    tw, tc, prog = timed(lambda: translate(module, platform, symmetric=symmetric, budget=None), runs)
+    tw, tc, prog = timed(lambda: translate(module, platform, symmetric=symmetric, memory_limit=False), runs)
     sw, sc, tl = timed(lambda: simulate(prog), runs)
     res = summarize(tl)
     return {"case": f"LLaMA-2-7B P=2 D=4 A=128 ({'symmetric' if symmetric else 'explicit replicas'})",

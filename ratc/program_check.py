@@ -182,7 +182,8 @@ def _check_task(op, units, kernels: dict, clock: float | None, where: str) -> No
 def _check_meta(program: Program, module) -> None:
     """meta.config and meta.model, when the manifest has them, name the plan of program.ir."""
     from ratc.lifecycle.lowering import find_plan
-    from ratc.planner.config import parse_config
+    from ratc.step.config import parse_config
+    from ratc.step.plan import Plan
 
     a = find_plan(module).attributes
     where = program.path("manifest.json")
@@ -198,9 +199,9 @@ def _check_meta(program: Program, module) -> None:
         cand = parse_config(config)
     except RatcError as exc:
         raise ProgramError(f"{where}: meta.config: {exc}") from None
-    plan = {"P": a["P"], "D": a["D"], "T": a["T"], "Z": a["Z"], "b": a["b"], "A": a["M"], "act": a["act"],
-            "pref": a["pref"]}
-    for key, value in plan.items():
+    plan = Plan.from_ir(find_plan(module)).config
+    for key in ("P", "D", "T", "Z", "b", "A", "act", "pref", "balance"):
+        value = getattr(plan, key)
         if getattr(cand, key) != value:
             raise ProgramError(f"{where}: meta.config {config!r} has {key}={getattr(cand, key)}, but the "
                                f"life.plan of {PROGRAM_IR} has {key}={value}; recompile with `ratc compile`")

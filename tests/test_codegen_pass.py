@@ -12,9 +12,9 @@ from ratc.codegen.program_kernels import kernel_calls, parse_tiles, program_exec
 from ratc.errors import RatcError
 from ratc.frontend import trace_preset
 from ratc.ir import parse_module, print_module, verify
-from ratc.lifecycle.compile import compile_program
+from ratc.lifecycle.compile import CompileOptions, compile_program
 from ratc.lifecycle.lowering import find_pipeline
-from ratc.planner.config import parse_config
+from ratc.step.config import parse_config
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.search import Planner
 from ratc.platform import load_platform
@@ -36,8 +36,8 @@ def planner(tiny):
 
 
 def compiled(tiny, planner, config, tiles=""):
-    return compile_program(tiny, parse_config(config), PLATFORM, {"planner": planner, "tiles": tiles,
-                                                                 "budget": "none"})
+    return compile_program(tiny, parse_config(config), PLATFORM,
+                           CompileOptions(planner=planner, tiles=tiles, memory_limit=False))
 
 
 def kernel_ops(module):
@@ -69,8 +69,8 @@ def test_tile_change_moves_the_step_by_cycles_times_calls(tiny, planner, config)
     assert others == {k: v for k, v in kernel_ops(base).items() if k != sym}
     calls = kernel_calls(base)[sym][0]
     assert calls == kernel_calls(changed)[sym][0] > 0
-    _, r0 = run_module(base, PLATFORM, budget=None)
-    _, r1 = run_module(changed, PLATFORM, budget=None)
+    _, r0 = run_module(base, PLATFORM, memory_limit=False)
+    _, r1 = run_module(changed, PLATFORM, memory_limit=False)
     delta = after["cycles"] - before["cycles"]
     assert r1.step_cycles - r0.step_cycles == engine_cycles(changed) - engine_cycles(base)
     if "Ckpt" in config:
@@ -98,10 +98,10 @@ def test_prediction_prices_a_retiled_program_with_its_own_kernels(tiny, planner)
     assert program_exec_profile(planner.exec_profile, changed).tiles == ((("gemm", (64, 128, 344)), tuple(sorted(tiles.items()))),)
     errors = []
     for module in (base, changed):
-        sim = run_module(module, PLATFORM, budget=None)[1].step_seconds
+        sim = run_module(module, PLATFORM, memory_limit=False)[1].step_seconds
         pred = Planner(tiny, PLATFORM, program_exec_profile(planner.exec_profile, module)).evaluate_group([cand])[0].t_step
         errors.append(pred / sim - 1)
-    stale = planner.evaluate_group([cand])[0].t_step / run_module(changed, PLATFORM, budget=None)[1].step_seconds - 1
+    stale = planner.evaluate_group([cand])[0].t_step / run_module(changed, PLATFORM, memory_limit=False)[1].step_seconds - 1
     # (here -3.7 % and -3.2 %; priced with the default kernels the re-tiled program is -16 %)
     assert abs(errors[1] - errors[0]) < 0.01 and abs(stale) > abs(errors[0]) + 0.05
 
@@ -199,7 +199,7 @@ def test_codegen_option_errors_name_the_kernel(tiny, planner):
 
 def test_opt_runs_codegen_on_a_lowered_file(tiny, planner, tmp_path, capsys):
     module = compile_program(tiny, parse_config("P=1,D=1,Z=0,b=1,A=1,Full,deadline"), PLATFORM,
-                             {"planner": planner, "pipeline": "lower-to-life,schedule-1f1b"})
+                             CompileOptions(planner=planner, pipeline="lower-to-life,schedule-1f1b"))
     src = tmp_path / "p.ir"
     src.write_text(print_module(module))
     assert main(["opt", str(src), "-p", 'codegen{tiles="gemm_64x128x344_f16:kt=32"}']) == 0

@@ -38,13 +38,13 @@ def diagrams(planner):
 def simulated_tasks(planner, policy):
     """The same configuration compiled and simulated again, straight from the VM:
     (tasks of the measured step on replica 0, step window, results)."""
-    from ratc.planner.config import Candidate
+    from ratc.step.config import Candidate
     from ratc.vm.system.driver import compile_candidate, run_module
     from ratc.vm.system.results import step_window
 
     cand = Candidate(P=P, D=2, T=1, Z=2, b=1, A=M, act=DIAGRAM_POLICIES[policy], pref="deadline")
     tl, res = run_module(compile_candidate(planner.model, cand, planner.platform, planner), planner.platform,
-                         budget=None)
+                         memory_limit=False)
     prog = tl.program
     last = prog.steps - 1
     # a co-running Recover (FSR) holds no engine but runs as long as its host

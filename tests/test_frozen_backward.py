@@ -21,8 +21,8 @@ from ratc.frontend.trace import trace_model
 from ratc.ir import parse_module, print_module
 from ratc.frontend.graph_ir import module_from_profile, profile_from_module
 from ratc.ir.verifier import VerifyError, verify
-from ratc.lifecycle.compile import compile_program
-from ratc.planner.config import Candidate
+from ratc.lifecycle.compile import CompileOptions, compile_program
+from ratc.step.config import Candidate
 from ratc.planner.search import Planner
 from ratc.platform import load_platform
 
@@ -84,7 +84,7 @@ def test_recovers_exactly_the_layers_torch_checkpointing_recomputes(tiny_frozen,
     assert [i - 1 for i, u in enumerate(units) if u.recovers] == torch_layers
     for act in ("ckpt", "fsr"):
         program = compile_program(profile, Candidate(2, 1, 1, 1, 1, 4, act, "deadline"), planner.platform,
-                                  {"planner": planner})
+                                  CompileOptions(planner=planner))
         assert sorted(i - 1 for i in _recover_units(program)) == torch_layers
         pipe = next(op for op in program.walk() if op.name == "life.pipeline")
         assert pipe.attributes["no_recover"] == [1, 2] and pipe.attributes["frozen"] == [0, 1, 2]
@@ -153,7 +153,7 @@ def test_planner_equals_the_system_vm_behind_frozen_layers(llama7b_frozen, act, 
     program = compile_candidate(profile, cand, planner.platform, planner)
     # unit 11 = layer 10, the first trained one
     assert min(_recover_units(program), default=None) == (None if act == "full" else 11)
-    sim = run_module(program, planner.platform, budget=None)[1]
+    sim = run_module(program, planner.platform, memory_limit=False)[1]
     assert ev.t_step == pytest.approx(sim.step_seconds, rel=1e-6)
 
 
@@ -171,7 +171,7 @@ def test_the_verifier_holds_a_program_to_its_no_recover(tiny_frozen):
     is refused with what is wrong."""
     _, _, profile, planner = tiny_frozen
     program = compile_program(profile, Candidate(2, 1, 1, 1, 1, 2, "ckpt", "deadline"), planner.platform,
-                              {"planner": planner})
+                              CompileOptions(planner=planner))
     text = print_module(program)
     assert "no_recover = [1, 2]" in text
     verify(parse_module(text))
@@ -189,7 +189,7 @@ def test_frozen_units_have_no_state_chain(tiny_frozen):
     _, _, profile, planner = tiny_frozen
     M = 4
     program = compile_program(profile, Candidate(2, 2, 1, 2, 1, M, "fsr", "deadline"), planner.platform,
-                              {"planner": planner})
+                              CompileOptions(planner=planner))
     state = Counter(op.attributes["unit"] for op in program.walk()
                     if op.name in ("life.reduce", "life.grad_sync", "life.update", "life.prefetch"))
     assert sorted(state) == [3, 4, 5]                     # the trained layers and the head

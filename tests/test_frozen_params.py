@@ -13,7 +13,7 @@ from ratc.frontend.trace import trace_model
 from ratc.ir import parse_module, print_module
 from ratc.frontend.graph_ir import module_from_profile, profile_from_module
 from ratc.ir.verifier import VerifyError, verify
-from ratc.planner.config import RECIPE, Candidate
+from ratc.step.config import RECIPE, Candidate
 from ratc.planner.search import Planner
 from ratc.platform import load_platform
 
@@ -109,7 +109,7 @@ def test_frozen_units_send_nothing_and_the_system_vm_agrees(planner13_half_froze
     assert all(float(u["sync"]) > 0.0 and int(u["opt"]) > 0 for u in trained)
     ev = planner.evaluate_group([cand])[0]
     sim = run_module(compile_candidate(planner.model, cand, planner.platform, planner),
-                     planner.platform, budget=None)[1]
+                     planner.platform, memory_limit=False)[1]
     assert ev.t_step == pytest.approx(sim.step_seconds, rel=1e-5)
     # half the gradients to reduce, so stage 0 (the frozen layers) carries less state and
     # the step is no slower than the fully trained model's

@@ -12,6 +12,7 @@ LAYERS = [
               "ratc.input_files", "ratc.io", "ratc.cache", "ratc.program"]),
     ("ir", ["ratc.ir"]),
     ("inputs", ["ratc.platform", "ratc.frontend"]),
+    ("step", ["ratc.step"]),
     ("kernels", ["ratc.codegen", "ratc.vm.kernel_vm", "ratc.vm.kernel_timing", "ratc.vm.kernel_races"]),
     ("planner", ["ratc.planner"]),
     ("lifecycle", ["ratc.lifecycle", "ratc.passes", "ratc.codegen.program_kernels"]),

@@ -16,10 +16,10 @@ from functools import lru_cache
 import pytest
 
 from ratc.frontend import trace_preset
-from ratc.lifecycle.compile import compile_program
+from ratc.lifecycle.compile import CompileOptions, compile_program
 from ratc.lifecycle.lowering import find_pipeline
 from ratc.planner.search import Planner
-from ratc.planner.config import parse_config
+from ratc.step.config import parse_config
 from test_lifecycle_support import mt3000
 
 # The paper's configurations (Table 3; Table 2 per strategy: RATrain, TP-heavy, ZeRO-3-heavy,
@@ -58,8 +58,8 @@ def _compare(model, config):
     A = int(config.split(',')[0][2:]) + 1
     cand = parse_config(config if "A=" in config else f"{config},A={A}")
     _, mem, _ = planner.detail(cand)
-    module = compile_program(planner.model, cand, mt3000(), {"planner": planner, "budget": "none",
-                                                             "verify_each": False})
+    module = compile_program(planner.model, cand, mt3000(), CompileOptions(planner=planner, memory_limit=False,
+                                                                                verify_each=False))
     return find_pipeline(module).attributes["peak"], [float(x) for x in mem.total[0]], mem, cand
 
 

@@ -3,9 +3,9 @@
 import functools
 
 from ratc.frontend import trace_preset
-from ratc.lifecycle.compile import compile_program
+from ratc.lifecycle.compile import CompileOptions, compile_program, default_pipeline
 from ratc.lifecycle.plan_ir import plan_module
-from ratc.planner.config import Candidate
+from ratc.step.config import Candidate
 from ratc.platform import load_platform
 
 TINY_SEQ = 64
@@ -31,7 +31,8 @@ def tiny_plan(**kw):
 
 
 def compile_tiny(pipeline=None, rec_buffers=2, budget="none", verify_each=True, stream=True, **kw):
-    """The tiny model through the lifecycle pipeline (default: the plan's full pipeline)."""
-    return compile_program(tiny(), candidate(**kw), mt3000(), {
-        "pipeline": pipeline, "rec_buffers": rec_buffers, "budget": budget, "verify_each": verify_each,
-        "stream": stream})
+    """The tiny model through the lifecycle pipeline (default: the plan's full pipeline, its
+    memory-plan pass given `budget`: 'plan', 'none' or a size)."""
+    cand = candidate(**kw)
+    pipeline = pipeline or default_pipeline(cand.pref, rec_buffers, budget, stream=stream)
+    return compile_program(tiny(), cand, mt3000(), CompileOptions(pipeline=pipeline, verify_each=verify_each))

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratc.frontend.presets import trace_preset
-from ratc.planner.config import Candidate, CandidateBatch
+from ratc.planner.config import CandidateBatch
+from ratc.step.config import Candidate
 from ratc.planner.corun import corun_within
 from ratc.planner.memory import n_in_flight, stage_memory
 from ratc.planner.search import Planner
@@ -167,7 +168,7 @@ def test_zero3_views_are_the_current_and_next_unit(act):
     # and its neighbour (a recovered layer: its Recover's and its Backward's). Qwen2.5-32B's
     # 152k-word embedding is ~2 decoder layers, so counting it twice overstated stage 0.
     # Oracle: the lifecycle's memory-plan of the compiled program (its per-value liveness).
-    from ratc.lifecycle.compile import compile_program
+    from ratc.lifecycle.compile import CompileOptions, compile_program
     from ratc.lifecycle.lowering import find_pipeline
     profile = trace_preset("qwen2.5-32b")
     plat = load_platform("mt3000")
@@ -179,8 +180,8 @@ def test_zero3_views_are_the_current_and_next_unit(act):
     assert emb > 1.5 * layer
     expect = 2 * max(emb + first, 2 * layer)                   # fp16 views
     assert mem.param_view[0, 0] == pytest.approx(expect, rel=1e-9)
-    peaks = find_pipeline(compile_program(profile, cand, plat, {"planner": planner, "budget": "none",
-                                                                 "verify_each": False})).attributes["peak"]
+    peaks = find_pipeline(compile_program(profile, cand, plat, CompileOptions(planner=planner, memory_limit=False,
+                                                                               verify_each=False))).attributes["peak"]
     # Eq. 9 stays at or above the plan: within 5 % on the embedding stage (a whole micro-batch's
     # checkpoints; with M = P its first Backward precedes every gradient shard, docs/lifecycle.md),
     # down from +10.3 % when it added the embedding's bucket to the decoder recovery buffer and

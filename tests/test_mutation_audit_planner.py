@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratc.planner.config import ACT_POLICIES, CandidateBatch
+from ratc.planner.config import CandidateBatch
+from ratc.step.config import ACT_POLICIES
 from ratc.planner.memory import stage_memory
 from ratc.planner.stages import StageCosts
 from ratc.planner.timing import makespan, one_f_one_b, step_time

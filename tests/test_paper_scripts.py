@@ -39,7 +39,7 @@ def test_paper_tables_doc_is_current(table3, tmp_path, capsys):
 
 def test_bench_lifecycle_reads_the_paper_scripts():
     bench = _load(ROOT / "benchmarks" / "bench_lifecycle.py")
-    from ratc.planner.config import Candidate
+    from ratc.step.config import Candidate
     from ratc.platform import load_platform
 
     rows = bench.paper_configs() + bench.chosen_configs(load_platform("mt3000"))

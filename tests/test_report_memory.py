@@ -52,7 +52,7 @@ def test_peaks_equal_the_vm_memory_tracker(act):
 
 def test_breakdown_terms_add_up_to_the_planners_eq9():
     from ratc.frontend.presets import trace_preset
-    from ratc.planner.config import Candidate
+    from ratc.step.config import Candidate
     from ratc.planner.search import Planner
     from ratc.platform import load_platform
     from ratc.report.from_planner import breakdown

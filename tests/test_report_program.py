@@ -184,24 +184,17 @@ def test_llama2_7b_report_opens_offline_and_every_image_loads(tmp_path):
     assert "Uncaught" not in proc.stderr
 
 
-def test_plan_candidate_recovers_the_layer_balance():
-    """life.plan does not name the balance; the report infers it from the units' stages."""
-    from types import SimpleNamespace
-
+def test_the_plan_records_its_layer_balance():
+    """life.plan names the balance when it is not `time` (the default); Plan.from_ir reads it back."""
     from ratc.frontend.presets import trace_preset
-    from ratc.planner.config import Candidate
+    from ratc.lifecycle.lowering import find_plan
     from ratc.platform import load_platform
-    from ratc.report.build import plan_candidate
+    from ratc.step.config import Candidate
+    from ratc.step.plan import Plan
     from ratc.vm.system.driver import compile_candidate
 
-    cand = Candidate(P=2, D=2, T=1, Z=2, b=1, A=4, act="fsr", pref="deadline")
-    module = compile_candidate(trace_preset("tiny", 64), cand, load_platform("mt3000"))   # 6 units, 3 + 3
-
-    def planner(split):
-        return SimpleNamespace(stages=lambda P, T, balance: SimpleNamespace(ranges=split[balance]))
-
-    assert plan_candidate(module) == cand
-    match_memory = {"time": ((0, 2), (2, 6)), "memory": ((0, 3), (3, 6))}
-    assert plan_candidate(module, planner(match_memory)).balance == "memory"
-    match_none = {"time": ((0, 2), (2, 6)), "memory": ((0, 4), (4, 6))}
-    assert plan_candidate(module, planner(match_none)) == cand
+    for balance in ("time", "memory"):
+        cand = Candidate(P=2, D=2, T=1, Z=2, b=1, A=4, act="fsr", pref="deadline", balance=balance)
+        plan_op = find_plan(compile_candidate(trace_preset("tiny", 64), cand, load_platform("mt3000")))
+        assert Plan.from_ir(plan_op).config == cand
+        assert plan_op.attributes.get("balance") == (None if balance == "time" else "memory")

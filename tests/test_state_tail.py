@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ratc.frontend.presets import trace_preset
 from ratc.lifecycle.placement import _serve
-from ratc.planner.config import Candidate
+from ratc.step.config import Candidate
 from ratc.planner.search import Planner
 from ratc.planner.timing import _edf, _fifo_ends, _updates
 from ratc.platform import load_platform
@@ -84,5 +84,5 @@ def test_deadline_tail_equals_the_system_vm_with_few_replicas(planner7b, cand):
     from ratc.vm.system.driver import compile_candidate, run_module
     ev = planner7b.evaluate_group([cand])[0]
     sim = run_module(compile_candidate(planner7b.model, cand, planner7b.platform, planner7b),
-                     planner7b.platform, budget=None)[1]
+                     planner7b.platform, memory_limit=False)[1]
     assert ev.t_step == pytest.approx(sim.step_seconds, rel=1e-6)

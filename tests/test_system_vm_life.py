@@ -14,7 +14,7 @@ from ratc.ir.core import Block, Module, Operation
 from ratc.frontend.graph_ir import module_from_profile
 from ratc.platform import load_platform
 from ratc.program import write_program
-from ratc.planner.config import parse_config
+from ratc.step.config import parse_config
 from ratc.vm.system.driver import compile_candidate, kendall_tau, run_module
 from ratc.vm.system.engine import simulate
 from ratc.vm.system.life import translate
@@ -61,7 +61,7 @@ def test_compiled_uniform_pipeline_makespan_is_closed_form(P, extra, per_stage, 
     M = P + extra
     module = lowered(uniform_module(P, M, per_stage, tf, tb))
     for steps in (1, 2):
-        _, res = run_module(module, MT3000, steps=steps, budget=None)
+        _, res = run_module(module, MT3000, steps=steps, memory_limit=False)
         assert res.step_cycles == (M + P - 1) * (tf + tb) * per_stage
         assert res.bubble_fraction == pytest.approx((P - 1) / (M + P - 1), abs=1e-12)
 
@@ -76,7 +76,7 @@ def tiny():
                                     "P=3,D=2,Z=1,b=1,A=5,Full,layerwise"])
 def test_symmetric_replicas_equal_explicit_on_compiled_programs(tiny, config):
     module = compile_candidate(tiny, parse_config(config), MT3000)
-    sym, exp = (translate(module, MT3000, symmetric=s, budget=None) for s in (True, False))
+    sym, exp = (translate(module, MT3000, symmetric=s, memory_limit=False) for s in (True, False))
     ts, te = simulate(sym), simulate(exp)
     assert te.makespan == ts.makespan
     want = sorted((t.step, t.stage, t.name, ts.start[i], ts.end[i]) for i, t in enumerate(sym.tasks))
@@ -92,7 +92,7 @@ def test_vm_peak_memory_tracks_the_lifecycle_memory_plan(tiny):
     # issue order, so they may differ only by values whose lifetimes overlap differently.
     module = compile_candidate(tiny, parse_config("P=2,D=2,Z=2,b=1,A=4,FSR,deadline"), MT3000)
     planned = module.body.ops[-1].attributes
-    _, res = run_module(module, MT3000, budget=None)
+    _, res = run_module(module, MT3000, memory_limit=False)
     # Under ZeRO >= 2 memory-plan keeps a bucket until the Backward reusing its buffer issues;
     # the VM frees it when its reduce-scatter ends, which may be earlier (tiny's buckets are
     # a large share of its memory), never later.
@@ -102,7 +102,7 @@ def test_vm_peak_memory_tracks_the_lifecycle_memory_plan(tiny):
 
 def _bucket_lifetimes(module):
     """Per (stage, replica): (alloc cycle, free cycle) of every bucket value over simulated time."""
-    prog = translate(module, MT3000, budget=None)
+    prog = translate(module, MT3000, memory_limit=False)
     tl = simulate(prog)
     born, last = {}, {}
     for i, t in enumerate(prog.tasks):
@@ -148,7 +148,7 @@ def test_vm_peak_stays_within_eq9_under_zero2_and_3(tiny, config):
     planner = Planner(tiny, MT3000)
     _, mem, _ = planner.detail(cand)
     module = compile_candidate(tiny, cand, MT3000)
-    _, res = run_module(module, MT3000, budget=None)
+    _, res = run_module(module, MT3000, memory_limit=False)
     for p, vm in enumerate(res.stage_peak_bytes):
         assert vm <= 1.005 * float(mem.total[0, p]), f"stage {p}: VM {vm} above Eq. 9 {float(mem.total[0, p])}"
 
@@ -156,7 +156,7 @@ def test_vm_peak_stays_within_eq9_under_zero2_and_3(tiny, config):
 def test_trace_of_compiled_program_uses_action_notation(tiny):
     from ratc.vm.system.trace import chrome_trace
     module = compile_candidate(tiny, parse_config("P=2,D=2,Z=2,b=1,A=2,FSR,deadline"), MT3000)
-    tl, _ = run_module(module, MT3000, steps=1, budget=None)
+    tl, _ = run_module(module, MT3000, steps=1, memory_limit=False)
     names = {e["name"] for e in chrome_trace(tl)["traceEvents"] if e["ph"] == "X"}
     assert {"0F0", "0F1", "1B0", "0B1", "0SEND_F0", "1SEND_B1", "0G1#0", "0U1", "0P1#0"} <= names
 
@@ -255,7 +255,7 @@ def test_state_and_recovery_placements_show_in_simulated_time(tiny):
     # ZeRO-1, where bulk defers GradSync (under ZeRO-2 it reduces each bucket during backward).
     for config in ("P=2,D=2,Z=1,A=4,FSR,deadline", "P=2,D=2,Z=1,A=4,Ckpt,deadline", "P=2,D=2,Z=1,A=4,FSR,layerwise",
                    "P=2,D=2,Z=1,A=4,FSR,bulk"):
-        runs[config] = run_module(compile_candidate(tiny, parse_config(config), MT3000), MT3000, budget=None)
+        runs[config] = run_module(compile_candidate(tiny, parse_config(config), MT3000), MT3000, memory_limit=False)
 
     def first_sync_vs_last_bwd(tl, stage=0, step=1):
         idx = [i for i, t in enumerate(tl.program.tasks) if t.stage == stage and t.step == step]
@@ -282,7 +282,7 @@ def test_corun_recover_runs_alongside_its_host(tiny):
     # on the critical path; the trace draws the Recover on a track of its own.
     from ratc.vm.system.trace import chrome_trace
     module = compile_candidate(tiny, parse_config("P=2,D=2,Z=2,b=1,A=4,FSR,deadline"), MT3000)
-    tl, res = run_module(module, MT3000, budget=None)
+    tl, res = run_module(module, MT3000, memory_limit=False)
     prog = tl.program
     host = {}
     guests = 0
@@ -309,7 +309,7 @@ def test_streaming_recovery_needs_less_memory_than_a_second_buffer(tiny):
     # With the kernel-VM profile the tiny layer's Backward hides part of the Recover it hosts,
     # and the Recover streams into what that Backward frees: its headroom is below a whole
     # layer, the VM stays within memory-plan, and both hold less than with a second buffer.
-    from ratc.lifecycle.compile import compile_program
+    from ratc.lifecycle.compile import CompileOptions, compile_program
     from ratc.lifecycle.lowering import find_pipeline
     from ratc.planner.exec_profile import load_exec_profile
     from ratc.planner.search import Planner
@@ -319,11 +319,11 @@ def test_streaming_recovery_needs_less_memory_than_a_second_buffer(tiny):
     cand = parse_config("P=2,D=2,Z=2,b=1,A=4,FSR,deadline")
     peaks = {}
     for stream in (True, False):
-        module = compile_program(tiny, cand, MT3000, {"planner": planner, "budget": "none", "stream": stream})
+        module = compile_program(tiny, cand, MT3000, CompileOptions(planner=planner, memory_limit=False, stream=stream))
         recs = [op for s in find_pipeline(module).region.ops for op in s.region.ops if op.name == "life.recover"]
         assert any("stream" in op.attributes for op in recs) == stream
         plan = find_pipeline(module).attributes["peak"]
-        _, res = run_module(module, MT3000, budget=None)
+        _, res = run_module(module, MT3000, memory_limit=False)
         assert all(vm <= p for vm, p in zip(res.stage_peak_bytes, plan))
         peaks[stream] = (plan, res.stage_peak_bytes)
     assert all(a < b for a, b in zip(peaks[True][0], peaks[False][0]))

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from ratc.frontend.presets import trace_preset
 from ratc.planner.collectives import Link, all_gather, all_reduce, reduce_scatter
-from ratc.planner.config import ACT_POLICIES, PREF_POLICIES, Candidate
+from ratc.step.config import ACT_POLICIES, PREF_POLICIES, Candidate
 from ratc.planner.exec_profile import PAPER_TABLE5, TableExecProfile
 from ratc.planner.search import Planner
 from ratc.planner.timing import _sends, makespan, one_f_one_b
@@ -287,7 +287,7 @@ def test_bulk_tail_is_sync_update_gather(planner13):
     assert evs[0].e_pref == pytest.approx(rs, rel=0.02)    # the whole all-gather
     assert evs[2].e_pref < 0.2 * rs                        # deadline: each view due at its Forward
     sims = [run_module(compile_candidate(planner13.model, c, planner13.platform, planner13),
-                       planner13.platform, budget=None)[1].step_seconds for c in cands]
+                       planner13.platform, memory_limit=False)[1].step_seconds for c in cands]
     for ev, sim in zip(evs, sims):
         assert ev.t_step == pytest.approx(sim, rel=5e-4)
     assert evs[0].t_step - evs[1].t_step == pytest.approx(sims[0] - sims[1], rel=0.02)
@@ -377,7 +377,7 @@ def test_step_time_matches_system_vm(tiny_planner, P, A, act):
     plat = tiny_planner.platform
     cand = Candidate(P, 1, 1, 2, 1, A, act, "deadline")
     ev = tiny_planner.evaluate_group([cand])[0]
-    tl, res = run_module(compile_candidate(tiny_planner.model, cand, plat, tiny_planner), plat, budget=None)
+    tl, res = run_module(compile_candidate(tiny_planner.model, cand, plat, tiny_planner), plat, memory_limit=False)
     assert ev.t_step == pytest.approx(res.step_seconds, rel=0.02)
     on_path = res.exposed_seconds["recovery"]
     if act == "ckpt":   # the recovery the step's critical path holds is the planner's E_rec
@@ -398,7 +398,7 @@ def test_fsr_gain_matches_system_vm(tiny_planner, P, A):
     for act in ("ckpt", "fsr"):
         cand = Candidate(P, 1, 1, 2, 1, A, act, "deadline")
         ev = tiny_planner.evaluate_group([cand])[0]
-        _, res = run_module(compile_candidate(tiny_planner.model, cand, plat, tiny_planner), plat, budget=None)
+        _, res = run_module(compile_candidate(tiny_planner.model, cand, plat, tiny_planner), plat, memory_limit=False)
         steps[act] = (ev.t_step, res.step_seconds)
     predicted = steps["ckpt"][0] - steps["fsr"][0]
     simulated = steps["ckpt"][1] - steps["fsr"][1]
@@ -456,7 +456,7 @@ def test_deadline_and_layerwise_tails_match_system_vm(planner13):
     cands = [Candidate(2, 128, 1, 2, 1, 32, "fsr", pref) for pref in ("deadline", "layerwise")]
     evs = planner13.evaluate_group(cands)
     sims = [run_module(compile_candidate(planner13.model, c, planner13.platform, planner13),
-                       planner13.platform, budget=None)[1].step_seconds for c in cands]
+                       planner13.platform, memory_limit=False)[1].step_seconds for c in cands]
     for ev, sim in zip(evs, sims):
         assert ev.t_step == pytest.approx(sim, rel=1e-5)
     assert evs[0].e_comm + evs[0].e_upd + evs[0].e_pref > 0.0

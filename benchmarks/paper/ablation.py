@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ratc.frontend.presets import trace_preset  # noqa: E402
 from ratc.planner.search import Planner  # noqa: E402
 from ratc.platform import load_platform  # noqa: E402
-from ratc.planner.config import parse_config  # noqa: E402
+from ratc.step.config import parse_config  # noqa: E402
 from ratc.vm.system.driver import compile_candidate, model_macs, run_module  # noqa: E402
 
 BASE = "P=8,D=32,T=1,Z=2,b=1,A=128"
@@ -41,7 +41,7 @@ def run(model_name: str = "qwen2.5-32b", base: str = BASE) -> list:
     for name, act, pref in VARIANTS:
         cand = parse_config(f"{base},{act},{pref}")
         module = compile_candidate(model, cand, platform, planner)
-        _, res = run_module(module, platform, model_macs(model) * cand.global_batch, budget=None)
+        _, res = run_module(module, platform, model_macs(model) * cand.global_batch, memory_limit=False)
         (ev,) = planner.evaluate_group([cand])
         rows.append({"variant": name, "config": cand.label(), "step_time_s": res.step_seconds,
                      "tail_s": res.tail_seconds, "exposed_s": res.exposed_seconds, "predicted_s": ev.t_step,

@@ -33,7 +33,7 @@ def run(model_name: str = "llama2-7b", clusters: tuple = CLUSTERS, batch_per_fir
         batch = batch_per_first * n // clusters[0]
         best = planner.require_feasible(planner.plan(n, batch)).best
         module = compile_candidate(model, best.cand, platform, planner)
-        _, res = run_module(module, platform, model_macs(model) * batch, budget=None)
+        _, res = run_module(module, platform, model_macs(model) * batch, memory_limit=False)
         rows.append({"clusters": n, "global_batch": batch, "config": best.cand.label(), "step_time_s": res.step_seconds,
                      "tokens_per_s": res.tokens_per_second, "predicted_s": best.t_step,
                      "mac_utilization": res.mac_utilization, "tail_s": res.tail_seconds,

@@ -60,7 +60,7 @@ def main_path_markdown(platform) -> str:
     """
     from dataclasses import replace
 
-    from ratc.planner.config import parse_config
+    from ratc.step.config import parse_config
 
     double = platform.with_overrides(peak_mac_rate=f"{2 * platform.cluster.peak_mac_rate!r} MAC/s",
                                      clock=f"{2 * platform.dsp.clock!r}Hz")

@@ -153,7 +153,7 @@ def _subcommand_args(argv: list[str]) -> argparse.Namespace:
 def choose_candidate(args: argparse.Namespace, planner):
     """(candidate, plan result or None): the forced --plan, or the planner's best."""
     from ratc.planner.strategies import get_strategy
-    from ratc.planner.config import parse_config
+    from ratc.step.config import parse_config
 
     if args.plan is not None:
         cand = parse_config(args.plan)
@@ -196,7 +196,7 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
     from ratc.cli.progress import phase
     from ratc.ir import print_module
     from ratc.lifecycle.actions import format_pipeline
-    from ratc.lifecycle.compile import compile_program
+    from ratc.lifecycle.compile import CompileOptions, compile_program
     from ratc.lifecycle.lowering import find_pipeline
     from ratc.planner.report import render_json
     from ratc.program import write_program
@@ -210,9 +210,9 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
     inst = instrumentation(args)
     with phase(f"compiling {cand.label()}", enabled=not inst.prints()) as show:
         inst.progress = lambda i, n, p: show(f"compiling {cand.label()}: pass {i}/{n}, {p.name}")
-        options = {"planner": planner, "verify_each": not args.no_verify, "tiles": args.tiles, "instrumentation": inst,
-                   # A forced plan may not fit; the VM, not the compiler, reports that.
-                   "budget": "none" if args.plan else "plan"}
+        # (a forced plan may not fit: the VM, not the compiler, reports that)
+        options = CompileOptions(planner=planner, verify_each=not args.no_verify, tiles=args.tiles,
+                                 instrumentation=inst, memory_limit=not args.plan)
         if args.tiles:
             # The re-tiled kernels price the plan's units too, so that the schedule (the fsr
             # pass's co-runs) and `ratc run`'s prediction rest on them.
@@ -223,7 +223,7 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
 
             units = plan_op(profile, cand, planner.platform, planner).region.ops
             retiled = retiled_by(units, planner.platform, parse_tiles(args.tiles))
-            options["planner"] = planner.with_exec_profile(replace(planner.exec_profile, tiles=retiled))
+            options = replace(options, planner=planner.with_exec_profile(replace(planner.exec_profile, tiles=retiled)))
         module = compile_program(profile, cand, planner.platform, options)
     with phase(f"writing {outdir}"):
         files = {

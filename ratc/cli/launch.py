@@ -55,8 +55,9 @@ def prepare(args: argparse.Namespace):
     """(verified module, RunConfig, P, D) from the arguments; errors before any process starts."""
     from ratc.dist import source
     from ratc.dist.worker import RunConfig
-    from ratc.lifecycle.lowering import find_pipeline, find_plan
+    from ratc.lifecycle.lowering import find_plan
     from ratc.program_check import open_program
+    from ratc.step.plan import Plan
 
     for flag, value, low in (("--steps", args.steps, 1), ("--threads", args.threads, 1)):
         if value < low:
@@ -72,7 +73,8 @@ def prepare(args: argparse.Namespace):
         format_of(args.plot, "--plot")
     program = open_program(args.outdir)         # checked against its manifest, then validated
     module = program.module
-    T = find_plan(module).attributes["T"]
+    plan = Plan.from_ir(find_plan(module)).config
+    T = plan.T
     if T != 1:
         raise RatcError(f"{args.outdir}: the program's plan has T={T}; the runtime executes no tensor "
                         "parallelism yet (compile with T=1)")
@@ -82,7 +84,7 @@ def prepare(args: argparse.Namespace):
         import torch
         if not torch.cuda.is_available():
             raise RatcError("--backend nccl needs CUDA GPUs; this machine has none (use gloo)")
-    P, D = find_pipeline(module).attributes["P"], find_plan(module).attributes["D"]
+    P, D = plan.P, plan.D
     cfg = RunConfig(model=path, preset=preset, steps=args.steps, seed=args.seed, lr=args.lr, threads=args.threads,
                     timeout_s=args.timeout, backend=backend, check_collectives=args.check_collectives,
                     trace=bool(args.trace))
@@ -127,10 +129,11 @@ def write_outputs(args: argparse.Namespace, result, D: int) -> None:
 
 
 def tokens_per_step(module) -> int:
-    from ratc.lifecycle.lowering import find_pipeline, find_plan
+    from ratc.lifecycle.lowering import find_plan
+    from ratc.step.plan import Plan
 
-    plan = find_plan(module).attributes
-    return plan["D"] * plan["b"] * find_pipeline(module).attributes["M"] * plan["seq_len"]
+    plan_op = find_plan(module)
+    return Plan.from_ir(plan_op).config.global_batch * plan_op.attributes["seq_len"]
 
 
 def _torchrun(args: argparse.Namespace, world: int) -> int:

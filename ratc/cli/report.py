@@ -50,7 +50,7 @@ def handler(args: argparse.Namespace) -> int:
     from ratc.planner.exec_profile import load_exec_profile
     from ratc.planner.search import Planner
     from ratc.program import MANIFEST
-    from ratc.report.build import build_report, plan_candidate, write_report
+    from ratc.report.build import build_report, write_report
     from ratc.report.summary import report_summary
 
     if args.top < 1 or args.simulate_top < 0:
@@ -67,6 +67,7 @@ def handler(args: argparse.Namespace) -> int:
         from ratc.codegen.program_kernels import program_exec_profile
         from ratc.lifecycle.lowering import find_plan
         from ratc.report.inputs import load_inputs
+        from ratc.step.plan import Plan
 
         if named(args):
             raise RatcError(f"{args.outdir} holds a compiled program; its model is the one reported "
@@ -74,10 +75,11 @@ def handler(args: argparse.Namespace) -> int:
         say(f"reading {args.outdir}")
         inputs = load_inputs(args.outdir)
         module, platform, model = inputs.module, inputs.platform, inputs.profile
-        cand = plan_candidate(module)
+        plan = Plan.from_ir(find_plan(module))
+        cand = plan.config
         # as the program's kernels run (tiles it was compiled with included)
         planner = Planner(model, platform, program_exec_profile(load_exec_profile(platform, inputs.exec_profile), module),
-                          budget=int(find_plan(module).attributes["budget"]))
+                          budget=plan.budget)
         clusters = cand.clusters if args.clusters is None else args.clusters
         batch = cand.global_batch if args.global_batch is None else args.global_batch
     else:

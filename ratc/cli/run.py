@@ -95,13 +95,6 @@ def _warn_other_platform(own, other, config: str | None) -> None:
           f"--plan {config or 'CONFIG'} recompiles it for {simulated_on}", file=sys.stderr)
 
 
-def _program_budget(program) -> int | None:
-    """The memory budget a program was compiled with (its life.plan's)."""
-    from ratc.lifecycle.lowering import find_plan
-
-    return int(find_plan(program.module).attributes["budget"])
-
-
 MAX_STEPS = 16       # the VM holds every step's tasks at once
 
 
@@ -114,7 +107,8 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
     from ratc.cli.progress import phase
     from ratc.codegen.program_kernels import program_exec_profile
     from ratc.lifecycle.lowering import find_plan
-    from ratc.planner.config import Candidate, parse_config
+    from ratc.step.config import parse_config
+    from ratc.step.plan import Plan
     from ratc.planner.exec_profile import load_exec_profile
     from ratc.planner.search import Planner
     from ratc.program_check import open_program, program_platform
@@ -164,18 +158,18 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
                 # with the program's execution profile, so a kernel-VM program is recompiled with
                 # its kernels, and its budget (a --memory-budget it was compiled with), unless
                 # --platform names another machine
-                budget = None if other else _program_budget(program)
+                budget = None if other else Plan.from_ir(find_plan(program.module)).budget
                 module = compile_candidate(profile, parse_config(args.plan), platform,
                                            Planner(profile, platform, exec_profile, budget))
         else:
             module = program.module
-    plan = find_plan(module).attributes
-    cand = Candidate(plan["P"], plan["D"], plan["T"], plan["Z"], plan["b"], plan["M"], plan["act"], plan["pref"])
+    plan_op = find_plan(module)
+    cand = Plan.from_ir(plan_op).config
     macs = model_macs(profile) * cand.global_batch if profile is not None else 0.0
     try:
         with phase(f"simulating {args.steps} step{'s' if args.steps > 1 else ''} of {cand.label()} on the system VM"):
             tl, res = run_module(module, platform, macs, steps=args.steps, symmetric=not args.explicit_replicas,
-                                 budget=None if args.no_memory_limit else "plan")
+                                 memory_limit=not args.no_memory_limit)
     except OutOfMemory as exc:
         if args.json:
             write_output(args.output, json.dumps({"config": cand.label(), "out_of_memory": exc.as_dict()},
@@ -207,7 +201,7 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
                "prediction_error": None if predicted is None else (predicted - res.step_seconds) / res.step_seconds}
         _write_report(args.output, json.dumps(out, indent=2, sort_keys=True) + "\n", "JSON")
         return 0
-    text = f"{plan['model']} on {plan['P'] * plan['D'] * plan['T']} clusters, {cand.label()}\n" + res.text()
+    text = f"{plan_op.attributes['model']} on {cand.clusters} clusters, {cand.label()}\n" + res.text()
     if predicted is not None:
         from ratc.units import format_time
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from ratc.errors import RatcError
+from ratc.step.config import ACT_OPTION_NAMES
 
-ACT_CHOICES = ("fsr", "checkpoint", "full-save")
 
 
 def register(subparsers) -> None:
@@ -25,7 +25,7 @@ def register(subparsers) -> None:
     p.add_argument("--pp", type=int, default=1, metavar="P", help="pipeline stages (default 1)")
     p.add_argument("--dp", type=int, default=1, metavar="D", help="data-parallel replicas (default 1)")
     p.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), metavar="Z", help="ZeRO stage 0-3 (default 0)")
-    p.add_argument("--act-policy", default="fsr", choices=ACT_CHOICES, help="activation policy (default fsr)")
+    p.add_argument("--act-policy", default="fsr", choices=tuple(ACT_OPTION_NAMES), help="activation policy (default fsr)")
     p.add_argument("--no-state-pipeline", action="store_true",
                    help="GradSync, UpdateShard and PrefetchW at the step end instead of layer-wise/deadline")
     p.add_argument("--micro-batches", type=int, default=4, metavar="M", help="micro-batches per replica per step (default 4)")
@@ -101,7 +101,7 @@ def handler(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ratc.io import check_output, report_written, write_atomic
-    from ratc.vm.functional.session import ACT_NAMES, Session, TrainConfig, relative_deviation
+    from ratc.vm.functional.session import Session, TrainConfig, relative_deviation
     from ratc.vm.functional.shards import AdamW
 
     if args.steps < 1:
@@ -121,14 +121,14 @@ def handler(args: argparse.Namespace) -> int:
         from ratc.report.style import format_of
         format_of(args.plot, "--plot")
     cfg = TrainConfig(model=args.model, preset=args.preset, P=args.pp, D=args.dp, Z=args.zero,
-                      act=ACT_NAMES[args.act_policy], state_pipeline=not args.no_state_pipeline,
+                      act=ACT_OPTION_NAMES[args.act_policy], state_pipeline=not args.no_state_pipeline,
                       M=args.micro_batches, b=args.micro_batch_size, seed=args.seed, opt=AdamW(lr=args.lr),
                       reference=not args.no_reference)
     module = None
     if args.program:
         module, cfg = _load_program(args.program, cfg)
     session = Session(cfg, module)
-    policy = {v: k for k, v in ACT_NAMES.items()}[cfg.act]
+    policy = {v: k for k, v in ACT_OPTION_NAMES.items()}[cfg.act]
     label = (f"P={cfg.P} D={cfg.D} Z={cfg.Z} {policy} "
              f"state-pipeline={'on' if cfg.state_pipeline else 'off'} M={cfg.M} b={cfg.b}")
     print(f"ratc train: {args.model} [{session.preset}] {label}, global batch {cfg.global_batch} x "

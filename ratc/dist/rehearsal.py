@@ -60,6 +60,7 @@ def message_specs(module, build_units, opt, batch_rows: int, seq_len: int) -> di
     """{(from stage, to stage, direction): (Field, ...)} of the program's messages;
     `build_units()` builds the model's UnitSet and its flat parameters (called on meta)."""
     from ratc.lifecycle.lowering import find_pipeline, find_plan
+    from ratc.step.plan import Plan
     from ratc.vm.functional.executor import FunctionalExecutor
 
     pipe = find_pipeline(module)
@@ -69,7 +70,8 @@ def message_specs(module, build_units, opt, batch_rows: int, seq_len: int) -> di
         return {}
     with torch.device("meta"):
         units, flats = build_units()
-        recorder = _Recorder(pipe.attributes["P"], find_plan(module).attributes["D"], kinds)
+        plan = Plan.from_ir(find_plan(module)).config
+        recorder = _Recorder(plan.P, plan.D, kinds)
         ex = FunctionalExecutor(module, units, flats, opt, recorder)
         ids = torch.zeros(batch_rows, seq_len, dtype=torch.long)
         try:

@@ -61,10 +61,11 @@ def on_device(device: torch.device):
 
 def _shape(module) -> tuple[int, int, int, int]:
     """(P, D, M, b) of a program."""
-    from ratc.lifecycle.lowering import find_pipeline, find_plan
+    from ratc.lifecycle.lowering import find_plan
+    from ratc.step.plan import Plan
 
-    pipe, plan = find_pipeline(module).attributes, find_plan(module).attributes
-    return pipe["P"], plan["D"], pipe["M"], plan["b"]
+    plan = Plan.from_ir(find_plan(module)).config
+    return plan.P, plan.D, plan.A, plan.b
 
 
 def tie_stages(module) -> list[list[int]]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ratc.ir.core import Module
 from ratc.lifecycle.plan_ir import plan_module
 
-# The planner's state/prefetch policy (ratc.planner.config.PREF_POLICIES) as pass modes:
+# The planner's state/prefetch policy (ratc.step.config.PREF_POLICIES) as pass modes:
 # bulk = both mechanisms off; layerwise = layer-wise GradSync but step-end update and
 # prefetch; deadline = both on.
 PREF_MODES = {"bulk": ("bulk", "bulk"), "layerwise": ("layerwise", "bulk"), "deadline": ("layerwise", "deadline")}
@@ -28,24 +30,31 @@ def default_pipeline(pref: str, rec_buffers: int = 2, budget: str = "plan", code
             f"fsr{{rec-buffers={rec_buffers}{'' if stream else ',stream=false'}}},memory-plan{{budget={budget}}}")
 
 
-def compile_program(profile, cand, platform, options: dict | None = None) -> Module:
-    """Run the lifecycle pipeline on one candidate (a ratc.planner.config.Candidate).
+@dataclass(frozen=True)
+class CompileOptions:
+    """How compile_program builds a program (every field has its everyday default)."""
 
-    options: `pipeline` (text; default from the candidate's pref policy), `codegen` (bool:
-    include the codegen pass in the default pipeline; default: when the planner's execution
-    profile runs kernels), `tiles` (the codegen pass's tile choices), `rec_buffers`, `stream`,
-    `budget` ('plan', 'none' or a size), `instrumentation` (a PassManager Instrumentation),
-    `verify_each` (default True), `planner` (a Planner to reuse its cost caches).
-    """
+    planner: object = None          # a Planner whose cost caches and memory budget the plan uses
+    pipeline: str | None = None     # pass pipeline text; default: default_pipeline(...) of the fields below
+    codegen: bool | None = None     # the codegen pass in the default pipeline; None: when the planner's
+                                    # execution profile runs kernels
+    tiles: str = ""                 # the codegen pass's tile choices
+    rec_buffers: int = 2
+    stream: bool = True
+    memory_limit: bool = True       # memory-plan fails a stage over the plan's budget
+    verify_each: bool = True        # verify the module after every pass
+    instrumentation: object = None  # a PassManager Instrumentation
+
+
+def compile_program(profile, cand, platform, options: CompileOptions = CompileOptions()) -> Module:
+    """Run the lifecycle pipeline on one candidate (a ratc.step.config.Candidate)."""
     from ratc.passes import PassContext, PassManager, parse_pipeline
 
-    options = dict(options or {})
-    planner = options.get("planner")
-    codegen = options.get("codegen", planner is not None and planner.exec_profile.runs_kernels)
-    text = options.get("pipeline") or default_pipeline(cand.pref, options.get("rec_buffers", 2),
-                                                        options.get("budget", "plan"), codegen,
-                                                        options.get("tiles", ""), options.get("stream", True))
-    module = plan_module(profile, cand, platform, options.get("planner"))
-    pm = PassManager(parse_pipeline(text), verify_each=options.get("verify_each", True),
-                     instrumentation=options.get("instrumentation"), ctx=PassContext(platform=platform))
+    o, planner = options, options.planner
+    codegen = o.codegen if o.codegen is not None else planner is not None and planner.exec_profile.runs_kernels
+    text = o.pipeline or default_pipeline(cand.pref, o.rec_buffers, "plan" if o.memory_limit else "none", codegen,
+                                          o.tiles, o.stream)
+    module = plan_module(profile, cand, platform, planner)
+    pm = PassManager(parse_pipeline(text), verify_each=o.verify_each, instrumentation=o.instrumentation,
+                     ctx=PassContext(platform=platform))
     return pm.run(module)

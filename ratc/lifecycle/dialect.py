@@ -31,8 +31,10 @@ import math
 from ratc.ir.registry import Dialect
 from ratc.ir.verifier import VerifyError
 from ratc.lifecycle import checks
+from ratc.step.config import ACT_POLICIES, BALANCES, PREF_POLICIES
 
 LIFE = Dialect("life", "training-state lifecycles: per-stage scheduled programs")
+_ACT = "|".join(ACT_POLICIES)
 
 # Attributes every task may carry: cost inputs, scheduling and memory-plan results.
 _TASK = {"dur": "float", "res": "compute|ddr|link", "prio": "int", "sizes": "list<int>",
@@ -174,8 +176,8 @@ def _check_pipeline_counts(op):
 LIFE.op("plan", "a training configuration and its per-unit costs: the lowering's input",
         symbol=True, region=True, verify=_check_plan, attrs={
             "model": "str", "platform": "str", "P": "int", "D": "int", "T": "int", "Z": "int", "b": "int",
-            "M": "int", "act": "full|ckpt|fsr", "pref": "bulk|layerwise|deadline", "seq_len": "int",
-            "p2p": "float", "budget": "bytes", "ties": "list?"})
+            "M": "int", "act": _ACT, "pref": "|".join(PREF_POLICIES), "balance": "|".join(BALANCES) + "?",
+            "seq_len": "int", "p2p": "float", "budget": "bytes", "ties": "list?"})
 LIFE.op("unit", "one layer (embedding, decoder layer or head) with its costs per micro-batch",
         verify=_check_unit, attrs={
             "index": "int", "name": "str", "stage": "int", "decoder": "bool",
@@ -201,9 +203,9 @@ LIFE.op("kernel", "a generated kernel that tasks call (codegen pass); its code i
                             "ddr_bytes": "int", "tiles": "dict"})
 LIFE.op("pipeline", "one training step of all pipeline stages", symbol=True, region=True,
         verify=_check_pipeline_counts, attrs={
-            "plan": "symref", "P": "int", "M": "int", "Z": "int", "act": "full|ckpt|fsr", "units": "int",
+            "plan": "symref", "P": "int", "M": "int", "Z": "int", "act": _ACT, "units": "int",
             "schedule": "gpipe|1f1b", "state": "bulk|layerwise?", "update": "bulk|eager|deadline?",
-            "fsr": "bool?", "peak": "list<int>?", "peak_at": "list<int>?", "budget": "bytes?",
+            "fsr": "bool?", "peak": "list<int>?", "peak_at": "list<int>?",
             "no_recover": "list<int>?", "frozen": "list<int>?", "ties": "list?"})
 LIFE.op("stage", "the ordered program of one pipeline stage", symbol=True, region=True,
         verify=_check_stage, attrs={

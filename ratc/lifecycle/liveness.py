@@ -62,7 +62,7 @@ def value_name(v) -> str:
 # What memory-plan writes; a pass that reorders tasks afterwards makes all of it stale.
 PLAN_OP_ATTRS = ("frees", "tier", "buf")
 PLAN_STAGE_ATTRS = ("peak", "peak_at", "buffers", "tiers")
-PLAN_PIPELINE_ATTRS = ("peak", "peak_at", "budget")
+PLAN_PIPELINE_ATTRS = ("peak", "peak_at")
 
 
 def clear_plan(pipe) -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 from ratc.errors import RatcError
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
+from ratc.step.plan import Plan
 
 
 def plan_op(profile, cand, platform, planner=None) -> Operation:
-    """A `life.plan @plan` op for one candidate (a ratc.planner.config.Candidate)."""
+    """A `life.plan @plan` op for one candidate (a ratc.step.config.Candidate) under the
+    planner's memory budget."""
     from ratc.planner.collectives import all_gather, all_reduce, link_for, reduce_scatter, tie_sum
     from ratc.planner.opcost import TP_ALLREDUCES_PER_LAYER, elem_bytes
     from ratc.planner.search import Planner
@@ -87,9 +89,8 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             attrs["tied"] = _b(tied)
             attrs["tie"] = float(tie_sum(len({stage_of[j] for j in group}), tied, pp_link, ddr))
         ops.append(Operation("life.unit", attributes={k: _num(v) for k, v in attrs.items()}))
-    attrs = {"model": profile.name, "platform": platform.name, "P": P, "D": D, "T": T, "Z": Z, "b": b,
-             "M": M, "act": cand.act, "pref": cand.pref, "seq_len": profile.seq_len, "p2p": p2p,
-             "budget": ByteSize(int(planner.budget))}
+    attrs = {"model": profile.name, "platform": platform.name, **Plan(cand, planner.budget).attributes(),
+             "seq_len": profile.seq_len, "p2p": p2p}
     if ties:
         attrs["ties"] = ties
     return Operation("life.plan", attributes=attrs, sym_name="plan", region=Block(ops))

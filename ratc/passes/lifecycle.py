@@ -9,8 +9,11 @@ from ratc.ir.core import Module
 from ratc.lifecycle import liveness, lowering, placement
 from ratc.lifecycle.schedule import reorder_stage
 from ratc.passes.base import Pass, PassContext, PassError, option, register_pass
+from ratc.step.config import ACT_OPTION_NAMES
+from ratc.step.plan import Plan
 
-ACT_OPTIONS = {"plan": None, "full-save": "full", "checkpoint": "ckpt", "fsr": "fsr"}
+ACT_OPTIONS = {"plan": None, **ACT_OPTION_NAMES}
+ActPolicyOption = Literal[tuple(ACT_OPTIONS)]
 
 
 def _pipeline(module: Module):
@@ -60,7 +63,7 @@ class LowerToLife(Pass):
     """Lower the life.plan into per-stage programs of Forward/Backward/Recover and state tasks."""
 
     name = "lower-to-life"
-    act_policy: Literal["plan", "full-save", "checkpoint", "fsr"] = option(
+    act_policy: ActPolicyOption = option(
         "plan", "activation policy: the plan's, or full-save | checkpoint | fsr")
 
     def run(self, module: Module, ctx: PassContext) -> None:
@@ -166,10 +169,9 @@ class MemoryPlan(Pass):
                                     tiers={k: ByteSize(v) for k, v in sp.tiers.items()})
         pipe.attributes["peak"] = [sp.peak for sp in plans]
         if self.budget == "none":
-            pipe.attributes.pop("budget", None)     # (an earlier run's budget no longer applies)
             return
         if self.budget == "plan":
-            budget = int(lowering.find_plan(module).attributes["budget"])
+            budget = Plan.from_ir(lowering.find_plan(module)).budget
         else:
             try:
                 budget = int(parse_bytes(self.budget))
@@ -177,7 +179,6 @@ class MemoryPlan(Pass):
                 raise PassError(f"memory-plan: bad budget '{self.budget}': {exc}") from None
             if budget <= 0:
                 raise PassError(f"memory-plan: budget must be positive, got '{self.budget}'")
-        pipe.attributes["budget"] = ByteSize(budget)
         worst = max(plans, key=lambda sp: sp.peak)
         if worst.peak <= budget:
             return

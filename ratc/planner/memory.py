@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ratc.planner.config import ACT_POLICIES, RECIPE, CandidateBatch
+from ratc.planner.config import CandidateBatch
+from ratc.step.config import ACT_POLICIES, RECIPE
 from ratc.planner.stages import StageCosts
 
 FULL, FSR = ACT_POLICIES.index("full"), ACT_POLICIES.index("fsr")

@@ -8,9 +8,7 @@ from itertools import accumulate
 import numpy as np
 
 from ratc.errors import RatcError
-from ratc.planner.config import RECIPE
-
-BALANCES = ("time", "memory")
+from ratc.step.config import RECIPE
 
 
 def unit_weight(unit, balance: str, recipe=RECIPE) -> float:

@@ -11,7 +11,8 @@ import numpy as np
 
 from ratc.errors import RatcError
 from ratc.planner.collectives import check_algorithm
-from ratc.planner.config import PREF_POLICIES, RECIPE, Candidate, CandidateBatch
+from ratc.planner.config import CandidateBatch
+from ratc.step.config import PREF_POLICIES, RECIPE, Candidate
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.memory import stage_memory
 from ratc.planner.opcost import elem_bytes, model_units

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ratc.planner.config import RECIPE
+from ratc.step.config import RECIPE
 from ratc.planner.corun import extra
 from ratc.planner.partition import partition
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ratc.errors import RatcError
-from ratc.planner.config import ACT_POLICIES, PREF_POLICIES, ZERO_STAGES
-from ratc.planner.partition import BALANCES
+from ratc.step.config import ACT_POLICIES, BALANCES, PREF_POLICIES, ZERO_STAGES
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ratc.planner.collectives import Link, all_gather, all_reduce, link_for, reduce_scatter, tie_sum
-from ratc.planner.config import ACT_POLICIES, PREF_POLICIES, RECIPE, CandidateBatch
+from ratc.planner.config import CandidateBatch
+from ratc.step.config import ACT_POLICIES, PREF_POLICIES, RECIPE
 from ratc.planner.opcost import TP_ALLREDUCES_PER_LAYER
 from ratc.planner.stages import StageCosts
 

@@ -26,48 +26,28 @@ class Simulation:
     oom: object = None
 
 
-def plan_candidate(module, planner=None):
-    """The Candidate a compiled module was planned for (its life.plan attributes); with a
-    planner, its layer balance is the one whose partition matches the module's units."""
-    from ratc.lifecycle.lowering import find_plan
-    from ratc.planner.config import Candidate
-    from ratc.planner.partition import BALANCES
-
-    plan = find_plan(module)
-    a = plan.attributes
-    cand = Candidate(a["P"], a["D"], a["T"], a["Z"], a["b"], a["M"], a["act"], a["pref"])
-    if planner is None:
-        return cand
-    stage_of = [u.attributes["stage"] for u in sorted(plan.region.ops, key=lambda u: u.attributes["index"])]
-    ranges = tuple((stage_of.index(p), len(stage_of) - stage_of[::-1].index(p)) for p in range(a["P"]))
-    for balance in BALANCES:
-        if tuple(planner.stages(a["P"], a["T"], balance).ranges) == ranges:
-            return Candidate(a["P"], a["D"], a["T"], a["Z"], a["b"], a["M"], a["act"], a["pref"], balance)
-    return cand
-
-
 def simulate_module(module, platform, macs_per_step: float = 0.0) -> Simulation:
     """Run a scheduled life module on the system VM against its plan's memory budget."""
     from ratc.vm.system.driver import run_module
     from ratc.vm.system.memory import OutOfMemory
 
     try:
-        tl, res = run_module(module, platform, macs_per_step, budget="plan")
+        tl, res = run_module(module, platform, macs_per_step, memory_limit=True)
         return Simulation(tl, res)
     except OutOfMemory as exc:
-        tl, res = run_module(module, platform, macs_per_step, budget=None)
+        tl, res = run_module(module, platform, macs_per_step, memory_limit=False)
         return Simulation(tl, res, exc)
 
 
 def compile_quietly(planner, cand):
     """A candidate's scheduled module for timing only: the lifecycle passes without
     verification after each pass (the program `ratc compile` writes is verified)."""
-    from ratc.lifecycle.compile import compile_program
+    from ratc.lifecycle.compile import CompileOptions, compile_program
     from ratc.passes.base import PassError
 
     try:
         return compile_program(planner.model, cand, planner.platform,
-                               {"budget": "none", "planner": planner, "verify_each": False})
+                               CompileOptions(planner=planner, memory_limit=False, verify_each=False))
     except PassError as exc:
         raise RatcError(f"{cand.label()}: {exc}") from None
 
@@ -82,7 +62,9 @@ def build_report(planner, result, module=None, top: int = 10, simulate_top: int 
     """
     from ratc.report import diagram, memory_plot
     from ratc.report.from_planner import breakdown, candidate_rows
+    from ratc.lifecycle.lowering import find_plan
     from ratc.report.from_vm import memory_from_timeline, pipeline_from_timeline
+    from ratc.step.plan import Plan
     from ratc.vm.system.driver import model_macs
 
     say = progress or (lambda msg: None)
@@ -93,7 +75,7 @@ def build_report(planner, result, module=None, top: int = 10, simulate_top: int 
             raise RatcError(f"no feasible plan for {result.model} on {result.clusters} clusters to report on")
         say(f"compiling {result.best.cand.label()}")
         module = compile_quietly(planner, result.best.cand)
-    cand = plan_candidate(module, planner)
+    cand = Plan.from_ir(find_plan(module)).config
     say(f"simulating {cand.label()}")
     sim = simulate_module(module, platform, macs * cand.global_batch)
     runs = {cand.label(): sim}
@@ -152,7 +134,7 @@ def policy_diagram(planner, P: int, M: int, policy: str, D: int = 2, Z: int = 2,
     """(PipelineData, VM results) of one configuration compiled through the lifecycle passes,
     simulated without the memory stop (a diagram shows the schedule; `ratc run` enforces
     the budget)."""
-    from ratc.planner.config import Candidate
+    from ratc.step.config import Candidate
     from ratc.report.from_vm import pipeline_from_timeline
     from ratc.vm.system.driver import compile_candidate, run_module
 
@@ -163,7 +145,7 @@ def policy_diagram(planner, P: int, M: int, policy: str, D: int = 2, Z: int = 2,
                         f"D={D}, b={b})")
     cand = Candidate(P=P, D=D, T=1, Z=Z, b=b, A=M, act=DIAGRAM_POLICIES[policy], pref=pref)
     module = compile_candidate(planner.model, cand, planner.platform, planner)
-    tl, res = run_module(module, planner.platform, budget=None)
+    tl, res = run_module(module, planner.platform, memory_limit=False)
     title = f"{planner.model.name}: {policy} 1F1B, P={P}, M={M} ({cand.label()})"
     return pipeline_from_timeline(tl, title), res
 

@@ -21,6 +21,7 @@ import torch
 
 from ratc.errors import RatcError
 from ratc.ir.core import Module, Operation
+from ratc.step.plan import Plan
 from ratc.vm.functional.boundary import live_in
 from ratc.vm.functional.shards import AdamW, UnitState, all_gather
 from ratc.vm.functional.streams import RecoveryStream
@@ -113,7 +114,8 @@ class FunctionalExecutor:
         pipe, plan = find_pipeline(module), find_plan(module)
         a = pipe.attributes
         self.P, self.M, self.Z = a["P"], a["M"], a["Z"]
-        self.D, self.b = plan.attributes["D"], plan.attributes["b"]
+        config = Plan.from_ir(plan).config
+        self.D, self.b = config.D, config.b
         if a["units"] != len(units.units):
             raise RatcError(f"the program has {a['units']} units, the model splits into {len(units.units)}")
         self.units = units

@@ -117,9 +117,6 @@ def build_model(path: str, preset: str | None, seed: int):
     return model.float().train(), spec
 
 
-ACT_NAMES = {"fsr": "fsr", "checkpoint": "ckpt", "full-save": "full"}
-
-
 def compile_for(cfg: TrainConfig):
     """ratc's scheduled life program for the run: plan IR -> lifecycle passes (verified after each).
 
@@ -127,28 +124,30 @@ def compile_for(cfg: TrainConfig):
     PrefetchW (the planner's `deadline` policy); off means all three at the step end (`bulk`).
     """
     from ratc.frontend.modelfile import trace_model_file
-    from ratc.lifecycle.compile import compile_program
-    from ratc.planner.config import Candidate
+    from ratc.lifecycle.compile import CompileOptions, compile_program
+    from ratc.step.config import ACT_POLICIES, Candidate
     from ratc.platform import load_platform
 
-    if cfg.act not in ACT_NAMES.values():
-        raise RatcError(f"activation policy must be one of {', '.join(ACT_NAMES.values())}, got '{cfg.act}'")
+    if cfg.act not in ACT_POLICIES:
+        raise RatcError(f"activation policy must be one of {', '.join(ACT_POLICIES)}, got '{cfg.act}'")
     profile = trace_model_file(cfg.model, cfg.preset)
     cand = Candidate(P=cfg.P, D=cfg.D, T=1, Z=cfg.Z, b=cfg.b, A=cfg.M, act=cfg.act,
                      pref="deadline" if cfg.state_pipeline else "bulk")
-    return compile_program(profile, cand, load_platform(cfg.platform), {"budget": "none"})
+    return compile_program(profile, cand, load_platform(cfg.platform), CompileOptions(memory_limit=False))
 
 
 def check_program(module, spec) -> None:
     """A given program must be compiled for this model and sequence length, without TP."""
     from ratc.lifecycle.lowering import find_plan
+    from ratc.step.plan import Plan
 
-    plan = find_plan(module).attributes
-    if plan["model"] != spec.preset or plan["seq_len"] != spec.seq_len:
-        raise RatcError(f"the program is compiled for model '{plan['model']}' at sequence length "
-                        f"{plan['seq_len']}, the model file builds '{spec.preset}' at {spec.seq_len}")
-    if plan["T"] != 1:
-        raise RatcError(f"the program's plan has T={plan['T']}; ratc train runs no tensor parallelism "
+    plan_op = find_plan(module)
+    a, plan = plan_op.attributes, Plan.from_ir(plan_op).config
+    if a["model"] != spec.preset or a["seq_len"] != spec.seq_len:
+        raise RatcError(f"the program is compiled for model '{a['model']}' at sequence length "
+                        f"{a['seq_len']}, the model file builds '{spec.preset}' at {spec.seq_len}")
+    if plan.T != 1:
+        raise RatcError(f"the program's plan has T={plan.T}; ratc train runs no tensor parallelism "
                         "(compile it with T=1)")
 
 

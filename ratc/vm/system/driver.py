@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ratc.errors import RatcError
-from ratc.planner.config import Candidate
+from ratc.step.config import Candidate
 
 
 def model_macs(profile) -> float:
@@ -17,24 +17,25 @@ def model_macs(profile) -> float:
 
 def compile_candidate(profile, cand: Candidate, platform, planner=None):
     """The scheduled life module of a candidate; the budget is left to the VM to enforce."""
-    from ratc.lifecycle.compile import compile_program
+    from ratc.lifecycle.compile import CompileOptions, compile_program
     from ratc.passes.base import PassError
 
     try:
-        return compile_program(profile, cand, platform, {"budget": "none", "planner": planner})
+        return compile_program(profile, cand, platform, CompileOptions(planner=planner, memory_limit=False))
     except PassError as exc:
         raise RatcError(f"{cand.label()}: {exc}") from None
 
 
 def run_module(module, platform, macs_per_step: float = 0.0, steps: int = 2, symmetric: bool = True,
-               budget="plan"):
-    """(timeline, results) of a scheduled life module."""
+               memory_limit: bool = True):
+    """(timeline, results) of a scheduled life module; with `memory_limit` a stage over the
+    plan's memory budget stops the run (OutOfMemory)."""
     from ratc.vm.system.engine import simulate
     from ratc.vm.system.life import translate
     from ratc.vm.system.results import summarize
 
     tl = simulate(translate(module, platform, steps=steps, symmetric=symmetric, macs_per_step=macs_per_step,
-                            budget=budget))
+                            memory_limit=memory_limit))
     return tl, summarize(tl)
 
 
@@ -53,13 +54,13 @@ class Comparison:
         return (self.predicted - self.simulated) / self.simulated
 
 
-def compare(planner, evaluated, budget=None) -> list:
+def compare(planner, evaluated) -> list:
     """Comparisons for planner results (ratc.planner.search.Evaluated), simulated via the lifecycle."""
     out = []
     macs = model_macs(planner.model)
     for ev in evaluated:
         module = compile_candidate(planner.model, ev.cand, planner.platform, planner)
-        _, res = run_module(module, planner.platform, macs * ev.cand.global_batch, budget=budget)
+        _, res = run_module(module, planner.platform, macs * ev.cand.global_batch, memory_limit=False)
         out.append(Comparison(ev.cand, ev.t_step, res.step_seconds, max(res.stage_peak_bytes)))
     return out
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from ratc.errors import RatcError
 from ratc.gcpause import gc_paused
 from ratc.lifecycle.lowering import find_pipeline, find_plan
+from ratc.step.plan import Plan
 from ratc.vm.system.collectives import ring_of_steps
 from ratc.vm.system.program import Program, ProgramError
 
@@ -70,18 +71,19 @@ def action_name(op, p: int) -> str:
 class _Translation:
     """State while laying out the stages' ops as tasks."""
 
-    def __init__(self, module, platform, steps: int, symmetric: bool, macs_per_step: float, budget):
+    def __init__(self, module, platform, steps: int, symmetric: bool, macs_per_step: float, memory_limit: bool):
         self.plan = find_plan(module)
         self.pipe = find_pipeline(module)
-        a = self.plan.attributes
-        if a["T"] != 1:
-            raise RatcError(f"the system VM runs T = 1 programs only (this plan has T = {a['T']})")
-        self.D = a["D"]
+        plan = Plan.from_ir(self.plan)
+        c = plan.config
+        if c.T != 1:
+            raise RatcError(f"the system VM runs T = 1 programs only (this plan has T = {c.T})")
+        self.D = c.D
         self.clock = platform.dsp.clock
         self.prog = Program(
-            stages=a["P"], replicas=a["D"], symmetric=symmetric, steps=steps, clock=self.clock,
-            memory_budget=int(a["budget"]) if budget == "plan" else budget,
-            tokens_per_step=a["D"] * a["b"] * a["M"] * a["seq_len"], macs_per_step=macs_per_step,
+            stages=c.P, replicas=c.D, symmetric=symmetric, steps=steps, clock=self.clock,
+            memory_budget=plan.budget if memory_limit else None,
+            tokens_per_step=c.global_batch * self.plan.attributes["seq_len"], macs_per_step=macs_per_step,
             peak_mac_rate=platform.cluster.peak_mac_rate)
         self.R = self.prog.simulated_replicas
         self.done: dict = {}         # (step, Value) -> per replica: tasks after which it is available
@@ -93,8 +95,8 @@ class _Translation:
         self.producer: dict = {}     # buffer -> per replica producing task
         self.allocs: list = []       # (buffer, bytes, per replica producing task), in creation order
         self.reads: list = []        # (step, op, per replica task) of every op, for the frees
-        self.chains = [[None] * self.R for _ in range(a["P"])]   # last compute task per stage
-        self.hosts: list = [None] * a["P"]   # per stage, the last compute task's (deps, cycles, corun)
+        self.chains = [[None] * self.R for _ in range(c.P)]   # last compute task per stage
+        self.hosts: list = [None] * c.P   # per stage, the last compute task's (deps, cycles, corun)
         self.queues: dict = {}       # (stage, res, prio) -> per replica: the queue's last op's end
         self.state: dict = {}        # (stage, op name, unit) -> the first step's param / opt value
         # Bulk update-prefetch is one step-end phase: a stage's next step starts after its
@@ -379,11 +381,9 @@ MAX_REPLICAS, MAX_EXPLICIT_REPLICAS = 8192, 64
 
 
 def translate(module, platform, steps: int = 2, symmetric: bool = True, macs_per_step: float = 0.0,
-              budget="plan") -> Program:
-    """The VM program of a module holding a scheduled life.pipeline (and its life.plan).
-
-    budget: 'plan' (the plan's per-cluster budget), None (no limit) or bytes.
-    """
+              memory_limit: bool = True) -> Program:
+    """The VM program of a module holding a scheduled life.pipeline (and its life.plan); with
+    `memory_limit` a stage over the plan's memory budget stops the run (OutOfMemory)."""
     if steps < 1:
         raise RatcError(f"steps must be at least 1, got {steps}")
     from ratc.lifecycle.lowering import find_plan
@@ -396,4 +396,4 @@ def translate(module, platform, steps: int = 2, symmetric: bool = True, macs_per
                            "stage's tasks; without it one replica stands for all)"))
     # many long-lived small objects: cyclic GC over them cost more than the translation
     with gc_paused():
-        return _Translation(module, platform, steps, symmetric, macs_per_step, budget).run()
+        return _Translation(module, platform, steps, symmetric, macs_per_step, memory_limit).run()

@@ -1,0 +1,126 @@
+"""The candidate configuration c = (P, D, T, Z, b, A, act, pref), its policy names, its
+`--plan` text form, and the training recipe."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ratc.errors import RatcError
+
+ACT_POLICIES = ("full", "ckpt", "fsr")
+# What commands and pass options call them (`--act-policy`, `lower-to-life{act-policy=...}`),
+# and how the paper's tables label them.
+ACT_OPTION_NAMES = {"full-save": "full", "checkpoint": "ckpt", "fsr": "fsr"}
+ACT_LABELS = {"full": "Full", "ckpt": "Ckpt", "fsr": "FSR"}
+# bulk: GradSync, UpdateShard and PrefetchW all at the accumulation boundary (conventional
+# DP/ZeRO); layerwise: per-layer GradSync overlapped with backward (the layer-wise state
+# pipeline) but bulk update and prefetch; deadline: layer-wise pipeline plus deadline-aware
+# update-prefetch scheduling (paper Eq. 2-4).
+PREF_POLICIES = ("bulk", "layerwise", "deadline")
+ZERO_STAGES = (0, 1, 2, 3)
+# How layers are split into pipeline stages: equal compute time, or equal training-state bytes.
+BALANCES = ("time", "memory")
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    """One training configuration (paper Eq. 8 plus the tensor-parallel degree T)."""
+
+    P: int          # pipeline stages
+    D: int          # data-parallel replicas
+    T: int          # tensor-parallel degree
+    Z: int          # ZeRO stage
+    b: int          # sequences per micro-batch
+    A: int          # micro-batches (gradient-accumulation steps) per replica per step
+    act: str        # activation policy: full | ckpt | fsr
+    pref: str       # state/prefetch policy: bulk | layerwise | deadline
+    balance: str = "time"   # how layers are split into stages: time | memory
+
+    @property
+    def clusters(self) -> int:
+        return self.P * self.D * self.T
+
+    @property
+    def global_batch(self) -> int:
+        return self.D * self.b * self.A
+
+    def label(self) -> str:
+        """Compact text as the paper's tables write configurations."""
+        parts = [f"P={self.P}", f"D={self.D}"]
+        if self.T > 1:
+            parts.append(f"T={self.T}")
+        parts += [f"Z={self.Z}", f"b={self.b}", f"A={self.A}", ACT_LABELS[self.act], self.pref]
+        if self.balance != "time":
+            parts.append(f"balance={self.balance}")
+        return ",".join(parts)
+
+    def as_dict(self) -> dict:
+        return {"P": self.P, "D": self.D, "T": self.T, "Z": self.Z, "b": self.b, "A": self.A,
+                "act": self.act, "pref": self.pref, "balance": self.balance}
+
+
+@dataclass(frozen=True)
+class TrainingRecipe:
+    """Bytes per parameter of mixed-precision Adam and of its update (ZeRO paper, Sec. 3.1).
+
+    Rajbhandari et al. 2020: fp16 parameters (2 B) and gradients (2 B), and K = 12 B of
+    optimizer state (fp32 master weights, Adam momentum and variance, 4 B each).
+    """
+
+    param_bytes: int = 2
+    grad_bytes: int = 2
+    optimizer_bytes: int = 12
+    # One Adam step per parameter shard: read the fp16 gradient (2), read and write the fp32
+    # master weight, momentum and variance (2 x 12), write the fp16 parameter (2).
+    update_traffic_bytes: int = 28
+
+
+RECIPE = TrainingRecipe()
+
+
+# every name of each activation policy that --plan reads (case aside)
+_ACT_NAMES = {**{a: a for a in ACT_POLICIES}, **ACT_OPTION_NAMES}
+_INT_KEYS = ("P", "D", "T", "Z", "b", "A")
+
+
+def parse_config(text: str) -> Candidate:
+    """A candidate from the planner's label form: 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline'.
+
+    T, Z, b default to 1, 2, 1; the activation policy to FSR and the state policy to deadline.
+    """
+    values = {"T": 1, "Z": 2, "b": 1, "act": "fsr", "pref": "deadline", "balance": "time"}
+    if not text.strip():
+        raise RatcError("--plan is empty (expected e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline')")
+    given: set = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, val = part.partition("=")
+        key, val = key.strip(), val.strip()
+        what = key if eq else ("act" if part.lower() in _ACT_NAMES else "pref" if part.lower() in PREF_POLICIES
+                               else part)
+        if what in given:
+            raise RatcError(f"--plan {text!r}: {what} is given twice")
+        given.add(what)
+        if eq and key in _INT_KEYS:
+            if not re.fullmatch(r"\d+", val):
+                raise RatcError(f"--plan: {key} must be a positive integer, got {val!r}")
+            values[key] = int(val)
+        elif eq and key in ("act", "pref", "balance"):
+            values[key] = val.lower()
+        elif not eq and part.lower() in _ACT_NAMES:
+            values["act"] = _ACT_NAMES[part.lower()]
+        elif not eq and part.lower() in PREF_POLICIES:
+            values["pref"] = part.lower()
+        else:
+            raise RatcError(f"--plan: cannot read {part!r} in {text!r} (expected e.g. "
+                            "'P=2,D=4,Z=2,b=1,A=128,FSR,deadline')")
+    missing = [k for k in ("P", "D", "A") if k not in values]
+    if missing:
+        raise RatcError(f"--plan {text!r}: missing {', '.join(missing)}")
+    values["act"] = _ACT_NAMES.get(values["act"], values["act"])
+    if values["act"] not in ACT_POLICIES or values["pref"] not in PREF_POLICIES:
+        raise RatcError(f"--plan {text!r}: activation policy must be one of {', '.join(ACT_POLICIES)} and state "
+                        f"policy one of {', '.join(PREF_POLICIES)}")
+    if min(values[k] for k in ("P", "D", "T", "b", "A")) < 1 or values["Z"] > 3:
+        raise RatcError(f"--plan {text!r}: P, D, T, b, A must be >= 1 and Z in 0..3")
+    return Candidate(**{k: values[k] for k in (*_INT_KEYS, "act", "pref", "balance")})

@@ -1,0 +1,42 @@
+"""The plan a program is compiled for: a configuration and the memory budget it must fit.
+
+`life.plan` holds it (with the per-unit costs the planner priced); every reader of a
+program — the lowering, the verifier, both VMs, the executors, `ratc run` and `ratc report`
+— takes it back with `Plan.from_ir`, and only `Plan.attributes` writes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ratc.ir.attributes import ByteSize
+from ratc.step.config import Candidate
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A configuration committed to a memory budget (bytes per cluster, paper Eq. 10)."""
+
+    config: Candidate
+    budget: int
+
+    def attributes(self) -> dict:
+        """The configuration's `life.plan` attributes (the layer balance only when not `time`,
+        the default, so programs planned by time read as before it was recorded)."""
+        c = self.config
+        attrs = {"P": c.P, "D": c.D, "T": c.T, "Z": c.Z, "b": c.b, "M": c.A, "act": c.act, "pref": c.pref,
+                 "budget": ByteSize(int(self.budget))}
+        if c.balance != "time":
+            attrs["balance"] = c.balance
+        return attrs
+
+    @classmethod
+    def from_ir(cls, plan_op) -> "Plan":
+        """The plan a (verified) `life.plan` op holds."""
+        a = plan_op.attributes
+        return cls(Candidate(a["P"], a["D"], a["T"], a["Z"], a["b"], a["M"], a["act"], a["pref"],
+                             a.get("balance", "time")), int(a["budget"]))
+
+    def label(self) -> str:
+        """The configuration as `--plan` writes it."""
+        return self.config.label()

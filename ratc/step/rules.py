@@ -1,0 +1,75 @@
+"""The rules of a training step, each written once for the planner (numpy arrays over
+candidates and units), the lowering and the verifier (plain scalars) alike.
+
+ZeRO (Rajbhandari et al. 2020): stage 1 shards the optimizer state over the D replicas,
+stage 2 the gradients too, stage 3 the parameters too. Under ZeRO 0 gradients are
+all-reduced and every replica updates every parameter; from stage 1 on they are
+reduce-scattered and each replica updates its 1/D shard, which stages 1 and 2 then
+all-gather (PrefetchW) and stage 3 gathers before each use.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ratc.step.config import ACT_POLICIES
+
+_FULL = ACT_POLICIES.index("full")
+
+# The ZeRO stage from which each part of the training state is sharded over the replicas.
+SHARDED_FROM = {"optimizer": 1, "grad": 2, "param": 3}
+
+
+def recomputes(act):
+    """Whether an activation policy recomputes layers before their Backward (checkpointing
+    and FSR do, full-save does not); `act` a policy name, or policy indices (numpy)."""
+    if isinstance(act, str):
+        return act != "full"
+    return np.asarray(act) != _FULL
+
+
+def recoverable(decoder, saved_bytes):
+    """Whether a unit is recomputed under a recomputing policy: a decoder layer that saves
+    something for its backward (behind frozen inputs with frozen weights a layer has no
+    backward, so nothing to recover and no checkpoint to keep)."""
+    if isinstance(decoder, (bool, np.bool_)):
+        return bool(decoder) and saved_bytes > 0
+    return np.asarray(decoder, dtype=bool) & (np.asarray(saved_bytes) > 0)
+
+
+def recovered(act, decoder, saved_bytes):
+    """Whether a unit keeps only its input (a checkpoint) and is recomputed before its Backward."""
+    if isinstance(act, str) and isinstance(decoder, (bool, np.bool_)):
+        return recomputes(act) and recoverable(decoder, saved_bytes)
+    return recomputes(act) & recoverable(decoder, saved_bytes)
+
+
+def shards(Z, D, state: str):
+    """Over how many replicas a part of the training state ('optimizer', 'grad', 'param') is
+    split under ZeRO stage Z: D once Z reaches the stage that shards it, else 1."""
+    if isinstance(Z, (int, np.integer)) and isinstance(D, (int, np.integer)):
+        return D if Z >= SHARDED_FROM[state] else 1
+    return np.where(np.asarray(Z) >= SHARDED_FROM[state], D, 1)
+
+
+def syncs_by_reduce_scatter(Z):
+    """Whether GradSync reduce-scatters (ZeRO >= 1: each replica updates a shard) rather than
+    all-reduces (ZeRO 0)."""
+    return Z >= 1
+
+
+def prefetches(Z):
+    """Whether updated parameter shards are all-gathered after the update (PrefetchW): ZeRO 1
+    and 2. ZeRO 3 gathers before each use instead; ZeRO 0 updates every parameter locally."""
+    return (Z == 1) | (Z == 2) if not isinstance(Z, (int, np.integer)) else Z in (1, 2)
+
+
+def gathers(Z):
+    """Whether each use of a unit's parameters gathers them first (ZeRO 3)."""
+    return Z >= 3
+
+
+def reduces_per_micro_batch(Z):
+    """Whether each micro-batch's gradient is reduce-scattered into a sharded accumulator as
+    backward produces it (ZeRO >= 2: the bucket is freed after it), not accumulated locally."""
+    return Z >= 2
