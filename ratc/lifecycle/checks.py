@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 
 from ratc.ir.verifier import VerifyError, prefer_local, verify_op
+from ratc.step.rules import (gathers, prefetches, recomputes, recoverable, reduces_per_micro_batch,
+                             syncs_by_reduce_scatter)
 
 # memory-plan's lifetime tiers (ratc.lifecycle.liveness); "none" for a result that takes no memory
 TIERS = ("long", "medium", "short", "none")
@@ -36,7 +38,7 @@ TASK_OPS = frozenset({"life.param", "life.opt", "life.recv", "life.send", "life.
 def recovered(unit: dict) -> bool:
     """Whether a plan unit (its attributes) is recomputed under ckpt / FSR: a decoder layer
     that saves something for its backward (ratc.planner.opcost.UnitCost.recovers)."""
-    return unit.get("decoder") is True and int(unit.get("saved", 0)) > 0
+    return recoverable(unit.get("decoder") is True, int(unit.get("saved", 0)))
 
 
 def not_recovered(units) -> list[int]:
@@ -74,7 +76,7 @@ class _Ctx:
     def recovers(self, i: int) -> bool:
         """Decoder layers are recomputed under ckpt and fsr, but those in `no_recover` (they
         save nothing for backward); embedding and head never."""
-        return self.act != "full" and 0 < i < self.head and i not in self.no_recover
+        return recomputes(self.act) and 0 < i < self.head and i not in self.no_recover
 
 
 def _context(op) -> _Ctx:
@@ -92,7 +94,7 @@ def key(value) -> tuple:
 
 
 def _weights(c: _Ctx, i: int, m: int, phase: str) -> tuple:
-    return ("life.param", i, None, None, PARAM) if c.Z < 3 else ("life.gather", i, m, phase, VIEW)
+    return ("life.gather", i, m, phase, VIEW) if gathers(c.Z) else ("life.param", i, None, None, PARAM)
 
 
 def _layer_input(c: _Ctx, i: int, m: int):
@@ -108,7 +110,7 @@ def bucket_release(c: _Ctx, i: int, m: int):
     takes -- that of the bucket-holding unit-Backward BUCKET_BUFFERS earlier in the stage
     (Backwards issue micro-batch by micro-batch, last unit first, in every schedule; a
     frozen unit has no gradient and takes no buffer) -- or None."""
-    if c.Z < 2 or i in c.frozen:
+    if not reduces_per_micro_batch(c.Z) or i in c.frozen:
         return None
     held = [u for u in reversed(c.units) if u not in c.frozen]
     k = m * len(held) + held.index(i) - BUCKET_BUFFERS
@@ -144,7 +146,7 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
         dy = None if i == c.head else (("life.recv", None, m, "bwd", ACT) if i == c.last
                                        else ("life.bwd", i + 1, m, None, ACT))
         saved = ("life.recover", i, m, None, REC) if c.recovers(i) else ("life.fwd", i, m, None, SAVED)
-        acc = ("life.bwd", i, m - 1, None, GRAD) if c.Z < 2 and m > 0 else None
+        acc = ("life.bwd", i, m - 1, None, GRAD) if not reduces_per_micro_batch(c.Z) and m > 0 else None
         free = bucket_release(c, i, m)
         # a recovered layer's Backward reuses its Recover's ZeRO-3 view
         view = _weights(c, i, m, "rec" if c.recovers(i) else "bwd")
@@ -155,10 +157,10 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
         return [("life.bwd", i, m, None, GRAD)] + prev, [TOKEN, GRAD], bool(prev)
     if name == "life.grad_sync":
         last = [("life.bwd", i, c.M - 1, None, GRAD)]
-        if c.Z >= 2:   # the token frees the last bucket's buffer
+        if reduces_per_micro_batch(c.Z):   # the token frees the last bucket's buffer
             prev = [("life.reduce", i, c.M - 2, None, GRAD)] if c.M > 1 else []
             return last + prev, [TOKEN, GRAD], bool(prev)
-        return last, [GRAD], c.Z == 0
+        return last, [GRAD], not syncs_by_reduce_scatter(c.Z)
     if name == "life.tie_sum":
         group = c.tie_group(i) or [i]
         mine = [j for j in group if j != i and j in c.units] + [i]
@@ -172,7 +174,7 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
     if name == "life.step_end":
         # a frozen unit's parameters never change: the next step reads them as they are
         return [("life.param", j, None, None, PARAM) if j in c.frozen else
-                ("life.prefetch", j, None, None, VIEW) if c.Z in (1, 2) else
+                ("life.prefetch", j, None, None, VIEW) if prefetches(c.Z) else
                 ("life.update", j, None, None, PARAM) for j in c.units], [], False
     raise VerifyError(f"'{name}' is not a task of a stage program", op)
 
@@ -205,14 +207,14 @@ def check_task(op) -> None:
         raise VerifyError(f"'{op.name}' of unit {i}: the unit is in none of the plan's tie groups", op)
     if op.name == "life.recover" and not c.recovers(i):
         raise VerifyError(f"'{op.name}' of unit {i}: no recovery under act policy '{c.act}' for this unit", op)
-    if op.name == "life.gather" and c.Z < 3:
+    if op.name == "life.gather" and not gathers(c.Z):
         raise VerifyError(f"'{op.name}': parameter gathers exist only under ZeRO-3 (Z = {c.Z})", op)
     if op.name == "life.prefetch" and c.Z not in (1, 2):
         raise VerifyError(f"'{op.name}': PrefetchW exists only under ZeRO-1/2 (Z = {c.Z})", op)
-    if op.name == "life.reduce" and (c.Z < 2 or m == c.M - 1):
+    if op.name == "life.reduce" and (not reduces_per_micro_batch(c.Z) or m == c.M - 1):
         raise VerifyError(f"'{op.name}': per-micro-batch reduction exists only under ZeRO >= 2 "
                           f"before the last micro-batch", op)
-    if op.name == "life.grad_sync" and a["kind"] != ("all-reduce" if c.Z == 0 else "reduce-scatter"):
+    if op.name == "life.grad_sync" and a["kind"] != ("reduce-scatter" if syncs_by_reduce_scatter(c.Z) else "all-reduce"):
         raise VerifyError(f"'{op.name}' kind must match ZeRO-{c.Z}", op)
     want, results, inplace = expected(op, c)
     got = [key(v) for v in op.operands]
@@ -266,7 +268,7 @@ def required_tasks(c: _Ctx) -> set:
             need |= {("life.grad_sync", i, None, None), ("life.update", i, None, None)}
         if trained and c.tie_group(i):
             need.add(("life.tie_sum", i, None, None))
-        if trained and c.Z in (1, 2):
+        if trained and prefetches(c.Z):
             need.add(("life.prefetch", i, None, None))
         for m in range(c.M):
             need |= {("life.fwd", i, m, None), ("life.bwd", i, m, None)}
@@ -274,9 +276,9 @@ def required_tasks(c: _Ctx) -> set:
             if c.recovers(i):
                 need.add(("life.recover", i, m, None))
                 phases[1] = "rec"       # the Backward reuses its Recover's view
-            if c.Z >= 3:
+            if gathers(c.Z):
                 need |= {("life.gather", i, m, ph) for ph in phases}
-            if trained and c.Z >= 2 and m < c.M - 1:
+            if trained and reduces_per_micro_batch(c.Z) and m < c.M - 1:
                 need.add(("life.reduce", i, m, None))
     for m in range(c.M):
         if c.p > 0:

@@ -16,8 +16,9 @@ from ratc.ir.attributes import SymbolRef
 from ratc.ir.core import Block, Module, Operation
 from ratc.ir.types import OpaqueType
 from ratc.ir.verifier import verify_op
-from ratc.lifecycle.checks import frozen_units, not_recovered, recovered
 from ratc import limits
+from ratc.lifecycle.checks import frozen_units, not_recovered, recovered
+from ratc.step.rules import gathers, prefetches, recomputes, reduces_per_micro_batch, syncs_by_reduce_scatter
 
 ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = (
     OpaqueType("life", n) for n in ("act", "saved", "rec", "grad", "param", "opt", "view", "token"))
@@ -79,12 +80,12 @@ class _StageLowering:
 
     def recovers(self, i: int) -> bool:
         """Whether unit i keeps only its input (checkpoint) and is recomputed before backward."""
-        return self.act != "full" and recovered(self.u(i))
+        return recomputes(self.act) and recovered(self.u(i))
 
     def weights(self, i: int, mb: int, phase: str, before: list):
         """The parameter value a task of unit i uses; under ZeRO-3 a fresh gather."""
         w = self.env["w", i]
-        if self.Z < 3:
+        if not gathers(self.Z):
             return w
         u = self.u(i)
         g = _task("life.gather", [w], [VIEW], {"unit": i, "mb": mb, "phase": phase, "dur": u["gather"],
@@ -105,10 +106,10 @@ class _StageLowering:
                 [f"opt{i}"])).result
 
     def interleave(self, tasks: list[tuple[list, Operation, list]]) -> None:
-        """Emit (gathers, task, followers) with each ZeRO-3 gather issued one task ahead of its use."""
-        for k, (gathers, op, followers) in enumerate(tasks):
+        """Emit (its gathers, task, followers) with each ZeRO-3 gather issued one task ahead of its use."""
+        for k, (its_gathers, op, followers) in enumerate(tasks):
             if k == 0:
-                self.ops += gathers
+                self.ops += its_gathers
             self.ops.append(op)
             if k + 1 < len(tasks):
                 self.ops[-1:-1] = tasks[k + 1][0]
@@ -171,17 +172,17 @@ class _StageLowering:
                 saved = self.env["saved", i, m]
                 before = []
                 w = self.weights(i, m, "bwd", before)
-            acc = self.env.get(("g", i, m - 1)) if self.Z < 2 else None
+            acc = None if reduces_per_micro_batch(self.Z) else self.env.get(("g", i, m - 1))
             # a unit with nothing trained has no gradient: its Backward takes no bucket buffer
-            holds = self.Z >= 2 and not u.get("frozen", False)
+            holds = reduces_per_micro_batch(self.Z) and not u.get("frozen", False)
             k = len(self.released)
             free = self.released[k - 2] if holds and k >= 2 else None
             types, sizes, names = [], [], []
             if i != 0:
                 types.append(ACT), sizes.append(int(u["in_bytes"])), names.append(f"dx{i}_{m}")
             types.append(GRAD)
-            sizes.append(int(u["grad"] if self.Z < 2 else u["bucket"]))
-            names.append(f"g{i}_{m}" if self.Z < 2 else f"bucket{i}_{m}")
+            sizes.append(int(u["bucket"] if reduces_per_micro_batch(self.Z) else u["grad"]))
+            names.append(f"bucket{i}_{m}" if reduces_per_micro_batch(self.Z) else f"g{i}_{m}")
             attrs = {"unit": i, "mb": m, "dur": u["bwd"], "dc": u["bwd_c"], "dd": u["bwd_d"], "ws": u["ws"],
                      "res": "compute", "prio": PRIO_MAIN, "sizes": sizes}
             if acc is not None:
@@ -221,14 +222,14 @@ class _StageLowering:
         into its synchronized form; under ZeRO >= 2 also the token freeing that bucket buffer."""
         M, Z, u = self.M, self.Z, self.u(i)
         operands = [self.env["g", i, M - 1]]
-        if Z >= 2 and M > 1:
+        if reduces_per_micro_batch(Z) and M > 1:
             operands.append(self.env["acc", i, M - 2])
-        size = int(u["grad"] if Z != 1 else u["shard"])
+        size = int(u["shard"])      # the synchronized gradient: the part this replica updates
         attrs = {"unit": i, "kind": u["sync_kind"], "dur": u["sync"], "res": "link", "prio": PRIO_SYNC,
-                 "sizes": [0, size] if Z >= 2 else [size]}
-        if Z == 0 or len(operands) == 2:
+                 "sizes": [0, size] if reduces_per_micro_batch(Z) else [size]}
+        if not syncs_by_reduce_scatter(Z) or len(operands) == 2:     # an all-reduce sums in place
             attrs["inplace"] = True
-        types, names = ([TOKEN, GRAD], [f"bfree{i}_{M - 1}", f"gs{i}"]) if Z >= 2 else ([GRAD], [f"gs{i}"])
+        types, names = ([TOKEN, GRAD], [f"bfree{i}_{M - 1}", f"gs{i}"]) if reduces_per_micro_batch(Z) else ([GRAD], [f"gs{i}"])
         op = _task("life.grad_sync", operands, types, attrs, names)
         self.env["gs", i] = op.results[-1]
         return op
@@ -241,7 +242,7 @@ class _StageLowering:
         mine = [self.env["gs", j] for j in group if j != i and j in self.local] + [self.env["gs", i]]
         u = self.u(i)
         attrs = {"unit": i, "stages": sorted({self.u(j)["stage"] for j in group}), "dur": u["tie"],
-                 "res": "link", "prio": PRIO_SYNC, "sizes": [int(u["grad"] if self.Z != 1 else u["shard"])]}
+                 "res": "link", "prio": PRIO_SYNC, "sizes": [int(u["shard"])]}
         if len(mine) == 1:
             attrs["inplace"] = True
         op = _task("life.tie_sum", mine, [GRAD], attrs, [f"gt{i}"])
@@ -257,7 +258,7 @@ class _StageLowering:
         views = {uop.attributes["index"]: self.env["w", uop.attributes["index"]] for uop in self.units
                  if uop.attributes.get("frozen", False)}
         for i in order:
-            if Z < 2:
+            if not reduces_per_micro_batch(Z):
                 self.emit(self.grad_sync(i))
         for i in order:
             if "tied" in self.u(i):
@@ -271,7 +272,7 @@ class _StageLowering:
                 "inplace": True}, [f"w{i}_next"])).result
         for i in order:
             u = self.u(i)
-            if Z in (1, 2):
+            if prefetches(Z):
                 views[i] = self.emit(_task("life.prefetch", [self.env["w'", i]], [VIEW], {
                     "unit": i, "dur": u["prefetch"], "res": "link", "prio": PRIO_STATE,
                     "sizes": [int(u["param"])], "inplace": True}, [f"view{i}"])).result

@@ -12,6 +12,7 @@ from ratc.errors import RatcError
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
 from ratc.step.plan import Plan
+from ratc.step.rules import gathers, prefetches, reduces_per_micro_batch, shards, syncs_by_reduce_scatter
 
 
 def plan_op(profile, cand, platform, planner=None) -> Operation:
@@ -53,22 +54,23 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
         grads = u.trainable * recipe.grad_bytes
         views = u.params * recipe.param_bytes
         sends = grads > 0
-        sync = (all_reduce(D, grads, dp_link) if Z == 0 else reduce_scatter(D, grads, dp_link)) if sends else 0.0
+        sync = ((reduce_scatter if syncs_by_reduce_scatter(Z) else all_reduce)(D, grads, dp_link)) if sends else 0.0
         attrs = {
             "index": i, "name": u.name, "stage": stage_of[i], "decoder": u.decoder,
             "fwd": b * u.fwd + fwd_tp, "fwd_c": b * u.fwd_compute, "fwd_d": b * u.fwd_ddr,
             "bwd": b * u.bwd + bwd_tp, "bwd_c": b * u.bwd_compute, "bwd_d": b * u.bwd_ddr,
             "in_bytes": _b(b * u.ckpt_bytes), "saved": _b(b * u.saved_bytes), "ws": _b(b * u.workspace),
-            "param": _b(views / (D if Z >= 3 else 1)),
-            "opt": _b(u.trainable * recipe.optimizer_bytes / (D if Z >= 1 else 1)),
-            "grad": _b(grads / (D if Z >= 2 else 1)),
-            "shard": _b(grads / (D if Z >= 1 else 1)),
-            "bucket": _b(grads if Z >= 2 else 0), "view": _b(views if Z >= 3 else 0),
-            "sync": float(sync), "sync_kind": "all-reduce" if Z == 0 else "reduce-scatter",
-            "reduce": float(reduce_scatter(D, grads, dp_link)) if Z >= 2 and sends else 0.0,
-            "update": u.trainable / (D if Z >= 1 else 1) * recipe.update_traffic_bytes / ddr,
-            "prefetch": float(all_gather(D, u.trainable * recipe.param_bytes, dp_link)) if Z in (1, 2) and sends else 0.0,
-            "gather": float(all_gather(D, views, dp_link)) if Z >= 3 else 0.0,
+            "param": _b(views / shards(Z, D, "param")),
+            "opt": _b(u.trainable * recipe.optimizer_bytes / shards(Z, D, "optimizer")),
+            "grad": _b(grads / shards(Z, D, "grad")),
+            # the shard each replica updates: sharded as the optimizer state is
+            "shard": _b(grads / shards(Z, D, "optimizer")),
+            "bucket": _b(grads if reduces_per_micro_batch(Z) else 0), "view": _b(views if gathers(Z) else 0),
+            "sync": float(sync), "sync_kind": "reduce-scatter" if syncs_by_reduce_scatter(Z) else "all-reduce",
+            "reduce": float(reduce_scatter(D, grads, dp_link)) if reduces_per_micro_batch(Z) and sends else 0.0,
+            "update": u.trainable / shards(Z, D, "optimizer") * recipe.update_traffic_bytes / ddr,
+            "prefetch": float(all_gather(D, u.trainable * recipe.param_bytes, dp_link)) if prefetches(Z) and sends else 0.0,
+            "gather": float(all_gather(D, views, dp_link)) if gathers(Z) else 0.0,
             # What the codegen pass needs: kernel calls per micro-batch and the seconds no
             # kernel runs (roofline ops, attention's DDR streams, TP all-reduces).
             "kfwd": _calls(u.kernels.fwd, b), "kbwd": _calls(u.kernels.bwd, b),
@@ -85,7 +87,7 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             # the tied part of the synchronized gradient (its shard under ZeRO >= 1, aligned
             # across the copies), summed over the copies' stages before the update
             group = next(g for g in ties if i in g)
-            tied = u.tied * recipe.grad_bytes / (D if Z >= 1 else 1)
+            tied = u.tied * recipe.grad_bytes / shards(Z, D, "optimizer")
             attrs["tied"] = _b(tied)
             attrs["tie"] = float(tie_sum(len({stage_of[j] for j in group}), tied, pp_link, ddr))
         ops.append(Operation("life.unit", attributes={k: _num(v) for k, v in attrs.items()}))

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ratc.planner.config import CandidateBatch
+from ratc.step.rules import gathers, recomputes, reduces_per_micro_batch, shards
 from ratc.step.config import ACT_POLICIES, RECIPE
 from ratc.planner.stages import StageCosts
 
-FULL, FSR = ACT_POLICIES.index("full"), ACT_POLICIES.index("fsr")
+FSR = ACT_POLICIES.index("fsr")
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,11 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     D, Z, b = c.D, c.Z, c.b
     # Frozen parameters (requires_grad=False) keep their fp16 copy but have no gradient and
     # no master weights or Adam moments.
-    params = sc.params * recipe.param_bytes / np.where(Z >= 3, D, 1)
-    grads = sc.trainable * recipe.grad_bytes / np.where(Z >= 2, D, 1)
-    optimizer = sc.trainable * recipe.optimizer_bytes / np.where(Z >= 1, D, 1)
+    params = sc.params * recipe.param_bytes / shards(Z, D, "param")
+    grads = sc.trainable * recipe.grad_bytes / shards(Z, D, "grad")
+    optimizer = sc.trainable * recipe.optimizer_bytes / shards(Z, D, "optimizer")
     n = n_in_flight(sc.P, c.M)
-    recovers = c.act != FULL
+    recovers = recomputes(c.act)
     held = np.where(recovers, n * b * sc.ckpt, n * b * sc.saved_full)
     zero = np.zeros_like(held)
     # A Backward reads its output's gradient and writes its input's: two hidden-stream
@@ -67,10 +68,10 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     # ZeRO-3 views: the current unit's and the next one's (gathered a task ahead); a recovered
     # decoder layer is gathered for its Recover and again for its Backward, which follows it.
     views = np.maximum(sc.view_pair, np.where(recovers, 2 * sc.max_dec_params, 0.0))
-    param_view = np.where(Z >= 3, views * recipe.param_bytes, 0.0) + zero
+    param_view = np.where(gathers(Z), views * recipe.param_bytes, 0.0) + zero
 
     def bucket(unit_trainable):   # full fp16 gradients until their reduce-scatter (ZeRO >= 2)
-        return np.where(Z >= 2, unit_trainable * recipe.grad_bytes, 0.0) + zero
+        return np.where(reduces_per_micro_batch(Z), unit_trainable * recipe.grad_bytes, 0.0) + zero
 
     # ZeRO >= 2 reduces out of two bucket buffers (DeepSpeed's double-buffered ipg_buffer): a
     # Backward waits until the bucket two Backwards back is reduce-scattered, so a stage holds
@@ -100,7 +101,7 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     two = np.where(fsr & ((sc.n_rec >= 2) | middle), 2, 1)
     rec = np.where(recovers, b * (sc.rec_buf + (two - 1) * sc.stream_buf), 0.0)
     rec_edge = np.where(fsr, b * (sc.rec_buf + sc.dec_workspace), 0.0)
-    z3 = Z >= 3
+    z3 = gathers(Z)
     if np.any(z3):
         z3_dec, z3_edge, z3_alone, z3_fwd = (x + zero for x in _zero3_views_and_buckets(sc, c, recovers, fsr, recipe))
     else:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from ratc.errors import RatcError
 from ratc.frontend.profile import LayerProfile, ModelProfile, OpProfile
 from ratc.planner.corun import corun_within, least_headroom, merged_runs, phases
+from ratc.step.rules import recoverable
 
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i64": 8, "i32": 4, "bool": 1}
 
@@ -54,7 +55,7 @@ class UnitCost:
         Decoder layers do, unless they save nothing for backward: behind frozen inputs with
         frozen weights a layer has no backward (autograd builds no graph), so there is
         nothing to recover and no checkpoint to keep."""
-        return self.decoder and self.saved_bytes > 0
+        return recoverable(self.decoder, self.saved_bytes)
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,12 @@ import numpy as np
 
 from ratc.planner.collectives import Link, all_gather, all_reduce, link_for, reduce_scatter, tie_sum
 from ratc.planner.config import CandidateBatch
+from ratc.step.rules import gathers, prefetches, recomputes, reduces_per_micro_batch, shards, syncs_by_reduce_scatter
 from ratc.step.config import ACT_POLICIES, PREF_POLICIES, RECIPE
 from ratc.planner.opcost import TP_ALLREDUCES_PER_LAYER
 from ratc.planner.stages import StageCosts
 
-FULL, CKPT, FSR = (ACT_POLICIES.index(a) for a in ("full", "ckpt", "fsr"))
+CKPT, FSR = (ACT_POLICIES.index(a) for a in ("ckpt", "fsr"))
 BULK, LAYERWISE, DEADLINE = (PREF_POLICIES.index(p) for p in ("bulk", "layerwise", "deadline"))
 
 
@@ -254,7 +255,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     act_bytes = b * seq_len * hidden * elem          # one micro-batch's hidden stream, [C, 1]
     stage = np.arange(P)[None, :]
     n_dec, n_rec = sc.n_dec, sc.n_rec
-    recovers = c.act != FULL
+    recovers = recomputes(c.act)
     fsr = c.act == FSR
 
     # Megatron's vocab-parallel embedding all-reduces its output (forward, first stage) and
@@ -274,8 +275,8 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
         ar = all_reduce(T, act_bytes, tp)
         send = pp.send(act_bytes) if P > 1 else np.zeros_like(act_bytes)
         ag = (all_gather(D[:, :, None], sc.u_params * recipe.param_bytes, _ex(dp))
-              * (Z >= 3)[:, :, None] * (sc.u_params > 0))
-        rs = reduce_scatter(D, sc.trainable * recipe.grad_bytes, dp) * (Z >= 2) * (sc.trainable > 0)
+              * gathers(Z)[:, :, None] * (sc.u_params > 0))
+        rs = reduce_scatter(D, sc.trainable * recipe.grad_bytes, dp) * reduces_per_micro_batch(Z) * (sc.trainable > 0)
         # (a layer with no backward, behind frozen inputs, has no backward all-reduces)
         layers = TP_ALLREDUCES_PER_LAYER * np.stack([n_dec, sc.n_dec_bwd]) * ar
         busy = layers.sum(axis=0) + (first + last) * ar + _sends(P, send) + 2 * ag.sum(axis=2) + rs
@@ -376,14 +377,14 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe):
     trained = sc.u_trainable
     real = trained > 0                 # zero padding and frozen units send nothing: no message latency
     grads = trained * recipe.grad_bytes
-    rs = np.where(Z == 0, all_reduce(D, grads, link), reduce_scatter(D, grads, link)) * real
+    rs = np.where(syncs_by_reduce_scatter(Z), reduce_scatter(D, grads, link), all_reduce(D, grads, link)) * real
     # A tied parameter's synchronized gradient (shard) is summed over its copies before the
     # update, on the same link queue after the GradSync: the frontend ties the embedding and
     # the head only, on two stages when P > 1.
-    tied = sc.u_tied * recipe.grad_bytes / np.where(Z >= 1, D, 1)
+    tied = sc.u_tied * recipe.grad_bytes / shards(Z, D, "optimizer")
     rs = rs + tie_sum(min(sc.P, 2), tied, _ex(pp_link), ddr)
-    upd = trained / np.where(Z >= 1, D, 1) * recipe.update_traffic_bytes / ddr
-    ag = np.where((Z == 1) | (Z == 2), all_gather(D, trained * recipe.param_bytes, link), 0.0) * real
+    upd = trained / shards(Z, D, "optimizer") * recipe.update_traffic_bytes / ddr
+    ag = np.where(prefetches(Z), all_gather(D, trained * recipe.param_bytes, link), 0.0) * real
     u_fwd = b * sc.u_fwd
     # The last micro-batch's Backward of a unit, whose end releases its GradSync, with what
     # its recovery adds (checkpointing: the Recover before it; FSR: the co-run it hosts).
@@ -451,7 +452,7 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe):
     # Bulk defers what DeepSpeed defers: the gradient all-reduce / reduce-scatter under ZeRO
     # 0/1; under ZeRO >= 2 each bucket is reduce-scattered as backward produces it (the last
     # micro-batch's too), so its GradSyncs overlap the backward as layer-wise ones do.
-    tails = {BULK: stepend(np.where(Z[:, :, 0] < 2, sum_rs, s_exp)), LAYERWISE: stepend(s_exp),
+    tails = {BULK: stepend(np.where(reduces_per_micro_batch(Z[:, :, 0]), s_exp, sum_rs)), LAYERWISE: stepend(s_exp),
              DEADLINE: (e_deadline, dl_comm, dl_upd)}
     # [C, 3, len(PREF_POLICIES)]: (E_comm, E_upd, E_pref) of the state chain under each policy
     by_pref = np.stack([np.stack(_worst_stage(*tails[i]), axis=1) for i in range(len(PREF_POLICIES))], axis=-1)

@@ -22,6 +22,7 @@ import torch
 from ratc.errors import RatcError
 from ratc.ir.core import Module, Operation
 from ratc.step.plan import Plan
+from ratc.step.rules import syncs_by_reduce_scatter
 from ratc.vm.functional.boundary import live_in
 from ratc.vm.functional.shards import AdamW, UnitState, all_gather
 from ratc.vm.functional.streams import RecoveryStream
@@ -445,7 +446,7 @@ class FunctionalExecutor:
             if g.numel() != s.c:
                 raise RatcError(f"gradient of {g.numel()} elements for a shard of {s.c}")
             s.step(g.clone(), skip)
-            s.view = s.master.detach()[:s.N] if s.Z == 0 else None
+            s.view = None if syncs_by_reduce_scatter(s.Z) else s.master.detach()[:s.N]
         return [params]
 
     def _step_end(self, p: int, op: Operation, ins: list) -> list:

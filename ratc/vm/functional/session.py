@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ratc.errors import RatcError
+from ratc.step.rules import shards
 from ratc.vm.functional.data import SyntheticData
 from ratc.vm.functional.executor import FunctionalExecutor
 from ratc.vm.functional.reference import Reference
@@ -46,7 +47,7 @@ def host_bytes(params: int, cfg: TrainConfig) -> int:
     copies = 2                                   # the built model; the executor's initial flat vectors
     copies += cfg.D                              # each replica's parameter view
     master = 1 + ADAMW_MOMENTS                   # master weights + AdamW moments, sharded under ZeRO >= 1
-    copies += master if cfg.Z >= 1 else master * cfg.D
+    copies += master * (cfg.D // shards(cfg.Z, cfg.D, "optimizer"))
     copies += cfg.D                              # each replica's gradient accumulator
     if cfg.reference:
         copies += 2 + ADAMW_MOMENTS              # the reference's weights, gradients, AdamW moments

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ratc.step import rules
+
 
 @dataclass(frozen=True)
 class AdamW:
@@ -41,17 +43,17 @@ class UnitState:
                  frozen: torch.Tensor | None = None, segments: tuple[int, ...] = ()):
         self.N, self.D, self.Z, self.replica = flat.numel(), D, Z, replica
         self.segments = tuple(segments) or (self.N,)
-        self.widths = [math.ceil(n / D) if Z >= 1 else n for n in self.segments]   # per shard
+        self.widths = [math.ceil(n / rules.shards(Z, D, "optimizer")) for n in self.segments]   # per shard
         self.c = sum(self.widths)
         self.master = torch.nn.Parameter(self.shard(flat).clone())
         self.frozen = self.shard_of(frozen)    # this shard's requires_grad=False elements, or None
         self.optimizer = opt.make([self.master])
         # The previous step boundary's view; ZeRO-3 keeps none (it gathers before every use).
-        self.view: torch.Tensor | None = flat.clone() if Z < 3 else None
+        self.view: torch.Tensor | None = None if rules.gathers(Z) else flat.clone()
 
     def rows(self, full: torch.Tensor) -> torch.Tensor:
         """A flat vector laid out as [D, c]: row r is shard r (each segment padded and split)."""
-        if self.Z == 0:
+        if not rules.syncs_by_reduce_scatter(self.Z):
             return full.view(1, -1)
         out, o = [], 0
         for n, w in zip(self.segments, self.widths):
@@ -63,11 +65,11 @@ class UnitState:
 
     def shard(self, full: torch.Tensor) -> torch.Tensor:
         """This replica's shard of a flat vector (the whole vector under ZeRO-0)."""
-        return self.rows(full)[self.replica if self.Z >= 1 else 0]
+        return self.rows(full)[self.replica if rules.syncs_by_reduce_scatter(self.Z) else 0]
 
     def unshard(self, shards: torch.Tensor) -> torch.Tensor:
         """The flat vector from the D shards laid end to end."""
-        rows = shards.view(self.D if self.Z >= 1 else 1, -1)
+        rows = shards.view(rules.shards(self.Z, self.D, "optimizer"), -1)
         out, o = [], 0
         for n, w in zip(self.segments, self.widths):
             out.append(rows[:, o:o + w].reshape(-1)[:n])
