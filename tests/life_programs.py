@@ -95,3 +95,19 @@ def lowered(text: str, pipeline: str | None = None):
 def simulated(text: str, steps: int = 2, symmetric: bool = True, budget=None):
     """(timeline, results) of the plan's program on the system VM; `budget`: None, bytes or 'plan'."""
     return run_module(lowered(text), mt3000(), steps=steps, symmetric=symmetric, budget=budget)
+
+
+def filecheck(output: str, checks: str, tmp_path) -> None:
+    """Match `output` against FileCheck `checks` (CHECK: lines, as LLVM's and xDSL's tests);
+    a mismatch fails the test with FileCheck's report."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    check_file = tmp_path / "checks.txt"
+    check_file.write_text(checks)
+    run = subprocess.run([sys.executable, "-m", "filecheck", str(check_file)], input=output, text=True,
+                         capture_output=True, timeout=60)
+    if run.returncode != 0:
+        pytest.fail(f"FileCheck failed:\n{run.stdout}{run.stderr}", pytrace=False)
