@@ -11,23 +11,32 @@ the same whole cycles.
 from __future__ import annotations
 
 import functools
+import math
+import subprocess
+import sys
 from dataclasses import dataclass
+
+import pytest
 
 from ratc.ir import parse_module
 from ratc.lifecycle.compile import default_pipeline
+from ratc.lifecycle.lowering import find_plan
+from ratc.passes import PassContext, PassManager, parse_pipeline
 from ratc.platform import load_platform
 from ratc.vm.system.driver import run_module
 
 
 @functools.lru_cache(maxsize=None)
 def mt3000():
+    """The platform whose clock turns the plans' cycles into seconds and back."""
     return load_platform("mt3000")
 
 
 @dataclass(frozen=True)
 class Unit:
     """One unit's costs per micro-batch: work in cycles as (compute, DDR) parts run one after
-    the other (a Recover repeats the forward's), state-chain cycles, and bytes."""
+    the other (a Recover repeats the forward's), state-chain cycles, and bytes. ZeRO-2's
+    per-micro-batch reduce-scatters and ZeRO-3's gathers take no time."""
 
     fwd: tuple = (0, 0)
     bwd: tuple = (0, 0)
@@ -54,8 +63,8 @@ def _phases(work: tuple) -> str:
     return f"[{_seconds(c)}, 0.0, 0.0, {_seconds(d)}]"
 
 
-def _unit_text(index: int, stage: int, decoder: bool, u: Unit, Z: int) -> str:
-    shard = u.grad if Z == 0 else u.grad // 2
+def _unit_text(index: int, stage: int, decoder: bool, u: Unit, D: int, Z: int) -> str:
+    shard = u.grad if Z == 0 else math.ceil(u.grad / D)
     attrs = {
         "index": index, "name": f'"u{index}"', "stage": stage, "decoder": str(decoder).lower(),
         "fwd": _seconds(sum(u.fwd)), "fwd_c": _seconds(u.fwd[0]), "fwd_d": _seconds(u.fwd[1]), "fph": _phases(u.fwd),
@@ -74,7 +83,7 @@ def plan_text(stages, M: int, D: int = 1, Z: int = 1, act: str = "full", pref: s
     P = len(stages)
     placed = [(0, False, embedding)] + [(p, True, u) for p, layers in enumerate(stages) for u in layers]
     placed.append((P - 1, False, head))
-    units = [_unit_text(i, p, dec, u, Z) for i, (p, dec, u) in enumerate(placed)]
+    units = [_unit_text(i, p, dec, u, D, Z) for i, (p, dec, u) in enumerate(placed)]
     return "\n".join([
         f"module @P{P}_D{D}_M{M} {{",
         f'  life.plan @plan {{P = {P}, D = {D}, T = 1, Z = {Z}, b = 1, M = {M}, act = "{act}", pref = "{pref}", '
@@ -84,9 +93,6 @@ def plan_text(stages, M: int, D: int = 1, Z: int = 1, act: str = "full", pref: s
 
 def lowered(text: str, pipeline: str | None = None):
     """The module of `text` through `pipeline` (default: the plan's full lifecycle pipeline)."""
-    from ratc.lifecycle.lowering import find_plan
-    from ratc.passes import PassContext, PassManager, parse_pipeline
-
     module = parse_module(text, "plan.ir")
     pipeline = pipeline or default_pipeline(find_plan(module).attributes["pref"], budget="none")
     return PassManager(parse_pipeline(pipeline), ctx=PassContext(platform=mt3000())).run(module)
@@ -100,11 +106,6 @@ def simulated(text: str, steps: int = 2, symmetric: bool = True, budget=None):
 def filecheck(output: str, checks: str, tmp_path) -> None:
     """Match `output` against FileCheck `checks` (CHECK: lines, as LLVM's and xDSL's tests);
     a mismatch fails the test with FileCheck's report."""
-    import subprocess
-    import sys
-
-    import pytest
-
     check_file = tmp_path / "checks.txt"
     check_file.write_text(checks)
     run = subprocess.run([sys.executable, "-m", "filecheck", str(check_file)], input=output, text=True,

@@ -5,11 +5,11 @@ the action notation of its lowered stages (ratc.lifecycle.actions) or its printe
 few CHECK lines."""
 
 import pytest
-from life_programs import Unit, filecheck, lowered, plan_text
 
 from ratc.ir import print_module
 from ratc.lifecycle.actions import format_pipeline
 from ratc.lifecycle.lowering import find_pipeline
+from life_programs import Unit, filecheck, lowered, plan_text
 
 LAYER = Unit(fwd=(10, 0), bwd=(20, 0), saved=100, act_in=10, param=50, grad=50, sync=5, update=5, prefetch=5)
 

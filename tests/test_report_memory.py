@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from life_programs import Unit, plan_text, simulated
 
 from ratc.report import memory_plot
 from ratc.report.data import MemoryData, MemorySeries, StageBreakdown
 from ratc.report.from_vm import memory_from_timeline
 from ratc.vm.system.engine import simulate
 from ratc.vm.system.program import Program
+from life_programs import Unit, plan_text, simulated
 
 
 def test_hand_built_program_gives_the_hand_computed_step_function():

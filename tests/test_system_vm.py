@@ -9,7 +9,6 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from life_programs import Unit, lowered, mt3000, plan_text, simulated
 
 from ratc.vm.system.collectives import ring
 from ratc.vm.system.driver import run_module
@@ -18,6 +17,7 @@ from ratc.vm.system.memory import OutOfMemory
 from ratc.vm.system.program import Link, Program, ProgramError
 from ratc.vm.system.results import critical_path, summarize
 from ratc.vm.system.trace import chrome_trace
+from life_programs import Unit, lowered, mt3000, plan_text, simulated
 
 
 def uniform(P, M, tf, tb, units=1, D=1, **kw):
@@ -28,7 +28,7 @@ def uniform(P, M, tf, tb, units=1, D=1, **kw):
     return plan_text([[layer] * units] * P, M=M, D=D, **kw)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(P=st.integers(1, 6), M=st.integers(1, 10), tf=st.integers(1, 40), tb=st.integers(1, 40),
        units=st.sampled_from([1, 2]), D=st.integers(1, 3), steps=st.integers(1, 3))
 def test_uniform_zero_comm_makespan_and_bubble_are_closed_form(P, M, tf, tb, units, D, steps):
