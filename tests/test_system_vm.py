@@ -197,6 +197,25 @@ def test_fsr_holds_checkpoints_not_full_activations():
         assert 10 * min(4 - p, 8) <= with_ckpt - free <= 10 * (min(4 - p, 8) + 2), p
 
 
+@pytest.mark.parametrize("recover,fsr_step", [((0, 10), 110), ((10, 0), 130), ((4, 6), 118)])
+def test_fsr_hides_the_recovery_work_its_host_leaves_an_engine_for(recover, fsr_step):
+    # One stage, M = 2: the layer's Forward (so its Recover) is `recover` (compute, DDR)
+    # cycles, its Backward 20 compute cycles; the head's Forward 5 and Backward 20, compute.
+    # Full-save: 2 x (10 + 5 + 20 + 20) = 110. Checkpointing runs each Recover between the
+    # head's Backward and the layer's: + 2 x 10. FSR co-runs it with the head's Backward
+    # (Eq. 7): the pair needs 20 compute cycles plus the Recover's own, and its DDR part
+    # overlaps them: + 0 for a DDR-bound Recover, + 10 for a compute-bound one, + 4 for
+    # (4, 6). What a Recover adds is recovery on the critical path.
+    layer = Unit(fwd=recover, bwd=(20, 0), saved=100)
+    head = Unit(fwd=(5, 0), bwd=(20, 0))
+    steps = {}
+    for act in ("full", "ckpt", "fsr"):
+        _, res = simulated(plan_text([[layer]], M=2, act=act, head=head), steps=1)
+        steps[act] = res.step_cycles
+        assert res.critical_cycles["recovery"] == res.step_cycles - 110, act
+    assert steps == {"full": 110, "ckpt": 130, "fsr": fsr_step}
+
+
 def test_over_budget_plan_stops_with_out_of_memory_report():
     layer = Unit(fwd=(3, 0), bwd=(5, 0), saved=1000, param=500)
     with pytest.raises(OutOfMemory) as info:
