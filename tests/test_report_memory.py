@@ -8,8 +8,8 @@ from ratc.report import memory_plot
 from ratc.report.data import MemoryData, MemorySeries, StageBreakdown
 from ratc.report.from_vm import memory_from_timeline
 from ratc.vm.system.engine import simulate
-from ratc.vm.system.onefoneb import StepSpec, UnitSpec, Work, build
-from ratc.vm.system.program import Link, Program
+from ratc.vm.system.program import Program
+from life_programs import Unit, plan_text, simulated
 
 
 def test_hand_built_program_gives_the_hand_computed_step_function():
@@ -29,25 +29,25 @@ def test_hand_built_program_gives_the_hand_computed_step_function():
     assert s.total() == [1100, 1157, 1050, 1000]
 
 
-def unit(name: str, k: int) -> UnitSpec:
-    return UnitSpec(name, Work(40 + 7 * k, 25), Work(90, 50 + 3 * k), Work(40 + 7 * k, 25), grad_bytes=3000,
-                    update=20, param_bytes=1500, saved_bytes=400 + 10 * k, ckpt_bytes=40)
+def layer(k: int) -> Unit:
+    return Unit(fwd=(40 + 7 * k, 25), bwd=(90, 50 + 3 * k), saved=400 + 10 * k, act_in=64, param=1500, opt=3500 + k,
+                grad=3000, sync=60, update=20, prefetch=30)
 
 
 @pytest.mark.parametrize("act", ["full", "ckpt", "fsr"])
 def test_peaks_equal_the_vm_memory_tracker(act):
     """Over a one-step program the series covers the whole run, so each stage's peak must be
-    the VM tracker's high-water mark."""
+    the VM tracker's high-water mark; parameters and optimizer state live throughout (long)
+    and are all that is left at the step end."""
     P = 3
-    spec = StepSpec(P=P, D=2, M=6, stages=tuple((unit(f"L{2 * p}", p), unit(f"L{2 * p + 1}", p + 1)) for p in range(P)),
-                    boundary_bytes=64, p2p=Link(3, 8.0), ring_link=Link(4, 50.0), act=act, steps=1,
-                    static=tuple(((f"w{p}", 5000 + p),) for p in range(P)), clock=1e6)
-    tl = simulate(build(spec))
+    text = plan_text([[layer(p), layer(p + 1)] for p in range(P)], M=6, D=2, Z=1, act=act, p2p=11)
+    tl, _ = simulated(text, steps=1)
     mem = memory_from_timeline(tl, "t")
     assert [s.peak() for s in mem.series] == tl.memory.stage_peaks()
     for s in mem.series:
-        assert set(s.tiers["long"]) == {5000 + s.stage}
-        assert s.total()[-1] == 5000 + s.stage    # everything but the state is freed by the step end
+        state = sum(1500 + 3500 + k for k in (s.stage, s.stage + 1))
+        assert set(s.tiers["long"]) == {state}
+        assert s.total()[-1] == state
 
 
 def test_breakdown_terms_add_up_to_the_planners_eq9():

@@ -1,56 +1,68 @@
-"""System VM: closed-form 1F1B checks, a hand-timed contended link, symmetry, memory."""
+"""System VM: closed-form 1F1B checks, a hand-timed contended link, symmetry, memory.
 
-import dataclasses
+Whole programs are small hand-written `life.plan`s (tests/life_programs.py) lowered by the
+lifecycle passes; costs are in cycles of the MT-3000 clock."""
+
 import json
+import random
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratc.vm.system.collectives import ring
+from ratc.vm.system.driver import run_module
 from ratc.vm.system.engine import simulate
 from ratc.vm.system.memory import OutOfMemory
-from ratc.vm.system.onefoneb import StepSpec, UnitSpec, Work, build
 from ratc.vm.system.program import Link, Program, ProgramError
 from ratc.vm.system.results import critical_path, summarize
 from ratc.vm.system.trace import chrome_trace
-
-FREE = Link(0, 1.0)
+from life_programs import Unit, lowered, mt3000, plan_text, simulated
 
 
 def uniform(P, M, tf, tb, units=1, D=1, **kw):
-    """P identical stages of `units` layers whose per-stage F and B total tf and tb."""
+    """P identical stages of `units` layers whose per-stage F and B total tf and tb (free
+    embedding, head and communication)."""
     assert tf % units == 0 and tb % units == 0
-    stage = tuple(UnitSpec(f"l{j}", Work(tf // units), Work(tb // units)) for j in range(units))
-    kw.setdefault("act", "full")
-    kw.setdefault("state", "none")
-    return StepSpec(P=P, D=D, M=M, stages=(stage,) * P, boundary_bytes=0, p2p=FREE, ring_link=FREE, **kw)
+    layer = Unit(fwd=(tf // units, 0), bwd=(tb // units, 0))
+    return plan_text([[layer] * units] * P, M=M, D=D, **kw)
 
 
 @settings(max_examples=60, deadline=None)
 @given(P=st.integers(1, 6), M=st.integers(1, 10), tf=st.integers(1, 40), tb=st.integers(1, 40),
        units=st.sampled_from([1, 2]), D=st.integers(1, 3), steps=st.integers(1, 3))
 def test_uniform_zero_comm_makespan_and_bubble_are_closed_form(P, M, tf, tb, units, D, steps):
-    spec = uniform(P, M, tf * units, tb * units, units=units, D=D, steps=steps)
-    res = summarize(simulate(build(spec)))
+    _, res = simulated(uniform(P, M, tf * units, tb * units, units=units, D=D), steps=steps)
     assert res.step_cycles == (M + P - 1) * (tf + tb) * units
     assert res.bubble_fraction == pytest.approx((P - 1) / (M + P - 1), abs=1e-12)
     assert sum(res.critical_cycles.values()) == res.step_cycles
 
 
+def issue_order(tl, p):
+    """Stage p's Forwards and Backwards as (F|B, micro-batch) in the order the VM started them
+    (a micro-batch's tasks of one stage, one per unit, count once)."""
+    prog = tl.program
+    k = len(str(p))
+    main = sorted((tl.start[i], i) for i, t in enumerate(prog.tasks)
+                  if t.stage == p and t.replica == 0 and t.step == 0 and t.kind in ("forward", "backward"))
+    out = []
+    for _, i in main:
+        name = prog.tasks[i].name
+        task = (name[k], int(name[k + 1:]))
+        if not out or out[-1] != task:
+            out.append(task)
+    return out
+
+
 @pytest.mark.parametrize("P,M", [(4, 6), (4, 2), (3, 3), (1, 5), (6, 13)])
-def test_synthetic_programs_issue_the_megatron_order(P, M):
-    """Each stage's main tasks, in the order the built program issues them, are Megatron-LM's
+def test_compiled_programs_issue_the_megatron_order(P, M):
+    """Each stage's main tasks, in the order the VM runs them, are Megatron-LM's
     non-interleaved 1F1B (the transcription tests/test_schedule_1f1b.py checks against torch)."""
     from test_schedule_1f1b import megatron_order
 
-    prog = build(uniform(P, M, 3, 5, D=1, steps=1))
-    tl = simulate(prog)
+    tl, _ = simulated(uniform(P, M, 3, 5), steps=1)
     for p in range(P):
-        k = len(str(p))
-        main = sorted((tl.start[i], t.name) for i, t in enumerate(prog.tasks)
-                      if t.stage == p and t.replica == 0 and t.name[k] in "FB")
-        assert [(name[k], int(name[k + 1:])) for _, name in main] == megatron_order(P, M, p), p
+        assert issue_order(tl, p) == megatron_order(P, M, p), p
 
 
 def contended(symmetric):
@@ -127,87 +139,109 @@ def _times_by_replica(prog, tl):
     return {r: sorted(v) for r, v in out.items()}
 
 
+def random_plan(rnd, P, D, M, Z, act, pref):
+    """A plan of random costs: every work, state-chain and byte count drawn on its own."""
+    def unit():
+        return Unit(fwd=(rnd.randint(1, 30), rnd.randint(0, 9)), bwd=(rnd.randint(1, 60), rnd.randint(0, 9)),
+                    saved=rnd.randint(0, 100), act_in=rnd.randint(0, 300), param=rnd.randint(0, 200),
+                    opt=rnd.randint(0, 400), grad=rnd.randint(0, 400), sync=rnd.randint(0, 40),
+                    update=rnd.randint(0, 20), prefetch=rnd.randint(0, 40))
+    stages = [[unit() for _ in range(rnd.randint(1, 3))] for _ in range(P)]
+    return plan_text(stages, M=M, D=D, Z=Z, act=act, pref=pref, p2p=rnd.randint(0, 20), embedding=unit(),
+                     head=unit())
+
+
 @settings(max_examples=25, deadline=None)
 @given(P=st.integers(1, 3), D=st.integers(2, 4), M=st.integers(1, 4), seed=st.integers(0, 10**6),
-       act=st.sampled_from(["full", "ckpt", "fsr"]), state=st.sampled_from(["bulk", "layerwise", "deadline"]),
-       sync=st.sampled_from(["reduce_scatter", "all_reduce"]))
-def test_symmetric_replicas_equal_explicit_replicas(P, D, M, seed, act, state, sync):
-    import random
-    rnd = random.Random(seed)
-    stages = []
-    for p in range(P):
-        stages.append(tuple(
-            UnitSpec(f"l{j}", Work(rnd.randint(1, 30), rnd.randint(0, 9)), Work(rnd.randint(1, 60), rnd.randint(0, 9)),
-                     rec=Work(rnd.randint(1, 30), rnd.randint(0, 5)) if j else None,
-                     grad_bytes=rnd.randint(0, 400), update=rnd.randint(0, 20), param_bytes=rnd.randint(0, 200),
-                     saved_bytes=rnd.randint(0, 100), ckpt_bytes=rnd.randint(0, 10))
-            for j in range(rnd.randint(1, 3))))
-    base = dict(P=P, D=D, M=M, stages=tuple(stages), boundary_bytes=rnd.randint(0, 300),
-                p2p=Link(rnd.randint(0, 5), float(rnd.randint(1, 8))),
-                ring_link=Link(rnd.randint(0, 5), float(rnd.randint(1, 8))), act=act, state=state, sync=sync)
-    sym = build(StepSpec(symmetric=True, **base))
-    exp = build(StepSpec(symmetric=False, **base))
-    ts, te = simulate(sym), simulate(exp)
-    assert len(exp.tasks) == D * len(sym.tasks)
+       act=st.sampled_from(["full", "ckpt", "fsr"]), pref=st.sampled_from(["bulk", "layerwise", "deadline"]),
+       Z=st.integers(0, 3))
+def test_symmetric_replicas_equal_explicit_replicas(P, D, M, seed, act, pref, Z):
+    module = lowered(random_plan(random.Random(seed), P, D, M, Z, act, pref))
+    (ts, sym), (te, exp) = (run_module(module, mt3000(), symmetric=s, memory_limit=False) for s in (True, False))
+    assert len(te.program.tasks) == D * len(ts.program.tasks)
     assert te.makespan == ts.makespan
-    want = _times_by_replica(sym, ts)[0]
-    for r, got in _times_by_replica(exp, te).items():
+    want = _times_by_replica(ts.program, ts)[0]
+    for r, got in _times_by_replica(te.program, te).items():
         assert got == want, f"replica {r}"
-    assert summarize(te).as_dict()["stage_peak_memory_bytes"] == summarize(ts).as_dict()["stage_peak_memory_bytes"]
+    assert exp.stage_peak_bytes == sym.stage_peak_bytes
 
 
 @pytest.mark.parametrize("P,M", [(4, 8), (4, 2), (3, 3), (1, 5)])
 def test_full_save_peak_activations_match_narayanan_in_flight_count(P, M):
     # Narayanan et al. 2021 (1F1B): stage p keeps at most min(P - p, M) micro-batches' activations.
-    act = 1000
-    stage = (UnitSpec("l0", Work(3), Work(5), saved_bytes=act),)
-    spec = StepSpec(P=P, D=1, M=M, stages=(stage,) * P, boundary_bytes=0, p2p=FREE, ring_link=FREE,
-                    act="full", state="none", steps=1, static=tuple((("params", 7),) for _ in range(P)))
-    res = summarize(simulate(build(spec)))
-    assert list(res.stage_peak_bytes) == [7 + act * min(P - p, M) for p in range(P)]
+    layer = Unit(fwd=(3, 0), bwd=(5, 0), saved=1000, param=7)
+    _, res = simulated(plan_text([[layer]] * P, M=M), steps=1)
+    assert list(res.stage_peak_bytes) == [7 + 1000 * min(P - p, M) for p in range(P)]
+
+
+def peaks(act, ckpt, stream=True):
+    """Stage peaks of 4 stages x 1 layer, M = 8, saving 1000 bytes and checkpointing `ckpt`."""
+    from ratc.lifecycle.compile import default_pipeline
+
+    text = plan_text([[Unit(fwd=(3, 0), bwd=(5, 0), saved=1000, act_in=ckpt)]] * 4, M=8, act=act)
+    module = lowered(text, default_pipeline("deadline", budget="none", stream=stream))
+    return run_module(module, mt3000(), steps=1, memory_limit=False)[1].stage_peak_bytes
 
 
 def test_fsr_holds_checkpoints_not_full_activations():
-    stage = (UnitSpec("l0", Work(3), Work(5), rec=Work(2), saved_bytes=1000, ckpt_bytes=10),)
-    spec = StepSpec(P=4, D=1, M=8, stages=(stage,) * 4, boundary_bytes=0, p2p=FREE, ring_link=FREE,
-                    act="fsr", state="none", steps=1)
-    peaks = summarize(simulate(build(spec))).stage_peak_bytes
-    # Eq. 6: N_act(p) = min(P - p, M) checkpoints plus the recovery buffers: two (one being
-    # consumed, the next recovered ahead), but no more than the micro-batches in flight (one
-    # on the last stage)
-    assert list(peaks) == [10 * min(4 - p, 8) + 1000 * min(2, 4 - p) for p in range(4)]
-    full = summarize(simulate(build(dataclasses.replace(spec, act="full")))).stage_peak_bytes
-    assert list(full) == [1000 * min(4 - p, 8) for p in range(4)]      # what FSR saves on stages 0-1
+    # With free checkpoints only saved activations count: full-save holds min(P - p, M) of
+    # them (Narayanan), a recovering stage one recovery buffer (Eq. 6), which each Recover
+    # co-running with a Backward refills as that Backward frees it; without that streaming
+    # such a Recover needs a second buffer.
+    assert list(peaks("full", 0)) == [1000 * min(4 - p, 8) for p in range(4)]
+    assert list(peaks("ckpt", 0)) == list(peaks("fsr", 0)) == [1000] * 4
+    assert max(peaks("fsr", 0, stream=False)) == 2000
+    # Each stage adds its min(P - p, M) checkpoints (10 bytes), and at most the two boundary
+    # buffers in flight at once (the gradient received and the one sent, each 10 bytes).
+    for p, (with_ckpt, free) in enumerate(zip(peaks("fsr", 10), peaks("fsr", 0))):
+        assert 10 * min(4 - p, 8) <= with_ckpt - free <= 10 * (min(4 - p, 8) + 2), p
+
+
+@pytest.mark.parametrize("recover,fsr_step", [((0, 10), 110), ((10, 0), 130), ((4, 6), 118)])
+def test_fsr_hides_the_recovery_work_its_host_leaves_an_engine_for(recover, fsr_step):
+    # One stage, M = 2: the layer's Forward (so its Recover) is `recover` (compute, DDR)
+    # cycles, its Backward 20 compute cycles; the head's Forward 5 and Backward 20, compute.
+    # Full-save: 2 x (10 + 5 + 20 + 20) = 110. Checkpointing runs each Recover between the
+    # head's Backward and the layer's: + 2 x 10. FSR co-runs it with the head's Backward
+    # (Eq. 7): the pair needs 20 compute cycles plus the Recover's own, and its DDR part
+    # overlaps them: + 0 for a DDR-bound Recover, + 10 for a compute-bound one, + 4 for
+    # (4, 6). What a Recover adds is recovery on the critical path.
+    layer = Unit(fwd=recover, bwd=(20, 0), saved=100)
+    head = Unit(fwd=(5, 0), bwd=(20, 0))
+    steps = {}
+    for act in ("full", "ckpt", "fsr"):
+        _, res = simulated(plan_text([[layer]], M=2, act=act, head=head), steps=1)
+        steps[act] = res.step_cycles
+        assert res.critical_cycles["recovery"] == res.step_cycles - 110, act
+    assert steps == {"full": 110, "ckpt": 130, "fsr": fsr_step}
 
 
 def test_over_budget_plan_stops_with_out_of_memory_report():
-    stage = (UnitSpec("l0", Work(3), Work(5), saved_bytes=1000),)
-    spec = StepSpec(P=2, D=1, M=4, stages=(stage,) * 2, boundary_bytes=0, p2p=FREE, ring_link=FREE,
-                    act="full", state="none", static=((("params", 500),), (("params", 500),)),
-                    memory_budget=2400)
+    layer = Unit(fwd=(3, 0), bwd=(5, 0), saved=1000, param=500)
     with pytest.raises(OutOfMemory) as info:
-        simulate(build(spec))
+        simulated(plan_text([[layer]] * 2, M=4, budget=2400), memory_limit=True)
     oom = info.value
-    # 1F1B: stage 0 holds min(P, M) = 2 micro-batches, 500 + 2 * 1000 > 2400 when 0F1 starts
-    # at cycle 3; stage 1 never holds more than one (1500).
+    # 1F1B: stage 0 holds min(P, M) = 2 micro-batches, 500 + 2 * 1000 > 2400 when layer 1's
+    # Forward of micro-batch 1 starts at cycle 3 (the embedding is free); stage 1 never
+    # holds more than one (1500).
     assert (oom.stage, oom.replica, oom.time, oom.task) == (0, 0, 3, "0F1")
-    assert oom.live == [("step0.m0.u0.act", 1000), ("step0.m1.u0.act", 1000), ("params", 500)]
-    assert "out of memory on stage 0" in str(oom) and "step0.m1.u0.act" in str(oom)
+    assert oom.live == [("step0.saved1_0", 1000), ("step0.saved1_1", 1000), ("step0.w1", 500)]
+    assert "out of memory on stage 0" in str(oom) and "step0.saved1_1" in str(oom)
     assert oom.as_dict()["budget_bytes"] == 2400
 
 
 def test_trace_has_one_track_per_resource_and_action_names():
-    stage = (UnitSpec("l0", Work(3, 2), Work(5)),)
-    spec = StepSpec(P=2, D=1, M=2, stages=(stage,) * 2, boundary_bytes=8, p2p=Link(1, 4.0), ring_link=FREE,
-                    act="full", state="none", steps=1, clock=1e6)
-    tl = simulate(build(spec))
+    layer = Unit(fwd=(3, 0), bwd=(5, 0), act_in=8, update=2)
+    tl, _ = simulated(plan_text([[layer]] * 2, M=2, p2p=4), steps=1)
     trace = json.loads(json.dumps(chrome_trace(tl)))
     names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
     assert {"0F0", "0F1", "1F0", "1B0", "0B1", "0SEND_F0", "1SEND_B1"} <= names
     threads = {(e["pid"], e["args"]["name"]) for e in trace["traceEvents"] if e["name"] == "thread_name"}
     assert threads == {(p, r) for p in (0, 1) for r in ("compute", "ddr", "tx", "rx")}
-    ddr = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["tid"] == 1]
-    assert ddr and all(e["dur"] == pytest.approx(2.0) for e in ddr)  # 2 cycles at 1 MHz = 2 us
+    # the DDR track holds the two layers' UpdateShards: 2 cycles each, in microseconds
+    ddr = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["tid"] == 1 and e["dur"] > 0]
+    assert sorted(e["name"] for e in ddr) == ["0U1", "1U2"]
+    assert all(e["dur"] == pytest.approx(2e6 / mt3000().dsp.clock) for e in ddr)
 
 
 def test_cycle_and_bad_references_are_reported_by_task_name():
@@ -249,18 +283,17 @@ def test_corun_recover_on_the_critical_path_splits_like_its_host(corun):
     assert [tracks[e["tid"]] for e in events if e["ph"] == "X" and e["name"] == "0R0"] == ["co-run"]
 
 
-@pytest.mark.parametrize("state,step", [("bulk", 60), ("layerwise", 60), ("deadline", 50)])
-def test_step_end_phase_is_a_barrier_and_deadline_hands_views_over(state, step):
-    # One stage, two layers (F = B = 10 cycles), D = 2: each PrefetchW all-gathers 10 bytes at
-    # 1 byte/cycle. Step 0 ends its backward at 40. Step-end (bulk, layerwise): P0 [40, 50],
-    # P1 [50, 60], and the next step starts after both: F0 [60, 70] ... B0 [90, 100], P0, P1
-    # -> 120, a 60-cycle step. Deadline: P1 follows B1 [30, 40], P0 follows B0 [40, 50], and
-    # F0 starts on its own view at 50 (F1's came at 40): B0 [80, 90], P0 [90, 100], 50 cycles.
-    units = tuple(UnitSpec(f"l{j}", Work(10), Work(10), param_bytes=20) for j in range(2))
-    spec = StepSpec(P=1, D=2, M=1, stages=(units,), boundary_bytes=0, p2p=FREE, ring_link=FREE,
-                    act="full", state=state, steps=2)
-    tl = simulate(build(spec))
-    assert summarize(tl).step_cycles == step
+@pytest.mark.parametrize("pref,step", [("bulk", 60), ("layerwise", 60), ("deadline", 50)])
+def test_step_end_phase_is_a_barrier_and_deadline_hands_views_over(pref, step):
+    # One stage, two layers (F = B = 10 cycles), D = 2, ZeRO-1: each PrefetchW takes 10
+    # cycles, everything else of the state chain none. Step 0 ends its backward at 40.
+    # Step-end (bulk, layerwise): P1 [40, 50], P2 [50, 60], and the next step starts after
+    # both: F1 [60, 70] ... B1 [90, 100], P1, P2 -> 120, a 60-cycle step. Deadline: P2
+    # follows B2 [20, 30] at [30, 40], P1 follows B1 [30, 40] at [40, 50], and F1 starts on
+    # its own view at 50 (F2's came at 40): B1 [80, 90], P1 [90, 100], 50 cycles.
+    layers = [Unit(fwd=(10, 0), bwd=(10, 0), prefetch=10)] * 2
+    tl, res = simulated(plan_text([layers], M=1, D=2, Z=1, pref=pref), steps=2)
+    assert res.step_cycles == step
     assert tl.makespan == 2 * step
 
 

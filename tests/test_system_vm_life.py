@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratc.ir import print_module
-from ratc.ir.attributes import ByteSize
-from ratc.ir.core import Block, Module, Operation
 from ratc.frontend.graph_ir import module_from_profile
+from ratc.ir.core import Operation
+from ratc.lifecycle.lowering import find_pipeline, find_plan
 from ratc.platform import load_platform
 from ratc.program import write_program
 from ratc.step.config import parse_config
@@ -20,50 +20,10 @@ from ratc.vm.system.engine import simulate
 from ratc.vm.system.life import translate
 from ratc.vm.system.program import ProgramError
 from ratc.vm.system.results import critical_path, step_window
+from life_programs import Unit, lowered, plan_text
 
 ROOT = Path(__file__).resolve().parents[1]
 MT3000 = load_platform("mt3000")
-CLOCK = MT3000.dsp.clock
-
-
-def _unit(i, stage, fwd, bwd, decoder=True):
-    zero = ByteSize(0)
-    return Operation("life.unit", attributes={
-        "index": i, "name": f"u{i}", "stage": stage, "decoder": decoder, "fwd": fwd, "fwd_c": fwd, "fwd_d": 0.0,
-        "bwd": bwd, "bwd_c": bwd, "bwd_d": 0.0, "in_bytes": ByteSize(64), "saved": ByteSize(128), "ws": zero,
-        "param": ByteSize(32), "opt": ByteSize(96), "grad": ByteSize(32), "shard": ByteSize(32), "bucket": zero,
-        "view": zero, "sync": 0.0, "sync_kind": "all-reduce", "reduce": 0.0, "update": 0.0, "prefetch": 0.0,
-        "gather": 0.0})
-
-
-def uniform_module(P, M, per_stage, tf, tb):
-    """A plan of P identical stages (free embedding and head), D = 1, zero-cost communication."""
-    L = P * per_stage
-    units = [_unit(0, 0, 0.0, 0.0, decoder=False)]
-    units += [_unit(1 + j, j // per_stage, tf / CLOCK, tb / CLOCK) for j in range(L)]
-    units.append(_unit(L + 1, P - 1, 0.0, 0.0, decoder=False))
-    plan = Operation("life.plan", attributes={
-        "model": "uniform", "platform": "mt3000", "P": P, "D": 1, "T": 1, "Z": 0, "b": 1, "M": M, "act": "full",
-        "pref": "deadline", "seq_len": 16, "p2p": 0.0, "budget": ByteSize(10**12)}, sym_name="plan",
-        region=Block(units))
-    return Module("uniform", {}, [plan])
-
-
-def lowered(module, pipeline="lower-to-life,schedule-1f1b,state-pipeline,update-prefetch,fsr"):
-    from ratc.passes import PassContext, PassManager, parse_pipeline
-    return PassManager(parse_pipeline(pipeline), ctx=PassContext(platform=MT3000)).run(module)
-
-
-@settings(max_examples=12, deadline=None)
-@given(P=st.integers(1, 4), extra=st.integers(0, 4), per_stage=st.integers(1, 2), tf=st.integers(1, 500),
-       tb=st.integers(1, 900))
-def test_compiled_uniform_pipeline_makespan_is_closed_form(P, extra, per_stage, tf, tb):
-    M = P + extra
-    module = lowered(uniform_module(P, M, per_stage, tf, tb))
-    for steps in (1, 2):
-        _, res = run_module(module, MT3000, steps=steps, memory_limit=False)
-        assert res.step_cycles == (M + P - 1) * (tf + tb) * per_stage
-        assert res.bubble_fraction == pytest.approx((P - 1) / (M + P - 1), abs=1e-12)
 
 
 @pytest.fixture(scope="module")
@@ -162,9 +122,9 @@ def test_trace_of_compiled_program_uses_action_notation(tiny):
 
 
 def test_op_without_handler_is_named():
-    module = lowered(uniform_module(1, 1, 1, 5, 5))
-    stage = module.body.ops[-1].region.ops[0]
-    stage.region.append(_unit(9, 0, 0.0, 0.0))
+    module = lowered(plan_text([[Unit(fwd=(5, 0), bwd=(5, 0))]], M=1))
+    unit = find_plan(module).region.ops[1]
+    find_pipeline(module).region.ops[0].region.append(Operation("life.unit", attributes=dict(unit.attributes)))
     with pytest.raises(ProgramError, match=r"life\.unit on stage 0 \(op #\d+\): the system VM has no handler"):
         translate(module, MT3000)
 
