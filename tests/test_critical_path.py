@@ -186,4 +186,4 @@ def test_a_two_stage_program_whose_receive_is_moved_before_its_send_deadlocks(tm
     assert f"{edited}:{line_of[first_send] + 1}:" in err
     assert re.search(r"error: the stages deadlock: stage 0 at recv bwd mb 0 \(op #\d+\), "
                      r"stage 1 at recv fwd mb 0 \(op #\d+\) "
-                     r"\(stage 0 waits for stage 1, stage 1 waits for stage 0\)", err), err
+                     r"\(a cycle of waits: stage 0 waits for stage 1, which waits for stage 0\)", err), err

@@ -519,5 +519,5 @@ def _check_no_deadlock(stages, comm: list, edges: list) -> None:
                       f"(op #{stages[p].region.ops.index(op)})" for p, op in sorted(first.values(), key=lambda c: c[0]))
     # the cycle's messages in wait-for order: each receiving stage waits for the sending one
     waits = [(comm[v][0], comm[u][0]) for u, v in reversed(cycle) if comm[u][0] != comm[v][0]]
-    chain = ", ".join(f"stage {p} waits for stage {q}" for p, q in waits)
-    raise VerifyError(f"the stages deadlock: {where} ({chain})", first[min(first)][1])
+    chain = f"stage {waits[0][0]} waits for " + ", which waits for ".join(f"stage {q}" for _, q in waits)
+    raise VerifyError(f"the stages deadlock: {where} (a cycle of waits: {chain})", first[min(first)][1])
