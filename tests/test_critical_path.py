@@ -45,17 +45,17 @@ def two_stage_program() -> Program:
 
 EXPECTED_CHAIN = """\
 critical path of the measured step (cycles 0..48): 9 tasks
-  task           layer kind       stage        start       cycles        time    share  bound by
-  0F0                0 forward        0            0           10   10.000 ms  20.83 %  starts the run
-  0SEND_F0           - send           0           10            4    4.000 ms   8.33 %  dependency on 0F0
-  1RECV_F0           - send           1           14            0      0.0 ns   0.00 %  dependency on 0SEND_F0
-  1R1                1 recover        1           14            8    8.000 ms  16.67 %  dependency on 1RECV_F0
-  1F0                1 forward        1           22           10   10.000 ms  20.83 %  resource s1.compute held by 1R1
-  1B0                1 backward       1           32            6    6.000 ms  12.50 %  dependency on 1F0
-  1SEND_B0           - send           1           38            4    4.000 ms   8.33 %  dependency on 1B0
-  0RECV_B0           - send           0           42            0      0.0 ns   0.00 %  dependency on 1SEND_B0
-  0B0                0 backward       0           42            6    6.000 ms  12.50 %  dependency on 0RECV_B0
-  total                                                        48   48.000 ms 100.00 %
+  task           layer kind       stage          start        cycles        time    share  bound by
+  0F0                0 forward        0              0            10   10.000 ms  20.83 %  starts the run
+  0SEND_F0           - send           0             10             4    4.000 ms   8.33 %  dependency on 0F0
+  1RECV_F0           - send           1             14             0      0.0 ns   0.00 %  dependency on 0SEND_F0
+  1R1                1 recover        1             14             8    8.000 ms  16.67 %  dependency on 1RECV_F0
+  1F0                1 forward        1             22            10   10.000 ms  20.83 %  resource s1.compute held by 1R1
+  1B0                1 backward       1             32             6    6.000 ms  12.50 %  dependency on 1F0
+  1SEND_B0           - send           1             38             4    4.000 ms   8.33 %  dependency on 1B0
+  0RECV_B0           - send           0             42             0      0.0 ns   0.00 %  dependency on 1SEND_B0
+  0B0                0 backward       0             42             6    6.000 ms  12.50 %  dependency on 0RECV_B0
+  total                                                           48   48.000 ms 100.00 %
 """
 
 

@@ -70,15 +70,15 @@ class CriticalChain:
         w0, w1 = self.window
         span = self.step_cycles
         lines = [f"critical path of the measured step (cycles {w0}..{w1}): {len(self.tasks)} tasks",
-                 f"  {'task':<14} {'layer':>5} {'kind':<10} {'stage':>5} {'start':>12} {'cycles':>12} "
+                 f"  {'task':<14} {'layer':>5} {'kind':<10} {'stage':>5} {'start':>14} {'cycles':>13} "
                  f"{'time':>11} {'share':>8}  bound by"]
         for t in self.tasks:
             stage = str(t.stage) if self.symmetric else f"{t.stage}r{t.replica}"
             lines.append(f"  {t.name:<14} {t.layer if t.layer >= 0 else '-':>5} {t.kind:<10} {stage:>5} "
-                         f"{t.start:>12} {t.duration:>12} {format_time(t.duration / self.clock):>11} "
+                         f"{t.start:>14} {t.duration:>13} {format_time(t.duration / self.clock):>11} "
                          f"{_percent(t.share_cycles, span):>8}  {_bound_text(t)}")
         total = self.total_cycles
-        lines.append(f"  {'total':<14} {'':>5} {'':<10} {'':>5} {'':>12} {total:>12} "
+        lines.append(f"  {'total':<14} {'':>5} {'':<10} {'':>5} {'':>14} {total:>13} "
                      f"{format_time(total / self.clock):>11} {_percent(total, span):>8}")
         return "\n".join(lines) + "\n"
 

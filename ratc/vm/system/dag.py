@@ -7,6 +7,7 @@ from pathlib import Path
 import networkx as nx
 
 from ratc.errors import RatcError
+from ratc.gcpause import gc_paused
 from ratc.vm.system.engine import Timeline
 
 # suffix -> format of `ratc run --dag FILE`
@@ -27,13 +28,17 @@ def task_graph(tl: Timeline) -> nx.DiGraph:
     g = nx.DiGraph(clock_hz=float(prog.clock), stages=prog.stages, replicas=prog.replicas,
                    steps=prog.steps, symmetric=prog.symmetric)
     start, end = tl.start, tl.end
-    for i, t in enumerate(prog.tasks):
-        g.add_node(i, name=t.name, kind=t.kind, stage=t.stage, replica=t.replica, step=t.step,
-                   layer=t.layer, micro_batch=t.micro_batch,
-                   resources=" ".join(resource_label(r, prog.symmetric) for r in t.resources),
-                   duration=t.duration, start=start[i], end=end[i])
-    # (a dependency named twice is one edge)
-    g.add_edges_from((d, i) for i, t in enumerate(prog.tasks) for d in t.deps)
+    labels: dict = {}           # resources tuple -> its label (tasks share a few hundred tuples)
+    for rs in {t.resources for t in prog.tasks}:
+        labels[rs] = " ".join(resource_label(r, prog.symmetric) for r in rs)
+    # (many small long-lived dicts: cyclic GC would re-scan them all and free nothing)
+    with gc_paused():
+        g.add_nodes_from((i, {"name": t.name, "kind": t.kind, "stage": t.stage, "replica": t.replica,
+                              "step": t.step, "layer": t.layer, "micro_batch": t.micro_batch,
+                              "resources": labels[t.resources], "duration": t.duration,
+                              "start": start[i], "end": end[i]}) for i, t in enumerate(prog.tasks))
+        # (a dependency named twice is one edge)
+        g.add_edges_from((d, i) for i, t in enumerate(prog.tasks) for d in t.deps)
     return g
 
 
@@ -47,9 +52,8 @@ def dag_format(path: str | Path) -> str:
 
 def dag_text(g: nx.DiGraph, form: str) -> str:
     """The graph as GraphML or DOT text (byte-identical for the same graph)."""
-    if form == "graphml":
-        return "\n".join(nx.generate_graphml(g)) + "\n"
-    return dot_text(g)
+    with gc_paused():
+        return "\n".join(nx.generate_graphml(g)) + "\n" if form == "graphml" else dot_text(g)
 
 
 def _dot_value(v) -> str:
