@@ -72,6 +72,27 @@ def test_critical_path_of_a_two_stage_program_is_its_known_chain():
     assert d["tasks"][0]["bound_by"] == "start" and d["tasks"][0]["after"] is None
 
 
+@pytest.mark.parametrize("cfg", [dict(P=2, D=2, Z=3, A=4, act="fsr"), dict(P=3, D=2, Z=2, A=3, act="ckpt"),
+                                 dict(P=4, D=2, Z=0, A=8, act="fsr", pref="layerwise"),
+                                 dict(P=2, D=4, Z=1, A=4, act="full", pref="bulk")],
+                         ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+@pytest.mark.parametrize("symmetric", [True, False], ids=["symmetric", "explicit"])
+def test_critical_chain_of_a_compiled_program_tiles_its_measured_step(cfg, symmetric):
+    """Every link passes the DAG cross-check (ring collectives and contended ports included)
+    and the shares sum to the step, by symmetry and with every replica simulated."""
+    from ratc.vm.system.driver import run_module
+    from test_lifecycle_support import mt3000
+
+    tl, res = run_module(compile_tiny(**cfg), mt3000(), steps=2, symmetric=symmetric, budget=None)
+    chain = critical_chain(tl, task_graph(tl))
+    assert chain.total_cycles == chain.step_cycles == res.step_cycles
+    assert chain.tasks[-1].start + chain.tasks[-1].duration == chain.window[1]
+    for before, after in zip(chain.tasks, chain.tasks[1:]):
+        assert after.after == before.index and after.start == before.start + before.duration
+    labels = {r for t in chain.tasks for r in t.resources}
+    assert all(re.fullmatch(r"s\d+\.\w+" if symmetric else r"s\d+r\d+\.\w+", r) for r in labels)
+
+
 def test_a_critical_chain_that_is_no_path_of_the_dag_is_refused():
     """The cross-check: a dependency the simulation followed must be an edge of the DAG."""
     from ratc.errors import RatcError
