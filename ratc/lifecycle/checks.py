@@ -26,6 +26,7 @@ ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = ("!life.act", "!life.saved", "!
 BUCKET_BUFFERS = 2
 # A trained unit's gradient and state chain (a frozen unit has none).
 STATE_TASKS = frozenset({"life.reduce", "life.grad_sync", "life.tie_sum", "life.update", "life.prefetch"})
+COMM_OPS = frozenset({"life.send", "life.recv"})
 # The compute tasks a co-running Recover may ride on (FSR, ratc.lifecycle.placement).
 HOST_OPS = frozenset({"life.fwd", "life.bwd"})
 TASK_OPS = frozenset({"life.param", "life.opt", "life.recv", "life.send", "life.gather", "life.fwd",
@@ -452,29 +453,32 @@ def simulate_issue(stages) -> None:
     the order they are sent (NCCL's point-to-point channels match in order and have no
     tags), and the stages, each issuing in order with buffered sends and blocking
     receives, all finish: raise VerifyError otherwise."""
-    recvs: dict = {}
+    recvs: dict = {}        # (src, dst, mb, dir) -> index in comm
     sends: dict = {}
-    order: dict = {}        # (src, dst, 'life.send' | 'life.recv') -> [(mb, dir, op)] in issue order
     comm: list = []         # every stage's sends and receives, stage by stage in issue order: (stage, op)
     edges: list = []        # comm's indices: each op after the one its stage issued before
     for p, s in enumerate(stages):
         prev = -1
         for op in s.region.ops:
-            if op.name in ("life.send", "life.recv"):
+            name = op.name
+            if name in COMM_OPS:
                 a = op.attributes
-                if not {"peer", "mb", "dir"} <= a.keys():
+                try:
+                    peer, mb, d = a["peer"], a["mb"], a["dir"]
+                except KeyError:
                     verify_op(op)   # reports the missing attribute
-                src, dst = (p, a["peer"]) if op.name == "life.send" else (a["peer"], p)
-                k = (src, dst, a["mb"], a["dir"])
-                table = sends if op.name == "life.send" else recvs
+                    raise
+                if name == "life.send":
+                    k, table = (p, peer, mb, d), sends
+                else:
+                    k, table = (peer, p, mb, d), recvs
                 if k in table:
-                    raise VerifyError(f"duplicate {op.name} {a['dir']} mb {a['mb']} between stages {src} and {dst}", op)
+                    raise VerifyError(f"duplicate {name} {d} mb {mb} between stages {k[0]} and {k[1]}", op)
                 n = table[k] = len(comm)
                 comm.append((p, op))
                 if prev >= 0:
                     edges.append((prev, n))
                 prev = n
-                order.setdefault((src, dst, op.name), []).append((a["mb"], a["dir"], op))
     for k, n in sends.items():
         if k not in recvs:
             raise VerifyError(f"send {k[3]} mb {k[2]} from stage {k[0]} has no matching recv on stage {k[1]}",
@@ -483,6 +487,25 @@ def simulate_issue(stages) -> None:
         if k not in sends:
             raise VerifyError(f"recv {k[3]} mb {k[2]} on stage {k[1]} has no matching send on stage {k[0]}",
                               comm[n][1])
+    last: dict = {}         # (src, dst) -> where dst receives src's latest send (in issue order)
+    for k, n in sends.items():
+        r = recvs[k]
+        if r < last.get(k[:2], -1):
+            _out_of_order(stages)
+        last[k[:2]] = r
+        edges.append((n, r))
+    _check_no_deadlock(stages, comm, edges)
+
+
+def _out_of_order(stages) -> None:
+    """Raise for the first message a stage receives in another position than it was sent."""
+    order: dict = {}        # (src, dst, 'life.send' | 'life.recv') -> [(mb, dir, op)] in issue order
+    for p, s in enumerate(stages):
+        for op in s.region.ops:
+            if op.name in ("life.send", "life.recv"):
+                a = op.attributes
+                src, dst = (p, a["peer"]) if op.name == "life.send" else (a["peer"], p)
+                order.setdefault((src, dst, op.name), []).append((a["mb"], a["dir"], op))
     for (src, dst, kind), issued in order.items():
         if kind != "life.recv":
             continue
@@ -491,8 +514,6 @@ def simulate_issue(stages) -> None:
                 raise VerifyError(f"stage {dst} receives {d} mb {mb} as message #{k} from stage {src}, which sends "
                                   f"{sd} mb {smb} as its #{k}: messages between two stages must arrive in the "
                                   "order they are sent", op)
-    edges += [(n, recvs[k]) for k, n in sends.items()]
-    _check_no_deadlock(stages, comm, edges)
 
 
 def _check_no_deadlock(stages, comm: list, edges: list) -> None:
