@@ -184,6 +184,8 @@ def test_run_dag_writes_graphml_and_dot_and_refuses_other_suffixes_and_inputs(ti
     assert main(["run", str(tiny_program), "--dag", str(link)]) == 1
     assert "would overwrite the program's own program.ir" in capsys.readouterr().err
     assert (tiny_program / "program.ir").read_bytes() == before
+    assert main(["run", str(tiny_program), "--kernel", "0:F0", "--critical-path", "--dag", str(graphml)]) == 1
+    assert "--critical-path, --dag apply only to the simulation" in capsys.readouterr().err
 
 
 def test_a_two_stage_program_whose_receive_is_moved_before_its_send_deadlocks(tmp_path, capsys):
