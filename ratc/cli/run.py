@@ -18,6 +18,7 @@ def register(subparsers) -> None:
         epilog="examples:\n"
                "  ratc run out/ --trace step.json\n"
                "  ratc run out/ --json\n"
+               "  ratc run out/ --critical-path --dag tasks.graphml\n"
                "  ratc run out/ --plan 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline'")
     p.add_argument("outdir", help="program directory written by `ratc compile`")
     p.add_argument("--plan", metavar="CONFIG",
@@ -31,6 +32,13 @@ def register(subparsers) -> None:
     p.add_argument("--no-memory-limit", action="store_true", help="report peaks instead of stopping over budget")
     p.add_argument("--json", action="store_true", help="print JSON (stable keys) instead of text")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome-trace timeline (open in Perfetto)")
+    p.add_argument("--critical-path", action="store_true",
+                   help="after the report, the chain of tasks that sets the measured step's time: each task's "
+                        "start, duration, share of the step and what it waited for (a dependency or a busy "
+                        "resource); in --json output under 'critical_path'")
+    p.add_argument("--dag", metavar="FILE",
+                   help="write the program's task DAG (tasks with their simulated times, dependency edges) as "
+                        "GraphML (FILE.graphml) or DOT (FILE.dot, FILE.gv)")
     p.add_argument("-o", "--output", help="write the report to a file instead of stdout")
     p.add_argument("--kernel", metavar="STAGE:TASK",
                    help="instead of simulating, run the kernels one task calls (GEMM and attention-backward, "
@@ -114,7 +122,6 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
     from ratc.program_check import open_program, program_platform
     from ratc.vm.system.driver import compile_candidate, model_macs, run_module
     from ratc.vm.system.memory import OutOfMemory
-    from ratc.vm.system.trace import trace_json
 
     if not 1 <= args.steps <= MAX_STEPS:
         raise RatcError(f"--steps must be 1..{MAX_STEPS}, got {args.steps} (the first steps show the "
@@ -122,8 +129,11 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
     if not 0 <= args.seed < 2 ** 63:
         raise RatcError(f"--seed must be 0..2**63-1, got {args.seed}")
     from ratc.io import check_output
+    from ratc.vm.system.dag import dag_format
 
-    for flag, path in (("--trace", args.trace), ("-o", args.output)):
+    if args.dag is not None:
+        dag_format(args.dag)
+    for flag, path in (("--trace", args.trace), ("-o", args.output), ("--dag", args.dag)):
         if path not in (None, "-"):
             check_output(path, flag)        # before the simulation (a program's own files included)
     if args.trace == "-" and args.output in (None, "-"):
@@ -135,7 +145,9 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
         simulation_only = [flag for flag, given in (("--json", args.json), ("--trace", args.trace),
                                                     ("--plan", args.plan is not None),
                                                     ("--explicit-replicas", args.explicit_replicas),
-                                                    ("--no-memory-limit", args.no_memory_limit)) if given]
+                                                    ("--no-memory-limit", args.no_memory_limit),
+                                                    ("--critical-path", args.critical_path),
+                                                    ("--dag", args.dag is not None)) if given]
         if simulation_only:
             raise RatcError(f"--kernel runs one task's kernels against numpy; {', '.join(simulation_only)} "
                             f"{'applies' if len(simulation_only) == 1 else 'apply'} only to the simulation")
@@ -190,15 +202,12 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
         priced = program_exec_profile(exec_profile, module) if kernels_here else exec_profile
         (ev,) = Planner(profile, platform, priced).evaluate_group([cand])
         predicted = ev.t_step
-    if args.trace == "-":
-        write_output("-", trace_json(tl))
-    elif args.trace:
-        from ratc.io import report_written, write_atomic
-        write_atomic(args.trace, trace_json(tl), "--trace")
-        report_written(args.trace, f"Chrome trace of {len(tl.program.tasks)} tasks (open it in Perfetto)")
+    chain = _write_timeline(args, tl)
     if args.json:
         out = {"config": cand.label(), "results": res.as_dict(), "predicted_step_time_s": predicted,
                "prediction_error": None if predicted is None else (predicted - res.step_seconds) / res.step_seconds}
+        if chain is not None:
+            out["critical_path"] = chain.as_dict()
         _write_report(args.output, json.dumps(out, indent=2, sort_keys=True) + "\n", "JSON")
         return 0
     text = f"{plan_op.attributes['model']} on {cand.clusters} clusters, {cand.label()}\n" + res.text()
@@ -222,8 +231,35 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
         table = program.kernel_table
     if table:
         text += _kernel_table(table, res.step_seconds)
+    if chain is not None:
+        text += chain.text()
     _write_report(args.output, text, "text")
     return 0
+
+
+def _write_timeline(args: argparse.Namespace, tl):
+    """Write the simulation's --trace and --dag files; the critical chain if --critical-path
+    asks for it (else None)."""
+    from ratc.io import report_written, write_atomic, write_output
+    from ratc.vm.system.critical import critical_chain
+    from ratc.vm.system.dag import dag_format, dag_text, task_graph
+    from ratc.vm.system.trace import trace_json
+
+    n = len(tl.program.tasks)
+    if args.trace == "-":
+        write_output("-", trace_json(tl))
+    elif args.trace:
+        write_atomic(args.trace, trace_json(tl), "--trace")
+        report_written(args.trace, f"Chrome trace of {n} tasks (open it in Perfetto)")
+    if not (args.dag or args.critical_path):
+        return None
+    graph = task_graph(tl)
+    if args.dag:
+        form = dag_format(args.dag)
+        write_atomic(args.dag, dag_text(graph, form), "--dag")
+        report_written(args.dag, f"task DAG of {n} tasks and {graph.number_of_edges()} dependencies "
+                                 f"({'GraphML' if form == 'graphml' else 'DOT'})")
+    return critical_chain(tl, graph) if args.critical_path else None
 
 
 def _write_report(path: str | None, text: str, form: str) -> None:

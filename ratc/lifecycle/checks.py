@@ -28,6 +28,7 @@ ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = ("!life.act", "!life.saved", "!
 BUCKET_BUFFERS = 2
 # A trained unit's gradient and state chain (a frozen unit has none).
 STATE_TASKS = frozenset({"life.reduce", "life.grad_sync", "life.tie_sum", "life.update", "life.prefetch"})
+COMM_OPS = frozenset({"life.send", "life.recv"})
 # The compute tasks a co-running Recover may ride on (FSR, ratc.lifecycle.placement).
 HOST_OPS = frozenset({"life.fwd", "life.bwd"})
 TASK_OPS = frozenset({"life.param", "life.opt", "life.recv", "life.send", "life.gather", "life.fwd",
@@ -450,32 +451,63 @@ def _check_against_plan(pipe) -> None:
 
 
 def simulate_issue(stages) -> None:
-    """Run every stage in issue order (buffered sends, blocking receives); raise on deadlock.
-    Messages between two stages must also be received in the order they are sent (NCCL's
-    point-to-point channels match in order and have no tags)."""
-    sent: set = set()
-    recvs: dict = {}
+    """Sends and receives match one to one, messages between two stages are received in
+    the order they are sent (NCCL's point-to-point channels match in order and have no
+    tags), and the stages, each issuing in order with buffered sends and blocking
+    receives, all finish: raise VerifyError otherwise."""
+    recvs: dict = {}        # (src, dst, mb, dir) -> index in comm
     sends: dict = {}
+    comm: list = []         # every stage's sends and receives, stage by stage in issue order: (stage, op)
+    edges: list = []        # comm's indices: each op after the one its stage issued before
+    for p, s in enumerate(stages):
+        prev = -1
+        for op in s.region.ops:
+            name = op.name
+            if name in COMM_OPS:
+                a = op.attributes
+                try:
+                    peer, mb, d = a["peer"], a["mb"], a["dir"]
+                except KeyError:
+                    verify_op(op)   # reports the missing attribute
+                    raise
+                if name == "life.send":
+                    k, table = (p, peer, mb, d), sends
+                else:
+                    k, table = (peer, p, mb, d), recvs
+                if k in table:
+                    raise VerifyError(f"duplicate {name} {d} mb {mb} between stages {k[0]} and {k[1]}", op)
+                n = table[k] = len(comm)
+                comm.append((p, op))
+                if prev >= 0:
+                    edges.append((prev, n))
+                prev = n
+    for k, n in sends.items():
+        if k not in recvs:
+            raise VerifyError(f"send {k[3]} mb {k[2]} from stage {k[0]} has no matching recv on stage {k[1]}",
+                              comm[n][1])
+    for k, n in recvs.items():
+        if k not in sends:
+            raise VerifyError(f"recv {k[3]} mb {k[2]} on stage {k[1]} has no matching send on stage {k[0]}",
+                              comm[n][1])
+    last: dict = {}         # (src, dst) -> where dst receives src's latest send (in issue order)
+    for k, n in sends.items():
+        r = recvs[k]
+        if r < last.get(k[:2], -1):
+            _out_of_order(stages)
+        last[k[:2]] = r
+        edges.append((n, r))
+    _check_no_deadlock(stages, comm, edges)
+
+
+def _out_of_order(stages) -> None:
+    """Raise for the first message a stage receives in another position than it was sent."""
     order: dict = {}        # (src, dst, 'life.send' | 'life.recv') -> [(mb, dir, op)] in issue order
     for p, s in enumerate(stages):
         for op in s.region.ops:
             if op.name in ("life.send", "life.recv"):
                 a = op.attributes
-                if not {"peer", "mb", "dir"} <= a.keys():
-                    verify_op(op)   # reports the missing attribute
                 src, dst = (p, a["peer"]) if op.name == "life.send" else (a["peer"], p)
-                k = (src, dst, a["mb"], a["dir"])
-                table = sends if op.name == "life.send" else recvs
-                if k in table:
-                    raise VerifyError(f"duplicate {op.name} {a['dir']} mb {a['mb']} between stages {src} and {dst}", op)
-                table[k] = op
                 order.setdefault((src, dst, op.name), []).append((a["mb"], a["dir"], op))
-    for k, op in sends.items():
-        if k not in recvs:
-            raise VerifyError(f"send {k[3]} mb {k[2]} from stage {k[0]} has no matching recv on stage {k[1]}", op)
-    for k, op in recvs.items():
-        if k not in sends:
-            raise VerifyError(f"recv {k[3]} mb {k[2]} on stage {k[1]} has no matching send on stage {k[0]}", op)
     for (src, dst, kind), issued in order.items():
         if kind != "life.recv":
             continue
@@ -484,30 +516,31 @@ def simulate_issue(stages) -> None:
                 raise VerifyError(f"stage {dst} receives {d} mb {mb} as message #{k} from stage {src}, which sends "
                                   f"{sd} mb {smb} as its #{k}: messages between two stages must arrive in the "
                                   "order they are sent", op)
-    pos = [0] * len(stages)
-    lists = [s.region.ops for s in stages]
-    waiting: dict = {}
-    ready = list(range(len(stages)))
-    while ready:
-        p = ready.pop()
-        ops = lists[p]
-        while pos[p] < len(ops):
-            op = ops[pos[p]]
-            if op.name == "life.recv":
-                a = op.attributes
-                k = (a["peer"], p, a["mb"], a["dir"])
-                if k not in sent:
-                    waiting[k] = p
-                    break
-            elif op.name == "life.send":
-                a = op.attributes
-                k = (p, a["peer"], a["mb"], a["dir"])
-                sent.add(k)
-                if k in waiting:
-                    ready.append(waiting.pop(k))
-            pos[p] += 1
-    stuck = [p for p in range(len(stages)) if pos[p] < len(lists[p])]
-    if stuck:
-        blocked = ", ".join(f"stage {p} at recv {lists[p][pos[p]].attributes['dir']} mb "
-                            f"{lists[p][pos[p]].attributes['mb']} (op #{pos[p]})" for p in stuck)
-        raise VerifyError(f"the stages deadlock: {blocked}", lists[stuck[0]][pos[stuck[0]]])
+
+
+def _check_no_deadlock(stages, comm: list, edges: list) -> None:
+    """The graph of the stages' communication ops (`comm`'s indices: each stage's chained in
+    issue order, each send -> its matching receive) has no cycle: with buffered sends and
+    blocking receives, a cycle is a set of receives each waiting for a send issued after
+    another of them."""
+    import networkx as nx
+
+    g = nx.DiGraph(edges)
+    # (a topological sort proves acyclicity some 20 times faster than find_cycle's search)
+    if nx.is_directed_acyclic_graph(g):
+        return
+    cycle = nx.find_cycle(g)
+    # blocked: the ops on a cycle and every op after one (in its stage or through a message)
+    blocked: set = set()
+    for component in nx.strongly_connected_components(g):
+        if len(component) > 1 and not component <= blocked:
+            blocked |= component | nx.descendants(g, next(iter(component)))
+    first = {}              # stuck stage -> its first blocked op, a receive (its sends wait only for it)
+    for n in sorted(blocked):
+        first.setdefault(comm[n][0], comm[n])
+    where = ", ".join(f"stage {p} at recv {op.attributes['dir']} mb {op.attributes['mb']} "
+                      f"(op #{stages[p].region.ops.index(op)})" for p, op in sorted(first.values(), key=lambda c: c[0]))
+    # the cycle's messages in wait-for order: each receiving stage waits for the sending one
+    waits = [(comm[v][0], comm[u][0]) for u, v in reversed(cycle) if comm[u][0] != comm[v][0]]
+    chain = f"stage {waits[0][0]} waits for " + ", which waits for ".join(f"stage {q}" for _, q in waits)
+    raise VerifyError(f"the stages deadlock: {where} (a cycle of waits: {chain})", first[min(first)][1])

@@ -86,6 +86,11 @@ def step_window(tl: Timeline) -> tuple:
     return ends[-2], ends[-1]
 
 
+def clipped(tl: Timeline, i: int, window: tuple) -> int:
+    """Cycles of task i inside the window (start, end)."""
+    return max(0, min(tl.end[i], window[1]) - max(tl.start[i], window[0]))
+
+
 def critical_path(tl: Timeline) -> list:
     """Task indices up to the last task to end, each started by its predecessor's end."""
     if not tl.end:
@@ -107,7 +112,8 @@ def summarize(tl: Timeline) -> Results:
     span = w1 - w0
     clock = prog.clock
     step_s = span / clock
-    clip = lambda i: max(0, min(tl.end[i], w1) - max(tl.start[i], w0))  # noqa: E731
+    window = (w0, w1)
+    clip = lambda i: clipped(tl, i, window)  # noqa: E731
     crit = {t: 0 for t in TERMS}
     for i in critical_path(tl):
         t, c = tasks[i], clip(i)
