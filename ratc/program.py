@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import stat
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ratc import __version__
 from ratc.atomic import Staging, recover, write_file
@@ -230,6 +230,14 @@ class Program:
         return sorted(n for n in self.files if n.startswith(prefix))
 
 
+def _outside(rel: str) -> bool:
+    """Whether a manifest's file name is anything but a plain relative path of a file inside
+    the directory ('a/b.rasm'): empty, '.', absolute, with '..', a NUL or an unnormalized form."""
+    path = PurePosixPath(rel)
+    return (not rel or "\x00" in rel or path.is_absolute() or not path.parts or ".." in path.parts
+            or path.as_posix() != rel or rel == MANIFEST)
+
+
 def _read_regular(root: Path, rel: str) -> bytes:
     """The bytes of root/rel, refusing a symlink or anything but a directory on the way and
     a regular file at the end (lstat, then opened without following links: a program
@@ -287,8 +295,9 @@ def load_program(root: str | Path) -> Program:
                            "and 'meta' be an object; recompile with `ratc compile`")
     files = {}
     for rel, want in sorted(listed.items()):
-        if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts or rel == MANIFEST:
-            raise ProgramError(f"{mpath}: malformed manifest: file name {rel!r} leaves the program directory")
+        if _outside(rel):
+            raise ProgramError(f"{mpath}: malformed manifest: file name {rel!r} is not a plain relative path "
+                               "inside the program directory")
         data = _read_regular(root, rel)
         if _digest(data) != want:
             raise ProgramError(f"{root / rel}: content does not match the manifest (edited after "

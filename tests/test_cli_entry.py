@@ -115,7 +115,7 @@ def test_documented_commands_parse():
     root = Path(__file__).parents[1]
     parser = build_parser()
     commands = [part.strip() for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]
-                for block in re.findall(r"```(?:sh|bash)?\n(.*?)```", doc.read_text(), re.S)
+                for lang, block in re.findall(r"```(\w*)\n(.*?)```", doc.read_text(), re.S) if lang in ("", "sh", "bash")
                 for line in block.replace("\\\n", " ").splitlines() for part in line.split("  #")[0].split("&&")
                 if part.strip().startswith("ratc ")]
     assert len(commands) >= 45

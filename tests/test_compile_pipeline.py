@@ -180,7 +180,7 @@ def _edited_copy(program, tmp_path, name, edit):
     ("kernels.json", lambda t: json.dumps({"kernels": [{"kernel": "k"}]}),
          "malformed kernel table: kernels[0].cycles: None is not an integer in 1.."),
     ("manifest.json", lambda t: json.dumps({**json.loads(t), "files": []}), "malformed manifest: 'files' must map"),
-    ("manifest.json", lambda t: json.dumps({**json.loads(t), "files": {"../x": "0"}}), "leaves the program directory"),
+    ("manifest.json", lambda t: json.dumps({**json.loads(t), "files": {"../x": "0"}}), "is not a plain relative path inside the program directory"),
     ("program.ir", lambda t: re.sub(r"life.plan @plan \{D = \d+", "life.plan @plan {D = 0", t, count=1),
      "error: 'life.plan' D must be at least 1, got 0"),
     ("program.ir", lambda t: re.sub(r", P = \d+,", ", P = 0,", t, count=1), "error: 'life.plan' P must be at least 1, got 0"),

@@ -91,6 +91,18 @@ def test_a_program_graph_ir_without_a_required_attribute_is_refused_by_the_verif
         open_program(prog)
 
 
+
+@pytest.mark.parametrize("name", [".", "./model.ir", "kernels/", "kernels//x.rasm", "model\x00.ir"])
+def test_a_manifest_file_name_that_is_not_a_plain_relative_path_is_refused(tiny_program, tmp_path, name):
+    # "." named the directory itself (opened, then read as a file); a NUL reached os.lstat
+    prog = tmp_path / "prog"
+    shutil.copytree(tiny_program, prog)
+    manifest = json.loads((prog / "manifest.json").read_text())
+    manifest["files"][name] = "0" * 64
+    (prog / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ProgramError, match="is not a plain relative path inside the program directory"):
+        load_program(prog)
+
 def test_a_manifest_listing_a_file_name_too_long_for_the_system_is_refused_naming_it(tiny_program, tmp_path):
     prog = tmp_path / "prog"
     shutil.copytree(tiny_program, prog)
