@@ -12,15 +12,16 @@ from ratc.errors import RatcError
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
 from ratc.step.plan import Plan
-from ratc.step.rules import gathers, prefetches, reduces_per_micro_batch, shards, syncs_by_reduce_scatter
+from ratc.step.rules import gathers, reduces_per_micro_batch, shards, syncs_by_reduce_scatter
 
 
 def plan_op(profile, cand, platform, planner=None) -> Operation:
     """A `life.plan @plan` op for one candidate (a ratc.step.config.Candidate) under the
     planner's memory budget."""
-    from ratc.planner.collectives import all_gather, all_reduce, link_for, reduce_scatter, tie_sum
+    from ratc.planner.collectives import all_reduce, reduce_scatter
     from ratc.planner.opcost import TP_ALLREDUCES_PER_LAYER, elem_bytes
     from ratc.planner.search import Planner
+    from ratc.planner.state_chain import gather_time, rank_links, state_costs
 
     planner = planner or Planner(profile, platform)
     recipe = planner.recipe
@@ -31,8 +32,7 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     ranges = planner.stages(P, T, cand.balance).ranges
     elem = elem_bytes(profile.dtype)
     act_bytes = b * profile.seq_len * profile.hidden * elem
-    # Rank layout as in the planner: TP innermost, then DP, then PP.
-    tp_link, dp_link, pp_link = (link_for(platform, n) for n in (T, D * T, D * T + 1))
+    tp_link, dp_link, pp_link = rank_links(platform, D, T)
     tp_ar = float(all_reduce(T, act_bytes, tp_link))
     tp = TP_ALLREDUCES_PER_LAYER * tp_ar
     p2p = float(pp_link.send(act_bytes)) if P > 1 else 0.0
@@ -49,12 +49,11 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
         # gradient (backward)
         fwd_tp = tp if u.decoder else (tp_ar if i == 0 else 0.0)
         bwd_tp = (tp if u.decoder else (tp_ar if i == len(units) - 1 else 0.0)) if u.backward else 0.0
-        # Gradients, optimizer state, updates and prefetches are the trainable parameters';
-        # a frozen one keeps only its fp16 view (gathered under ZeRO-3) and sends nothing.
         grads = u.trainable * recipe.grad_bytes
         views = u.params * recipe.param_bytes
         sends = grads > 0
-        sync = ((reduce_scatter if syncs_by_reduce_scatter(Z) else all_reduce)(D, grads, dp_link)) if sends else 0.0
+        group = next((g for g in ties if i in g), [i])
+        state = state_costs(D, Z, u.trainable, u.tied, len({stage_of[j] for j in group}), dp_link, pp_link, ddr, recipe)
         attrs = {
             "index": i, "name": u.name, "stage": stage_of[i], "decoder": u.decoder,
             "fwd": b * u.fwd + fwd_tp, "fwd_c": b * u.fwd_compute, "fwd_d": b * u.fwd_ddr,
@@ -66,11 +65,11 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             # the shard each replica updates: sharded as the optimizer state is
             "shard": _b(grads / shards(Z, D, "optimizer")),
             "bucket": _b(grads if reduces_per_micro_batch(Z) else 0), "view": _b(views if gathers(Z) else 0),
-            "sync": float(sync), "sync_kind": "reduce-scatter" if syncs_by_reduce_scatter(Z) else "all-reduce",
+            "sync": float(state.sync), "sync_kind": "reduce-scatter" if syncs_by_reduce_scatter(Z) else "all-reduce",
+            # (the planner prices a stage's per-micro-batch reduce-scatter as one message)
             "reduce": float(reduce_scatter(D, grads, dp_link)) if reduces_per_micro_batch(Z) and sends else 0.0,
-            "update": u.trainable / shards(Z, D, "optimizer") * recipe.update_traffic_bytes / ddr,
-            "prefetch": float(all_gather(D, u.trainable * recipe.param_bytes, dp_link)) if prefetches(Z) and sends else 0.0,
-            "gather": float(all_gather(D, views, dp_link)) if gathers(Z) else 0.0,
+            "update": state.update, "prefetch": float(state.prefetch),
+            "gather": float(gather_time(D, Z, u.params, dp_link, recipe)),
             # What the codegen pass needs: kernel calls per micro-batch and the seconds no
             # kernel runs (roofline ops, attention's DDR streams, TP all-reduces).
             "kfwd": _calls(u.kernels.fwd, b), "kbwd": _calls(u.kernels.bwd, b),
@@ -86,10 +85,8 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
         elif i in tied_in:
             # the tied part of the synchronized gradient (its shard under ZeRO >= 1, aligned
             # across the copies), summed over the copies' stages before the update
-            group = next(g for g in ties if i in g)
-            tied = u.tied * recipe.grad_bytes / shards(Z, D, "optimizer")
-            attrs["tied"] = _b(tied)
-            attrs["tie"] = float(tie_sum(len({stage_of[j] for j in group}), tied, pp_link, ddr))
+            attrs["tied"] = _b(u.tied * recipe.grad_bytes / shards(Z, D, "optimizer"))
+            attrs["tie"] = float(state.tie)
         ops.append(Operation("life.unit", attributes={k: _num(v) for k, v in attrs.items()}))
     attrs = {"model": profile.name, "platform": platform.name, **Plan(cand, planner.budget).attributes(),
              "seq_len": profile.seq_len, "p2p": p2p}

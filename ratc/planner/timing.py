@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ratc.planner.collectives import Link, all_gather, all_reduce, link_for, reduce_scatter, tie_sum
+from ratc.planner.collectives import Link, all_reduce, reduce_scatter
 from ratc.planner.config import CandidateBatch
-from ratc.step.rules import gathers, prefetches, recomputes, reduces_per_micro_batch, shards, syncs_by_reduce_scatter
-from ratc.step.config import ACT_POLICIES, PREF_POLICIES, RECIPE
 from ratc.planner.opcost import TP_ALLREDUCES_PER_LAYER
 from ratc.planner.stages import StageCosts
+from ratc.planner.state_chain import gather_time, rank_links, state_costs
+from ratc.step.config import ACT_POLICIES, PREF_POLICIES, RECIPE
+from ratc.step.rules import recomputes, reduces_per_micro_batch
 
 CKPT, FSR = (ACT_POLICIES.index(a) for a in ("ckpt", "fsr"))
 BULK, LAYERWISE, DEADLINE = (PREF_POLICIES.index(p) for p in ("bulk", "layerwise", "deadline"))
@@ -248,10 +249,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     P = sc.P
     D, T, Z, b, M = c.D, c.T, c.Z, c.b, c.M
     ddr = platform.cluster.ddr_bandwidth
-    # Rank layout: TP innermost, then DP, then PP (Megatron's order).
-    tp_link = link_for(platform, T)
-    dp_link = link_for(platform, D * T)
-    pp_link = link_for(platform, D * T + 1)
+    tp_link, dp_link, pp_link = rank_links(platform, D, T)
     act_bytes = b * seq_len * hidden * elem          # one micro-batch's hidden stream, [C, 1]
     stage = np.arange(P)[None, :]
     n_dec, n_rec = sc.n_dec, sc.n_rec
@@ -274,8 +272,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
         For recovery: the Recovers' TP all-reduces."""
         ar = all_reduce(T, act_bytes, tp)
         send = pp.send(act_bytes) if P > 1 else np.zeros_like(act_bytes)
-        ag = (all_gather(D[:, :, None], sc.u_params * recipe.param_bytes, _ex(dp))
-              * gathers(Z)[:, :, None] * (sc.u_params > 0))
+        ag = gather_time(D[:, :, None], Z[:, :, None], sc.u_params, _ex(dp), recipe)
         rs = reduce_scatter(D, sc.trainable * recipe.grad_bytes, dp) * reduces_per_micro_batch(Z) * (sc.trainable > 0)
         # (a layer with no backward, behind frozen inputs, has no backward all-reduces)
         layers = TP_ALLREDUCES_PER_LAYER * np.stack([n_dec, sc.n_dec_bwd]) * ar
@@ -376,15 +373,11 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe):
     # three concern trainable parameters only: a frozen one has no gradient and never changes.
     trained = sc.u_trainable
     real = trained > 0                 # zero padding and frozen units send nothing: no message latency
-    grads = trained * recipe.grad_bytes
-    rs = np.where(syncs_by_reduce_scatter(Z), reduce_scatter(D, grads, link), all_reduce(D, grads, link)) * real
     # A tied parameter's synchronized gradient (shard) is summed over its copies before the
     # update, on the same link queue after the GradSync: the frontend ties the embedding and
     # the head only, on two stages when P > 1.
-    tied = sc.u_tied * recipe.grad_bytes / shards(Z, D, "optimizer")
-    rs = rs + tie_sum(min(sc.P, 2), tied, _ex(pp_link), ddr)
-    upd = trained / shards(Z, D, "optimizer") * recipe.update_traffic_bytes / ddr
-    ag = np.where(prefetches(Z), all_gather(D, trained * recipe.param_bytes, link), 0.0) * real
+    cost = state_costs(D, Z, trained, sc.u_tied, min(sc.P, 2), link, _ex(pp_link), ddr, recipe)
+    rs, upd, ag = cost.sync + cost.tie, cost.update, cost.prefetch
     u_fwd = b * sc.u_fwd
     # The last micro-batch's Backward of a unit, whose end releases its GradSync, with what
     # its recovery adds (checkpointing: the Recover before it; FSR: the co-run it hosts).
