@@ -218,15 +218,15 @@ def test_a_plan_too_many_micro_batches_to_compile_is_refused_at_once(capsys):
 def test_compile_builds_the_fastest_plan_it_can(monkeypatch, tmp_path, capsys):
     """When the planner's fastest needs more micro-batches than ratc compiles, compile takes
     the fastest feasible plan within the limit, and says so."""
+    from ratc.cli.main import build_parser
     from ratc.cli.plan import make_planner
-    from ratc.cli.compile import _subcommand_args
     from ratc.cli.model_source import load_model
     from ratc import limits
 
     monkeypatch.setattr(limits, "MAX_MICRO_BATCHES", 8)
     # two stages: more micro-batches make a shorter pipeline bubble
     argv = ["compile", EXAMPLE, "--preset", "tiny", "--clusters", "2", "--pipeline", "2", "--global-batch", "64"]
-    args = _subcommand_args(argv)
+    args = build_parser().parse_args(argv)
     ranked = make_planner(args, load_model(args)).plan(2, 64, pipeline=2).feasible
     assert ranked[0].cand.A > 8            # the premise: the planner's fastest is not compilable
     expect = next(e.cand for e in ranked if e.cand.A <= 8)

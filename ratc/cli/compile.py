@@ -123,15 +123,14 @@ def run(args: argparse.Namespace) -> int:
     if args.no_run:
         print(f"wrote {outdir}; simulate it with `ratc run {outdir}`", file=sys.stderr)
     else:
-        from ratc.cli import run as run_command
+        from ratc.cli.run import RunRequest
+        from ratc.cli.run import run as run_program
 
-        argv = ["run", str(outdir)] + ["--json"] * args.json + (["--trace", args.trace_out] if args.trace_out else [])
-        status = run_command.handler(_subcommand_args(argv), compiled=(module, profile))
+        status = run_program(RunRequest(str(outdir), json=args.json, trace=args.trace_out), compiled=(module, profile))
     if args.report:
-        from ratc.cli import report as report_command
+        from ratc.cli.report import report_program
 
-        argv = ["report", str(outdir), "--platform", args.platform, "--strategy", args.strategy]
-        report_command.handler(_subcommand_args(argv + (["--pipeline", str(args.pipeline)] if args.pipeline else [])))
+        report_program(outdir, args.strategy, args.pipeline)
     return status
 
 
@@ -142,12 +141,6 @@ def invocation(args: argparse.Namespace, fallback: str) -> str:
     argv = getattr(args, "argv", None)
     return f"ratc {shlex.join(argv)}" if argv else fallback
 
-
-def _subcommand_args(argv: list[str]) -> argparse.Namespace:
-    """Another subcommand's arguments, parsed by its own parser (so every option has its default)."""
-    from ratc.cli.main import build_parser
-
-    return build_parser().parse_args(argv)
 
 
 def choose_candidate(args: argparse.Namespace, planner):

@@ -12,6 +12,8 @@ from ratc.cli.plan import pipeline_degree
 from ratc.errors import RatcError
 from ratc.planner.exec_profile import EXEC_PROFILES
 
+TOP, SIMULATE_TOP, FORMAT, OUTPUT = 10, 3, "png", "report.html"      # the options' defaults
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -37,71 +39,102 @@ def register(subparsers) -> None:
     p.add_argument("--pipeline", type=pipeline_degree, default=None, metavar="P|any",
                    help="pipeline degree of the ranking: a number fixes P, 'any' searches every P "
                         "(default: as `ratc plan`)")
-    p.add_argument("--top", type=int, default=10, help="ranked candidates listed (default 10)")
-    p.add_argument("--simulate-top", type=int, default=3,
+    p.add_argument("--top", type=int, default=TOP, help="ranked candidates listed (default 10)")
+    p.add_argument("--simulate-top", type=int, default=SIMULATE_TOP,
                    help="how many of the best candidates the VM simulates for predicted vs simulated (default 3)")
-    p.add_argument("--format", choices=("png", "svg"), default="png", help="image format (default png)")
-    p.add_argument("-o", "--output", default="report.html",
+    p.add_argument("--format", choices=("png", "svg"), default=FORMAT, help="image format (default png)")
+    p.add_argument("-o", "--output", default=OUTPUT,
                    help="HTML file name, relative to OUTDIR unless absolute (default report.html)")
     p.set_defaults(func=handler)
 
 
 def handler(args: argparse.Namespace) -> int:
-    from ratc.planner.exec_profile import load_exec_profile
-    from ratc.planner.search import Planner
+    """`ratc report`: of the compiled program in OUTDIR, or of the best plan for a named model."""
     from ratc.program import MANIFEST
-    from ratc.report.build import build_report, write_report
-    from ratc.report.summary import report_summary
 
     if args.top < 1 or args.simulate_top < 0:
         raise RatcError(f"--top must be >= 1 and --simulate-top >= 0 (got {args.top}, {args.simulate_top})")
-    start = time.perf_counter()
-
-    def say(msg: str) -> None:
-        # progress on terminals only, as every command's phases: redirected output has none
-        if sys.stderr.isatty():
-            print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr)
-
-    module = None
+    say = _progress()
     if (Path(args.outdir) / MANIFEST).is_file():
-        from ratc.codegen.program_kernels import program_exec_profile
-        from ratc.lifecycle.lowering import find_plan
-        from ratc.report.inputs import load_inputs
-        from ratc.step.plan import Plan
-
         if named(args):
             raise RatcError(f"{args.outdir} holds a compiled program; its model is the one reported "
                             "(drop the model file / --preset / --hf-config)")
-        say(f"reading {args.outdir}")
-        inputs = load_inputs(args.outdir)
-        module, platform, model = inputs.module, inputs.platform, inputs.profile
-        plan = Plan.from_ir(find_plan(module))
-        cand = plan.config
-        # as the program's kernels run (tiles it was compiled with included)
-        planner = Planner(model, platform, program_exec_profile(load_exec_profile(platform, inputs.exec_profile), module),
-                          budget=plan.budget)
-        clusters = cand.clusters if args.clusters is None else args.clusters
-        batch = cand.global_batch if args.global_batch is None else args.global_batch
+        planner, clusters, batch, module = _of_program(args.outdir, say)
+        clusters = clusters if args.clusters is None else args.clusters
+        batch = batch if args.global_batch is None else args.global_batch
     else:
-        from ratc.platform import load_platform
-
         if not named(args) or args.clusters is None or args.global_batch is None:
             raise RatcError(f"{args.outdir} holds no compiled program (no {MANIFEST}); compile one with "
                             "`ratc compile`, or give a model (--preset NAME, a model file or --hf-config) "
                             "with --clusters N and --global-batch G")
-        say("tracing the model")
-        model = load_model(args)
-        platform = load_platform(args.platform)
-        planner = Planner(model, platform, load_exec_profile(platform, args.exec_profile))
-        clusters, batch = args.clusters, args.global_batch
+        planner, clusters, batch, module = _of_model(args, say), args.clusters, args.global_batch, None
+    return _report(args.outdir, planner, clusters, batch, module, args.strategy, args.pipeline, say,
+                   top=args.top, simulate_top=args.simulate_top, fmt=args.format, output=args.output)
+
+
+def report_program(outdir, strategy: str, pipeline) -> int:
+    """The report of the compiled program in `outdir`, with the options' defaults (`ratc compile --report`)."""
+    say = _progress()
+    return _report(outdir, *_of_program(outdir, say), strategy, pipeline, say)
+
+
+def _progress():
+    """say(msg): progress with the seconds since now, on terminals only, as every command's
+    phases (redirected output has none)."""
+    start = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if sys.stderr.isatty():
+            print(f"[{time.perf_counter() - start:6.1f} s] {msg}", file=sys.stderr)
+    say.start = start
+    return say
+
+
+def _of_program(outdir, say) -> tuple:
+    """(planner, clusters, global batch, module) of a compiled program: planned as its kernels
+    run (the tiles it was compiled with included), under its memory budget."""
+    from ratc.codegen.program_kernels import program_exec_profile
+    from ratc.lifecycle.lowering import find_plan
+    from ratc.planner.exec_profile import load_exec_profile
+    from ratc.planner.search import Planner
+    from ratc.report.inputs import load_inputs
+    from ratc.step.plan import Plan
+
+    say(f"reading {outdir}")
+    inputs = load_inputs(outdir)
+    module, platform = inputs.module, inputs.platform
+    plan = Plan.from_ir(find_plan(module))
+    profile = program_exec_profile(load_exec_profile(platform, inputs.exec_profile), module)
+    planner = Planner(inputs.profile, platform, profile, budget=plan.budget)
+    return planner, plan.config.clusters, plan.config.global_batch, module
+
+
+def _of_model(args: argparse.Namespace, say):
+    """The planner of a named model (no compiled program)."""
+    from ratc.planner.exec_profile import load_exec_profile
+    from ratc.planner.search import Planner
+    from ratc.platform import load_platform
+
+    say("tracing the model")
+    model = load_model(args)
+    platform = load_platform(args.platform)
+    return Planner(model, platform, load_exec_profile(platform, args.exec_profile))
+
+
+def _report(outdir, planner, clusters: int, batch: int, module, strategy: str, pipeline, say, *,
+            top: int = TOP, simulate_top: int = SIMULATE_TOP, fmt: str = FORMAT, output: str = OUTPUT) -> int:
+    """Plan, simulate the best few, write the report and print its summary."""
+    from ratc.report.build import build_report, write_report
+    from ratc.report.summary import report_summary
+
     say(f"planning {clusters} clusters, global batch {batch}")
-    result = planner.plan(clusters, batch, args.strategy, pipeline=args.pipeline)
+    result = planner.plan(clusters, batch, strategy, pipeline=pipeline)
     if module is None:
         result = planner.require_feasible(result)
-    report, images = build_report(planner, result, module, top=args.top, simulate_top=args.simulate_top,
-                                  fmt=args.format, progress=say)
-    paths = write_report(args.outdir, report, images, args.output)
+    report, images = build_report(planner, result, module, top=top, simulate_top=simulate_top, fmt=fmt,
+                                  progress=say)
+    paths = write_report(outdir, report, images, output)
     # the summary is the same for the same input; how long it took goes to stderr, as plan's
     print(report_summary(report, str(paths[0])).render(), end="")
-    print(f"ratc report: {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    print(f"ratc report: {time.perf_counter() - say.start:.1f} s", file=sys.stderr)
     return 0

@@ -3,8 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from dataclasses import dataclass
 
 from ratc.errors import RatcError
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What `ratc run` is asked: its options by their argparse names (defaults as the CLI's),
+    so that `ratc compile` runs it as a function."""
+
+    outdir: str
+    plan: str | None = None
+    platform: str | None = None
+    steps: int = 2
+    explicit_replicas: bool = False
+    no_memory_limit: bool = False
+    json: bool = False
+    trace: str | None = None
+    critical_path: bool = False
+    dag: str | None = None
+    output: str | None = None
+    kernel: str | None = None
+    seed: int = 0
 
 
 def register(subparsers) -> None:
@@ -25,7 +47,7 @@ def register(subparsers) -> None:
                    help="simulate this configuration of the program's model instead of the compiled one, "
                         "even if it does not fit (e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline')")
     p.add_argument("--platform", help="platform profile name or TOML file (default: the program's)")
-    p.add_argument("--steps", type=int, default=2,
+    p.add_argument("--steps", type=int, default=RunRequest.steps,
                    help="consecutive steps simulated; the last is measured (default 2)")
     p.add_argument("--explicit-replicas", action="store_true",
                    help="simulate all D replicas instead of one by symmetry")
@@ -43,11 +65,11 @@ def register(subparsers) -> None:
     p.add_argument("--kernel", metavar="STAGE:TASK",
                    help="instead of simulating, run the kernels one task calls (GEMM and attention-backward, "
                         "e.g. 0:F3 or 0:B3) with real numerics on random inputs and check them against numpy")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs for --kernel (default 0)")
+    p.add_argument("--seed", type=int, default=RunRequest.seed, help="seed of the random inputs for --kernel (default 0)")
     p.set_defaults(func=handler)
 
 
-def spot_check(program, args: argparse.Namespace) -> int:
+def spot_check(program, args: RunRequest) -> int:
     """`--kernel STAGE:TASK`: execute the kernels that task calls and compare them with numpy."""
     from ratc.io import write_output
     from ratc.codegen.assembler import assemble
@@ -106,129 +128,47 @@ def _warn_other_platform(own, other, config: str | None) -> None:
 MAX_STEPS = 16       # the VM holds every step's tasks at once
 
 
-def handler(args: argparse.Namespace, compiled=None) -> int:
-    """`ratc run`; compiled = (verified module, model profile) when `ratc compile` just wrote
-    the program, so the files it holds in memory are not parsed and verified again."""
-    import json
+def handler(args: argparse.Namespace) -> int:
+    """`ratc run`."""
+    return run(RunRequest(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RunRequest)}))
 
-    from ratc.io import write_output
+
+def run(args: RunRequest, compiled=None) -> int:
+    """Simulate a program and report it; compiled = (verified module, model profile) when
+    `ratc compile` just wrote the program, so the files it holds in memory are not parsed and
+    verified again."""
     from ratc.cli.progress import phase
-    from ratc.codegen.program_kernels import program_exec_profile
-    from ratc.lifecycle.lowering import find_plan
-    from ratc.step.config import parse_config
-    from ratc.step.plan import Plan
-    from ratc.planner.exec_profile import load_exec_profile
-    from ratc.planner.search import Planner
-    from ratc.program_check import open_program, program_platform
-    from ratc.vm.system.driver import compile_candidate, model_macs, run_module
-    from ratc.vm.system.memory import OutOfMemory
+    from ratc.program_check import open_program
 
-    if not 1 <= args.steps <= MAX_STEPS:
-        raise RatcError(f"--steps must be 1..{MAX_STEPS}, got {args.steps} (the first steps show the "
-                        "steady state: every later one repeats them)")
-    if not 0 <= args.seed < 2 ** 63:
-        raise RatcError(f"--seed must be 0..2**63-1, got {args.seed}")
-    from ratc.io import check_output
-    from ratc.vm.system.dag import dag_format
-
-    if args.dag is not None:
-        dag_format(args.dag)
-    for flag, path in (("--trace", args.trace), ("-o", args.output), ("--dag", args.dag)):
-        if path not in (None, "-"):
-            check_output(path, flag)        # before the simulation (a program's own files included)
-    if args.trace == "-" and args.output in (None, "-"):
-        raise RatcError("--trace - writes the trace to stdout, where the report goes too; "
-                        "give the report a file (-o FILE) or the trace one")
+    _check_arguments(args)
     with phase(f"reading and checking {args.outdir}"):
         program = open_program(args.outdir)     # every file's meaning checked (ratc.program_check)
-    if getattr(args, "kernel", None):
-        simulation_only = [flag for flag, given in (("--json", args.json), ("--trace", args.trace),
-                                                    ("--plan", args.plan is not None),
-                                                    ("--explicit-replicas", args.explicit_replicas),
-                                                    ("--no-memory-limit", args.no_memory_limit),
-                                                    ("--critical-path", args.critical_path),
-                                                    ("--dag", args.dag is not None)) if given]
-        if simulation_only:
-            raise RatcError(f"--kernel runs one task's kernels against numpy; {', '.join(simulation_only)} "
-                            f"{'applies' if len(simulation_only) == 1 else 'apply'} only to the simulation")
+    if args.kernel:
+        _check_spot_check_alone(args)
         return spot_check(program, args)
-    platform = program_platform(program, args.platform)
-    own = program_platform(program)
-    other = platform.text != own.text           # another machine than the program's (a what-if)
-    if other and args.plan is None and compiled is None:
-        _warn_other_platform(own, platform, program.meta.get("config"))
-    # the GEMM profile the program was compiled with: its tasks' times and the prediction's
-    exec_profile = load_exec_profile(platform, program.meta.get("exec_profile", "paper-table5"))
-    if compiled is not None:
-        module, profile = compiled
-    else:
-        profile = program.profile
-        if args.plan is not None:
-            if profile is None:
-                raise RatcError(f"{args.outdir}: --plan needs the model's graph IR in the program, and there is none")
-            with phase(f"compiling {args.plan}"):
-                # with the program's execution profile, so a kernel-VM program is recompiled with
-                # its kernels, and its budget (a --memory-budget it was compiled with), unless
-                # --platform names another machine
-                budget = None if other else Plan.from_ir(find_plan(program.module)).budget
-                module = compile_candidate(profile, parse_config(args.plan), platform,
-                                           Planner(profile, platform, exec_profile, budget))
-        else:
-            module = program.module
-    plan_op = find_plan(module)
-    cand = Plan.from_ir(plan_op).config
-    macs = model_macs(profile) * cand.global_batch if profile is not None else 0.0
-    try:
-        with phase(f"simulating {args.steps} step{'s' if args.steps > 1 else ''} of {cand.label()} on the system VM"):
-            tl, res = run_module(module, platform, macs, steps=args.steps, symmetric=not args.explicit_replicas,
-                                 memory_limit=not args.no_memory_limit)
-    except OutOfMemory as exc:
-        if args.json:
-            write_output(args.output, json.dumps({"config": cand.label(), "out_of_memory": exc.as_dict()},
-                                                 indent=2, sort_keys=True) + "\n")
-            return 1
-        import shlex
-
-        command = " ".join(["ratc run", shlex.quote(str(args.outdir))]
-                           + ([f"--plan {shlex.quote(args.plan)}"] if args.plan is not None else [])
-                           + ([f"--platform {shlex.quote(args.platform)}"] if args.platform else []))
-        raise RatcError(f"{exc}\n`{command} --no-memory-limit` runs it anyway and reports each stage's "
-                        "peak memory") from None
-    predicted = None
-    if profile is not None:
-        # priced with the program's own kernels (re-tiled ones included), unless they are
-        # another machine's
-        kernels_here = not other or args.plan is not None or compiled is not None
-        priced = program_exec_profile(exec_profile, module) if kernels_here else exec_profile
-        (ev,) = Planner(profile, platform, priced).evaluate_group([cand])
-        predicted = ev.t_step
-    chain = _write_timeline(args, tl)
+    run = _simulate(args, program, compiled)
+    if run is None:         # out of memory, reported as JSON
+        return 1
+    chain = _write_timeline(args, run.timeline)
+    res, predicted = run.results, run.predicted
     if args.json:
-        out = {"config": cand.label(), "results": res.as_dict(), "predicted_step_time_s": predicted,
+        import json
+
+        out = {"config": run.cand.label(), "results": res.as_dict(), "predicted_step_time_s": predicted,
                "prediction_error": None if predicted is None else (predicted - res.step_seconds) / res.step_seconds}
         if chain is not None:
             out["critical_path"] = chain.as_dict()
         _write_report(args.output, json.dumps(out, indent=2, sort_keys=True) + "\n", "JSON")
         return 0
-    text = f"{plan_op.attributes['model']} on {cand.clusters} clusters, {cand.label()}\n" + res.text()
+    text = f"{run.model} on {run.cand.clusters} clusters, {run.cand.label()}\n" + res.text()
     if predicted is not None:
         from ratc.units import format_time
 
         text += (f"planner (Eq. 12) predicted {format_time(predicted)}; error "
                  f"{100 * (predicted - res.step_seconds) / res.step_seconds:+.2f} % against the VM\n")
-    if not macs:
+    if not run.macs:
         text += "MAC utilization needs the model's graph IR in the program\n"
-    if args.plan is not None and compiled is None:
-        # the kernels of the plan just compiled, which need not be the program's
-        from ratc.codegen.program_kernels import program_files
-
-        kernels = program_files(module, platform).get("kernels.json")
-        table = None
-        if kernels:
-            from ratc.program_check import read_kernel_table
-            table = read_kernel_table(kernels, "kernels.json")
-    else:
-        table = program.kernel_table
+    table = _kernels_simulated(args, program, run, compiled)
     if table:
         text += _kernel_table(table, res.step_seconds)
     if chain is not None:
@@ -237,7 +177,89 @@ def handler(args: argparse.Namespace, compiled=None) -> int:
     return 0
 
 
-def _write_timeline(args: argparse.Namespace, tl):
+def _check_arguments(args: RunRequest) -> None:
+    """Ranges and outputs, before any work (a program's own files are refused as outputs)."""
+    from ratc.io import check_output
+    from ratc.vm.system.dag import dag_format
+
+    if not 1 <= args.steps <= MAX_STEPS:
+        raise RatcError(f"--steps must be 1..{MAX_STEPS}, got {args.steps} (the first steps show the "
+                        "steady state: every later one repeats them)")
+    if not 0 <= args.seed < 2 ** 63:
+        raise RatcError(f"--seed must be 0..2**63-1, got {args.seed}")
+    if args.dag is not None:
+        dag_format(args.dag)
+    for flag, path in (("--trace", args.trace), ("-o", args.output), ("--dag", args.dag)):
+        if path not in (None, "-"):
+            check_output(path, flag)
+    if args.trace == "-" and args.output in (None, "-"):
+        raise RatcError("--trace - writes the trace to stdout, where the report goes too; "
+                        "give the report a file (-o FILE) or the trace one")
+
+
+def _check_spot_check_alone(args: RunRequest) -> None:
+    """--kernel runs kernels instead of the simulation: the simulation's flags are refused."""
+    simulation_only = [flag for flag, given in (("--json", args.json), ("--trace", args.trace),
+                                                ("--plan", args.plan is not None),
+                                                ("--explicit-replicas", args.explicit_replicas),
+                                                ("--no-memory-limit", args.no_memory_limit),
+                                                ("--critical-path", args.critical_path),
+                                                ("--dag", args.dag is not None)) if given]
+    if simulation_only:
+        raise RatcError(f"--kernel runs one task's kernels against numpy; {', '.join(simulation_only)} "
+                        f"{'applies' if len(simulation_only) == 1 else 'apply'} only to the simulation")
+
+
+def _simulate(args: RunRequest, program, compiled):
+    """The program (or --plan's recompile of it) simulated; over budget, an error naming the
+    command that runs it anyway (with --json: None, the out-of-memory report written)."""
+    from ratc.cli.progress import phase
+    from ratc.planner.exec_profile import load_exec_profile
+    from ratc.program_check import program_platform
+    from ratc.vm.system.driver import simulate_program
+    from ratc.vm.system.memory import OutOfMemory
+
+    platform = program_platform(program, args.platform)
+    own = program_platform(program)
+    other = platform.text != own.text           # another machine than the program's (a what-if)
+    if other and args.plan is None and compiled is None:
+        _warn_other_platform(own, platform, program.meta.get("config"))
+    # the GEMM profile the program was compiled with: its tasks' times and the prediction's
+    exec_profile = load_exec_profile(platform, program.meta.get("exec_profile", "paper-table5"))
+    try:
+        return simulate_program(program, platform, exec_profile, plan=args.plan, steps=args.steps,
+                                symmetric=not args.explicit_replicas, memory_limit=not args.no_memory_limit,
+                                other_platform=other, compiled=compiled, phase=phase)
+    except OutOfMemory as exc:
+        if args.json:
+            import json
+
+            from ratc.io import write_output
+            write_output(args.output, json.dumps({"config": exc.config, "out_of_memory": exc.as_dict()},
+                                                 indent=2, sort_keys=True) + "\n")
+            return None
+        import shlex
+
+        command = " ".join(["ratc run", shlex.quote(str(args.outdir))]
+                           + ([f"--plan {shlex.quote(args.plan)}"] if args.plan is not None else [])
+                           + ([f"--platform {shlex.quote(args.platform)}"] if args.platform else []))
+        raise RatcError(f"{exc}\n`{command} --no-memory-limit` runs it anyway and reports each stage's "
+                        "peak memory") from None
+
+
+def _kernels_simulated(args: RunRequest, program, simulated, compiled) -> dict | None:
+    """The kernel table of what was simulated: the program's, or that of the plan --plan just
+    compiled (whose kernels need not be the program's)."""
+    if args.plan is None or compiled is not None:
+        return program.kernel_table
+    from ratc.codegen.program_kernels import program_files
+    from ratc.program_check import program_platform, read_kernel_table
+
+    kernels = program_files(simulated.module, program_platform(program, args.platform)).get("kernels.json")
+    return read_kernel_table(kernels, "kernels.json") if kernels else None
+
+
+def _write_timeline(args: RunRequest, tl):
     """Write the simulation's --trace and --dag files; the critical chain if --critical-path
     asks for it (else None)."""
     from ratc.io import report_written, write_atomic, write_output

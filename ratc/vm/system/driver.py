@@ -3,6 +3,7 @@ the planner's predictions against the VM's measurements."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from ratc.errors import RatcError
@@ -84,3 +85,66 @@ def kendall_tau(xs, ys) -> float:
                 ty += 1
     denom = ((conc + disc + tx) * (conc + disc + ty)) ** 0.5
     return (conc - disc) / denom if denom else 0.0
+
+
+@dataclass(frozen=True)
+class ProgramRun:
+    """A program's step simulated on the system VM, beside the planner's prediction of it."""
+
+    module: object              # the scheduled life module simulated
+    cand: Candidate
+    model: str                  # the plan's model name
+    timeline: object
+    results: object
+    predicted: float | None     # the planner's Eq. 12 step time (None without the model's graph IR)
+    macs: float                 # MACs per step (0 without the model's graph IR)
+
+
+def _quiet(text: str):
+    return contextlib.nullcontext()
+
+
+def simulate_program(program, platform, exec_profile, *, plan: str | None = None, steps: int = 2,
+                     symmetric: bool = True, memory_limit: bool = True, other_platform: bool = False,
+                     compiled=None, phase=_quiet) -> ProgramRun:
+    """Simulate a checked program (ratc.program_check.open_program) on `platform`: its own
+    schedule, a just-compiled one (`compiled` = (module, profile)), or the configuration
+    `plan` recompiled for its model; raises OutOfMemory over the plan's budget when
+    `memory_limit`. `phase(text)` is a context manager reporting progress."""
+    from ratc.codegen.program_kernels import program_exec_profile
+    from ratc.lifecycle.lowering import find_plan
+    from ratc.planner.search import Planner
+    from ratc.step.config import parse_config
+    from ratc.step.plan import Plan
+
+    module, profile = compiled if compiled is not None else (program.module, program.profile)
+    if plan is not None and compiled is None:
+        if profile is None:
+            raise RatcError(f"{program.root}: --plan needs the model's graph IR in the program, and there is none")
+        with phase(f"compiling {plan}"):
+            # with the program's execution profile, so a kernel-VM program is recompiled with
+            # its kernels, and its budget (a --memory-budget it was compiled with), unless
+            # the platform is another machine's
+            budget = None if other_platform else Plan.from_ir(find_plan(program.module)).budget
+            module = compile_candidate(profile, parse_config(plan), platform,
+                                       Planner(profile, platform, exec_profile, budget))
+    plan_op = find_plan(module)
+    cand = Plan.from_ir(plan_op).config
+    macs = model_macs(profile) * cand.global_batch if profile is not None else 0.0
+    from ratc.vm.system.memory import OutOfMemory
+
+    try:
+        with phase(f"simulating {steps} step{'s' if steps > 1 else ''} of {cand.label()} on the system VM"):
+            tl, res = run_module(module, platform, macs, steps=steps, symmetric=symmetric, memory_limit=memory_limit)
+    except OutOfMemory as exc:
+        exc.config = cand.label()       # (the configuration that ran out, for the report)
+        raise
+    predicted = None
+    if profile is not None:
+        # priced with the program's own kernels (re-tiled ones included), unless they are
+        # another machine's
+        kernels_here = not other_platform or plan is not None or compiled is not None
+        priced = program_exec_profile(exec_profile, module) if kernels_here else exec_profile
+        (ev,) = Planner(profile, platform, priced).evaluate_group([cand])
+        predicted = ev.t_step
+    return ProgramRun(module, cand, plan_op.attributes["model"], tl, res, predicted, macs)

@@ -14,6 +14,7 @@ class OutOfMemory(RatcError):
 
     def __init__(self, stage: int, replica: int, time: int, clock: float, budget: int, task: str, live: dict):
         self.stage, self.replica, self.time, self.budget, self.task = stage, replica, time, budget, task
+        self.config: str | None = None      # the configuration's label, once known
         self.live = sorted(live.items(), key=lambda kv: (-kv[1], kv[0]))
         self.seconds = time / clock
         total = sum(live.values())
