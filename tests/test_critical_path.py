@@ -14,13 +14,13 @@ from ratc.lifecycle.lowering import find_pipeline
 from ratc.vm.system.critical import critical_chain
 from ratc.vm.system.dag import dag_text, task_graph
 from ratc.vm.system.engine import simulate
-from ratc.vm.system.program import Program
+from ratc.vm.system.task_graph import TaskGraph
 from test_lifecycle_support import compile_tiny
 
 EXAMPLE = str(Path(__file__).parents[1] / "examples" / "llama.py")
 
 
-def two_stage_program() -> Program:
+def two_stage_program() -> TaskGraph:
     """One micro-batch through two stages at 1000 cycles/s (a cycle is a millisecond).
 
     On paper: 0F0 0..10, its send 10..14; stage 1 receives at 14, when a Recover of
@@ -29,7 +29,7 @@ def two_stage_program() -> Program:
     time 48 cycles; the chain is every task but 0U0, with the shares 10, 4, 0, 8, 10, 6,
     4, 0, 6 (of 48).
     """
-    prog = Program(stages=2, replicas=1, clock=1000.0)
+    prog = TaskGraph(stages=2, replicas=1, clock=1000.0)
     f0 = prog.add("0F0", "forward", 0, ("compute",), 10, layer=0, micro_batch=0)
     u0 = prog.add("0U0", "update", 0, ("ddr",), 5, deps=(f0,), layer=0)
     send_f = prog.add("0SEND_F0", "send", 0, ("tx", (1, 0, "rx")), 4, deps=(f0,), micro_batch=0)

@@ -129,3 +129,14 @@ def test_verifier_wants_one_graph_output_last(edit, message):
     module = parse_module(print_module(module))      # set the ops' parents, as a file would
     with pytest.raises(VerifyError, match=message):
         verify(module)
+
+
+def test_every_dtype_the_tracer_names_has_a_size_in_the_one_dtype_table():
+    from ratc.frontend.trace import DTYPE_NAMES
+    from ratc.ir.types import DTYPE_BYTES
+    from ratc.planner.opcost import elem_bytes
+
+    import torch
+
+    for torch_dtype, name in DTYPE_NAMES.items():
+        assert elem_bytes(name) == DTYPE_BYTES[name] == torch.empty((), dtype=torch_dtype).element_size()

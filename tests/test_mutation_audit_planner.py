@@ -25,7 +25,7 @@ from ratc.planner.timing import makespan, one_f_one_b, step_time
 from ratc.vm.system.collectives import ring
 from ratc.vm.system.engine import simulate
 from ratc.vm.system.memory import OutOfMemory
-from ratc.vm.system.program import Link, Program, ProgramError
+from ratc.vm.system.task_graph import CycleLink, TaskGraph, TaskGraphError
 
 
 def costs(stages, **per_stage) -> StageCosts:
@@ -387,9 +387,9 @@ def test_link_ddr_traffic_counts_bytes_not_latency():
 
 def test_explicit_ring_step_waits_for_the_previous_ranks_chunk():
     """Explicit ring reduce-scatter (D=3, 10-cycle chunks), rank 0's input late (100): step k of rank r forwards what r-1 sent in step k-1 (hand-timed)."""
-    prog = Program(stages=1, replicas=3, symmetric=False)
+    prog = TaskGraph(stages=1, replicas=3, symmetric=False)
     late = prog.add("late", "forward", 0, ("compute",), 100, replica=0)
-    done = ring(prog, "reduce_scatter", 0, 30, Link(0, 1.0), [(late,), (), ()], "RS")
+    done = ring(prog, "reduce_scatter", 0, 30, CycleLink(0, 1.0), [(late,), (), ()], "RS")
     tl = simulate(prog)
     # step 0: r0 [100,110), r1 [0,10), r2 [0,10); step 1: r1 forwards r0's chunk, [110,120).
     # Rank 2's result is the chunk r0 -> r1 -> r2: complete at 120.
@@ -399,10 +399,10 @@ def test_explicit_ring_step_waits_for_the_previous_ranks_chunk():
 
 def test_explicit_ring_step_holds_the_receivers_port():
     """Explicit ring: rank r's step uses its own transmit port and rank r+1's receive port (a busy rx1 delays rank 0's chunk, hand-timed)."""
-    prog = Program(stages=1, replicas=2, symmetric=False)
+    prog = TaskGraph(stages=1, replicas=2, symmetric=False)
     prog.add("X", "send", 0, ((0, 1, "rx"),), 50, replica=1)          # rank 1's receive port busy [0, 50)
     deps = [(prog.add("d", "forward", 0, ("compute",), 1, replica=r, template=1 if r else -1),) for r in range(2)]
-    done = ring(prog, "reduce_scatter", 0, 20, Link(0, 1.0), deps, "RS")
+    done = ring(prog, "reduce_scatter", 0, 20, CycleLink(0, 1.0), deps, "RS")
     tl = simulate(prog)
     # rank 0 -> 1 waits for rx1: [50, 60); rank 1 -> 0: [1, 11)
     assert [tl.end[d[0]] for d in done] == [11, 60]
@@ -410,9 +410,9 @@ def test_explicit_ring_step_holds_the_receivers_port():
 
 def test_explicit_ring_result_waits_for_the_ranks_own_input():
     """Every rank's reduce-scatter result sums rank 0's contribution: none can be complete before rank 0's input (cycle 100)."""
-    prog = Program(stages=1, replicas=3, symmetric=False)
+    prog = TaskGraph(stages=1, replicas=3, symmetric=False)
     late = prog.add("late", "forward", 0, ("compute",), 100, replica=0)
-    done = ring(prog, "reduce_scatter", 0, 30, Link(0, 1.0), [(late,), (), ()], "RS")
+    done = ring(prog, "reduce_scatter", 0, 30, CycleLink(0, 1.0), [(late,), (), ()], "RS")
     tl = simulate(prog)
     # (ranks 0 and 1 were "complete" at 20: rank 0's step 1 forwarded rank 2's chunk [10, 20)
     # without adding its own, late, contribution, before its own step 0 [100, 110))
@@ -424,7 +424,7 @@ def test_explicit_ring_result_waits_for_the_ranks_own_input():
 
 def two_readers(budget=None):
     """x (100 B) made by A [0,1), read by B [1,2) and C [1,11); D [2,3) makes y (50 B) while C still reads x."""
-    prog = Program(stages=1, replicas=1, memory_budget=budget)
+    prog = TaskGraph(stages=1, replicas=1, memory_budget=budget)
     a = prog.add("A", "forward", 0, ("compute",), 1, allocs=(("x", 100),))
     b = prog.add("B", "forward", 0, ("compute",), 1, deps=(a,), frees=("x",))
     prog.add("C", "send", 0, ("tx",), 10, deps=(a,), frees=("x",))
@@ -444,11 +444,11 @@ def test_budget_is_exceeded_only_above_it():
     prog = two_readers(budget=250)
     prog.static[(0, 0)] = (("weights", 100),)
     assert simulate(prog).memory.stage_peaks() == [250]
-    prog = Program(stages=1, replicas=1, memory_budget=100)
+    prog = TaskGraph(stages=1, replicas=1, memory_budget=100)
     prog.static[(0, 0)] = (("weights", 100),)
     prog.add("A", "forward", 0, ("compute",), 1)
     assert simulate(prog).memory.stage_peaks() == [100]
-    prog = Program(stages=1, replicas=1, memory_budget=99)
+    prog = TaskGraph(stages=1, replicas=1, memory_budget=99)
     prog.static[(0, 0)] = (("weights", 100),)
     prog.add("A", "forward", 0, ("compute",), 1)
     with pytest.raises(OutOfMemory):
@@ -456,17 +456,17 @@ def test_budget_is_exceeded_only_above_it():
 
 
 def test_allocating_a_live_value_again_is_a_program_error():
-    """A task allocating a value that is still live is reported (ProgramError naming the task and value), not double counted."""
-    prog = Program(stages=1, replicas=1)
+    """A task allocating a value that is still live is reported (TaskGraphError naming the task and value), not double counted."""
+    prog = TaskGraph(stages=1, replicas=1)
     a = prog.add("A", "forward", 0, ("compute",), 1, allocs=(("x", 100),))
     prog.add("B", "forward", 0, ("compute",), 1, deps=(a,), allocs=(("x", 100),))
-    with pytest.raises(ProgramError, match="task B: value x allocated on stage 0 replica 0 while still live"):
+    with pytest.raises(TaskGraphError, match="task B: value x allocated on stage 0 replica 0 while still live"):
         simulate(prog)
 
 
 def test_out_of_memory_report_gives_cycle_and_seconds():
     """OutOfMemory at cycle 4 on a 2 Hz clock is at 4 / 2 = 2 s, with every live value listed largest first (hand example)."""
-    prog = Program(stages=1, replicas=1, memory_budget=150, clock=2.0)
+    prog = TaskGraph(stages=1, replicas=1, memory_budget=150, clock=2.0)
     a = prog.add("A", "forward", 0, ("compute",), 4, allocs=(("small", 60),))
     prog.add("B", "forward", 0, ("compute",), 1, deps=(a,), allocs=(("big", 100),))
     with pytest.raises(OutOfMemory) as err:
@@ -479,7 +479,7 @@ def test_out_of_memory_report_gives_cycle_and_seconds():
 
 def test_value_made_and_freed_on_another_stage():
     """allocs (name, bytes, stage) / frees (name, stage) act on that stage's cluster: stage 1 peaks at 100 B, not 150 (hand example)."""
-    prog = Program(stages=2, replicas=1)
+    prog = TaskGraph(stages=2, replicas=1)
     a = prog.add("send", "send", 0, ("tx",), 2, allocs=(("x", 100, 1),))          # lands on stage 1
     b = prog.add("use", "forward", 0, ("compute",), 1, deps=(a,), frees=(("x", 1),))
     prog.add("later", "forward", 1, ("compute",), 1, deps=(b,), allocs=(("y", 50),))

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from ratc.codegen.assembler import assemble, disassemble
 from ratc.codegen.isa import Flags, Label, Mem, Reg
-from ratc.codegen.program import Buffer, Instr, Loop, Program, assign_slots
+from ratc.codegen.program import Buffer, Instr, KernelProgram, Loop, assign_slots
 from ratc.errors import LocatedError
 from ratc.platform import load_platform
 
@@ -74,7 +74,7 @@ def bodies(draw, depth=0):
 @settings(max_examples=60, deadline=None)
 @given(bodies())
 def test_disassemble_assemble_round_trip(body):
-    program = Program("k", 4, BUFFERS, tuple(body))
+    program = KernelProgram("k", 4, BUFFERS, tuple(body))
     text = disassemble(program)
     again = assemble(text, P, "rt.rasm")
     assert again == program

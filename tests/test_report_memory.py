@@ -8,7 +8,7 @@ from ratc.report import memory_plot
 from ratc.report.data import MemoryData, MemorySeries, StageBreakdown
 from ratc.report.from_vm import memory_from_timeline
 from ratc.vm.system.engine import simulate
-from ratc.vm.system.program import Program
+from ratc.vm.system.task_graph import TaskGraph
 from life_programs import Unit, plan_text, simulated
 
 
@@ -16,7 +16,7 @@ def test_hand_built_program_gives_the_hand_computed_step_function():
     """compute: F0 0-10 (makes x), F1 10-20 (makes y), B0 20-25 (frees x, r), B1 25-30
     (frees y); ddr: R0 10-12 (makes r). x and y span two later main-path starts (medium),
     r one (short), the static w never dies (long)."""
-    prog = Program(stages=1, replicas=1, clock=10.0)
+    prog = TaskGraph(stages=1, replicas=1, clock=10.0)
     prog.static[(0, 0)] = (("w", 1000),)
     f0 = prog.add("0F0", "forward", 0, ["compute"], 10, allocs=(("x", 100),))
     f1 = prog.add("0F1", "forward", 0, ["compute"], 10, deps=(f0,), allocs=(("y", 50),))

@@ -14,7 +14,7 @@ from ratc.vm.system.collectives import ring
 from ratc.vm.system.driver import run_module
 from ratc.vm.system.engine import simulate
 from ratc.vm.system.memory import OutOfMemory
-from ratc.vm.system.program import Link, Program, ProgramError
+from ratc.vm.system.task_graph import CycleLink, TaskGraph, TaskGraphError
 from ratc.vm.system.results import critical_path, summarize
 from ratc.vm.system.trace import chrome_trace
 from life_programs import Unit, lowered, mt3000, plan_text, simulated
@@ -68,7 +68,7 @@ def test_compiled_programs_issue_the_megatron_order(P, M):
 def contended(symmetric):
     """Stage 0 sends an activation while its all-reduce holds the transmit port.
 
-    Link: 2 cycles latency + 4 B/cycle. The 80-byte all-reduce over D=2 is two ring steps
+    CycleLink: 2 cycles latency + 4 B/cycle. The 80-byte all-reduce over D=2 is two ring steps
     of 40 B (12 cycles each); the 40-byte activation send takes 12 cycles.
       ring step 0 [0, 12)   (ready at 0, takes tx)
       F0          [0, 10)   send ready at 10 but tx is busy
@@ -76,8 +76,8 @@ def contended(symmetric):
       ring step 1 [24, 36)
       F1          [24, 34)  on stage 1 after the send
     """
-    link = Link(2, 4.0)
-    prog = Program(stages=2, replicas=2, symmetric=symmetric)
+    link = CycleLink(2, 4.0)
+    prog = TaskGraph(stages=2, replicas=2, symmetric=symmetric)
     R = prog.simulated_replicas
     f0 = [prog.add("0F0", "forward", 0, ("compute",), 10, replica=r, template=0 if r else -1) for r in range(R)]
     done = ring(prog, "all_reduce", 0, 80, link, [() for _ in range(R)], "0SYNC")
@@ -114,7 +114,7 @@ def test_without_priority_the_ring_step_would_win_the_port():
 
 
 def ring_times(D, op, nbytes, link, symmetric):
-    prog = Program(stages=1, replicas=D, symmetric=symmetric)
+    prog = TaskGraph(stages=1, replicas=D, symmetric=symmetric)
     done = ring(prog, op, 0, nbytes, link, [() for _ in range(prog.simulated_replicas)], "AR")
     tl = simulate(prog)
     return tl.makespan, [tl.end[d[0]] for d in done]
@@ -124,7 +124,7 @@ def ring_times(D, op, nbytes, link, symmetric):
        op=st.sampled_from(["reduce_scatter", "all_gather", "all_reduce"]))
 def test_ring_collective_matches_alpha_beta_formula(D, nbytes, lat, bw, op):
     # Ring algorithm (Thakur et al. 2005): (D-1) steps of nbytes/D for RS or AG, twice for AR.
-    link = Link(lat, float(bw))
+    link = CycleLink(lat, float(bw))
     steps = (2 if op == "all_reduce" else 1) * (D - 1)
     expect = steps * (lat + -(-(-(-nbytes // D)) // bw))
     for symmetric in (False, True):
@@ -245,24 +245,24 @@ def test_trace_has_one_track_per_resource_and_action_names():
 
 
 def test_cycle_and_bad_references_are_reported_by_task_name():
-    prog = Program(stages=1, replicas=1)
+    prog = TaskGraph(stages=1, replicas=1)
     a = prog.add("0F0", "forward", 0, ("compute",), 1)
     b = prog.add("0B0", "backward", 0, ("compute",), 1, deps=(a,))
     prog.tasks[a].deps = (b,)
-    with pytest.raises(ProgramError, match="never ran.*0F0"):
+    with pytest.raises(TaskGraphError, match="never ran.*0F0"):
         simulate(prog)
-    prog = Program(stages=1, replicas=1)
+    prog = TaskGraph(stages=1, replicas=1)
     prog.add("0F0", "forward", 0, ("compute",), 1, deps=(7,))
-    with pytest.raises(ProgramError, match="0F0"):
+    with pytest.raises(TaskGraphError, match="0F0"):
         simulate(prog)
     for bad in (-1, 1):      # a negative index, and the task itself
-        prog = Program(stages=1, replicas=1)
+        prog = TaskGraph(stages=1, replicas=1)
         prog.add("0F0", "forward", 0, ("compute",), 1)
         prog.add("0B0", "backward", 0, ("compute",), 1, deps=(0, bad))
-        with pytest.raises(ProgramError, match=rf"0B0 \(#1\): dependency #{bad} does not name another task"):
+        with pytest.raises(TaskGraphError, match=rf"0B0 \(#1\): dependency #{bad} does not name another task"):
             simulate(prog)
-    with pytest.raises(ProgramError, match="unknown kind"):
-        Program(stages=1, replicas=1).add("x", "dance", 0, ("compute",), 1)
+    with pytest.raises(TaskGraphError, match="unknown kind"):
+        TaskGraph(stages=1, replicas=1).add("x", "dance", 0, ("compute",), 1)
 
 
 @pytest.mark.parametrize("corun", [4, 0])
@@ -270,7 +270,7 @@ def test_corun_recover_on_the_critical_path_splits_like_its_host(corun):
     # A co-running Recover holds no engine and lasts its host's 10 cycles, of which `corun`
     # are what it added: on the critical path that part is recovery, the rest main-path work
     # (also when the pair adds nothing), and the trace draws it on its cluster's co-run track.
-    prog = Program(stages=1, replicas=1)
+    prog = TaskGraph(stages=1, replicas=1)
     f = prog.add("0F0", "forward", 0, ("compute",), 10, corun=corun)
     r = prog.add("0R0", "recover", 0, (), 10, corun=corun)
     prog.add("0B0", "backward", 0, ("compute",), 5, deps=(f, r))
@@ -301,10 +301,10 @@ def test_chained_explicit_rings_keep_their_dependencies_short():
     """A collective's results feed the next (sync -> gather, layer after layer): each explicit
     rank's result is two tasks, however long the chain, and the last one ends after D - 1
     steps per ring (D = 4, 10-cycle steps, 30 rings: 30 x 3 x 10 cycles)."""
-    prog = Program(stages=1, replicas=4, symmetric=False)
+    prog = TaskGraph(stages=1, replicas=4, symmetric=False)
     deps = [() for _ in range(4)]
     for i in range(30):
-        deps = ring(prog, "reduce_scatter", 0, 40, Link(0, 1.0), deps, f"RS{i}")
+        deps = ring(prog, "reduce_scatter", 0, 40, CycleLink(0, 1.0), deps, f"RS{i}")
         assert all(len(d) == 2 for d in deps)
     assert max(len(t.deps) for t in prog.tasks) <= 2
     assert simulate(prog).makespan == 30 * 3 * 10

@@ -18,7 +18,7 @@ from ratc.step.config import parse_config
 from ratc.vm.system.driver import compile_candidate, kendall_tau, run_module
 from ratc.vm.system.engine import simulate
 from ratc.vm.system.life import translate
-from ratc.vm.system.program import ProgramError
+from ratc.vm.system.task_graph import TaskGraphError
 from ratc.vm.system.results import critical_path, step_window
 from life_programs import Unit, lowered, plan_text
 
@@ -125,7 +125,7 @@ def test_op_without_handler_is_named():
     module = lowered(plan_text([[Unit(fwd=(5, 0), bwd=(5, 0))]], M=1))
     unit = find_plan(module).region.ops[1]
     find_pipeline(module).region.ops[0].region.append(Operation("life.unit", attributes=dict(unit.attributes)))
-    with pytest.raises(ProgramError, match=r"life\.unit on stage 0 \(op #\d+\): the system VM has no handler"):
+    with pytest.raises(TaskGraphError, match=r"life\.unit on stage 0 \(op #\d+\): the system VM has no handler"):
         translate(module, MT3000)
 
 

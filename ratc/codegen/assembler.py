@@ -1,4 +1,4 @@
-"""Assembler (.rasm text -> Program) and disassembler (Program -> canonical .rasm text)."""
+"""Assembler (.rasm text -> KernelProgram) and disassembler (KernelProgram -> canonical .rasm text)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from ratc.codegen.isa import Flags, Label, Mem, Reg
-from ratc.codegen.program import Buffer, Bundle, Instr, Loop, Program, assign_slots, validate
+from ratc.codegen.program import Buffer, Bundle, Instr, KernelProgram, Loop, assign_slots, validate
 from ratc.errors import LocatedError, SourceLocation
 
 GRAMMAR = Path(__file__).with_name("rasm.lark")
@@ -25,7 +25,7 @@ def _parser() -> Lark:
 MAX_LOOP_DEPTH = 64
 
 
-def assemble(text: str, platform, filename: str = "<rasm>") -> Program:
+def assemble(text: str, platform, filename: str = "<rasm>") -> KernelProgram:
     """Parse and validate .rasm text; errors are LocatedError with file:line:col and a caret."""
     try:
         tree = _parser().parse(text)
@@ -68,7 +68,7 @@ class _Builder:
             return None
         return SourceLocation(self.filename, line, meta.column, self.text)
 
-    def program(self, tree: Tree) -> Program:
+    def program(self, tree: Tree) -> KernelProgram:
         name, dsps, dsps_loc, buffers, body = None, None, None, [], []
         for child in tree.children:
             if child.data in ("kernel", "dsps") and (name if child.data == "kernel" else dsps) is not None:
@@ -87,7 +87,7 @@ class _Builder:
             raise LocatedError("missing '.kernel NAME' directive", SourceLocation(self.filename, 1, 1, self.text))
         if dsps is None:
             raise LocatedError("missing '.dsps N' directive", SourceLocation(self.filename, 1, 1, self.text))
-        return Program(name, dsps, tuple(buffers), tuple(body), dsps_loc)
+        return KernelProgram(name, dsps, tuple(buffers), tuple(body), dsps_loc)
 
     def item(self, node: Tree, depth: int = 1):
         if node.data == "loop":
@@ -168,7 +168,7 @@ def _address_text(text: str) -> tuple:
     return _reg(m.group(1)), -off if m.group(2) == "-" else off
 
 
-def disassemble(program: Program) -> str:
+def disassemble(program: KernelProgram) -> str:
     """Canonical .rasm text: directives, then bundles in slot order, loops indented."""
     lines = [f".kernel {program.name}", f".dsps {program.dsps}"]
     for b in program.buffers:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ratc.codegen.assembler import disassemble, parse_instruction
-from ratc.codegen.program import Buffer, Bundle, Loop, Program, assign_slots, validate
+from ratc.codegen.program import Buffer, Bundle, KernelProgram, Loop, assign_slots, validate
 
 
 # Timing a kernel runs its loop nest: 2**51 MACs (a 131072^3 GEMM) takes seconds, larger
@@ -33,7 +33,7 @@ class Kernel:
     """
 
     name: str
-    program: Program
+    program: KernelProgram
     platform: object
     macs: int
     min_ddr_bytes: int
@@ -96,9 +96,9 @@ class Emitter:
             body.append(assign_slots([sbr]))
         self.stack[-1].append(Loop(label, count, tuple(body)))
 
-    def program(self, name: str, dsps: int, buffers: list[tuple], platform) -> Program:
+    def program(self, name: str, dsps: int, buffers: list[tuple], platform) -> KernelProgram:
         """The finished, validated program."""
-        program = Program(name, dsps, tuple(Buffer(bname, space, dtype, tuple(shape))
+        program = KernelProgram(name, dsps, tuple(Buffer(bname, space, dtype, tuple(shape))
                                             for space, bname, dtype, shape in buffers), tuple(self.stack[0]))
         validate(program, platform)
         return program

@@ -96,7 +96,7 @@ class Loop:
 
 
 @dataclass(frozen=True)
-class Program:
+class KernelProgram:
     """A kernel: the program every DSP of the cluster runs (r0 holds the DSP id on entry)."""
 
     name: str
@@ -143,7 +143,7 @@ def iter_bundles(body, executions: int = 1):
             yield item, executions
 
 
-def validate(program: Program, platform) -> None:
+def validate(program: KernelProgram, platform) -> None:
     """Check buffers against capacities, operands against the ISA, and loop structure."""
     vl = platform.vliw
     limits = {"sm": platform.dsp.sm_size, "am": platform.dsp.am_size, "gsm": platform.cluster.gsm_size}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ratc.codegen.isa import SLOTS
-from ratc.codegen.program import Program
+from ratc.codegen.program import KernelProgram
 from ratc.units import format_bytes, format_time
 
 
@@ -40,7 +40,7 @@ class KernelStats:
         return d
 
 
-def kernel_stats(program: Program, platform, cycles: int, counts: dict, useful_macs: int | None = None,
+def kernel_stats(program: KernelProgram, platform, cycles: int, counts: dict, useful_macs: int | None = None,
                  compulsory_ddr_bytes: int | None = None) -> KernelStats:
     """Derived figures of a run (counts from kernel_timing.static_counts)."""
     clock = platform.dsp.clock

@@ -6,7 +6,8 @@ import math
 import re
 
 # Bytes per element of each element type ratc knows.
-DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i1": 1, "i8": 1, "i32": 4, "i64": 8}
+# Element types by their IR names (i1 is a bool), and their sizes: the one dtype table.
+DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i1": 1, "i8": 1, "u8": 1, "i32": 4, "i64": 8}
 
 _TENSOR_RE = re.compile(r"tensor<((?:\d+x)*)([a-z][a-z0-9]*)>")
 

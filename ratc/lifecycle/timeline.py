@@ -17,7 +17,7 @@ from ratc.errors import RatcError
 
 
 @dataclass
-class Timeline:
+class IssueTimeline:
     """Start and end of every op of the pipeline, and the step's main-path makespan."""
 
     start: dict        # op -> seconds
@@ -25,7 +25,7 @@ class Timeline:
     makespan: float    # last compute op to finish, over all stages
 
 
-def estimate(pipe) -> Timeline:
+def estimate(pipe) -> IssueTimeline:
     """Estimate every op's start and end."""
     stages = [s.region.ops for s in pipe.region.ops]
     start: dict = {}
@@ -73,4 +73,4 @@ def estimate(pipe) -> Timeline:
         raise RatcError("cannot estimate the timeline: the stage programs deadlock")
     makespan = max((end[op] for ops in stages for op in ops if op.attributes.get("res") == "compute"),
                    default=0.0)
-    return Timeline(start, end, makespan)
+    return IssueTimeline(start, end, makespan)

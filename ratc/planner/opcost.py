@@ -6,10 +6,10 @@ from dataclasses import dataclass, replace
 
 from ratc.errors import RatcError
 from ratc.frontend.profile import LayerProfile, ModelProfile, OpProfile
+from ratc.ir.types import DTYPE_BYTES
 from ratc.planner.corun import corun_within, least_headroom, merged_runs, phases
 from ratc.step.rules import recoverable
 
-DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i64": 8, "i32": 4, "bool": 1}
 
 # Ops Megatron-style tensor parallelism splits across the T ranks (by heads or by the FFN
 # dimension); the rest (norms, residual adds on the hidden stream) run replicated.

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from ratc.codegen.isa import OPS, SLOTS
-from ratc.codegen.program import Bundle, Loop, Program, iter_bundles
+from ratc.codegen.program import Bundle, KernelProgram, Loop, iter_bundles
 
 ENGINES = ("ddr", "gsm", "local")
 
@@ -93,7 +93,7 @@ def dma_bytes(ins, buffers) -> int:
     return rows * cols * item * (2 if "add" in flags else 1)
 
 
-def compile_timing(program: Program, model: MachineModel):
+def compile_timing(program: KernelProgram, model: MachineModel):
     """Timed items for a program body, bundles numbered in program order."""
     buffers = {b.name: b for b in program.buffers}
     counter = [0]
@@ -217,7 +217,7 @@ class DSPTimer:
         self.t = now
 
 
-def run_timing(program: Program, platform) -> int:
+def run_timing(program: KernelProgram, platform) -> int:
     """Cycle count of a kernel without numerics (the fast timing mode)."""
     model = MachineModel(platform, program.dsps)
     items = compile_timing(program, model)
@@ -259,7 +259,7 @@ def _time_loop(timer: DSPTimer, loop: TimedLoop) -> None:
         prev = state
 
 
-def static_counts(program: Program, platform) -> dict:
+def static_counts(program: KernelProgram, platform) -> dict:
     """Counts that do not depend on timing: per-DSP bundles and slot issues; cluster MACs and DMA bytes."""
     rows_lanes = platform.vliw.vmac_rows * platform.vliw.vector_lanes
     buffers = {b.name: b for b in program.buffers}

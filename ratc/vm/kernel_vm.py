@@ -17,7 +17,7 @@ import numpy as np
 
 from ratc.codegen.assembler import format_bundle
 from ratc.codegen.isa import OPS
-from ratc.codegen.program import Program, iter_bundles
+from ratc.codegen.program import KernelProgram, iter_bundles
 from ratc.errors import RatcError
 from ratc.vm.kernel_races import Access, find_race
 from ratc.vm.kernel_timing import DSPTimer, MachineModel, TimedLoop, compile_timing, run_timing, static_counts
@@ -43,7 +43,7 @@ class RunResult:
     ddr: dict
 
 
-def make_ddr(program: Program, inputs: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+def make_ddr(program: KernelProgram, inputs: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """DDR buffers of a program, zero-initialized, with `inputs` copied in (shapes must match)."""
     ddr = {}
     inputs = inputs or {}
@@ -63,7 +63,7 @@ def make_ddr(program: Program, inputs: dict[str, np.ndarray] | None = None) -> d
     return ddr
 
 
-def check_full_run(program: Program) -> None:
+def check_full_run(program: KernelProgram) -> None:
     """Refuse, before any allocation, a full run whose shared buffers or executed bundles
     exceed $RATC_MAX_KERNEL_BYTES or $RATC_MAX_KERNEL_STEPS."""
     from ratc.limits import MAX_KERNEL_BYTES, MAX_KERNEL_STEPS
@@ -73,7 +73,7 @@ def check_full_run(program: Program) -> None:
     MAX_KERNEL_STEPS.check(sum(n for _, n in iter_bundles(program.body)) * program.dsps, subject, hint)
 
 
-def run_full(program: Program, platform, inputs: dict[str, np.ndarray] | None = None) -> RunResult:
+def run_full(program: KernelProgram, platform, inputs: dict[str, np.ndarray] | None = None) -> RunResult:
     """Execute the kernel on all its DSPs with numerics; returns cycles and the DDR buffers."""
     check_full_run(program)
     model = MachineModel(platform, program.dsps)
@@ -352,7 +352,7 @@ class _DSP:
         return start
 
 
-def run_program(program: Program, platform, inputs=None, mode: str = "full") -> RunResult:
+def run_program(program: KernelProgram, platform, inputs=None, mode: str = "full") -> RunResult:
     """Run a kernel in 'full' (numerics, all DSPs) or 'timing' mode."""
     if mode == "timing":
         return RunResult(run_timing(program, platform), static_counts(program, platform), {})

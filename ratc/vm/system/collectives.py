@@ -5,7 +5,7 @@ step k every rank r sends one nbytes/D chunk to rank r+1 over its transmit port 
 r+1's receive port, and may only forward what it received in step k-1 from rank r-1.
 An all-reduce is a reduce-scatter followed by an all-gather (2(D-1) steps).
 
-Explicit form: every replica's steps are tasks. Symmetric form (Program.symmetric): the
+Explicit form: every replica's steps are tasks. Symmetric form (TaskGraph.symmetric): the
 replicas run identical schedules, so rank r-1's step k-1 ends exactly when rank r's does,
 and rank r+1's receive port is as busy as rank r's own; replica 0 alone is simulated,
 with each step on its own transmit and receive ports, chained to its own previous step.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from ratc.errors import RatcError
-from ratc.vm.system.program import Link, Program
+from ratc.vm.system.task_graph import CycleLink, TaskGraph
 
 STEPS = {"reduce_scatter": 1, "all_gather": 1, "all_reduce": 2}
 
@@ -28,7 +28,7 @@ def ring_steps(op: str, D: int) -> int:
     return STEPS[op] * (D - 1)
 
 
-def ring(prog: Program, op: str, stage: int, nbytes: int, link: Link, deps, name: str,
+def ring(prog: TaskGraph, op: str, stage: int, nbytes: int, link: CycleLink, deps, name: str,
          kind: str = "grad_sync", layer: int = -1, step: int = 0, priority: int | None = None) -> list:
     """Add a ring collective of an nbytes buffer; deps[r] are replica r's inputs. Returns per
     replica the tasks after which its result is complete (its inputs when D = 1)."""
@@ -37,7 +37,7 @@ def ring(prog: Program, op: str, stage: int, nbytes: int, link: Link, deps, name
                          layer=layer, step=step, priority=priority)
 
 
-def ring_of_steps(prog: Program, op: str, stage: int, cycles: int, deps, name: str, kind: str,
+def ring_of_steps(prog: TaskGraph, op: str, stage: int, cycles: int, deps, name: str, kind: str,
                   layer: int = -1, step: int = 0, priority: int | None = None) -> list:
     """A ring collective whose every point-to-point step takes `cycles`."""
     D = prog.replicas

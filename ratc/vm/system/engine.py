@@ -7,7 +7,7 @@ from heapq import heappop, heappush
 
 from ratc.gcpause import gc_paused
 from ratc.vm.system.memory import MemoryTracker
-from ratc.vm.system.program import Program, ProgramError
+from ratc.vm.system.task_graph import TaskGraph, TaskGraphError
 
 # Heap entries are single ints so comparisons stay cheap. A candidate's key packs
 # (priority, ready time, tie-break order, task) and an event packs (end time, task): the
@@ -23,7 +23,7 @@ _NO_MORE = 1 << 400                     # sentinel event after every real one
 class Timeline:
     """What happened: start and end cycle of every task, and the memory high-water marks."""
 
-    program: Program
+    program: TaskGraph
     start: list
     end: list
     ready: list
@@ -32,18 +32,18 @@ class Timeline:
     memory: MemoryTracker
 
 
-def simulate(program: Program) -> Timeline:
-    """Run every task of the program; raises OutOfMemory or ProgramError."""
+def simulate(program: TaskGraph) -> Timeline:
+    """Run every task of the program; raises OutOfMemory or TaskGraphError."""
     # many small long-lived lists: cyclic GC over them cost a third of the run
     with gc_paused():
         return _simulate(program)
 
 
-def _simulate(program: Program) -> Timeline:
+def _simulate(program: TaskGraph) -> Timeline:
     tasks = program.tasks
     n = len(tasks)
     if n >= 1 << _LOW:
-        raise ProgramError(f"program has {n} tasks; the VM handles at most {(1 << _LOW) - 1}")
+        raise TaskGraphError(f"program has {n} tasks; the VM handles at most {(1 << _LOW) - 1}")
     # One pass over the task objects, which lie scattered in memory (every further pass
     # costs cache misses): dense resource ids, successors, dependency counts, durations.
     rsets: dict = {}
@@ -258,7 +258,7 @@ def _simulate(program: Program) -> Timeline:
     if -1 in start:
         _bad_dependency(tasks)
         stuck = [tasks[i].name for i in range(n) if start[i] < 0][:8]
-        raise ProgramError(f"{start.count(-1)} tasks never ran (dependency cycle?): {', '.join(stuck)}")
+        raise TaskGraphError(f"{start.count(-1)} tasks never ran (dependency cycle?): {', '.join(stuck)}")
     return Timeline(program=program, start=start, end=end, ready=ready, binding=binding,
                     makespan=max(end, default=0), memory=mem)
 
@@ -279,4 +279,4 @@ def _bad_dependency(tasks):
     for i, t in enumerate(tasks):
         for d in t.deps:
             if d < 0 or d >= n or d == i:
-                raise ProgramError(f"task {t.name} (#{i}): dependency #{d} does not name another task")
+                raise TaskGraphError(f"task {t.name} (#{i}): dependency #{d} does not name another task")

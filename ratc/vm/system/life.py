@@ -23,7 +23,7 @@ from ratc.gcpause import gc_paused
 from ratc.lifecycle.lowering import find_pipeline, find_plan
 from ratc.step.plan import Plan
 from ratc.vm.system.collectives import ring_of_steps
-from ratc.vm.system.program import Program, ProgramError
+from ratc.vm.system.task_graph import TaskGraph, TaskGraphError
 
 HANDLERS: dict = {}
 
@@ -80,7 +80,7 @@ class _Translation:
             raise RatcError(f"the system VM runs T = 1 programs only (this plan has T = {c.T})")
         self.D = c.D
         self.clock = platform.dsp.clock
-        self.prog = Program(
+        self.prog = TaskGraph(
             stages=c.P, replicas=c.D, symmetric=symmetric, steps=steps, clock=self.clock,
             memory_budget=plan.budget if memory_limit else None,
             tokens_per_step=c.global_batch * self.plan.attributes["seq_len"], macs_per_step=macs_per_step,
@@ -151,7 +151,7 @@ class _Translation:
                 self.stage(stage, k)
         for key, recv in self.recvs:
             if key not in self.sends:
-                raise ProgramError(f"life.recv on stage {key[1]} (micro-batch {key[2]}, {key[3]}) has no matching "
+                raise TaskGraphError(f"life.recv on stage {key[1]} (micro-batch {key[2]}, {key[3]}) has no matching "
                                    f"life.send on stage {key[0]}")
             for r in range(self.R):
                 t = self.prog.tasks[recv[r]]
@@ -170,11 +170,11 @@ class _Translation:
         for pos, op in enumerate(stage.region.ops):
             fn = HANDLERS.get(op.name)
             if fn is None:
-                raise ProgramError(f"{op.name} on stage {p} (op #{pos}): the system VM has no handler for this op")
+                raise TaskGraphError(f"{op.name} on stage {p} (op #{pos}): the system VM has no handler for this op")
             try:
                 fn(self, op, p, k, pos)
             except (KeyError, TypeError, ValueError) as exc:
-                raise ProgramError(f"{op.name} on stage {p} (op #{pos}): malformed op ({exc!r})") from None
+                raise TaskGraphError(f"{op.name} on stage {p} (op #{pos}): malformed op ({exc!r})") from None
 
     def produce(self, op, k, ids):
         """Record the op's results as available after `ids` (per replica)."""
@@ -381,7 +381,7 @@ MAX_REPLICAS, MAX_EXPLICIT_REPLICAS = 8192, 64
 
 
 def translate(module, platform, steps: int = 2, symmetric: bool = True, macs_per_step: float = 0.0,
-              memory_limit: bool = True) -> Program:
+              memory_limit: bool = True) -> TaskGraph:
     """The VM program of a module holding a scheduled life.pipeline (and its life.plan); with
     `memory_limit` a stage over the plan's memory budget stops the run (OutOfMemory)."""
     if steps < 1:

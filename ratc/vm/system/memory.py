@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ratc.errors import RatcError
 from ratc.units import format_bytes
-from ratc.vm.system.program import ProgramError
+from ratc.vm.system.task_graph import TaskGraphError
 
 SHOWN_VALUES = 8     # live values an out-of-memory report lists (the largest); as_dict() has them all
 
@@ -61,7 +61,7 @@ class MemoryTracker:
         def vid(stage, replica, name, task):
             c = index.get((stage, replica))
             if c is None:
-                raise ProgramError(f"{getattr(task, 'name', task)}: value {name} on stage {stage} replica "
+                raise TaskGraphError(f"{getattr(task, 'name', task)}: value {name} on stage {stage} replica "
                                    f"{replica}, which the program does not simulate")
             v = tables[c].get(name)
             if v is None:
@@ -131,7 +131,7 @@ class MemoryTracker:
         live = self.live[c]
         if v in live:
             s, r = self.clusters[c]
-            raise ProgramError(f"task {task}: value {self.names[v][1]} allocated on stage {s} replica {r} "
+            raise TaskGraphError(f"task {task}: value {self.names[v][1]} allocated on stage {s} replica {r} "
                                "while still live")
         live[v] = nbytes
         cur = self.current[c] + nbytes
@@ -150,7 +150,7 @@ class MemoryTracker:
         nbytes = self.live[c].pop(v, None)
         if nbytes is None:
             s, r = self.clusters[c]
-            raise ProgramError(f"task {self.program.tasks[task].name}: frees value {name}, which is not live on "
+            raise TaskGraphError(f"task {self.program.tasks[task].name}: frees value {name}, which is not live on "
                                f"stage {s} replica {r}")
         self.current[c] -= nbytes
 

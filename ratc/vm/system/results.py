@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ratc.units import format_bytes, format_time
 from ratc.vm.system.engine import Timeline
-from ratc.vm.system.program import KIND_TERM
+from ratc.vm.system.task_graph import KIND_TERM
 
 TERMS = ("main", "comm", "update", "prefetch", "recovery")
 

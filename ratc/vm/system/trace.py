@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from ratc.vm.system.engine import Timeline
-from ratc.vm.system.program import RESOURCES
+from ratc.vm.system.task_graph import RESOURCES
 
 CORUN = "co-run"
 TRACKS = RESOURCES + (CORUN,)

@@ -34,12 +34,12 @@ PRIORITY = {"send": 0, "tp_comm": 0, "forward": 1, "backward": 1, "recover": 1,
             "grad_sync": 2, "prefetch": 2, "update": 2, "gather": 1, "marker": 0}
 
 
-class ProgramError(RatcError):
+class TaskGraphError(RatcError):
     """A task graph that cannot be simulated (bad reference, cycle, unknown kind)."""
 
 
 @dataclass(frozen=True)
-class Link:
+class CycleLink:
     """A link direction in cycles: per-message latency plus bytes at a bytes-per-cycle rate."""
 
     latency: int
@@ -48,11 +48,6 @@ class Link:
     def cycles(self, nbytes: int) -> int:
         """Cycles to move one message of nbytes (rounded up to a whole cycle)."""
         return self.latency + math.ceil(nbytes / self.bytes_per_cycle)
-
-    @classmethod
-    def from_seconds(cls, latency_s: float, bandwidth: float, clock: float) -> "Link":
-        """A link from a platform's latency (s) and bandwidth (B/s) at a clock (Hz)."""
-        return cls(latency=int(round(latency_s * clock)), bytes_per_cycle=bandwidth / clock)
 
 
 @dataclass(slots=True)
@@ -82,7 +77,7 @@ class Task:
 
 
 @dataclass
-class Program:
+class TaskGraph:
     """A scheduled training step for P stages and D data-parallel replicas.
 
     With `symmetric` set only replica 0 of each stage is simulated: the replicas run
@@ -115,16 +110,16 @@ class Program:
         `template` set to the replica-0 copy's index.
         """
         if kind not in KIND_TERM:
-            raise ProgramError(f"task {name}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
+            raise TaskGraphError(f"task {name}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
         if type(duration) is not int or duration < 0:
             if not (isinstance(duration, (int, float)) and duration >= 0 and int(duration) == duration):
-                raise ProgramError(f"task {name}: duration must be a non-negative integer cycle count, "
+                raise TaskGraphError(f"task {name}: duration must be a non-negative integer cycle count, "
                                    f"got {duration!r}")
             duration = int(duration)
         res = tuple([r if type(r) is tuple else (stage, replica, r) for r in resources])
         for r in res:
             if r[2] not in _RESOURCE_SET:
-                raise ProgramError(f"task {name}: unknown resource {r[2]!r} (known: {', '.join(RESOURCES)})")
+                raise TaskGraphError(f"task {name}: unknown resource {r[2]!r} (known: {', '.join(RESOURCES)})")
         self.tasks.append(Task(name, kind, stage, replica, res, duration, tuple(deps),
                                PRIORITY[kind] if priority is None else priority, tuple(allocs), tuple(frees),
                                layer, micro_batch, template, step, corun))
