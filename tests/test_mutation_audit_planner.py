@@ -32,18 +32,18 @@ def costs(stages, **per_stage) -> StageCosts:
     """Synthetic StageCosts: `stages` lists each stage's units as (params, is_decoder) in forward
     order; every per-stage field is 0 unless given (a scalar or a per-stage list)."""
     P, U = len(stages), max(len(s) for s in stages)
-    u_params, u_dec = np.zeros((P, U)), np.zeros((P, U))
+    u_params, u_recovered = np.zeros((P, U)), np.zeros((P, U))
     for p, units in enumerate(stages):
         for j, (n, dec) in enumerate(units):
-            u_params[p, j], u_dec[p, j] = n, float(dec)
+            u_params[p, j], u_recovered[p, j] = n, float(dec)
     fields = {}
     for f in dataclasses.fields(StageCosts):
         if f.name in ("P", "T", "balance", "ranges", "names"):
             continue
         fields[f.name] = np.zeros((P, U)) if f.name.startswith("u_") else np.zeros(P)
-    fields.update(u_params=u_params, u_dec=u_dec, n_dec=u_dec.sum(axis=1), params=u_params.sum(axis=1))
+    fields.update(u_params=u_params, u_recovered=u_recovered, n_dec=u_recovered.sum(axis=1), params=u_params.sum(axis=1))
     # every decoder layer has a backward and is recovered (nothing behind frozen inputs)
-    fields.update(n_dec_bwd=u_dec.sum(axis=1), n_rec=u_dec.sum(axis=1),
+    fields.update(n_dec_bwd=u_recovered.sum(axis=1), n_rec=u_recovered.sum(axis=1),
                   last_rec=np.array([bool(units[-1][1]) for units in stages]))
     if "trainable" in fields:             # every parameter trainable (no frozen ones)
         fields.update(trainable=u_params.sum(axis=1), u_trainable=u_params.copy())
@@ -65,7 +65,7 @@ def batch(P, act, Z=0, D=1, M=4, b=1) -> CandidateBatch:
 # 2's); per layer a 1000 B checkpoint, a 100 B recovery buffer, 5 B of FSR stream headroom,
 # 7 B decoder scratch (also the largest op output), 3 B edge scratch; no parameters.
 THREE = [[(0, False), (0, True)], [(0, True)], [(0, True), (0, False)]]
-ACTS = {"ckpt": 1000, "rec_buf": 100, "stream_buf": 5, "dec_workspace": 7, "workspace": 7, "edge_workspace": [3, 0, 3]}
+ACTS = {"ckpt": 1000, "rec_buf": 100, "stream_buf": 5, "rec_workspace": 7, "workspace": 7, "edge_workspace": [3, 0, 3]}
 
 
 def test_fsr_stage_peaks_hand_computed_from_the_moments():
@@ -98,7 +98,7 @@ Z3_TWO = [[(30, False), (10, True), (10, True)], [(10, True), (30, False)]]
 @pytest.mark.parametrize("M,stage0", [(2, 161), (4, 200)])
 def test_zero3_embedding_stage_moments_hand_computed(M, stage0):
     """ZeRO-3 stage buffers at M = P and M > P, by hand from _zero3_views_and_buckets' docstring; state = 16/D B per parameter (ZeRO paper)."""
-    mem = stage_memory(costs(Z3_TWO, workspace=1, dec_workspace=1), batch(2, "full", Z=3, D=2, M=M), 0.0)
+    mem = stage_memory(costs(Z3_TWO, workspace=1, rec_workspace=1), batch(2, "full", Z=3, D=2, M=M), 0.0)
     # stage 0, in parameters (x 2 B):
     #   Backward(layer 1): views 10 + 30 (j - 1), buckets 10 + 10 -> 120 B (+1 scratch);
     #   embedding's Backward hosting nothing, its next task B(next) gathering the stage's last
@@ -119,7 +119,7 @@ def test_zero3_first_decoder_unit_gathers_the_larger_next_view():
     #   Backward(0): views 10 + max(10, 20), buckets 10 + 12 -> 2 x 52 = 104 B, the largest
     #   (Backward(3): 20 + 1, 20 + 10 -> 102 B; Forward(0): 10 + 12, 10 + 12 -> 88 B)
     sc = costs([[(1, False), (1, True)], [(10, True), (12, True), (1, True), (20, True)], [(1, True), (1, False)]],
-               workspace=1, dec_workspace=1)
+               workspace=1, rec_workspace=1)
     mem = stage_memory(sc, batch(3, "full", Z=3), 0.0)
     assert mem.buffers[0, 1] == 104 + 1
 
@@ -127,7 +127,7 @@ def test_zero3_first_decoder_unit_gathers_the_larger_next_view():
 def test_zero3_recovered_layer_has_two_views():
     """ZeRO-3 + checkpointing: a lone recovered layer's param_view is its Recover's and its Backward's views, 2 x 2 B x params (docs/planner.md)."""
     sc = costs([[(1, False), (1, True)], [(10, True)], [(1, True), (1, False)]], view_pair=[2, 10, 2],
-               max_dec_params=[1, 10, 1])
+               max_rec_params=[1, 10, 1])
     mem = stage_memory(sc, batch(3, "ckpt", Z=3), 0.0)
     # Backward: views 10 + 10, buckets 10 + 10 (its own and the previous micro-batch's) -> 80 B
     assert (mem.param_view[0, 1], mem.grad_bucket[0, 1]) == (40, 40)
@@ -139,7 +139,7 @@ def test_zero3_fsr_hosting_forward_holds_three_views():
     # (bounded by the largest layer), the previous backward's two buckets 10 + 20 -> 180 B,
     # above every Backward (views j, j - 1, j - 2: 50 params; buckets 30 -> 160 B); scratch 1 + 1.
     sc = costs([[(1, False), (1, True)], [(10, True), (20, True)], [(1, True), (1, False)]], workspace=1,
-               dec_workspace=1)
+               rec_workspace=1)
     mem = stage_memory(sc, batch(3, "fsr", Z=3), 0.0)
     assert mem.buffers[0, 1] == 180 + 2
 

@@ -67,7 +67,7 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     boundary = zero + 2 * b * boundary_bytes
     # ZeRO-3 views: the current unit's and the next one's (gathered a task ahead); a recovered
     # decoder layer is gathered for its Recover and again for its Backward, which follows it.
-    views = np.maximum(sc.view_pair, np.where(recovers, 2 * sc.max_dec_params, 0.0))
+    views = np.maximum(sc.view_pair, np.where(recovers, 2 * sc.max_rec_params, 0.0))
     param_view = np.where(gathers(Z), views * recipe.param_bytes, 0.0) + zero
 
     def bucket(unit_trainable):   # full fp16 gradients until their reduce-scatter (ZeRO >= 2)
@@ -100,42 +100,42 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     middle = (stage > 0) & (stage < sc.P - 1) & (c.M > 1)
     two = np.where(fsr & ((sc.n_rec >= 2) | middle), 2, 1)
     rec = np.where(recovers, b * (sc.rec_buf + (two - 1) * sc.stream_buf), 0.0)
-    rec_edge = np.where(fsr, b * (sc.rec_buf + sc.dec_workspace), 0.0)
+    rec_edge = np.where(fsr, b * (sc.rec_buf + sc.rec_workspace), 0.0)
     z3 = gathers(Z)
     if np.any(z3):
-        z3_dec, z3_edge, z3_alone, z3_fwd = (x + zero for x in _zero3_views_and_buckets(sc, c, recovers, fsr, recipe))
+        z3_rec, z3_edge, z3_alone, z3_fwd = (x + zero for x in _zero3_views_and_buckets(sc, c, recovers, fsr, recipe))
     else:
-        z3_dec = z3_edge = z3_alone = z3_fwd = zero
+        z3_rec = z3_edge = z3_alone = z3_fwd = zero
     # ZeRO-3's views and buckets are counted per moment (a decoder layer's Backward or
     # Recover, an edge's Backward, or a Forward holding the last backward's two buckets).
     # An edge's Backward hosts a Recover (the head's always, the embedding's in the
     # cool-down) -- or, the embedding's in the steady state, none, while the next Forward's
     # view of it is gathered: the larger moment counts.
-    vb_dec, vb_host, vb_alone = np.where(z3, z3_dec, pair), np.where(z3, z3_edge, pair), np.where(z3, z3_alone, pair)
+    vb_rec, vb_host, vb_alone = np.where(z3, z3_rec, pair), np.where(z3, z3_edge, pair), np.where(z3, z3_alone, pair)
     alone = vb_alone > rec_edge + vb_host
     vb_edge = np.where(alone, vb_alone, vb_host)
     rec_edge = np.where(alone, 0.0, rec_edge)
-    dec_ws = b * sc.dec_workspace * two
-    dec = rec + dec_ws + vb_dec
+    rec_ws = b * sc.rec_workspace * two
+    at_recovered = rec + rec_ws + vb_rec
     edge = head + rec_edge + b * sc.edge_workspace + vb_edge
     # A Forward's moment: under ZeRO-3 its views, and under FSR, on a stage whose last unit is
     # recovered (every stage but the last, unless frozen layers end it), the next Backward's
     # first Recover it hosts (its buffer and scratch beside the Forward's).
     hosting = fsr & sc.last_rec
     f_rec = np.where(hosting, b * sc.rec_buf, 0.0)
-    f_ws = b * sc.workspace + np.where(hosting, b * sc.dec_workspace, 0.0)
+    f_ws = b * sc.workspace + np.where(hosting, b * sc.rec_workspace, 0.0)
     vb_fwd = np.where(z3, z3_fwd, pair)
     fwd = np.where(z3 | hosting, head + f_rec + f_ws + vb_fwd, 0.0)
-    at_edge = (edge > dec) & (edge >= fwd)
-    at_fwd = (fwd > dec) & (fwd > edge)
+    at_edge = (edge > at_recovered) & (edge >= fwd)
+    at_fwd = (fwd > at_recovered) & (fwd > edge)
     guest = fsr & ~alone       # a Recover co-runs with the edge's Backward
     activations = (held - head + np.where(at_edge | at_fwd, head, rec) + np.where(at_edge & guest, b * sc.rec_buf, 0.0)
                    + np.where(at_fwd, f_rec, 0.0))
-    vb = np.where(at_edge, vb_edge, np.where(at_fwd, vb_fwd, vb_dec))
+    vb = np.where(at_edge, vb_edge, np.where(at_fwd, vb_fwd, vb_rec))
     param_view = np.minimum(param_view, vb)
     grad_bucket = np.where(z3, vb - param_view, pair)
-    workspace = np.where(at_edge, b * sc.edge_workspace + np.where(guest, b * sc.dec_workspace, 0.0),
-                         np.where(at_fwd, f_ws, dec_ws))
+    workspace = np.where(at_edge, b * sc.edge_workspace + np.where(guest, b * sc.rec_workspace, 0.0),
+                         np.where(at_fwd, f_ws, rec_ws))
     return StageMemory(params=params + zero, grads=grads + zero, optimizer=optimizer + zero,
                        activations=activations, boundary=boundary, grad_bucket=grad_bucket,
                        param_view=param_view, workspace=workspace, at_edge=at_edge)
@@ -161,7 +161,7 @@ def _zero3_views_and_buckets(sc: StageCosts, c: CandidateBatch, recovers, fsr, r
     """
     u = sc.u_params if sc.u_params.ndim == 3 else sc.u_params[None]
     g = sc.u_trainable if sc.u_trainable.ndim == 3 else sc.u_trainable[None]    # bucket sizes
-    dec = (sc.u_dec if sc.u_dec.ndim == 3 else sc.u_dec[None]) > 0
+    recovered = (sc.u_recovered if sc.u_recovered.ndim == 3 else sc.u_recovered[None]) > 0
     fsr = np.asarray(fsr)[..., None]
     n = (u > 0).sum(axis=-1)
     zero = np.zeros(u.shape[:-1] + (1,))
@@ -182,7 +182,7 @@ def _zero3_views_and_buckets(sc: StageCosts, c: CandidateBatch, recovers, fsr, r
     ahead_alone = np.where(steady, first, 0.0)
     # FSR: the view two tasks ahead (j - 2; at a stage's first two units the next micro-batch's
     # first Recovers', bounded by the stage's largest decoder layer)
-    big = np.where(dec, u, 0.0).max(axis=-1, keepdims=True)
+    big = np.where(recovered, u, 0.0).max(axis=-1, keepdims=True)
     two_back = np.concatenate([zero, zero, u[..., :-2]], axis=-1)[..., :u.shape[-1]]
     ahead2 = np.where(np.arange(u.shape[-1]) < 2, big, two_back)
 
@@ -192,13 +192,13 @@ def _zero3_views_and_buckets(sc: StageCosts, c: CandidateBatch, recovers, fsr, r
     bwd = at_backward(ahead)
     pz = np.zeros(pair.shape[:-1] + (1,))
     prev_pair = np.where(is_last, np.where(many, pair[..., :1], 0.0), np.concatenate([pair[..., 1:], pz], axis=-1))
-    rec = np.where(np.asarray(recovers)[..., None] & dec, u * recipe.param_bytes + prev_pair * recipe.grad_bytes,
+    rec = np.where(np.asarray(recovers)[..., None] & recovered, u * recipe.param_bytes + prev_pair * recipe.grad_bytes,
                    0.0)
     fwd = (u + right) * recipe.param_bytes + np.where(many, pair[..., :1], 0.0) * recipe.grad_bytes
     host = (u + 2 * big) * recipe.param_bytes + np.where(many, pair[..., :1], 0.0) * recipe.grad_bytes
     fwd = np.where(fsr, np.maximum(fwd, host), fwd)
     real = u > 0
-    at_dec = np.where(real & dec, np.maximum(bwd, rec), 0.0).max(axis=-1)
-    at_edge = np.where(real & ~dec, at_backward(ahead_host), 0.0).max(axis=-1)
-    alone = np.where(real & ~dec & idx0, at_backward(ahead_alone), 0.0).max(axis=-1)
-    return at_dec, at_edge, alone, np.where(real, fwd, 0.0).max(axis=-1)
+    at_rec = np.where(real & recovered, np.maximum(bwd, rec), 0.0).max(axis=-1)
+    at_edge = np.where(real & ~recovered, at_backward(ahead_host), 0.0).max(axis=-1)
+    alone = np.where(real & ~recovered & idx0, at_backward(ahead_alone), 0.0).max(axis=-1)
+    return at_rec, at_edge, alone, np.where(real, fwd, 0.0).max(axis=-1)

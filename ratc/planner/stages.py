@@ -65,13 +65,13 @@ class StageCosts:
     n_rec: np.ndarray              # ... of which recovered under ckpt / FSR (UnitCost.recovers)
     last_rec: np.ndarray           # bool: the stage's last unit is recovered (its Recover has no Backward host)
     view_pair: np.ndarray          # ZeRO-3 views live at once: largest sum of two neighbouring units
-    max_dec_params: np.ndarray     # the stage's largest recovered layer (its Recover and Backward views)
+    max_rec_params: np.ndarray     # the stage's largest recovered layer (its Recover and Backward views)
     saved_full: np.ndarray         # full-save activation bytes
     ckpt: np.ndarray               # checkpoint bytes: recovered layers' inputs + the other units' activations
     rec_buf: np.ndarray            # one recovery buffer: the largest recovered layer's activations
     stream_buf: np.ndarray         # FSR: headroom of a Recover streaming into its host Backward's (largest)
     workspace: np.ndarray          # largest non-attention op output
-    dec_workspace: np.ndarray      # ... of the stage's recovered layers
+    rec_workspace: np.ndarray      # ... of the stage's recovered layers
     edge_workspace: np.ndarray     # ... of its other units: embedding / head, layers not recovered (0: none)
     bucket_pair: np.ndarray        # ZeRO >= 2: largest trainable params of two consecutive Backwards (M > 1)
     bucket_pair1: np.ndarray       # ... within one micro-batch (M = 1)
@@ -80,7 +80,7 @@ class StageCosts:
     u_trainable: np.ndarray        # [P, U] of which trainable (gradient buckets, syncs, updates)
     u_fwd: np.ndarray
     u_bwd: np.ndarray
-    u_dec: np.ndarray              # 1.0 where the unit is recovered (recomputed by Recover)
+    u_recovered: np.ndarray        # 1.0 where the unit is recovered (recomputed by Recover)
     u_co: np.ndarray               # what the unit's Backward adds hosting the Recover of the unit before it
     u_tied: np.ndarray             # [P, U] trainable parameters tied to another unit's (tie_sum before the update)
 
@@ -96,10 +96,10 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
     valid = idx < np.array([e for _, e in ranges])[:, None]
     idx = np.where(valid, idx, n)
     pad = lambda a: np.append(a, 0.0)[idx]  # noqa: E731
-    # `dec` marks the recovered units: everything recovery keeps, recomputes or hosts
-    c, dec = table.cols, table.recovers.astype(float)
+    # `rec` marks the recovered units: everything recovery keeps, recomputes or hosts
+    c, rec = table.cols, table.recovers.astype(float)
     ssum = lambda a: np.add.reduceat(a, starts)  # noqa: E731
-    dec_pad = pad(dec) > 0
+    rec_pad = pad(rec) > 0
     saved = pad(c["saved_bytes"])
     u_fwd = pad(c["fwd"])
     co_f, u_co, co_c = _corun_extras(table, ranges, P, U)
@@ -108,7 +108,7 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
     # current and the next unit of the stage (a lone unit has no neighbour: the zero padding).
     nxt = np.concatenate([u_params[:, 1:], np.zeros((P, 1))], axis=1)
     ws = pad(c["workspace"])
-    edge = ~dec_pad & valid
+    edge = ~rec_pad & valid
     # ZeRO >= 2 keeps two gradient buckets (double buffering): a Backward's and the one before
     # it in issue order -- the next unit's, or for the stage's last unit the first unit's of
     # the previous micro-batch (a lone unit: its own), which only exists when M > 1. A bucket
@@ -126,26 +126,26 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
         names=tuple(tuple(u.name for u in table.units[s:e]) for s, e in ranges),
         fwd=ssum(c["fwd"]), fwd_c=ssum(c["fwd_compute"]), fwd_d=ssum(c["fwd_ddr"]),
         bwd=ssum(c["bwd"]), bwd_c=ssum(c["bwd_compute"]), bwd_d=ssum(c["bwd_ddr"]),
-        rec=ssum(c["fwd"] * dec), rec_c=ssum(c["fwd_compute"] * dec), rec_d=ssum(c["fwd_ddr"] * dec),
+        rec=ssum(c["fwd"] * rec), rec_c=ssum(c["fwd_compute"] * rec), rec_d=ssum(c["fwd_ddr"] * rec),
         co_f=co_f, co_b=u_co.sum(axis=1), co_c=co_c,
         params=ssum(c["params"]), trainable=ssum(c["trainable"]), n_dec=ssum(table.decoder.astype(float)),
         n_dec_bwd=ssum(table.decoder * c["backward"]),
-        n_rec=ssum(dec), last_rec=table.recovers[[e - 1 for _, e in ranges]],
-        view_pair=(u_params + nxt).max(axis=1), max_dec_params=np.where(dec_pad, u_params, 0.0).max(axis=1),
-        saved_full=ssum(c["saved_bytes"]), ckpt=ssum(np.where(dec > 0, c["ckpt_bytes"], c["saved_bytes"])),
-        rec_buf=np.where(dec_pad, saved, 0.0).max(axis=1), stream_buf=np.where(dec_pad, pad(c["stream"]), 0.0).max(axis=1),
+        n_rec=ssum(rec), last_rec=table.recovers[[e - 1 for _, e in ranges]],
+        view_pair=(u_params + nxt).max(axis=1), max_rec_params=np.where(rec_pad, u_params, 0.0).max(axis=1),
+        saved_full=ssum(c["saved_bytes"]), ckpt=ssum(np.where(rec > 0, c["ckpt_bytes"], c["saved_bytes"])),
+        rec_buf=np.where(rec_pad, saved, 0.0).max(axis=1), stream_buf=np.where(rec_pad, pad(c["stream"]), 0.0).max(axis=1),
         workspace=ws.max(axis=1),
-        dec_workspace=np.where(dec_pad, ws, 0.0).max(axis=1), edge_workspace=np.where(edge, ws, 0.0).max(axis=1),
+        rec_workspace=np.where(rec_pad, ws, 0.0).max(axis=1), edge_workspace=np.where(edge, ws, 0.0).max(axis=1),
         head_saved=head_saved, bucket_pair=pair, bucket_pair1=pair1,
-        u_params=u_params, u_trainable=u_trainable, u_fwd=u_fwd, u_bwd=pad(c["bwd"]), u_dec=dec_pad.astype(float),
+        u_params=u_params, u_trainable=u_trainable, u_fwd=u_fwd, u_bwd=pad(c["bwd"]), u_recovered=rec_pad.astype(float),
         u_co=u_co, u_tied=pad(c["tied"]))
 
 
 _ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "co_f", "co_b", "co_c", "params", "trainable",
-           "n_dec", "n_dec_bwd", "n_rec", "last_rec", "view_pair", "max_dec_params", "saved_full", "ckpt", "rec_buf", "stream_buf",
+           "n_dec", "n_dec_bwd", "n_rec", "last_rec", "view_pair", "max_rec_params", "saved_full", "ckpt", "rec_buf", "stream_buf",
            "workspace",
-           "dec_workspace", "edge_workspace", "bucket_pair", "bucket_pair1", "head_saved")
-_UNIT_ARRAYS = ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_dec", "u_co", "u_tied")
+           "rec_workspace", "edge_workspace", "bucket_pair", "bucket_pair1", "head_saved")
+_UNIT_ARRAYS = ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_recovered", "u_co", "u_tied")
 
 
 def _corun_extras(table: UnitTable, ranges, P: int, U: int):

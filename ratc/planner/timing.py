@@ -320,11 +320,11 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     rec_c, rec_d = np.where(recovers, b * sc.rec_c, 0.0), np.where(recovers, b * sc.rec_d, 0.0)
     # what recovery adds to each unit's Backward of the last micro-batch (the state pipeline's
     # clock): checkpointing its own Recover, FSR the co-run it hosts
-    u_dec = sc.u_dec if sc.u_dec.ndim == 3 else sc.u_dec[None]
+    u_recovered = sc.u_recovered if sc.u_recovered.ndim == 3 else sc.u_recovered[None]
     u_co = sc.u_co if sc.u_co.ndim == 3 else sc.u_co[None]
-    hosts = (np.concatenate([np.zeros_like(u_dec[..., :1]), u_dec[..., :-1]], axis=-1) > 0) & (sc.u_params > 0)
+    hosts = (np.concatenate([np.zeros_like(u_recovered[..., :1]), u_recovered[..., :-1]], axis=-1) > 0) & (sc.u_params > 0)
     u_host = b[:, :, None] * u_co + tp_one[:, :, None] * hosts
-    u_rec = np.where((c.act == CKPT)[:, :, None], b[:, :, None] * sc.u_fwd * u_dec,
+    u_rec = np.where((c.act == CKPT)[:, :, None], b[:, :, None] * sc.u_fwd * u_recovered,
                      np.where(fsr[:, :, None], u_host, 0.0))
     sync, update, prefetch, window, e_comm, e_upd, e_pref, by_pref = _state_pipeline(
         sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe)
