@@ -236,9 +236,9 @@ def check_model_matches(module, profile, where: str) -> None:
                            f"has {len(units)} units")
     for u, layer in zip(units, layers):
         ua = u.attributes
-        if ua["name"] != layer.name or int(ua["in_bytes"]) != a["b"] * layer.input_bytes:
+        if ua["name"] != layer.name or int(ua["input_bytes"]) != a["b"] * layer.input_bytes:
             raise ProgramError(f"{where}: layer '{layer.name}' ({layer.input_bytes} input bytes per sequence) "
-                               f"is not the plan's unit #{ua['index']} '{ua['name']}' ({int(ua['in_bytes'])} "
+                               f"is not the plan's unit #{ua['index']} '{ua['name']}' ({int(ua['input_bytes'])} "
                                f"bytes for b={a['b']}): model.ir is another model's")
 
 

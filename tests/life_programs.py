@@ -67,9 +67,9 @@ def _unit_text(index: int, stage: int, decoder: bool, u: Unit, D: int, Z: int) -
     shard = u.grad if Z == 0 else math.ceil(u.grad / D)
     attrs = {
         "index": index, "name": f'"u{index}"', "stage": stage, "decoder": str(decoder).lower(),
-        "fwd": _seconds(sum(u.fwd)), "fwd_c": _seconds(u.fwd[0]), "fwd_d": _seconds(u.fwd[1]), "fph": _phases(u.fwd),
-        "bwd": _seconds(sum(u.bwd)), "bwd_c": _seconds(u.bwd[0]), "bwd_d": _seconds(u.bwd[1]), "bph": _phases(u.bwd),
-        "in_bytes": f"{u.act_in}B", "saved": f"{u.saved}B", "ws": "0B", "param": f"{u.param}B",
+        "fwd": _seconds(sum(u.fwd)), "fwd_compute": _seconds(u.fwd[0]), "fwd_ddr": _seconds(u.fwd[1]), "fwd_phases": _phases(u.fwd),
+        "bwd": _seconds(sum(u.bwd)), "bwd_compute": _seconds(u.bwd[0]), "bwd_ddr": _seconds(u.bwd[1]), "bwd_phases": _phases(u.bwd),
+        "input_bytes": f"{u.act_in}B", "saved": f"{u.saved}B", "workspace": "0B", "param": f"{u.param}B",
         "opt": f"{u.opt}B", "grad": f"{u.grad}B", "shard": f"{shard}B", "bucket": f"{u.grad if Z >= 2 else 0}B",
         "view": "0B", "sync": _seconds(u.sync), "sync_kind": '"all-reduce"' if Z == 0 else '"reduce-scatter"',
         "reduce": "0.0", "update": _seconds(u.update), "prefetch": _seconds(u.prefetch), "gather": "0.0"}

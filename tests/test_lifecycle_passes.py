@@ -381,18 +381,18 @@ def _lower_text(text, pipeline="lower-to-life"):
     (lambda t: t.replace("P = 2,", "P = 3,", 1), "P = 3, but its units are on stages 0..1 only"),
     (lambda t: t.replace("stage = 0", "stage = 1", 1), "life.unit #0 is on stage 1: units go on stages 0..1 in "
                                                           "order, every stage holding at least one (so here stage 0)"),
-    (lambda t: t.replace('kfwd = [["gemm", 64, 32, 64, 4]', 'kfwd = [["gemm", 64, 32, 4]', 1),
-     "'kfwd': each entry must be [kind, *shape, calls]"),
-    (lambda t: t.replace('kfwd = [["gemm", 64, 32, 64, 4]', 'kfwd = [["x", 64, 32, 64, 4]', 1),
-     "'kfwd': each entry must be [kind, *shape, calls]"),
-    (lambda t: t.replace('kbwd = [["attn_bwd", 4, 64, 64, 2, 1]', 'kbwd = [["attn_bwd", 4]', 1),
-     "'kbwd': each entry must be [kind, *shape, calls]"),
-    (lambda t: t.replace('kfwd = [["gemm", 64, 32, 64, 4]', 'kfwd = [["gemm", 0, 32, 64, 4]', 1),
-     "'kfwd': each entry must be [kind, *shape, calls]"),
-    (lambda t: t.replace('kfwd = [["gemm", 64, 32, 64, 4]', 'kfwd = [["gemm", 64.0, 32, 64, 4]', 1),
-     "'kfwd': each entry must be [kind, *shape, calls]"),
+    (lambda t: t.replace('fwd_kernels = [["gemm", 64, 32, 64, 4]', 'fwd_kernels = [["gemm", 64, 32, 4]', 1),
+     "'fwd_kernels': each entry must be [kind, *shape, calls]"),
+    (lambda t: t.replace('fwd_kernels = [["gemm", 64, 32, 64, 4]', 'fwd_kernels = [["x", 64, 32, 64, 4]', 1),
+     "'fwd_kernels': each entry must be [kind, *shape, calls]"),
+    (lambda t: t.replace('bwd_kernels = [["attn_bwd", 4, 64, 64, 2, 1]', 'bwd_kernels = [["attn_bwd", 4]', 1),
+     "'bwd_kernels': each entry must be [kind, *shape, calls]"),
+    (lambda t: t.replace('fwd_kernels = [["gemm", 64, 32, 64, 4]', 'fwd_kernels = [["gemm", 0, 32, 64, 4]', 1),
+     "'fwd_kernels': each entry must be [kind, *shape, calls]"),
+    (lambda t: t.replace('fwd_kernels = [["gemm", 64, 32, 64, 4]', 'fwd_kernels = [["gemm", 64.0, 32, 64, 4]', 1),
+     "'fwd_kernels': each entry must be [kind, *shape, calls]"),
     (lambda t: re.sub(r"fwd_other = [0-9.e+-]+", "fwd_other = inf", t, count=1), "'fwd_other' must be finite"),
-    (lambda t: re.sub(r"fph = \[[0-9.e+-]+", "fph = [nan", t, count=1), "'fph' must list finite"),
+    (lambda t: re.sub(r"fwd_phases = \[[0-9.e+-]+", "fwd_phases = [nan", t, count=1), "'fwd_phases' must list finite"),
 ])
 def test_plans_lowering_cannot_use_are_refused_where_they_are_wrong(edit, message):
     from ratc.ir import print_module
@@ -413,8 +413,8 @@ def test_a_kernel_too_large_to_time_is_refused_up_front():
     from ratc.ir import print_module
     from test_lifecycle_support import mt3000, tiny_plan
     assert MAX_KERNEL_MACS == 131072 ** 3
-    text = print_module(tiny_plan(P=1, A=1)).replace('kfwd = [["gemm", 64, 32, 64, 4]',
-                                                     'kfwd = [["gemm", 131072, 131072, 131073, 4]', 1)
+    text = print_module(tiny_plan(P=1, A=1)).replace('fwd_kernels = [["gemm", 64, 32, 64, 4]',
+                                                     'fwd_kernels = [["gemm", 131072, 131072, 131073, 4]', 1)
     with pytest.raises(PassFailure, match=r"gemm 131072x131072x131073: 2.25e\+15 MACs, more than ratc generates"):
         _lower_text(text, "lower-to-life,codegen")
     # attention backward: 4 * heads * seq^2 * head_dim MACs

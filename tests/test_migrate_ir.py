@@ -23,3 +23,11 @@ def test_check_mode_reports_a_file_that_would_change_and_leaves_it(tmp_path):
     assert main(["--check", str(path)]) == 1
     assert path.read_text() == OLD
     assert main([str(path)]) == 0 and main(["--check", str(path)]) == 0
+
+
+def test_renamed_attributes_keep_their_values_and_are_sorted_again_as_printed():
+    old = '    %x = life.fwd(%a) {ws = 1KiB, dc = 0.5, dd = 0.25, unit = 1, name = "q, ws = r"} : !life.act\n'
+    assert migrate(old) == ('    %x = life.fwd(%a) {compute = 0.5, ddr = 0.25, name = "q, ws = r", unit = 1, '
+                            'workspace = 1KiB} : !life.act\n')
+    region = "  life.stage @s0 {peak = 4KiB, stage = 0, tiers = {workspace = 1KiB}} {\n"
+    assert migrate(region) == region

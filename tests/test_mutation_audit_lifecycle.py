@@ -109,13 +109,13 @@ def test_plan_per_micro_batch_costs_scale_with_b():
     bytes, the stream headroom, kernel calls) and leaves the per-step state alone."""
     one, two = _units(P=2, b=1, A=2), _units(P=2, b=2, A=2)
     for u1, u2 in zip(one, two, strict=True):
-        for k in ("fwd", "bwd", "fwd_c", "bwd_c", "fwd_d", "bwd_d", "fwd_other", "bwd_other"):
+        for k in ("fwd", "bwd", "fwd_compute", "bwd_compute", "fwd_ddr", "bwd_ddr", "fwd_other", "bwd_other"):
             assert u2[k] == pytest.approx(2 * u1[k], rel=1e-12), k
-        for k in ("in_bytes", "saved", "ws", "stream"):
+        for k in ("input_bytes", "saved", "workspace", "stream"):
             assert int(u2[k]) == 2 * int(u1[k]), k
-        for k in ("fph", "bph"):
+        for k in ("fwd_phases", "bwd_phases"):
             assert u2[k] == pytest.approx([2 * x for x in u1[k]], rel=1e-12), k
-        for k in ("kfwd", "kbwd"):
+        for k in ("fwd_kernels", "bwd_kernels"):
             assert [e[:-1] for e in u2[k]] == [e[:-1] for e in u1[k]]
             assert [e[-1] for e in u2[k]] == [2 * e[-1] for e in u1[k]], k
         for k in ("param", "opt", "grad", "shard", "bucket", "view"):
@@ -377,11 +377,11 @@ def test_tensor_parallel_all_reduces_are_megatrons():
     head its input gradient in backward -- as the planner charges them (ratc.planner.timing,
     "vocab-parallel embedding"). Each is a ring all-reduce of b*s*h fp16 bytes over T ranks
     on the intra-node link: 2 (T - 1) (latency + bytes / (T * bandwidth)). A unit's TP time
-    is its duration beyond its engine phases (`fph` / `bph`)."""
+    is its duration beyond its engine phases (`fwd_phases` / `bwd_phases`)."""
     net, T = mt3000().network, 2
     ar = 2 * (T - 1) * (net.intra_node_latency + 2 * tiny().seq_len * tiny().hidden / (T * net.intra_node_bandwidth))
     units = _units(P=2, T=T, D=1, A=2)
-    tp = [x for u in units for x in (u["fwd"] - solo(_phases(u["fph"])), u["bwd"] - solo(_phases(u["bph"])))]
+    tp = [x for u in units for x in (u["fwd"] - solo(_phases(u["fwd_phases"])), u["bwd"] - solo(_phases(u["bwd_phases"])))]
     want = [ar, 0.0] + [2 * ar, 2 * ar] * (len(units) - 2) + [0.0, ar]
     assert tp == pytest.approx(want, rel=1e-9, abs=1e-15)
     other = [x for u in units for x in (u["fwd_other"], u["bwd_other"])]

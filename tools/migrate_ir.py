@@ -17,8 +17,72 @@ from pathlib import Path
 # 1. `life.pipeline` no longer repeats the plan's memory budget (it was written, never read).
 _PIPELINE_BUDGET = re.compile(r"^(\s*life\.pipeline @\S+ \{.*?)budget = [^,}]+, ", re.M)
 
+# 2. Attributes named for what they hold (life.unit's costs, every task's engine seconds).
+RENAMED = {"fph": "fwd_phases", "bph": "bwd_phases", "kfwd": "fwd_kernels", "kbwd": "bwd_kernels",
+           "fwd_c": "fwd_compute", "fwd_d": "fwd_ddr", "bwd_c": "bwd_compute", "bwd_d": "bwd_ddr",
+           "ws": "workspace", "in_bytes": "input_bytes", "dc": "compute", "dd": "ddr"}
+
+
+def _split_top(text: str) -> list[str]:
+    """`a = 1, b = [2, 3], c = "x, y"` split at its top-level commas."""
+    parts, depth, quoted, start, i = [], 0, False, 0, 0
+    while i < len(text):
+        ch = text[i]
+        if quoted:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                quoted = False
+        elif ch == '"':
+            quoted = True
+        elif ch in "[{(<":
+            depth += 1
+        elif ch in "]})>":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+        i += 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
+
+
+def _rename_attrs(line: str) -> str:
+    """The line with its op's attribute dictionary's keys renamed and sorted again, as the
+    printer sorts them."""
+    start = line.find("{")
+    if start < 0 or line.rstrip().endswith("{") and line.rstrip().rfind("{") == start:
+        return line
+    depth, quoted, end = 0, False, None
+    for i in range(start, len(line)):
+        ch = line[i]
+        if quoted:
+            quoted = ch != '"' or line[i - 1] == "\\"
+        elif ch == '"':
+            quoted = True
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                end = i
+                break
+    if end is None:
+        return line
+    entries = []
+    for entry in _split_top(line[start + 1:end]):
+        key, sep, value = entry.partition(" = ")
+        entries.append((RENAMED.get(key, key), value) if sep else (entry, None))
+    if not any(k in RENAMED for k in (e.partition(" = ")[0] for e in _split_top(line[start + 1:end]))):
+        return line
+    body = ", ".join(f"{k} = {v}" if v is not None else k for k, v in sorted(entries))
+    return line[:start + 1] + body + line[end:]
+
+
 MAP = [
     ("life.pipeline drops `budget` (the plan holds it)", lambda text: _PIPELINE_BUDGET.sub(r"\1", text)),
+    ("attributes renamed (" + ", ".join(f"{a} -> {b}" for a, b in RENAMED.items()) + ")",
+     lambda text: "".join(_rename_attrs(line) for line in text.splitlines(keepends=True))),
 ]
 
 

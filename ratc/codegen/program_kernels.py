@@ -1,7 +1,7 @@
 """The codegen pass's work: one kernel per distinct shape a program runs, tasks charged in cycles.
 
 Each `life.unit` of the plan lists the kernels its Forward and its Backward call per
-micro-batch (`kfwd`, `kbwd`: [kind, *shape, calls], from ratc.codegen.op_kernels) and the
+micro-batch (`fwd_kernels`, `bwd_kernels`: [kind, *shape, calls], from ratc.codegen.op_kernels) and the
 seconds no kernel runs (`fwd_other`, `bwd_other`). `codegen` generates every distinct
 kernel once (tile options per symbol may override the tile chooser), adds a
 `life.kernel @symbol` op with its cycle count, and gives every Forward, Recover and
@@ -26,8 +26,8 @@ from ratc.ir.attributes import SymbolRef
 from ratc.ir.core import Operation
 
 # Which unit attributes a task's kernels and the rest of its time come from.
-TASK_WORK = {"life.fwd": ("kfwd", "fwd_other"), "life.recover": ("kfwd", "fwd_other"),
-             "life.bwd": ("kbwd", "bwd_other")}
+TASK_WORK = {"life.fwd": ("fwd_kernels", "fwd_other"), "life.recover": ("fwd_kernels", "fwd_other"),
+             "life.bwd": ("bwd_kernels", "bwd_other")}
 # Tile options each generator accepts.
 TILE_OPTIONS = {"gemm": OPTION_NAMES, "attn_bwd": ("br", "bc")}
 _TILE = re.compile(r"([a-z]+)=(\d+)")
@@ -57,10 +57,10 @@ def unit_kernels(units) -> dict[str, tuple[str, tuple]]:
     needed = {}
     for u in units:
         a = u.attributes
-        if "kfwd" not in a or "kbwd" not in a:
-            raise RatcError(f"life.unit #{a['index']} has no kernel lists (kfwd, kbwd); "
+        if "fwd_kernels" not in a or "bwd_kernels" not in a:
+            raise RatcError(f"life.unit #{a['index']} has no kernel lists (fwd_kernels, bwd_kernels); "
                             "re-plan it with this version of ratc")
-        for kind, *shape, _ in a["kfwd"] + a["kbwd"]:
+        for kind, *shape, _ in a["fwd_kernels"] + a["bwd_kernels"]:
             needed[kernel_symbol(kind, tuple(shape))] = (kind, tuple(shape))
     return needed
 

@@ -40,7 +40,7 @@ _ACT = "|".join(ACT_POLICIES)
 _TASK = {"dur": "float", "res": "compute|ddr|link", "prio": "int", "sizes": "list<int>",
          "inplace": "bool?", "tier": "list<str>?", "buf": "list<int>?", "frees": "list<int>?"}
 # `corun`: seconds a Recover co-running with this task (fsr) adds to it; `dur` and `cycles` include them.
-_COSTED = {"dc": "float", "dd": "float", "ws": "bytes", "kernels": "list<symref>?", "calls": "list<int>?",
+_COSTED = {"compute": "float", "ddr": "float", "workspace": "bytes", "kernels": "list<symref>?", "calls": "list<int>?",
            "cycles": "int?", "corun": "float?"}
 # `stream`: a co-running Recover that fills the memory its host Backward frees, and the
 # headroom over that Backward's recovery buffer it needs (instead of a buffer of its own).
@@ -60,7 +60,7 @@ def _check_pipeline(op):
     return checks.check_pipeline(op)
 
 
-# A kernel list entry (kfwd, kbwd): [kind, *shape, calls per micro-batch].
+# A kernel list entry (fwd_kernels, bwd_kernels): [kind, *shape, calls per micro-batch].
 KERNEL_DIMS = {"gemm": 3, "attn_bwd": 4}     # (m, n, k), (heads, seq, head_dim, kv_heads)
 
 
@@ -70,16 +70,16 @@ def _finite(x) -> bool:
 
 def _check_unit(op):
     a = op.attributes
-    for key in ("fwd", "bwd", "sync", "reduce", "update", "prefetch", "gather", "fwd_c", "fwd_d",
-                "bwd_c", "bwd_d", "fwd_other", "bwd_other", "tie"):
+    for key in ("fwd", "bwd", "sync", "reduce", "update", "prefetch", "gather", "fwd_compute", "fwd_ddr",
+                "bwd_compute", "bwd_ddr", "fwd_other", "bwd_other", "tie"):
         if key in a and not _finite(a[key]):
             raise VerifyError(f"'{op.name}' attribute '{key}' must be finite and not negative, got {a[key]}", op)
-    for key in ("fph", "bph"):
+    for key in ("fwd_phases", "bwd_phases"):
         ph = a.get(key, [])
         if len(ph) % 2 or not all(_finite(x) for x in ph):
             raise VerifyError(f"'{op.name}' attribute '{key}' must list finite, non-negative (compute, DDR) "
                               f"second pairs", op)
-    for key in ("kfwd", "kbwd"):
+    for key in ("fwd_kernels", "bwd_kernels"):
         for entry in a.get(key, []):
             kind = entry[0] if isinstance(entry, list) and entry else None
             dims = KERNEL_DIMS.get(kind) if isinstance(kind, str) else None
@@ -181,12 +181,12 @@ LIFE.op("plan", "a training configuration and its per-unit costs: the lowering's
 LIFE.op("unit", "one layer (embedding, decoder layer or head) with its costs per micro-batch",
         verify=_check_unit, attrs={
             "index": "int", "name": "str", "stage": "int", "decoder": "bool",
-            "fwd": "float", "fwd_c": "float", "fwd_d": "float", "bwd": "float", "bwd_c": "float",
-            "bwd_d": "float", "in_bytes": "bytes", "saved": "bytes", "ws": "bytes", "param": "bytes",
+            "fwd": "float", "fwd_compute": "float", "fwd_ddr": "float", "bwd": "float", "bwd_compute": "float",
+            "bwd_ddr": "float", "input_bytes": "bytes", "saved": "bytes", "workspace": "bytes", "param": "bytes",
             "opt": "bytes", "grad": "bytes", "shard": "bytes", "bucket": "bytes", "view": "bytes", "sync": "float",
             "sync_kind": "all-reduce|reduce-scatter", "reduce": "float", "update": "float",
-            "prefetch": "float", "gather": "float", "kfwd": "list?", "kbwd": "list?", "fwd_other": "float?",
-            "bwd_other": "float?", "fph": "list<float>?", "bph": "list<float>?", "stream": "bytes?",
+            "prefetch": "float", "gather": "float", "fwd_kernels": "list?", "bwd_kernels": "list?", "fwd_other": "float?",
+            "bwd_other": "float?", "fwd_phases": "list<float>?", "bwd_phases": "list<float>?", "stream": "bytes?",
             "frozen": "bool?", "tied": "bytes?", "tie": "float?"})
 def _check_kernel(op):
     a = op.attributes

@@ -6,7 +6,7 @@ allocated when its op issues (a co-running Recover's when its host does, or, str
 what its host frees, after the host with the stream's headroom beside the host) and freed after
 its last use, except step state (parameters, optimizer state, and what step_end hands to
 the next step), which persists. While an op runs its inputs, outputs and operator
-workspace (`ws`) coexist.
+workspace (`workspace`) coexist.
 
 Tiers fall out of live-range length (review, "Explicit lifetime-tiered memory
 management"): long = persists across steps; medium = spans more than one main task
@@ -131,7 +131,7 @@ def plan_stage(stage) -> StagePlan:
             b.tier = "medium"
     plan = StagePlan(stage.attributes["stage"], buffers)
     _assign_slots(buffers, plan)
-    _peak(ops, buffers, plan, {h: int(ops[g].attributes.get("ws") or 0) + int(ops[g].attributes.get("stream") or 0)
+    _peak(ops, buffers, plan, {h: int(ops[g].attributes.get("workspace") or 0) + int(ops[g].attributes.get("stream") or 0)
                                for g, h in hosts.items()})
     freed: dict = {}
     for b in buffers:
@@ -193,7 +193,7 @@ def _peak(ops, buffers: list[Buffer], plan: StagePlan, guest_ws: dict) -> None:
     best, best_at = -1, 0
     for i, op in enumerate(ops):
         live += delta[i]
-        ws = op.attributes.get("ws")
+        ws = op.attributes.get("workspace")
         total = live + (int(ws) if ws is not None else 0) + int(guest_ws.get(i) or 0)
         if total > best:
             best, best_at = total, i
@@ -201,5 +201,5 @@ def _peak(ops, buffers: list[Buffer], plan: StagePlan, guest_ws: dict) -> None:
     at = [b for b in buffers if b.born <= best_at <= b.dies]
     plan.live_at_peak = sorted(at, key=lambda b: (-b.size, b.name))
     plan.tiers = {t: sum(b.size for b in at if b.tier == t) for t in ("long", "medium", "short")}
-    ws = ops[best_at].attributes.get("ws") if ops else None
+    ws = ops[best_at].attributes.get("workspace") if ops else None
     plan.tiers["workspace"] = (int(ws) if ws is not None else 0) + int(guest_ws.get(best_at) or 0)

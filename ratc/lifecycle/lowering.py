@@ -122,7 +122,7 @@ class _StageLowering:
         if self.p > 0:
             x = self.emit(_task("life.recv", [], [ACT], {
                 "mb": m, "dir": "fwd", "peer": self.p - 1, "dur": 0.0, "res": "link", "prio": PRIO_MAIN,
-                "sizes": [int(self.u(first)["in_bytes"])]}, [f"x{first}_{m}"])).result
+                "sizes": [int(self.u(first)["input_bytes"])]}, [f"x{first}_{m}"])).result
         tasks = []
         for i in range(first, last + 1):
             u = self.u(i)
@@ -131,11 +131,11 @@ class _StageLowering:
             w = self.weights(i, m, "fwd", before)
             types, sizes, names = [], [], []
             if i != self.head:
-                types.append(ACT), sizes.append(int(self.u(i + 1)["in_bytes"])), names.append(f"x{i + 1}_{m}")
+                types.append(ACT), sizes.append(int(self.u(i + 1)["input_bytes"])), names.append(f"x{i + 1}_{m}")
             if not self.recovers(i):
                 types.append(SAVED), sizes.append(int(u["saved"])), names.append(f"saved{i}_{m}")
             op = _task("life.fwd", ([x] if x is not None else []) + [w], types, {
-                "unit": i, "mb": m, "dur": u["fwd"], "dc": u["fwd_c"], "dd": u["fwd_d"], "ws": u["ws"],
+                "unit": i, "mb": m, "dur": u["fwd"], "compute": u["fwd_compute"], "ddr": u["fwd_ddr"], "workspace": u["workspace"],
                 "res": "compute", "prio": PRIO_MAIN, "sizes": sizes}, names)
             tasks.append((before, op, []))
             x = op.results[0] if i != self.head else None
@@ -154,7 +154,7 @@ class _StageLowering:
         if self.p < self.P - 1:
             dy = self.emit(_task("life.recv", [], [ACT], {
                 "mb": m, "dir": "bwd", "peer": self.p + 1, "dur": 0.0, "res": "link", "prio": PRIO_MAIN,
-                "sizes": [int(self.u(last + 1)["in_bytes"])]}, [f"dy{last + 1}_{m}"])).result
+                "sizes": [int(self.u(last + 1)["input_bytes"])]}, [f"dy{last + 1}_{m}"])).result
         tasks = []
         for i in range(last, first - 1, -1):
             u = self.u(i)
@@ -162,7 +162,7 @@ class _StageLowering:
                 before: list = []
                 w = self.weights(i, m, "rec", before)
                 rec = _task("life.recover", [self.env["x", i, m], w], [REC], {
-                    "unit": i, "mb": m, "dur": u["fwd"], "dc": u["fwd_c"], "dd": u["fwd_d"], "ws": u["ws"],
+                    "unit": i, "mb": m, "dur": u["fwd"], "compute": u["fwd_compute"], "ddr": u["fwd_ddr"], "workspace": u["workspace"],
                     "res": "compute", "prio": PRIO_MAIN, "sizes": [int(u["saved"])], "placement": "bwd"},
                     [f"rec{i}_{m}"])
                 tasks.append((before, rec, []))
@@ -179,11 +179,11 @@ class _StageLowering:
             free = self.released[k - 2] if holds and k >= 2 else None
             types, sizes, names = [], [], []
             if i != 0:
-                types.append(ACT), sizes.append(int(u["in_bytes"])), names.append(f"dx{i}_{m}")
+                types.append(ACT), sizes.append(int(u["input_bytes"])), names.append(f"dx{i}_{m}")
             types.append(GRAD)
             sizes.append(int(u["bucket"] if reduces_per_micro_batch(self.Z) else u["grad"]))
             names.append(f"bucket{i}_{m}" if reduces_per_micro_batch(self.Z) else f"g{i}_{m}")
-            attrs = {"unit": i, "mb": m, "dur": u["bwd"], "dc": u["bwd_c"], "dd": u["bwd_d"], "ws": u["ws"],
+            attrs = {"unit": i, "mb": m, "dur": u["bwd"], "compute": u["bwd_compute"], "ddr": u["bwd_ddr"], "workspace": u["workspace"],
                      "res": "compute", "prio": PRIO_MAIN, "sizes": sizes}
             if acc is not None:
                 attrs["inplace"] = True

@@ -135,8 +135,8 @@ def fsr(pipe, plan, rec_buffers: int, clock: float | None = None, stream: bool =
     """
     units = plan.region.ops
     for u in units:
-        if "fph" not in u.attributes or "bph" not in u.attributes:
-            raise RatcError(f"fsr: life.unit #{u.attributes['index']} has no phases (fph, bph) to co-schedule "
+        if "fwd_phases" not in u.attributes or "bwd_phases" not in u.attributes:
+            raise RatcError(f"fsr: life.unit #{u.attributes['index']} has no phases (fwd_phases, bwd_phases) to co-schedule "
                             "its recovery with; re-plan it with this version of ratc")
     for stage in pipe.region.ops:
         ops = stage.region.ops
@@ -226,7 +226,7 @@ def _reads_recovery(op) -> bool:
 
 
 def _phases(flat) -> tuple:
-    """((compute s, DDR s), ...) from a unit's flat `fph` / `bph` attribute."""
+    """((compute s, DDR s), ...) from a unit's flat `fwd_phases` / `bwd_phases` attribute."""
     return tuple(zip(flat[0::2], flat[1::2]))
 
 
@@ -241,8 +241,8 @@ def _corun(host, guest, units, clock):
     """
     h, g = host.attributes, guest.attributes
     hu, gu = units[h["unit"]].attributes, units[g["unit"]].attributes
-    host_ph = _phases(hu["fph" if host.name == "life.fwd" else "bph"])
-    guest_ph = _phases(gu["fph"])
+    host_ph = _phases(hu["fwd_phases" if host.name == "life.fwd" else "bwd_phases"])
+    guest_ph = _phases(gu["fwd_phases"])
     tp_h = max(0.0, hu["fwd" if host.name == "life.fwd" else "bwd"] - solo(host_ph))
     tp_g = max(0.0, gu["fwd"] - solo(guest_ph))
     own = h["dur"] - h.get("corun", 0.0)

@@ -56,9 +56,9 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
         state = state_costs(D, Z, u.trainable, u.tied, len({stage_of[j] for j in group}), dp_link, pp_link, ddr, recipe)
         attrs = {
             "index": i, "name": u.name, "stage": stage_of[i], "decoder": u.decoder,
-            "fwd": b * u.fwd + fwd_tp, "fwd_c": b * u.fwd_compute, "fwd_d": b * u.fwd_ddr,
-            "bwd": b * u.bwd + bwd_tp, "bwd_c": b * u.bwd_compute, "bwd_d": b * u.bwd_ddr,
-            "in_bytes": _b(b * u.ckpt_bytes), "saved": _b(b * u.saved_bytes), "ws": _b(b * u.workspace),
+            "fwd": b * u.fwd + fwd_tp, "fwd_compute": b * u.fwd_compute, "fwd_ddr": b * u.fwd_ddr,
+            "bwd": b * u.bwd + bwd_tp, "bwd_compute": b * u.bwd_compute, "bwd_ddr": b * u.bwd_ddr,
+            "input_bytes": _b(b * u.ckpt_bytes), "saved": _b(b * u.saved_bytes), "workspace": _b(b * u.workspace),
             "param": _b(views / shards(Z, D, "param")),
             "opt": _b(u.trainable * recipe.optimizer_bytes / shards(Z, D, "optimizer")),
             "grad": _b(grads / shards(Z, D, "grad")),
@@ -72,11 +72,11 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             "gather": float(gather_time(D, Z, u.params, dp_link, recipe)),
             # What the codegen pass needs: kernel calls per micro-batch and the seconds no
             # kernel runs (roofline ops, attention's DDR streams, TP all-reduces).
-            "kfwd": _calls(u.kernels.fwd, b), "kbwd": _calls(u.kernels.bwd, b),
+            "fwd_kernels": _calls(u.kernels.fwd, b), "bwd_kernels": _calls(u.kernels.bwd, b),
             "fwd_other": b * u.kernels.fwd_other + fwd_tp, "bwd_other": b * u.kernels.bwd_other + bwd_tp,
             # What the fsr pass co-schedules: per micro-batch, [compute s, DDR s, ...] of the
             # forward's and the backward's phases in execution order (ratc.planner.corun).
-            "fph": _flat(u.fwd_phases, b), "bph": _flat(u.bwd_phases, b),
+            "fwd_phases": _flat(u.fwd_phases, b), "bwd_phases": _flat(u.bwd_phases, b),
             # ... and the headroom a Recover streaming into this unit's Backward needs
             "stream": _b(b * u.stream),
         }
