@@ -12,14 +12,14 @@ from ratc.errors import RatcError
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
 from ratc.step.plan import Plan
-from ratc.step.rules import gathers, reduces_per_micro_batch, shards, syncs_by_reduce_scatter
+from ratc.step.rules import gathers, reduces_per_micro_batch, shards, syncs_by_reduce_scatter, tp_allreduces
 
 
 def plan_op(profile, cand, platform, planner=None) -> Operation:
     """A `life.plan @plan` op for one candidate (a ratc.step.config.Candidate) under the
     planner's memory budget."""
     from ratc.planner.collectives import all_reduce, reduce_scatter
-    from ratc.planner.opcost import TP_ALLREDUCES_PER_LAYER, elem_bytes
+    from ratc.planner.opcost import elem_bytes
     from ratc.planner.search import Planner
     from ratc.planner.state_chain import gather_time, rank_links, state_costs
 
@@ -34,7 +34,6 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     act_bytes = b * profile.seq_len * profile.hidden * elem
     tp_link, dp_link, pp_link = rank_links(platform, D, T)
     tp_ar = float(all_reduce(T, act_bytes, tp_link))
-    tp = TP_ALLREDUCES_PER_LAYER * tp_ar
     p2p = float(pp_link.send(act_bytes)) if P > 1 else 0.0
     ddr = platform.cluster.ddr_bandwidth
     stage_of = [p for p, (s, e) in enumerate(ranges) for _ in range(s, e)]
@@ -43,12 +42,9 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
 
     ops = []
     for i, u in enumerate(units):
-        # Megatron's TP all-reduces, as the planner charges them: two each way per decoder
-        # layer (none in backward behind frozen inputs, where there is no backward), the
-        # vocab-parallel embedding's output (forward), the column-parallel LM head's input
-        # gradient (backward)
-        fwd_tp = tp if u.decoder else (tp_ar if i == 0 else 0.0)
-        bwd_tp = (tp if u.decoder else (tp_ar if i == len(units) - 1 else 0.0)) if u.backward else 0.0
+        role = "decoder" if u.decoder else "embedding" if i == 0 else "head" if i == len(units) - 1 else None
+        n_fwd, n_bwd = tp_allreduces(role, u.backward) if role else (0, 0)
+        fwd_tp, bwd_tp = n_fwd * tp_ar, n_bwd * tp_ar
         grads = u.trainable * recipe.grad_bytes
         views = u.params * recipe.param_bytes
         sends = grads > 0

@@ -15,11 +15,6 @@ from ratc.step.rules import recoverable
 # dimension); the rest (norms, residual adds on the hidden stream) run replicated.
 _TP_SPLIT_KINDS = frozenset({"matmul", "attention", "rope", "softmax"})
 
-# Megatron tensor parallelism (Shoeybi et al. 2019, Sec. 3): one all-reduce of the hidden
-# stream after attention and one after the MLP in forward, two more in backward.
-TP_ALLREDUCES_PER_LAYER = 2
-
-
 @dataclass(frozen=True)
 class UnitCost:
     """One layer (embedding, decoder layer or head) for ONE sequence on one TP rank."""

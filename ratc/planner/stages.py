@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ratc.step.config import RECIPE
 from ratc.planner.corun import extra
 from ratc.planner.partition import partition
+from ratc.step.config import RECIPE
+from ratc.step.rules import tp_allreduces
 
 _SUM_FIELDS = ("fwd", "fwd_compute", "fwd_ddr", "bwd", "bwd_compute", "bwd_ddr", "params", "trainable", "saved_bytes",
                "backward")
@@ -76,6 +77,7 @@ class StageCosts:
     bucket_pair: np.ndarray        # ZeRO >= 2: largest trainable params of two consecutive Backwards (M > 1)
     bucket_pair1: np.ndarray       # ... within one micro-batch (M = 1)
     head_saved: np.ndarray         # the head's saved activations (last stage; 0 elsewhere)
+    head_tp_bwd: np.ndarray        # the head's TP all-reduces in backward (last stage; 0 elsewhere)
     u_params: np.ndarray           # [P, U] per unit, forward order, zero padded
     u_trainable: np.ndarray        # [P, U] of which trainable (gradient buckets, syncs, updates)
     u_fwd: np.ndarray
@@ -121,6 +123,8 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
     pair = np.maximum(pair1, u_trainable[:, 0] + last)
     head_saved = np.zeros(P)
     head_saved[-1] = 0.0 if table.decoder[-1] else c["saved_bytes"][-1]
+    head_tp_bwd = np.zeros(P)
+    head_tp_bwd[-1] = tp_allreduces("head", bool(c["backward"][-1]))[1]
     return StageCosts(
         P=P, T=T, balance=balance, ranges=tuple(ranges),
         names=tuple(tuple(u.name for u in table.units[s:e]) for s, e in ranges),
@@ -136,7 +140,7 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
         rec_buf=np.where(rec_pad, saved, 0.0).max(axis=1), stream_buf=np.where(rec_pad, pad(c["stream"]), 0.0).max(axis=1),
         workspace=ws.max(axis=1),
         rec_workspace=np.where(rec_pad, ws, 0.0).max(axis=1), edge_workspace=np.where(edge, ws, 0.0).max(axis=1),
-        head_saved=head_saved, bucket_pair=pair, bucket_pair1=pair1,
+        head_saved=head_saved, head_tp_bwd=head_tp_bwd, bucket_pair=pair, bucket_pair1=pair1,
         u_params=u_params, u_trainable=u_trainable, u_fwd=u_fwd, u_bwd=pad(c["bwd"]), u_recovered=rec_pad.astype(float),
         u_co=u_co, u_tied=pad(c["tied"]))
 
@@ -144,7 +148,7 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
 _ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "co_f", "co_b", "co_c", "params", "trainable",
            "n_dec", "n_dec_bwd", "n_rec", "last_rec", "view_pair", "max_rec_params", "saved_full", "ckpt", "rec_buf", "stream_buf",
            "workspace",
-           "rec_workspace", "edge_workspace", "bucket_pair", "bucket_pair1", "head_saved")
+           "rec_workspace", "edge_workspace", "bucket_pair", "bucket_pair1", "head_saved", "head_tp_bwd")
 _UNIT_ARRAYS = ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_recovered", "u_co", "u_tied")
 
 

@@ -13,11 +13,10 @@ import numpy as np
 
 from ratc.planner.collectives import Link, all_reduce, reduce_scatter
 from ratc.planner.config import CandidateBatch
-from ratc.planner.opcost import TP_ALLREDUCES_PER_LAYER
 from ratc.planner.stages import StageCosts
 from ratc.planner.state_chain import gather_time, rank_links, state_costs
 from ratc.step.config import ACT_POLICIES, PREF_POLICIES, RECIPE
-from ratc.step.rules import recomputes, reduces_per_micro_batch
+from ratc.step.rules import recomputes, reduces_per_micro_batch, tp_allreduces
 
 CKPT, FSR = (ACT_POLICIES.index(a) for a in ("ckpt", "fsr"))
 BULK, LAYERWISE, DEADLINE = (PREF_POLICIES.index(p) for p in ("bulk", "layerwise", "deadline"))
@@ -259,6 +258,8 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     # Megatron's vocab-parallel embedding all-reduces its output (forward, first stage) and
     # the column-parallel LM head all-reduces its input gradient (backward, last stage).
     first, last = (stage == 0).astype(float), (stage == P - 1).astype(float)
+    per_layer, _ = tp_allreduces("decoder")     # (in backward, n_dec_bwd counts the layers that have one)
+    embedding_f, _ = tp_allreduces("embedding")
 
     def traffic(tp, pp, dp):
         """Per micro-batch over links (tp, pp, dp): one TP all-reduce, a stage's decoder
@@ -275,12 +276,12 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
         ag = gather_time(D[:, :, None], Z[:, :, None], sc.u_params, _ex(dp), recipe)
         rs = reduce_scatter(D, sc.trainable * recipe.grad_bytes, dp) * reduces_per_micro_batch(Z) * (sc.trainable > 0)
         # (a layer with no backward, behind frozen inputs, has no backward all-reduces)
-        layers = TP_ALLREDUCES_PER_LAYER * np.stack([n_dec, sc.n_dec_bwd]) * ar
-        busy = layers.sum(axis=0) + (first + last) * ar + _sends(P, send) + 2 * ag.sum(axis=2) + rs
-        return ar, layers, send, ag, busy, np.where(recovers, TP_ALLREDUCES_PER_LAYER * n_rec * ar, 0.0)
+        layers = per_layer * np.stack([n_dec, sc.n_dec_bwd]) * ar
+        busy = layers.sum(axis=0) + (first * embedding_f + sc.head_tp_bwd) * ar + _sends(P, send) + 2 * ag.sum(axis=2) + rs
+        return ar, layers, send, ag, busy, np.where(recovers, per_layer * n_rec * ar, 0.0)
 
     tp_ar, (tp_layer_f, tp_layer_b), p2p, u_ag, link_busy, link_rec = traffic(tp_link, pp_link, dp_link)
-    tp_fwd, tp_bwd = tp_layer_f + first * tp_ar, tp_layer_b + last * tp_ar
+    tp_fwd, tp_bwd = tp_layer_f + first * embedding_f * tp_ar, tp_layer_b + sc.head_tp_bwd * tp_ar
     # MT-3000 links move data DDR to DDR: each byte a cluster sends is read from its DDR and
     # each byte it receives written to it, so communication takes DDR time too: that of its
     # bytes (the same traffic over a latency-free 1 B/s link), not of message latencies.
@@ -298,7 +299,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
 
     fwd = b * sc.fwd + tp_fwd + z3_fwd + np.where(stage < P - 1, p2p, 0.0)
     bwd = b * sc.bwd + tp_bwd + z3_bwd + np.where(stage > 0, p2p, 0.0)
-    tp_one = TP_ALLREDUCES_PER_LAYER * tp_ar
+    tp_one = per_layer * tp_ar
     rec = b * sc.rec + tp_one * n_rec
 
     # Checkpointing runs every Recover in the stage's compute stream right before its

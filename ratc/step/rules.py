@@ -73,3 +73,19 @@ def reduces_per_micro_batch(Z):
     """Whether each micro-batch's gradient is reduce-scattered into a sharded accumulator as
     backward produces it (ZeRO >= 2: the bucket is freed after it), not accumulated locally."""
     return Z >= 2
+
+
+# Megatron tensor parallelism (Shoeybi et al. 2019, Sec. 3): one all-reduce of the hidden
+# stream after attention and one after the MLP in forward, two more in backward; the
+# vocab-parallel embedding all-reduces its output (forward), the column-parallel LM head its
+# input gradient (backward).
+TP_ALLREDUCES_PER_LAYER = 2
+_TP_ALLREDUCES = {"decoder": (TP_ALLREDUCES_PER_LAYER, TP_ALLREDUCES_PER_LAYER), "embedding": (1, 0), "head": (0, 1)}
+
+
+def tp_allreduces(role: str, backward: bool = True) -> tuple[int, int]:
+    """(forward, backward) tensor-parallel all-reduces of one micro-batch through a unit of a
+    role ('embedding', 'decoder', 'head'); a unit with no backward (behind frozen inputs, with
+    frozen weights) has none in backward."""
+    fwd, bwd = _TP_ALLREDUCES[role]
+    return fwd, bwd if backward else 0
