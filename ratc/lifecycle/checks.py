@@ -15,17 +15,14 @@ from __future__ import annotations
 import math
 
 from ratc.ir.verifier import VerifyError, prefer_local, verify_op
-from ratc.step.rules import (gathers, prefetches, recomputes, recoverable, reduces_per_micro_batch,
-                             syncs_by_reduce_scatter)
+from ratc.step.rules import (BUCKET_BUFFERS, gathers, prefetches, recomputes, recoverable,
+                             reduces_per_micro_batch, syncs_by_reduce_scatter)
 
 # memory-plan's lifetime tiers (ratc.lifecycle.liveness); "none" for a result that takes no memory
 TIERS = ("long", "medium", "short", "none")
 
 ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = ("!life.act", "!life.saved", "!life.rec", "!life.grad",
                                                  "!life.param", "!life.opt", "!life.view", "!life.token")
-# ZeRO >= 2 reduces gradients out of this many bucket buffers per stage (DeepSpeed's two
-# `ipg_buffer`s with overlap_comm): a Backward waits until its buffer's last bucket is reduced.
-BUCKET_BUFFERS = 2
 # A trained unit's gradient and state chain (a frozen unit has none).
 STATE_TASKS = frozenset({"life.reduce", "life.grad_sync", "life.tie_sum", "life.update", "life.prefetch"})
 COMM_OPS = frozenset({"life.send", "life.recv"})

@@ -18,7 +18,7 @@ from ratc.ir.types import OpaqueType
 from ratc.ir.verifier import verify_op
 from ratc import limits
 from ratc.lifecycle.checks import frozen_units, not_recovered, recovered
-from ratc.step.rules import gathers, prefetches, recomputes, reduces_per_micro_batch, syncs_by_reduce_scatter
+from ratc.step.rules import BUCKET_BUFFERS, gathers, prefetches, recomputes, reduces_per_micro_batch, syncs_by_reduce_scatter
 
 ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = (
     OpaqueType("life", n) for n in ("act", "saved", "rec", "grad", "param", "opt", "view", "token"))
@@ -63,8 +63,8 @@ class _StageLowering:
         self.env: dict = {}
         self.ops: list[Operation] = []
         # ZeRO >= 2: per unit-Backward in issue order, the token of the collective that frees
-        # its bucket buffer; Backward k reuses Backward k-2's buffer (two buffers, DeepSpeed's
-        # double-buffered `ipg_buffer`), so it waits for released[k - 2].
+        # its bucket buffer; Backward k reuses Backward k-BUCKET_BUFFERS's buffer (DeepSpeed's
+        # double-buffered `ipg_buffer`), so it waits for that one's release.
         self.released: list = []
         self.ties = a.get("ties", [])
         self.local = {u.attributes["index"] for u in units}
@@ -176,7 +176,7 @@ class _StageLowering:
             # a unit with nothing trained has no gradient: its Backward takes no bucket buffer
             holds = reduces_per_micro_batch(self.Z) and not u.get("frozen", False)
             k = len(self.released)
-            free = self.released[k - 2] if holds and k >= 2 else None
+            free = self.released[k - BUCKET_BUFFERS] if holds and k >= BUCKET_BUFFERS else None
             types, sizes, names = [], [], []
             if i != 0:
                 types.append(ACT), sizes.append(int(u["input_bytes"])), names.append(f"dx{i}_{m}")

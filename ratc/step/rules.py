@@ -69,6 +69,11 @@ def gathers(Z):
     return Z >= 3
 
 
+# ZeRO >= 2 reduces gradients out of this many bucket buffers per stage (DeepSpeed's two
+# `ipg_buffer`s with overlap_comm): a Backward waits until its buffer's last bucket is reduced.
+BUCKET_BUFFERS = 2
+
+
 def reduces_per_micro_batch(Z):
     """Whether each micro-batch's gradient is reduce-scattered into a sharded accumulator as
     backward produces it (ZeRO >= 2: the bucket is freed after it), not accumulated locally."""
