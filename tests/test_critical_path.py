@@ -15,7 +15,7 @@ from ratc.vm.system.critical import critical_chain
 from ratc.vm.system.dag import dag_text, task_graph
 from ratc.vm.system.engine import simulate
 from ratc.vm.system.task_graph import TaskGraph
-from test_lifecycle_support import compile_tiny
+from tiny_programs import compile_tiny
 
 EXAMPLE = str(Path(__file__).parents[1] / "examples" / "llama.py")
 
@@ -81,7 +81,7 @@ def test_critical_chain_of_a_compiled_program_tiles_its_measured_step(cfg, symme
     """Every link passes the DAG cross-check (ring collectives and contended ports included)
     and the shares sum to the step, by symmetry and with every replica simulated."""
     from ratc.vm.system.driver import run_module
-    from test_lifecycle_support import mt3000
+    from tiny_programs import mt3000
 
     tl, res = run_module(compile_tiny(**cfg), mt3000(), steps=2, symmetric=symmetric, memory_limit=False)
     chain = critical_chain(tl, task_graph(tl))

@@ -10,7 +10,7 @@ from ratc.ir import parse_module, print_module, verify
 from ratc.ir.attributes import ByteSize
 from ratc.ir.verifier import VerifyError
 from ratc.lifecycle.lowering import find_pipeline
-from test_lifecycle_support import compile_tiny
+from tiny_programs import compile_tiny
 
 CONFIGS = [dict(Z=z, act=a, P=p, A=m, pref=pref) for z in (0, 1, 2, 3) for a in ("full", "ckpt", "fsr")
            for p, m, pref in ((2, 4, "deadline"), (3, 2, "bulk"))]

@@ -20,7 +20,7 @@ from ratc.lifecycle.compile import CompileOptions, compile_program
 from ratc.lifecycle.lowering import find_pipeline
 from ratc.planner.search import Planner
 from ratc.step.config import parse_config
-from test_lifecycle_support import mt3000
+from tiny_programs import mt3000
 
 # The paper's configurations (Table 3; Table 2 per strategy: RATrain, TP-heavy, ZeRO-3-heavy,
 # Backward Ckpt, Full-save at RATrain's P/D, Tuned PP/DP/ZeRO = checkpointing, bulk state chain).

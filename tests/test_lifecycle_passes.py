@@ -11,7 +11,7 @@ from ratc.lifecycle.liveness import corun_hosts
 from ratc.lifecycle.lowering import find_pipeline
 from ratc.lifecycle.schedule import main_task
 from ratc.passes import PassFailure
-from test_lifecycle_support import compile_tiny
+from tiny_programs import compile_tiny
 
 PLANS = st.fixed_dictionaries({
     "P": st.integers(1, 4), "D": st.integers(1, 3), "T": st.sampled_from([1, 2]), "Z": st.integers(0, 3),
@@ -331,7 +331,7 @@ def test_every_pass_that_moves_tasks_drops_the_memory_plan(pipeline, Z):
 def test_a_unit_may_not_skip_a_stage():
     from ratc.ir import verify
     from ratc.ir.verifier import VerifyError
-    from test_lifecycle_support import tiny_plan
+    from tiny_programs import tiny_plan
     module = tiny_plan(P=3, A=3)
     units = module.body.ops[0].region.ops
     k = next(i for i, u in enumerate(units) if u.attributes["stage"] == 1)
@@ -397,7 +397,7 @@ def _lower_text(text, pipeline="lower-to-life"):
 def test_plans_lowering_cannot_use_are_refused_where_they_are_wrong(edit, message):
     from ratc.ir import print_module
     from ratc.ir.verifier import VerifyError
-    from test_lifecycle_support import tiny_plan
+    from tiny_programs import tiny_plan
     text = print_module(tiny_plan(P=2, A=2, Z=2))
     edited = edit(text)
     assert edited != text
@@ -411,7 +411,7 @@ def test_a_kernel_too_large_to_time_is_refused_up_front():
     from ratc.codegen.kernel import MAX_KERNEL_MACS
     from ratc.errors import RatcError
     from ratc.ir import print_module
-    from test_lifecycle_support import mt3000, tiny_plan
+    from tiny_programs import mt3000, tiny_plan
     assert MAX_KERNEL_MACS == 131072 ** 3
     text = print_module(tiny_plan(P=1, A=1)).replace('fwd_kernels = [["gemm", 64, 32, 64, 4]',
                                                      'fwd_kernels = [["gemm", 131072, 131072, 131073, 4]', 1)
@@ -424,7 +424,7 @@ def test_a_kernel_too_large_to_time_is_refused_up_front():
 
 def test_bad_plans_are_clear_errors():
     from ratc.ir import print_module
-    from test_lifecycle_support import tiny_plan
+    from tiny_programs import tiny_plan
     text = print_module(tiny_plan(P=2, A=2))
     _lower_text(text)
     lines = text.splitlines()

@@ -7,7 +7,7 @@ from ratc.errors import RatcError
 from ratc.lifecycle.actions import stage_actions
 from ratc.lifecycle.lowering import find_pipeline
 from ratc.lifecycle.onefoneb import stage_order
-from test_lifecycle_support import compile_tiny
+from tiny_programs import compile_tiny
 
 
 class _RecordingStage:

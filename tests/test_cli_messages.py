@@ -1,5 +1,4 @@
-"""Small CLI fixes from a new user's review: usage of the right command, `python -m ratc`,
-announced writes, a capped out-of-memory report, help texts, wording, the other-platform
+"""What the CLI tells its user: usage of the right command, `python -m ratc`, announced writes, a capped out-of-memory report, help texts, wording, the other-platform
 warning and readable sub-second plan times."""
 
 import ast

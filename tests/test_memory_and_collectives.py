@@ -1,4 +1,4 @@
-"""Mutation audit (planner memory/timing, system VM collectives/memory): hand-computed oracles.
+"""Planner memory and timing, the system VM's ring collectives and memory, against hand-computed oracles.
 
 Each test pins a behaviour that a hand mutation of ratc/planner/memory.py, ratc/planner/timing.py,
 ratc/vm/system/collectives.py or ratc/vm/system/memory.py changed without any other test noticing.

@@ -1,4 +1,4 @@
-"""Mutation audit (lifecycle passes, frontend op costs): behaviours no other test pinned.
+"""Lifecycle passes' rules and frontend op costs, pinned on small hand-built programs.
 
 Each test kills at least one hand mutation of ratc/lifecycle/*.py, ratc/passes/lifecycle.py
 or ratc/frontend/opcosts.py that the rest of the suite let through. The oracles are ratc's
@@ -10,7 +10,7 @@ shapes, and torch's autograd (what it really saves).
 from __future__ import annotations
 
 import pytest
-from test_lifecycle_support import compile_tiny, mt3000, tiny, tiny_plan
+from tiny_programs import compile_tiny, mt3000, tiny, tiny_plan
 
 from ratc.errors import RatcError
 from ratc.frontend import trace_model
