@@ -209,8 +209,23 @@ def split_model(model: nn.Module) -> UnitSet:
     if not isinstance(loss_node, torch.fx.Node) or unit_of.get(loss_node) != n_units - 1:
         raise RatcError("the model's forward must return one scalar loss computed after the last layer")
 
-    owner: dict[int, tuple[str, int]] = {}      # parameter identity -> (first name, unit)
-    holders: dict[int, set] = {}                # parameter identity -> units reading it
+    owner, holders = _parameter_holders(graph, model, unit_of, grad)
+    ties = _tie_groups(holders)
+    tie_key = {pid: owner[pid][0] for pid, us in holders.items() if len(us) > 1}
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    units = [_unit(model, graph, u, unit_of, order, grad, loss_node, tie_key,
+                   "embedding" if u == 0 else "head" if u == n_units - 1 else layer_paths[u - 1])
+             for u in range(n_units)]
+    # (fx keeps a placeholder, holding the default, for each concrete argument; a unit reading it gets that)
+    defaults = {n.name: n.args[0] for n in graph.nodes if n.op == "placeholder" and n.args}
+    return UnitSet(units=units, loss=loss_node.name, defaults=defaults, ties=ties)
+
+
+def _parameter_holders(graph, model, unit_of: dict, grad: dict) -> tuple[dict, dict]:
+    """({parameter identity: (first name, unit)}, {parameter identity: units reading it});
+    a unit reading another's parameter only for its shape is refused."""
+    owner: dict[int, tuple[str, int]] = {}
+    holders: dict[int, set] = {}
     for n in graph.nodes:
         for name, param in _referenced_params(n, model):
             users = {unit_of[u] for u in n.users} if n.op == "get_attr" else {unit_of[n]}
@@ -221,55 +236,52 @@ def split_model(model: nn.Module) -> UnitSet:
                 if v != u and reads and all(not grad.get(x, True) for x in reads):
                     raise RatcError(f"parameter '{first}' of unit {v} is read by unit {u} (as '{name}') only for "
                                     "its shape; use the size from the model's config instead")
-    ties = _tie_groups(holders)
-    tie_key = {pid: owner[pid][0] for pid, us in holders.items() if len(us) > 1}
+    return owner, holders
 
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    units = []
-    for u in range(n_units):
-        members = [n for n in graph.nodes if unit_of.get(n) == u]
-        member_set = set(members)
-        ext = []
-        for n in members:
-            for a in n.all_input_nodes:
-                if a.op == "get_attr" or a in member_set or a in ext:
-                    continue
-                ext.append(a)
-        ext.sort(key=order.__getitem__)
-        later = [n for n in members
-                 if any(unit_of.get(user) is not None and unit_of[user] > u for user in n.users)
-                 or n is loss_node]
-        g = torch.fx.Graph()
-        env = {}
-        for a in ext:
-            env[a] = g.placeholder(a.name)
-        for n in members:
-            for a in n.all_input_nodes:
-                if a.op == "get_attr" and a not in env:
-                    env[a] = g.node_copy(a, env.__getitem__)
-            env[n] = g.node_copy(n, env.__getitem__)
-        g.output(tuple(env[n] for n in later))
-        gm = torch.fx.GraphModule(model, g)
-        # a tied parameter's copy goes at the end, the copies in one order in every unit
-        named = sorted(gm.named_parameters(), key=lambda np_: (id(np_[1]) in tie_key, tie_key.get(id(np_[1]), "")))
-        names = [name for name, _ in named]
-        shapes = [p.shape for _, p in named]
-        trainable = [p.requires_grad for _, p in named]
-        tied = sum(p.numel() for _, p in named if id(p) in tie_key)
-        offsets, total = [], 0
-        for s in shapes:
-            offsets.append(total)
-            total += s.numel()
-        name = "embedding" if u == 0 else "head" if u == n_units - 1 else layer_paths[u - 1]
-        units.append(Unit(index=u, name=name, module=gm,
-                          inputs=[a.name for a in ext], outputs=[n.name for n in later],
-                          input_grad=[grad[a] for a in ext],
-                          param_names=names, param_shapes=shapes, numel=total, offsets=offsets,
-                          trainable=trainable, inplace=any(_writes_in_place(n, model) for n in members),
-                          segments=(total - tied, tied) if tied else ()))
-    # (fx keeps a placeholder, holding the default, for each concrete argument; a unit reading it gets that)
-    defaults = {n.name: n.args[0] for n in graph.nodes if n.op == "placeholder" and n.args}
-    return UnitSet(units=units, loss=loss_node.name, defaults=defaults, ties=ties)
+
+def _unit(model, graph, u: int, unit_of: dict, order: dict, grad: dict, loss_node, tie_key: dict,
+          unit_name: str) -> Unit:
+    """Unit u as its own GraphModule: the nodes assigned to it, reading what earlier units
+    computed (placeholders) and returning what later ones read."""
+    members = [n for n in graph.nodes if unit_of.get(n) == u]
+    member_set = set(members)
+    ext = []
+    for n in members:
+        for a in n.all_input_nodes:
+            if a.op == "get_attr" or a in member_set or a in ext:
+                continue
+            ext.append(a)
+    ext.sort(key=order.__getitem__)
+    later = [n for n in members
+             if any(unit_of.get(user) is not None and unit_of[user] > u for user in n.users)
+             or n is loss_node]
+    g = torch.fx.Graph()
+    env = {}
+    for a in ext:
+        env[a] = g.placeholder(a.name)
+    for n in members:
+        for a in n.all_input_nodes:
+            if a.op == "get_attr" and a not in env:
+                env[a] = g.node_copy(a, env.__getitem__)
+        env[n] = g.node_copy(n, env.__getitem__)
+    g.output(tuple(env[n] for n in later))
+    gm = torch.fx.GraphModule(model, g)
+    # a tied parameter's copy goes at the end, the copies in one order in every unit
+    named = sorted(gm.named_parameters(), key=lambda np_: (id(np_[1]) in tie_key, tie_key.get(id(np_[1]), "")))
+    names = [name for name, _ in named]
+    shapes = [p.shape for _, p in named]
+    trainable = [p.requires_grad for _, p in named]
+    tied = sum(p.numel() for _, p in named if id(p) in tie_key)
+    offsets, total = [], 0
+    for s in shapes:
+        offsets.append(total)
+        total += s.numel()
+    return Unit(index=u, name=unit_name, module=gm,
+                inputs=[a.name for a in ext], outputs=[n.name for n in later],
+                input_grad=[grad[a] for a in ext],
+                param_names=names, param_shapes=shapes, numel=total, offsets=offsets,
+                trainable=trainable, inplace=any(_writes_in_place(n, model) for n in members),
+                segments=(total - tied, tied) if tied else ())
 
 
 def _tie_groups(holders: dict) -> list[list[int]]:
