@@ -99,6 +99,6 @@ class Emitter:
     def program(self, name: str, dsps: int, buffers: list[tuple], platform) -> KernelProgram:
         """The finished, validated program."""
         program = KernelProgram(name, dsps, tuple(Buffer(bname, space, dtype, tuple(shape))
-                                            for space, bname, dtype, shape in buffers), tuple(self.stack[0]))
+                                                  for space, bname, dtype, shape in buffers), tuple(self.stack[0]))
         validate(program, platform)
         return program

@@ -152,7 +152,7 @@ class _Translation:
         for key, recv in self.recvs:
             if key not in self.sends:
                 raise TaskGraphError(f"life.recv on stage {key[1]} (micro-batch {key[2]}, {key[3]}) has no matching "
-                                   f"life.send on stage {key[0]}")
+                                      f"life.send on stage {key[0]}")
             for r in range(self.R):
                 t = self.prog.tasks[recv[r]]
                 t.deps = t.deps + tuple(self.sends[key][r])

@@ -62,7 +62,7 @@ class MemoryTracker:
             c = index.get((stage, replica))
             if c is None:
                 raise TaskGraphError(f"{getattr(task, 'name', task)}: value {name} on stage {stage} replica "
-                                   f"{replica}, which the program does not simulate")
+                                      f"{replica}, which the program does not simulate")
             v = tables[c].get(name)
             if v is None:
                 v = tables[c][name] = len(names)
@@ -151,7 +151,7 @@ class MemoryTracker:
         if nbytes is None:
             s, r = self.clusters[c]
             raise TaskGraphError(f"task {self.program.tasks[task].name}: frees value {name}, which is not live on "
-                               f"stage {s} replica {r}")
+                                  f"stage {s} replica {r}")
         self.current[c] -= nbytes
 
     def stage_peaks(self) -> list:

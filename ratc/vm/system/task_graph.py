@@ -114,7 +114,7 @@ class TaskGraph:
         if type(duration) is not int or duration < 0:
             if not (isinstance(duration, (int, float)) and duration >= 0 and int(duration) == duration):
                 raise TaskGraphError(f"task {name}: duration must be a non-negative integer cycle count, "
-                                   f"got {duration!r}")
+                                      f"got {duration!r}")
             duration = int(duration)
         res = tuple([r if type(r) is tuple else (stage, replica, r) for r in resources])
         for r in res:
