@@ -88,10 +88,10 @@ def matrix_row(preset: str, P: int, D: int, Z: int, act: str, sp: bool, steps: i
     session = Session(cfg, module=module)
     ours, ref = zip(*(session.step(i) for i in range(steps)))
     params = session.executor.parameters()
-    dist_params = []
-    for u, full in enumerate(params):
-        shards = [r.shards[u] for r in results if u in r.shards]
-        dist_params.append(torch.cat(shards)[:full.numel()] if Z >= 1 else shards[0])
+    # each rank's shards laid end to end, then the unit's own layout (a tied parameter's
+    # copy sits in a padded segment of its own) makes the flat vector of them
+    dist_params = [session.executor.state[0][u].unshard(torch.cat([r.shards[u] for r in results if u in r.shards]))
+                   for u in range(len(params))]
     losses = results[0].losses
     return {"config": f"{preset} P={P} D={D} Z={Z} {act} {'deadline' if sp else 'bulk'}",
             "bitwise": losses == list(ours) and all(torch.equal(a, b) for a, b in zip(dist_params, params)),
@@ -100,44 +100,71 @@ def matrix_row(preset: str, P: int, D: int, Z: int, act: str, sp: bool, steps: i
                                                            for u in session.units.units])}
 
 
+def _sections(text: str) -> dict:
+    """{'## title': its lines, ...} of a measured doc ('' holds what precedes the first)."""
+    out, title = {"": []}, ""
+    for line in text.splitlines():
+        if line.startswith("## "):
+            title = line
+            out[title] = []
+        out[title].append(line)
+    return out
+
+
+def _equality(preset: str, rows: list, args, when: str) -> list:
+    """The equality table of one preset's runs, headed by the command that made it."""
+    bad = [r for r in rows if not r["bitwise"] or r["loss_dev"] > 1e-5 or r["param_dev"] > 1e-5]
+    return ([f"## Equality: {preset}", "",
+             f"`python benchmarks/bench_dist.py --matrix {args.matrix} --presets {preset} --steps {args.steps}` "
+             f"on {when}; {args.steps} steps, M=4, b=1.", "",
+             "| configuration | equal to the one-process executor bit for bit | max loss deviation "
+             "from PyTorch | parameter deviation from PyTorch |", "|---|---|---|---|"]
+            + [f"| {r['config']} | {'yes' if r['bitwise'] else 'NO'} | {r['loss_dev']:.2e} | {r['param_dev']:.2e} |"
+               for r in rows]
+            + ["", f"{len(rows) - len(bad)} of {len(rows)} configurations pass.", ""])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=3, help="timing repetitions (default 3)")
+    ap.add_argument("--runs", type=int, default=3, help="timing repetitions (default 3; 0 skips the timings)")
     ap.add_argument("--steps", type=int, default=20, help="steps per matrix run (default 20)")
     ap.add_argument("--matrix", choices=("none", "quick", "medium", "full"), default="quick",
                     help="configurations checked: quick 4, medium 24 per preset (every P, D, Z), full 144 per preset")
-    ap.add_argument("--write-docs", action="store_true", help=f"write the results to {DOC.relative_to(ROOT)}")
+    ap.add_argument("--presets", nargs="+", choices=PRESETS, default=list(PRESETS),
+                    help="the presets of the matrix (default both)")
+    ap.add_argument("--write-docs", action="store_true",
+                    help=f"write the results to {DOC.relative_to(ROOT)}, replacing only the sections measured")
     args = ap.parse_args()
-    lines = ["# The distributed runtime, measured", "",
-             f"`python benchmarks/bench_dist.py --matrix {args.matrix} --steps {args.steps} --runs {args.runs}` "
-             f"on {time.strftime('%Y-%m-%d')}, "
-             f"on {torch.get_num_threads()}-thread {sys.platform}, torch {torch.__version__}, gloo "
-             f"(load average {os.getloadavg()[0]:.1f} at the start: timings are only as quiet as the machine).", ""]
-    t = timings(args.runs, 6)
-    lines += ["## Timings (tiny preset, P=2, D=2: 4 processes, M=4, b=2; medians)", "",
-              "| start-up | step (runtime) | step (one process) | ratio | exposed communication |",
-              "|---|---|---|---|---|",
-              f"| {t['startup']:.2f} s | {t['dist_step'] * 1e3:.1f} ms ({t['spread'][0] * 1e3:.1f}-"
-              f"{t['spread'][1] * 1e3:.1f}) | {t['local_step'] * 1e3:.1f} ms | "
-              f"{t['dist_step'] / t['local_step']:.2f}x | {t['exposed']:.1%} of the step |", ""]
-    print("\n".join(lines[-6:]), flush=True)
+    when = (f"{time.strftime('%Y-%m-%d')}, {torch.get_num_threads()}-thread {sys.platform}, torch "
+            f"{torch.__version__}, gloo, load average {os.getloadavg()[0]:.1f} at the start")
+    sections = {"": ["# The distributed runtime, measured", "",
+                     "Each section says the command that measured it and when (timings are only as quiet as "
+                     "the machine was).", ""]}
+    if args.runs:
+        t = timings(args.runs, 6)
+        sections["## Timings"] = [
+            "## Timings", "", f"`python benchmarks/bench_dist.py --runs {args.runs}` on {when}: tiny preset, "
+            "P=2, D=2 (4 processes), M=4, b=2; medians.", "",
+            "| start-up | step (runtime) | step (one process) | ratio | exposed communication |", "|---|---|---|---|---|",
+            f"| {t['startup']:.2f} s | {t['dist_step'] * 1e3:.1f} ms ({t['spread'][0] * 1e3:.1f}-"
+            f"{t['spread'][1] * 1e3:.1f}) | {t['local_step'] * 1e3:.1f} ms | "
+            f"{t['dist_step'] / t['local_step']:.2f}x | {t['exposed']:.1%} of the step |", ""]
+        print("\n".join(sections["## Timings"]), flush=True)
     if args.matrix != "none":
-        rows = []
-        configs = list(configurations(args.matrix))
+        configs = [c for c in configurations(args.matrix) if c[0] in args.presets]
+        rows: dict = {preset: [] for preset in args.presets}
         for k, c in enumerate(configs):
-            rows.append(matrix_row(*c, steps=args.steps))
-            print(f"[{k + 1}/{len(configs)}] {rows[-1]}", file=sys.stderr, flush=True)
-        lines += [f"## Equality ({args.steps} steps, M=4, b=1)", "",
-                  "| configuration | equal to the one-process executor bit for bit | max loss deviation "
-                  "from PyTorch | parameter deviation from PyTorch |", "|---|---|---|---|"]
-        lines += [f"| {r['config']} | {'yes' if r['bitwise'] else 'NO'} | {r['loss_dev']:.2e} | {r['param_dev']:.2e} |"
-                  for r in rows]
-        bad = [r for r in rows if not r["bitwise"] or r["loss_dev"] > 1e-5 or r["param_dev"] > 1e-5]
-        lines += ["", f"{len(rows) - len(bad)} of {len(rows)} configurations pass."]
-    text = "\n".join(lines) + "\n"
+            rows[c[0]].append(matrix_row(*c, steps=args.steps))
+            print(f"[{k + 1}/{len(configs)}] {rows[c[0]][-1]}", file=sys.stderr, flush=True)
+        for preset in args.presets:
+            sections[f"## Equality: {preset}"] = _equality(preset, rows[preset], args, when)
     if args.write_docs:
+        kept = _sections(DOC.read_text()) if DOC.exists() else {}
+        merged = {**kept, **sections}
+        order = ["", "## Timings"] + [f"## Equality: {p}" for p in PRESETS]
+        text = "\n".join(line for title in order if title in merged for line in merged[title]) + "\n"
         write_atomic(DOC, text)
-    print(text)
+    print("\n".join(line for lines in sections.values() for line in lines))
     return 0
 
 
