@@ -32,6 +32,7 @@ from ratc.ir.registry import Dialect
 from ratc.ir.verifier import VerifyError
 from ratc.lifecycle import checks
 from ratc.step.config import ACT_POLICIES, BALANCES, PREF_POLICIES
+from ratc.step.unit_costs import UnitCosts
 
 LIFE = Dialect("life", "training-state lifecycles: per-stage scheduled programs")
 _ACT = "|".join(ACT_POLICIES)
@@ -179,15 +180,7 @@ LIFE.op("plan", "a training configuration and its per-unit costs: the lowering's
             "M": "int", "act": _ACT, "pref": "|".join(PREF_POLICIES), "balance": "|".join(BALANCES) + "?",
             "seq_len": "int", "p2p": "float", "budget": "bytes", "ties": "list?"})
 LIFE.op("unit", "one layer (embedding, decoder layer or head) with its costs per micro-batch",
-        verify=_check_unit, attrs={
-            "index": "int", "name": "str", "stage": "int", "decoder": "bool",
-            "fwd": "float", "fwd_compute": "float", "fwd_ddr": "float", "bwd": "float", "bwd_compute": "float",
-            "bwd_ddr": "float", "input_bytes": "bytes", "saved": "bytes", "workspace": "bytes", "param": "bytes",
-            "opt": "bytes", "grad": "bytes", "shard": "bytes", "bucket": "bytes", "view": "bytes", "sync": "float",
-            "sync_kind": "all-reduce|reduce-scatter", "reduce": "float", "update": "float",
-            "prefetch": "float", "gather": "float", "fwd_kernels": "list?", "bwd_kernels": "list?", "fwd_other": "float?",
-            "bwd_other": "float?", "fwd_phases": "list<float>?", "bwd_phases": "list<float>?", "stream": "bytes?",
-            "frozen": "bool?", "tied": "bytes?", "tie": "float?"})
+        verify=_check_unit, attrs=UnitCosts.spec())
 def _check_kernel(op):
     a = op.attributes
     if a["cycles"] < 0 or a["ddr_bytes"] < 0 or not 0 <= a["mac_util"] <= 1:

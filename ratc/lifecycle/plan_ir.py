@@ -12,6 +12,7 @@ from ratc.errors import RatcError
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
 from ratc.step.plan import Plan
+from ratc.step.unit_costs import UnitCosts
 from ratc.step.rules import gathers, reduces_per_micro_batch, shards, syncs_by_reduce_scatter, tp_allreduces
 
 
@@ -83,7 +84,7 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             # across the copies), summed over the copies' stages before the update
             attrs["tied"] = _b(u.tied * recipe.grad_bytes / shards(Z, D, "optimizer"))
             attrs["tie"] = float(state.tie)
-        ops.append(Operation("life.unit", attributes={k: _num(v) for k, v in attrs.items()}))
+        ops.append(Operation("life.unit", attributes=UnitCosts(**{k: _num(v) for k, v in attrs.items()}).attributes()))
     attrs = {"model": profile.name, "platform": platform.name, **Plan(cand, planner.budget).attributes(),
              "seq_len": profile.seq_len, "p2p": p2p}
     if ties:
