@@ -31,7 +31,8 @@ import math
 from ratc.ir.registry import Dialect
 from ratc.ir.verifier import VerifyError
 from ratc.lifecycle import checks
-from ratc.step.config import ACT_POLICIES, BALANCES, PREF_POLICIES
+from ratc.step.config import ACT_POLICIES
+from ratc.step.plan import Plan
 from ratc.step.unit_costs import UnitCosts
 
 LIFE = Dialect("life", "training-state lifecycles: per-stage scheduled programs")
@@ -176,9 +177,7 @@ def _check_pipeline_counts(op):
 
 LIFE.op("plan", "a training configuration and its per-unit costs: the lowering's input",
         symbol=True, region=True, verify=_check_plan, attrs={
-            "model": "str", "platform": "str", "P": "int", "D": "int", "T": "int", "Z": "int", "b": "int",
-            "M": "int", "act": _ACT, "pref": "|".join(PREF_POLICIES), "balance": "|".join(BALANCES) + "?",
-            "seq_len": "int", "p2p": "float", "budget": "bytes", "ties": "list?"})
+            "model": "str", "platform": "str", **Plan.spec(), "seq_len": "int", "p2p": "float", "ties": "list?"})
 LIFE.op("unit", "one layer (embedding, decoder layer or head) with its costs per micro-batch",
         verify=_check_unit, attrs=UnitCosts.spec())
 def _check_kernel(op):

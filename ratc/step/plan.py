@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ratc.ir.attributes import ByteSize
-from ratc.step.config import Candidate
+from ratc.step.config import ACT_POLICIES, BALANCES, PREF_POLICIES, Candidate
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,12 @@ class Plan:
         a = plan_op.attributes
         return cls(Candidate(a["P"], a["D"], a["T"], a["Z"], a["b"], a["M"], a["act"], a["pref"],
                              a.get("balance", "time")), int(a["budget"]))
+
+    @staticmethod
+    def spec() -> dict:
+        """{attribute: IR kind} of the plan's part of `life.plan`."""
+        return {"P": "int", "D": "int", "T": "int", "Z": "int", "b": "int", "M": "int", "act": "|".join(ACT_POLICIES),
+                "pref": "|".join(PREF_POLICIES), "balance": "|".join(BALANCES) + "?", "budget": "bytes"}
 
     def label(self) -> str:
         """The configuration as `--plan` writes it."""
