@@ -49,7 +49,6 @@ def test_a_deeply_nested_kernels_json_is_refused_naming_it():
         read_kernel_table('{"kernels": ' + DEEP + "}", "prog/kernels.json")
 
 
-
 def test_a_kernel_time_past_any_float_is_refused_naming_the_table(tiny_program):
     table = json.loads((tiny_program / "kernels.json").read_text())
     table["kernels"][0]["seconds"] = 10 ** 400
@@ -89,7 +88,6 @@ def test_a_program_graph_ir_without_a_required_attribute_is_refused_by_the_verif
     prog = _copy_and_rehash(tiny_program, tmp_path / "prog", damage)
     with pytest.raises(RatcError, match=r"model\.ir:\d+:\d+: error: 'graph.layer' requires attribute 'repeat'"):
         open_program(prog)
-
 
 
 @pytest.mark.parametrize("name", [".", "./model.ir", "kernels/", "kernels//x.rasm", "model\x00.ir"])

@@ -151,7 +151,6 @@ def test_bulk_update_and_prefetch_wait_for_the_whole_phase_before_them(Z):
         assert min(a["start"] for a in pres) >= last_update
 
 
-
 @pytest.mark.parametrize("mode", ["deadline", "eager"])
 def test_state_tasks_issue_in_the_order_their_server_runs_them(mode):
     """update-prefetch: UpdateShard (DDR) and PrefetchW (link) are each served by one

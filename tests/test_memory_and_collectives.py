@@ -147,7 +147,6 @@ def test_zero3_fsr_hosting_forward_holds_three_views():
 # --- timing -----------------------------------------------------------------------------
 
 
-
 def one_f_one_b_sim(F, B, M, host_f, host_c, send=0.0):
     """Brute force: each stage runs Megatron's non-interleaved 1F1B order (warm-up min(P-1-p, M)
     Forwards, then Forward/Backward pairs, then the rest); a Forward issued right before a
@@ -382,7 +381,6 @@ def test_link_ddr_traffic_counts_bytes_not_latency():
 
 
 # --- system VM: explicit ring collectives, hand-timed --------------------------------------
-
 
 
 def test_explicit_ring_step_waits_for_the_previous_ranks_chunk():

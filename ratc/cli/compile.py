@@ -142,7 +142,6 @@ def invocation(args: argparse.Namespace, fallback: str) -> str:
     return f"ratc {shlex.join(argv)}" if argv else fallback
 
 
-
 def choose_candidate(args: argparse.Namespace, planner):
     """(candidate, plan result or None): the forced --plan, or the planner's best."""
     from ratc.planner.strategies import get_strategy

@@ -11,7 +11,6 @@ from ratc.errors import RatcError
 from ratc.step.config import ACT_OPTION_NAMES
 
 
-
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "train", help="train a model with real tensors by executing ratc's schedule; compare with PyTorch",

@@ -281,8 +281,6 @@ class _StageLowering:
         self.emit(Operation("life.step_end", [views[i] for i in sorted(views)]))
 
 
-
-
 def lower(module: Module, act_policy: str | None = None) -> Operation:
     """Append a `life.pipeline` lowered from the module's plan; return it."""
     plan = find_plan(module)
