@@ -3,9 +3,9 @@
 With the embedding and the first decoder layers frozen, those layers' outputs need no
 gradient: autograd builds no graph for them, so checkpointing has nothing to recompute and
 their backward moves nothing. The trace marks such ops `OpProfile.grad = False`, the
-planner gives their units no backward time and no recovery (`UnitCost.recovers`), and the
-lowering lists them in the pipeline's `no_recover`, and the units with nothing trained in
-its `frozen` (no gradient, so no state chain); the verifier holds the program to both.
+planner gives their units no backward time and no recovery (`UnitCost.recovers`); their
+plan units save nothing (`saved = 0`), units with nothing trained are `frozen` (no gradient,
+so no state chain), and the verifier holds the program to what the plan says of each.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from ratc.ir import parse_module, print_module
 from ratc.frontend.graph_ir import module_from_profile, profile_from_module
 from ratc.ir.verifier import VerifyError, verify
 from ratc.lifecycle.compile import CompileOptions, compile_program
+from ratc.lifecycle.lowering import find_plan
 from ratc.step.config import Candidate
 from ratc.planner.search import Planner
 from ratc.platform import load_platform
@@ -86,8 +87,10 @@ def test_recovers_exactly_the_layers_torch_checkpointing_recomputes(tiny_frozen,
         program = compile_program(profile, Candidate(2, 1, 1, 1, 1, 4, act, "deadline"), planner.platform,
                                   CompileOptions(planner=planner))
         assert sorted(i - 1 for i in _recover_units(program)) == torch_layers
-        pipe = next(op for op in program.walk() if op.name == "life.pipeline")
-        assert pipe.attributes["no_recover"] == [1, 2] and pipe.attributes["frozen"] == [0, 1, 2]
+        plan_units = find_plan(program).region.ops
+        assert [u.attributes["index"] for u in plan_units
+                if u.attributes["decoder"] and int(u.attributes["saved"]) == 0] == [1, 2]
+        assert [u.attributes["index"] for u in plan_units if u.attributes.get("frozen")] == [0, 1, 2]
         assert sum(op.name == "life.recover" for op in program.walk()) == 4 * len(torch_layers)
 
 
@@ -166,21 +169,23 @@ def test_graph_ir_keeps_the_grad_flags(tiny_frozen):
     assert (back.pre, back.layers, back.post) == (profile.pre, profile.layers, profile.post)
 
 
-def test_the_verifier_holds_a_program_to_its_no_recover(tiny_frozen):
-    """A Recover of a layer that saves nothing, or a no_recover list other than the plan's,
-    is refused with what is wrong."""
+def test_the_verifier_holds_recovery_to_what_the_plan_says_of_each_layer(tiny_frozen):
+    """The plan's units say which layers save nothing (so have no Recover); the pipeline
+    repeats none of it, and a Recover of a layer the plan says saves nothing is refused."""
+    import re
+
     _, _, profile, planner = tiny_frozen
     program = compile_program(profile, Candidate(2, 1, 1, 1, 1, 2, "ckpt", "deadline"), planner.platform,
                               CompileOptions(planner=planner))
     text = print_module(program)
-    assert "no_recover = [1, 2]" in text
+    assert "no_recover" not in text
     verify(parse_module(text))
-    with pytest.raises(VerifyError, match=r"no_recover = \[1\], but in its plan @plan the decoder layers "
-                                          r"that save nothing for backward are \[1, 2\]"):
-        verify(parse_module(text.replace("no_recover = [1, 2]", "no_recover = [1]")))
-    # claiming unit 3 saves nothing lets its Recovers through only if the plan says so too
-    with pytest.raises(VerifyError, match="no_recover"):
-        verify(parse_module(text.replace("no_recover = [1, 2]", "no_recover = [1, 2, 3]")))
+    # the plan now says unit 3 saves nothing: its Forward must then keep what it saves, as
+    # under full-save, and it has no Recover
+    unit3 = re.compile(r"(life\.unit \{[^\n]*index = 3, [^\n]*saved = )[0-9.]+[KMG]?i?B")
+    assert unit3.search(text)
+    with pytest.raises(VerifyError, match=r"'life.fwd' \(unit 3, mb 0\): results must be \(!life.act, !life.saved\)"):
+        verify(parse_module(unit3.sub(r"\g<1>0B", text, count=1)))
 
 
 def test_frozen_units_have_no_state_chain(tiny_frozen):
@@ -197,10 +202,12 @@ def test_frozen_units_have_no_state_chain(tiny_frozen):
     for end in (op for op in program.walk() if op.name == "life.step_end"):
         kinds = {v.owner.attributes["unit"]: v.owner.name for v in end.operands}
         assert all(kinds[i] == ("life.param" if i < 3 else "life.prefetch") for i in kinds)
+    # the plan now says unit 1 is trained: the program lacks its state chain
     text = print_module(program)
-    with pytest.raises(VerifyError, match=r"frozen = \[\], but in its plan @plan the units with nothing "
-                                          r"trained are \[0, 1, 2\]"):
-        verify(parse_module(text.replace(", frozen = [0, 1, 2]", "")))
+    line = next(ln for ln in text.splitlines() if "life.unit {" in ln and "index = 1," in ln)
+    assert ", frozen = true" in line
+    with pytest.raises(VerifyError, match=r"stage 0: missing task life.grad_sync \(unit 1\)"):
+        verify(parse_module(text.replace(line, line.replace(", frozen = true", ""))))
 
 
 def test_training_behind_frozen_layers_matches_pytorch(tiny_frozen):

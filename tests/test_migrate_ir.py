@@ -31,3 +31,10 @@ def test_renamed_attributes_keep_their_values_and_are_sorted_again_as_printed():
                             'workspace = 1KiB} : !life.act\n')
     region = "  life.stage @s0 {peak = 4KiB, stage = 0, tiers = {workspace = 1KiB}} {\n"
     assert migrate(region) == region
+
+
+def test_the_pipeline_loses_its_copies_of_what_the_plan_says():
+    old = '  life.pipeline @step {M = 4, P = 2, Z = 1, act = "fsr", frozen = [0, 1], no_recover = [1], plan = @plan, ties = [[0, 5]]} {\n'
+    assert migrate(old) == '  life.pipeline @step {M = 4, P = 2, Z = 1, act = "fsr", plan = @plan} {\n'
+    unit = "    life.unit {decoder = false, frozen = true, index = 0} \n"
+    assert migrate(unit) == unit

@@ -47,9 +47,9 @@ def _split_top(text: str) -> list[str]:
     return [p for p in parts if p]
 
 
-def _rename_attrs(line: str) -> str:
-    """The line with its op's attribute dictionary's keys renamed and sorted again, as the
-    printer sorts them."""
+def _rename_attrs(line: str, renamed: dict = RENAMED, dropped: frozenset = frozenset()) -> str:
+    """The line with its op's attribute dictionary's keys renamed (or dropped) and sorted
+    again, as the printer sorts them."""
     start = line.find("{")
     if start < 0 or line.rstrip().endswith("{") and line.rstrip().rfind("{") == start:
         return line
@@ -69,20 +69,32 @@ def _rename_attrs(line: str) -> str:
                 break
     if end is None:
         return line
-    entries = []
+    entries, changed = [], False
     for entry in _split_top(line[start + 1:end]):
         key, sep, value = entry.partition(" = ")
-        entries.append((RENAMED.get(key, key), value) if sep else (entry, None))
-    if not any(k in RENAMED for k in (e.partition(" = ")[0] for e in _split_top(line[start + 1:end]))):
+        changed |= key in renamed or key in dropped
+        if key not in dropped:
+            entries.append((renamed.get(key, key), value) if sep else (entry, None))
+    if not changed:
         return line
     body = ", ".join(f"{k} = {v}" if v is not None else k for k, v in sorted(entries))
     return line[:start + 1] + body + line[end:]
+
+
+# 3. `life.pipeline` no longer repeats what the plan's units say (the verifier reads the plan).
+PIPELINE_COPIES = frozenset({"no_recover", "frozen", "ties"})
+
+
+def _drop_pipeline_copies(text: str) -> str:
+    return "".join(_rename_attrs(line, {}, PIPELINE_COPIES) if "life.pipeline @" in line else line
+                   for line in text.splitlines(keepends=True))
 
 
 MAP = [
     ("life.pipeline drops `budget` (the plan holds it)", lambda text: _PIPELINE_BUDGET.sub(r"\1", text)),
     ("attributes renamed (" + ", ".join(f"{a} -> {b}" for a, b in RENAMED.items()) + ")",
      lambda text: "".join(_rename_attrs(line) for line in text.splitlines(keepends=True))),
+    ("life.pipeline drops `no_recover`, `frozen`, `ties` (the plan's units say them)", _drop_pipeline_copies),
 ]
 
 

@@ -70,11 +70,11 @@ def _shape(module) -> tuple[int, int, int, int]:
 
 def tie_stages(module) -> list[list[int]]:
     """Per tie group of the program, the stages holding its copies (ascending)."""
-    from ratc.lifecycle.lowering import find_pipeline
+    from ratc.lifecycle.lowering import find_pipeline, find_plan
 
     pipe = find_pipeline(module)
     stage_of = {i: s.attributes["stage"] for s in pipe.region.ops for i in s.attributes["units"]}
-    return [sorted({stage_of[i] for i in g}) for g in pipe.attributes.get("ties", [])]
+    return [sorted({stage_of[i] for i in g}) for g in find_plan(module).attributes.get("ties", [])]
 
 
 def rehearse(module, cfg: RunConfig) -> dict:

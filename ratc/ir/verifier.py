@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from ratc.errors import LocatedError
 from ratc.ir.attributes import SymbolRef
 from ratc.ir.core import Module, Operation
@@ -119,8 +121,27 @@ def prefer_local(ops, exc: VerifyError) -> None:
     raise exc
 
 
+_WALKS = itertools.count(1)
+_walk = 0
+
+
+def walk_number() -> int:
+    """The number of the verify() walk in progress, 0 outside one. Nothing changes the IR
+    during a walk, so an op hook may keep what it derives from a region holder for its walk."""
+    return _walk
+
+
 def verify(module: Module, check_symbols: bool = True) -> None:
     """Raise VerifyError at the first violation: dominance, symbols, then per-op rules."""
+    global _walk
+    _walk = next(_WALKS)
+    try:
+        _verify(module, check_symbols)
+    finally:
+        _walk = 0
+
+
+def _verify(module: Module, check_symbols: bool) -> None:
     defined: set = set()
     symbols: dict[str, Operation] = {}
     referenced: set = set()     # every symbol name an attribute refers to

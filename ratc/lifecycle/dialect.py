@@ -197,8 +197,7 @@ LIFE.op("pipeline", "one training step of all pipeline stages", symbol=True, reg
         verify=_check_pipeline_counts, attrs={
             "plan": "symref", "P": "int", "M": "int", "Z": "int", "act": _ACT, "units": "int",
             "schedule": "gpipe|1f1b", "state": "bulk|layerwise?", "update": "bulk|eager|deadline?",
-            "fsr": "bool?", "peak": "list<int>?", "peak_at": "list<int>?",
-            "no_recover": "list<int>?", "frozen": "list<int>?", "ties": "list?"})
+            "fsr": "bool?", "peak": "list<int>?", "peak_at": "list<int>?"})
 LIFE.op("stage", "the ordered program of one pipeline stage", symbol=True, region=True,
         verify=_check_stage, attrs={
             "stage": "int", "units": "list<int>", "peak": "bytes?", "peak_at": "int?",

@@ -17,7 +17,7 @@ from ratc.ir.core import Block, Module, Operation
 from ratc.ir.types import OpaqueType
 from ratc.ir.verifier import verify_op
 from ratc import limits
-from ratc.lifecycle.checks import frozen_units, not_recovered, recovered
+from ratc.lifecycle.checks import recovered
 from ratc.step.rules import BUCKET_BUFFERS, gathers, prefetches, recomputes, reduces_per_micro_batch, syncs_by_reduce_scatter
 
 ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = (
@@ -312,10 +312,6 @@ def lower(module: Module, act_policy: str | None = None) -> Operation:
                                 sym_name=f"s{p}", region=Block(low.ops)))
     attrs = {"plan": SymbolRef(plan.sym_name), "P": P, "M": M, "Z": a["Z"], "act": act, "units": len(units),
              "schedule": "gpipe"}
-    for key, value in (("no_recover", not_recovered(units)), ("frozen", frozen_units(units)),
-                       ("ties", a.get("ties", []))):
-        if value:
-            attrs[key] = value
     pipe = Operation("life.pipeline", attributes=attrs, sym_name="step", region=Block(stages))
     module.body.append(pipe)
     return pipe

@@ -131,7 +131,7 @@ class FunctionalExecutor:
         # state[r][u] for the replicas and units held here (None elsewhere)
         self.on_stage = stage_units(self.stages)
         held = set().union(*(self.on_stage[p] for p in self.transport.stages))
-        ties = [list(g) for g in a.get("ties", [])]
+        ties = [list(g) for g in plan.attributes.get("ties", [])]
         if ties != units.ties:
             raise RatcError(f"the program sums tied gradients over units {ties or 'of no group'}, but in the model "
                             f"units {units.ties or 'of no group'} share a parameter: the program was compiled "
