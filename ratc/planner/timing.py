@@ -396,6 +396,24 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe):
     # Unit j's view is due when the next step's first Forward(j) starts, `due` after the
     # stage's last Backward; whatever ends later delays the next step by as much.
     due = window[:, :, None] + np.cumsum(u_fwd, axis=2) - u_fwd
+    e_deadline, dl_comm, dl_upd = _deadline_tail(real, rs, ag, upd, released, sync_end, due, cum_rs)
+    sum_rs, sum_upd, sum_ag = rs.sum(axis=2), upd.sum(axis=2), ag.sum(axis=2)
+
+    # Bulk defers what DeepSpeed defers: the gradient all-reduce / reduce-scatter under ZeRO
+    # 0/1; under ZeRO >= 2 each bucket is reduce-scattered as backward produces it (the last
+    # micro-batch's too), so its GradSyncs overlap the backward as layer-wise ones do.
+    tails = {BULK: _stepend(np.where(reduces_per_micro_batch(Z[:, :, 0]), s_exp, sum_rs), upd, ag, window),
+             LAYERWISE: _stepend(s_exp, upd, ag, window),
+             DEADLINE: (e_deadline, dl_comm, dl_upd)}
+    # [C, 3, len(PREF_POLICIES)]: (E_comm, E_upd, E_pref) of the state chain under each policy
+    by_pref = np.stack([np.stack(_worst_stage(*tails[i]), axis=1) for i in range(len(PREF_POLICIES))], axis=-1)
+    chosen = np.take_along_axis(by_pref, pref.astype(int)[:, None, None], axis=2)[:, :, 0]
+    e_comm, e_upd, e_pref = chosen.T
+    return sum_rs, sum_upd, sum_ag, window, e_comm, e_upd, e_pref, by_pref
+
+
+def _deadline_tail(real, rs, ag, upd, released, sync_end, due, cum_rs) -> tuple:
+    """(exposed tail, its comm part, its update part) [C, P] of the deadline state chain."""
     # Deadline: updates and prefetches follow their syncs in release order (earliest deadline
     # first among the released), so every unit's prefetch but the first's shares the link
     # with the remaining syncs (which go first) while the backward drains: that busy period
@@ -425,34 +443,24 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe):
     # another unit's view is gathered after its own update at the earliest
     others = np.where(later_u, upd_end + ag - due, -np.inf).max(axis=2)
     e_deadline = np.maximum.reduce([np.zeros_like(busy), first_end - due_f, busy - due_next, others])
-    dl_comm = np.maximum(0.0, s_exp - due_f)
-    dl_upd = np.maximum(0.0, upd_end_f - due_f) - dl_comm
-    sum_rs, sum_upd, sum_ag = rs.sum(axis=2), upd.sum(axis=2), ag.sum(axis=2)
+    dl_comm = np.maximum(0.0, sync_end[:, :, 0] - due_f)
+    return e_deadline, dl_comm, np.maximum(0.0, upd_end_f - due_f) - dl_comm
 
-    # Layer-wise and bulk run UpdateShard and PrefetchW at the step end (update-prefetch
-    # bulk): the updates one after another in forward order from the last sync on, and each
-    # prefetch after its unit's update and the previous prefetch, i.e.
-    # P_j = max_{k<=j}(U_k + sum_{i=k..j} AG_i). As one step-end phase (optimizer.step()
-    # before the next iteration) they are all due when the stage's next step starts, at the
-    # window: only the deadline chain hands a unit's view to its next Forward on its own.
-    def stepend(sync_end):
-        """(exposed tail, its comm part, its update part) [C, P] of a step-end update-prefetch."""
-        u_end = sync_end[:, :, None] + np.cumsum(upd, axis=2)
-        p_end = cum_ag + np.maximum.accumulate(u_end - (cum_ag - ag), axis=2)
-        total = np.maximum(0.0, p_end.max(axis=2) - window)
-        comm = np.maximum(0.0, sync_end - window)
-        return total, comm, np.maximum(0.0, np.maximum(0.0, u_end.max(axis=2) - window) - comm)
 
-    # Bulk defers what DeepSpeed defers: the gradient all-reduce / reduce-scatter under ZeRO
-    # 0/1; under ZeRO >= 2 each bucket is reduce-scattered as backward produces it (the last
-    # micro-batch's too), so its GradSyncs overlap the backward as layer-wise ones do.
-    tails = {BULK: stepend(np.where(reduces_per_micro_batch(Z[:, :, 0]), s_exp, sum_rs)), LAYERWISE: stepend(s_exp),
-             DEADLINE: (e_deadline, dl_comm, dl_upd)}
-    # [C, 3, len(PREF_POLICIES)]: (E_comm, E_upd, E_pref) of the state chain under each policy
-    by_pref = np.stack([np.stack(_worst_stage(*tails[i]), axis=1) for i in range(len(PREF_POLICIES))], axis=-1)
-    chosen = np.take_along_axis(by_pref, pref.astype(int)[:, None, None], axis=2)[:, :, 0]
-    e_comm, e_upd, e_pref = chosen.T
-    return sum_rs, sum_upd, sum_ag, window, e_comm, e_upd, e_pref, by_pref
+# Layer-wise and bulk run UpdateShard and PrefetchW at the step end (update-prefetch
+# bulk): the updates one after another in forward order from the last sync on, and each
+# prefetch after its unit's update and the previous prefetch, i.e.
+# P_j = max_{k<=j}(U_k + sum_{i=k..j} AG_i). As one step-end phase (optimizer.step()
+# before the next iteration) they are all due when the stage's next step starts, at the
+# window: only the deadline chain hands a unit's view to its next Forward on its own.
+def _stepend(sync_end, upd, ag, window):
+    """(exposed tail, its comm part, its update part) [C, P] of a step-end update-prefetch."""
+    cum_ag = np.cumsum(ag, axis=2)
+    u_end = sync_end[:, :, None] + np.cumsum(upd, axis=2)
+    p_end = cum_ag + np.maximum.accumulate(u_end - (cum_ag - ag), axis=2)
+    total = np.maximum(0.0, p_end.max(axis=2) - window)
+    comm = np.maximum(0.0, sync_end - window)
+    return total, comm, np.maximum(0.0, np.maximum(0.0, u_end.max(axis=2) - window) - comm)
 
 
 def _fifo_ends(release, dur, cum=None):
