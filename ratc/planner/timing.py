@@ -289,61 +289,87 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     *_, sent, sent_rec = traffic(per_byte, per_byte, per_byte)
     comm_ddr = 2 * (sent + sent_rec) / ddr
 
-    # ZeRO-3 gathers one unit ahead, so only the part not hidden by the previous unit's
-    # compute shows.
-    pad = np.zeros(sc.u_fwd.shape[:-1] + (1,))
-    prev_f = b[:, :, None] * np.concatenate([pad, sc.u_fwd[..., :-1]], axis=-1)
-    next_b = b[:, :, None] * np.concatenate([sc.u_bwd[..., 1:], pad], axis=-1)
-    z3_fwd = np.maximum(0.0, u_ag - prev_f).sum(axis=2)
-    z3_bwd = np.maximum(0.0, u_ag - next_b).sum(axis=2)
+    z3_fwd, z3_bwd = _zero3_exposed(sc, b, u_ag)
 
     fwd = b * sc.fwd + tp_fwd + z3_fwd + np.where(stage < P - 1, p2p, 0.0)
     bwd = b * sc.bwd + tp_bwd + z3_bwd + np.where(stage > 0, p2p, 0.0)
     tp_one = per_layer * tp_ar
     rec = b * sc.rec + tp_one * n_rec
 
-    # Checkpointing runs every Recover in the stage's compute stream right before its
-    # Backward. FSR co-runs each with the compute task issued before it, sharing the
-    # cluster's compute and DDR engines (ratc.planner.corun): unit j's Backward hosts
-    # j - 1's Recover, and the Recover of the stage's last unit, which no Backward follows on
-    # the stage, rides on the Forward before the Backward, or in the cool-down on the
-    # previous Backward's first unit (on the last stage the head is last, and its Backward
-    # hosts the last decoder layer's). What the pairs add (a guest's TP all-reduces still
-    # run on the link, after its host's):
-    has = sc.last_rec
-    host_f = np.where(fsr & has, b * sc.co_f + tp_one, 0.0)
-    host_b = np.where(fsr, b * sc.co_b + tp_one * (n_rec - has), 0.0)
-    host_c = np.where(fsr & has, b * sc.co_c + tp_one, 0.0)
+    host_f, host_b, host_c = _fsr_hosts(sc, b, tp_one, fsr)
     path = fwd + bwd
     busy_c = b * (sc.fwd_c + sc.bwd_c)
     busy_d = b * (sc.fwd_d + sc.bwd_d) + comm_ddr
     rec_on = np.where(recovers, rec, 0.0)
     rec_c, rec_d = np.where(recovers, b * sc.rec_c, 0.0), np.where(recovers, b * sc.rec_d, 0.0)
-    # what recovery adds to each unit's Backward of the last micro-batch (the state pipeline's
-    # clock): checkpointing its own Recover, FSR the co-run it hosts
-    u_recovered = sc.u_recovered if sc.u_recovered.ndim == 3 else sc.u_recovered[None]
-    u_co = sc.u_co if sc.u_co.ndim == 3 else sc.u_co[None]
-    hosts = (np.concatenate([np.zeros_like(u_recovered[..., :1]), u_recovered[..., :-1]], axis=-1) > 0) & (sc.u_params > 0)
-    u_host = b[:, :, None] * u_co + tp_one[:, :, None] * hosts
-    u_rec = np.where((c.act == CKPT)[:, :, None], b[:, :, None] * sc.u_fwd * u_recovered,
-                     np.where(fsr[:, :, None], u_host, 0.0))
+    u_rec = _unit_recovery(sc, c, b, tp_one, fsr)
     sync, update, prefetch, window, e_comm, e_upd, e_pref, by_pref = _state_pipeline(
         sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe)
+
 
     def slots(on_path, c_rec, d_rec, l_rec):
         """A stage's slot by its busiest resource: the compute stream's path and each engine."""
         return np.maximum.reduce([path + on_path, busy_c + c_rec, busy_d + d_rec, link_busy + l_rec])
 
-    # Three makespans: recovery-free main path; + resource bounds; + recovery. The steady
-    # slot counts compute-stream work, which the sends leave.
-    sends = _sends(P, p2p)
     on_slot = np.where(fsr, host_f + host_b, rec_on)
-    slot_norec = slots(0.0, 0.0, 0.0, 0.0)
-    rec_exposed = slots(on_slot, rec_c, rec_d, link_rec) - slot_norec
-    # the three in one call: one pass over the rounds
+    rec_exposed = slots(on_slot, rec_c, rec_d, link_rec) - slots(0.0, 0.0, 0.0, 0.0)
+    t_1f1b, e_link, e_rec = _makespans(slots, path, fwd, _sends(P, p2p), p2p, M, host_f, host_c,
+                                       slots(on_slot - _sends(P, p2p), rec_c, rec_d, link_rec))
+
+    return StepTime(fwd=fwd, bwd=bwd, rec=rec, rec_exposed=rec_exposed, host_f=host_f, host_b=host_b,
+                    host_c=host_c, tp_allreduce=tp_ar, p2p=p2p,
+                    link_busy=link_busy, sync=sync, update=update, prefetch=prefetch, window=window,
+                    t_1f1b=t_1f1b, e_comm=e_comm + e_link, e_upd=e_upd, e_pref=e_pref, e_rec=e_rec,
+                    e_link=e_link, state_by_pref=by_pref)
+
+
+
+def _zero3_exposed(sc: StageCosts, b, u_ag) -> tuple:
+    """(forward, backward) [C, P] of the ZeRO-3 gathers not hidden: each is issued one unit
+    ahead, so only the part longer than the previous unit's compute shows."""
+    pad = np.zeros(sc.u_fwd.shape[:-1] + (1,))
+    prev_f = b[:, :, None] * np.concatenate([pad, sc.u_fwd[..., :-1]], axis=-1)
+    next_b = b[:, :, None] * np.concatenate([sc.u_bwd[..., 1:], pad], axis=-1)
+    return np.maximum(0.0, u_ag - prev_f).sum(axis=2), np.maximum(0.0, u_ag - next_b).sum(axis=2)
+
+
+
+def _fsr_hosts(sc: StageCosts, b, tp_one, fsr) -> tuple:
+    """(host_f, host_b, host_c) [C, P]: what FSR's co-runs add to the Forward, the Backwards and
+    the cool-down's first Backward unit hosting them.
+
+    Checkpointing runs every Recover in the stage's compute stream right before its Backward.
+    FSR co-runs each with the compute task issued before it, sharing the cluster's compute
+    and DDR engines (ratc.planner.corun): unit j's Backward hosts j - 1's Recover, and the
+    Recover of the stage's last unit, which no Backward follows on the stage, rides on the
+    Forward before the Backward, or in the cool-down on the previous Backward's first unit
+    (on the last stage the head is last, and its Backward hosts the last decoder layer's).
+    A guest's TP all-reduces still run on the link, after its host's."""
+    has = sc.last_rec
+    host_f = np.where(fsr & has, b * sc.co_f + tp_one, 0.0)
+    host_b = np.where(fsr, b * sc.co_b + tp_one * (sc.n_rec - has), 0.0)
+    host_c = np.where(fsr & has, b * sc.co_c + tp_one, 0.0)
+    return host_f, host_b, host_c
+
+
+def _unit_recovery(sc: StageCosts, c: CandidateBatch, b, tp_one, fsr):
+    """[C, P, U] what recovery adds to each unit's Backward of the last micro-batch (the state
+    pipeline's clock): checkpointing its own Recover, FSR the co-run it hosts."""
+    u_recovered = sc.u_recovered if sc.u_recovered.ndim == 3 else sc.u_recovered[None]
+    u_co = sc.u_co if sc.u_co.ndim == 3 else sc.u_co[None]
+    hosts = (np.concatenate([np.zeros_like(u_recovered[..., :1]), u_recovered[..., :-1]], axis=-1) > 0) & (sc.u_params > 0)
+    u_host = b[:, :, None] * u_co + tp_one[:, :, None] * hosts
+    return np.where((c.act == CKPT)[:, :, None], b[:, :, None] * sc.u_fwd * u_recovered,
+                    np.where(fsr[:, :, None], u_host, 0.0))
+
+
+def _makespans(slots, path, fwd, sends, p2p, M, host_f, host_c, slot_rec) -> tuple:
+    """(T_1F1B, E_link, E_rec) [C]: three makespans in one pass over the rounds: the
+    recovery-free main path; with the resource bounds; with recovery. The steady slot counts
+    compute-stream work, which the sends leave."""
     zero = np.zeros_like(path)
     bound = slots(-sends, 0.0, 0.0, 0.0)
-    three = makespan(np.concatenate([path - sends, bound, slots(on_slot - sends, rec_c, rec_d, link_rec)]),
+    three = makespan(np.concatenate([path - sends, bound, slot_rec]),
                      np.concatenate([p2p + zero[:, :1]] * 3), np.concatenate([M + zero[:, :1]] * 3),
                      fwd=np.concatenate([fwd] * 3), host_f=np.concatenate([zero, zero, host_f + zero]),
                      host_c=np.concatenate([zero, zero, host_c + zero]),
@@ -351,13 +377,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     C = path.shape[0]
     t_1f1b = three[:C]
     e_link = three[C:2 * C] - t_1f1b
-    e_rec = three[2 * C:] - t_1f1b - e_link
-
-    return StepTime(fwd=fwd, bwd=bwd, rec=rec, rec_exposed=rec_exposed, host_f=host_f, host_b=host_b,
-                    host_c=host_c, tp_allreduce=tp_ar, p2p=p2p,
-                    link_busy=link_busy, sync=sync, update=update, prefetch=prefetch, window=window,
-                    t_1f1b=t_1f1b, e_comm=e_comm + e_link, e_upd=e_upd, e_pref=e_pref, e_rec=e_rec,
-                    e_link=e_link, state_by_pref=by_pref)
+    return t_1f1b, e_link, three[2 * C:] - t_1f1b - e_link
 
 
 def _ex(link):
