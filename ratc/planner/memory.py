@@ -53,11 +53,7 @@ def n_in_flight(P: int, M) -> np.ndarray:
 def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recipe=RECIPE) -> StageMemory:
     """Eq. 9 per stage: state (ZeRO-sharded over D), activations (Eq. 5 / 6) and buffers."""
     D, Z, b = c.D, c.Z, c.b
-    # Frozen parameters (requires_grad=False) keep their fp16 copy but have no gradient and
-    # no master weights or Adam moments.
-    params = sc.params * recipe.param_bytes / shards(Z, D, "param")
-    grads = sc.trainable * recipe.grad_bytes / shards(Z, D, "grad")
-    optimizer = sc.trainable * recipe.optimizer_bytes / shards(Z, D, "optimizer")
+    params, grads, optimizer = _state_bytes(sc, c, recipe)
     n = n_in_flight(sc.P, c.M)
     recovers = recomputes(c.act)
     held = np.where(recovers, n * b * sc.ckpt, n * b * sc.saved_full)
@@ -69,16 +65,7 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     # decoder layer is gathered for its Recover and again for its Backward, which follows it.
     views = np.maximum(sc.view_pair, np.where(recovers, 2 * sc.max_rec_params, 0.0))
     param_view = np.where(gathers(Z), views * recipe.param_bytes, 0.0) + zero
-
-    def bucket(unit_trainable):   # full fp16 gradients until their reduce-scatter (ZeRO >= 2)
-        return np.where(reduces_per_micro_batch(Z), unit_trainable * recipe.grad_bytes, 0.0) + zero
-
-    # ZeRO >= 2 reduces out of two bucket buffers (DeepSpeed's double-buffered ipg_buffer): a
-    # Backward waits until the bucket two Backwards back is reduce-scattered, so a stage holds
-    # two consecutive Backwards' buckets, never a third -- also through the next forwards
-    # (the micro-batch's last two wait for the next backward), so every moment counts the
-    # stage's largest consecutive pair.
-    pair = bucket(np.where(c.M > 1, sc.bucket_pair, sc.bucket_pair1))
+    pair = _bucket_pair(sc, c, recipe) + zero
 
     # Recovery buffer and workspace belong to one Backward and die with it, so they peak
     # together (with the bucket pair) at a decoder layer's Backward or at the embedding's /
@@ -139,6 +126,28 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     return StageMemory(params=params + zero, grads=grads + zero, optimizer=optimizer + zero,
                        activations=activations, boundary=boundary, grad_bucket=grad_bucket,
                        param_view=param_view, workspace=workspace, at_edge=at_edge)
+
+
+
+def _state_bytes(sc: StageCosts, c: CandidateBatch, recipe) -> tuple:
+    """(parameters, gradients, optimizer state) bytes [C, P] a replica holds after ZeRO
+    sharding. Frozen parameters (requires_grad=False) keep their fp16 copy but have no
+    gradient and no master weights or Adam moments."""
+    D, Z = c.D, c.Z
+    return (sc.params * recipe.param_bytes / shards(Z, D, "param"),
+            sc.trainable * recipe.grad_bytes / shards(Z, D, "grad"),
+            sc.trainable * recipe.optimizer_bytes / shards(Z, D, "optimizer"))
+
+
+def _bucket_pair(sc: StageCosts, c: CandidateBatch, recipe):
+    """[C, P] the gradient buckets a stage holds at once: full fp16 gradients until their
+    reduce-scatter (ZeRO >= 2), out of BUCKET_BUFFERS buffers (DeepSpeed's double-buffered
+    ipg_buffer). A Backward waits until the bucket two Backwards back is reduce-scattered, so
+    a stage holds two consecutive Backwards' buckets, never a third -- also through the next
+    forwards (the micro-batch's last two wait for the next backward), so every moment counts
+    the stage's largest consecutive pair."""
+    pair = np.where(c.M > 1, sc.bucket_pair, sc.bucket_pair1)
+    return np.where(reduces_per_micro_batch(c.Z), pair * recipe.grad_bytes, 0.0)
 
 
 def _zero3_views_and_buckets(sc: StageCosts, c: CandidateBatch, recovers, fsr, recipe) -> tuple:
