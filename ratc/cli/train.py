@@ -84,11 +84,12 @@ def _load_program(path: str, cfg):
 
     from ratc.lifecycle.lowering import find_pipeline, find_plan
     from ratc.program_check import open_life_program
+    from ratc.step.plan import Plan
 
     module = open_life_program(path)
-    plan = find_plan(module).attributes
-    pipe = find_pipeline(module).attributes
-    return module, dataclasses.replace(cfg, P=plan["P"], D=plan["D"], Z=plan["Z"], M=plan["M"], b=plan["b"],
+    plan = Plan.from_ir(find_plan(module)).config
+    pipe = find_pipeline(module).attributes      # (the activation policy the program was lowered with)
+    return module, dataclasses.replace(cfg, P=plan.P, D=plan.D, Z=plan.Z, M=plan.A, b=plan.b,
                                        act=pipe["act"], state_pipeline=pipe.get("state") == "layerwise")
 
 

@@ -31,8 +31,9 @@ import math
 from ratc.ir.registry import Dialect
 from ratc.ir.verifier import VerifyError
 from ratc.lifecycle import checks
-from ratc.step.config import ACT_POLICIES
+from ratc.step.config import ACT_POLICIES, ZERO_STAGES
 from ratc.step.plan import Plan
+from ratc.step.rules import syncs_by_reduce_scatter
 from ratc.step.unit_costs import UnitCosts
 
 LIFE = Dialect("life", "training-state lifecycles: per-stage scheduled programs")
@@ -104,7 +105,7 @@ def _check_plan(op):
     _check_counts(op, ("P", "D", "T", "b", "M", "seq_len"))
     _check_counts(op, ("Z",), 0)
     a = op.attributes
-    if a["Z"] > 3:
+    if a["Z"] not in ZERO_STAGES:
         raise VerifyError(f"'{op.name}' Z must be a ZeRO stage 0-3, got {a['Z']}", op)
     if not _finite(a["p2p"]):
         raise VerifyError(f"'{op.name}' p2p must be finite and not negative, got {a['p2p']}", op)
@@ -114,7 +115,7 @@ def _check_plan(op):
     if len(units) < 3:
         raise VerifyError(f"'{op.name}' needs at least three units (embedding, a decoder layer, head), "
                           f"got {len(units)}", op)
-    sync = "all-reduce" if a["Z"] == 0 else "reduce-scatter"
+    sync = "reduce-scatter" if syncs_by_reduce_scatter(a["Z"]) else "all-reduce"
     last = len(units) - 1
     stage = None            # the previous unit's
     for pos, u in enumerate(units):

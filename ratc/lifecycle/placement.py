@@ -21,6 +21,7 @@ from ratc.lifecycle.checks import HOST_OPS, REC
 from ratc.lifecycle.schedule import main_task
 from ratc.lifecycle.timeline import estimate
 from ratc.planner.corun import extra, scaled, solo
+from ratc.step.rules import reduces_per_micro_batch
 
 
 def _by(ops, name: str) -> dict:
@@ -40,7 +41,7 @@ def state_pipeline(pipe, mode: str) -> None:
     """Place each GradSync at its layer's accumulation end (layerwise) or after the backward (bulk)."""
     # Bulk under ZeRO >= 2 keeps each bucket's reduce-scatter at its Backward, as every
     # earlier micro-batch's: deferring it would hold every layer's full bucket to the step end.
-    layerwise = mode == "layerwise" or pipe.attributes["Z"] >= 2
+    layerwise = mode == "layerwise" or reduces_per_micro_batch(pipe.attributes["Z"])
     for stage in pipe.region.ops:
         ops = stage.region.ops
         syncs = [op for op in ops if op.name == "life.grad_sync"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ratc.errors import RatcError
 from ratc.lifecycle.onefoneb import stage_order
+from ratc.step.rules import reduces_per_micro_batch
 
 HEADER_OPS = frozenset({"life.param", "life.opt"})
 STATE_OPS = frozenset({"life.grad_sync", "life.update", "life.prefetch"})
@@ -46,7 +47,7 @@ def reorder_stage(stage, P: int, M: int) -> None:
                         f"{', '.join(f'{k}{m}' for k, m in sorted(groups))}")
     ends = [op for op in rest if op.name == "life.step_end"]
     ops[:] = body + [op for op in rest if op.name != "life.step_end"] + ends
-    if stage.block.parent.attributes["Z"] >= 2:
+    if reduces_per_micro_batch(stage.block.parent.attributes["Z"]):
         # A ZeRO >= 2 GradSync frees the last bucket's buffer, which later Backwards wait for:
         # it stays right after its Backward(l, M-1), as the lowering emitted it.
         syncs = [op for op in ops if op.name == "life.grad_sync"]
