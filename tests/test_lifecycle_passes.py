@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from ratc.ir import verify
 from ratc.lifecycle.liveness import corun_hosts
-from ratc.lifecycle.lowering import find_pipeline
+from ratc.lifecycle.lowering import find_pipeline, find_plan
 from ratc.lifecycle.schedule import main_task
 from ratc.passes import PassFailure
 from tiny_programs import compile_tiny
@@ -66,7 +66,7 @@ def test_random_plans_compile_to_verified_programs_obeying_the_placement_rules(p
             if op.name == "life.update":   # Eq. 4
                 assert a["exposed"] == pytest.approx(max(0.0, a["start"] + a["dur"] - a["deadline"]))
         # 1F1B keeps N_act(p) = P - p micro-batches' checkpoints (or saved activations) in flight.
-        dec = next((u for u in units if u not in (0, pipe.attributes["units"] - 1)), None)
+        dec = next((u for u in units if u not in (0, len(find_plan(module).region.ops) - 1)), None)
         if dec is not None:
             if plan["act"] == "full":
                 held = [op.results[-1] for op in ops if op.name == "life.fwd" and op.attributes["unit"] == dec]

@@ -11,8 +11,8 @@ OLD = ('  life.pipeline @step {M = 4, P = 2, Z = 2, act = "fsr", budget = 20GB, 
        '    life.stage @s0 {budget = 7, stage = 0} {\n')
 
 
-def test_the_pipeline_loses_its_copy_of_the_budget_and_nothing_else_changes():
-    assert migrate(OLD) == ('  life.pipeline @step {M = 4, P = 2, Z = 2, act = "fsr", fsr = true, plan = @plan} {\n'
+def test_the_pipeline_loses_its_copies_of_the_plan_and_the_stages_keep_theirs():
+    assert migrate(OLD) == ('  life.pipeline @step {act = "fsr", fsr = true, plan = @plan} {\n'
                             '    life.stage @s0 {budget = 7, stage = 0} {\n')
     assert migrate(migrate(OLD)) == migrate(OLD)
 
@@ -35,6 +35,6 @@ def test_renamed_attributes_keep_their_values_and_are_sorted_again_as_printed():
 
 def test_the_pipeline_loses_its_copies_of_what_the_plan_says():
     old = '  life.pipeline @step {M = 4, P = 2, Z = 1, act = "fsr", frozen = [0, 1], no_recover = [1], plan = @plan, ties = [[0, 5]]} {\n'
-    assert migrate(old) == '  life.pipeline @step {M = 4, P = 2, Z = 1, act = "fsr", plan = @plan} {\n'
+    assert migrate(old) == '  life.pipeline @step {act = "fsr", plan = @plan} {\n'
     unit = "    life.unit {decoder = false, frozen = true, index = 0} \n"
     assert migrate(unit) == unit

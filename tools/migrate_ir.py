@@ -81,8 +81,9 @@ def _rename_attrs(line: str, renamed: dict = RENAMED, dropped: frozenset = froze
     return line[:start + 1] + body + line[end:]
 
 
-# 3. `life.pipeline` no longer repeats what the plan's units say (the verifier reads the plan).
-PIPELINE_COPIES = frozenset({"no_recover", "frozen", "ties"})
+# 3. `life.pipeline` no longer repeats its plan: the configuration (P, M, Z), the unit count
+# and what the plan's units say (the verifier, the passes and the executors read the plan).
+PIPELINE_COPIES = frozenset({"P", "M", "Z", "units", "no_recover", "frozen", "ties"})
 
 
 def _drop_pipeline_copies(text: str) -> str:
@@ -94,7 +95,7 @@ MAP = [
     ("life.pipeline drops `budget` (the plan holds it)", lambda text: _PIPELINE_BUDGET.sub(r"\1", text)),
     ("attributes renamed (" + ", ".join(f"{a} -> {b}" for a, b in RENAMED.items()) + ")",
      lambda text: "".join(_rename_attrs(line) for line in text.splitlines(keepends=True))),
-    ("life.pipeline drops `no_recover`, `frozen`, `ties` (the plan's units say them)", _drop_pipeline_copies),
+    ("life.pipeline drops its copies of the plan (P, M, Z, units, no_recover, frozen, ties)", _drop_pipeline_copies),
 ]
 
 

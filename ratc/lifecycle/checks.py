@@ -65,16 +65,20 @@ class _Ctx:
     __slots__ = ("P", "M", "Z", "act", "head", "p", "units", "first", "last", "no_recover", "frozen", "ties")
 
     def __init__(self, pipe, stage):
-        a = pipe.attributes
-        self.P, self.M, self.Z, self.act, self.head = a["P"], a["M"], a["Z"], a["act"], a["units"] - 1
+        plan = plan_of(pipe)
+        if plan is None:
+            raise VerifyError(f"'life.pipeline' names no life.plan of this module "
+                              f"(plan = {pipe.attributes.get('plan')})", pipe)
+        p = plan.attributes
+        plan_units = plan.region.ops if plan.region is not None else ()
+        self.P, self.M, self.Z, self.head = p["P"], p["M"], p["Z"], len(plan_units) - 1
+        self.act = pipe.attributes["act"]       # (lower-to-life may lower another policy than the plan's)
         self.p = stage.attributes["stage"]
         self.units = stage.attributes["units"]
         self.first, self.last = self.units[0], self.units[-1]
-        plan = plan_of(pipe)
-        plan_units = plan.region.ops if plan is not None and plan.region is not None else ()
         self.no_recover = frozenset(not_recovered(plan_units))
         self.frozen = frozenset(frozen_units(plan_units))
-        self.ties = plan.attributes.get("ties", ()) if plan is not None else ()
+        self.ties = p.get("ties", ())
 
     def tie_group(self, i: int) -> list | None:
         """The tie group unit i is in, or None."""
@@ -401,19 +405,21 @@ def check_pipeline(pipe) -> None:
 
 
 def _check_pipeline(pipe) -> None:
-    a = pipe.attributes
     stages = pipe.region.ops
+    plan = plan_of(pipe)
+    if plan is None:
+        return      # an undefined @plan is the symbol check's to report
+    P, n_units = plan.attributes["P"], len(plan.region.ops) if plan.region is not None else 0
     # (compare the count first: P comes from the text and may be huge)
-    if len(stages) != a["P"] or any(s.name != "life.stage" for s in stages):
-        raise VerifyError(f"'life.pipeline' must hold exactly P = {a['P']} life.stage ops", pipe)
-    _check_against_plan(pipe)
+    if len(stages) != P or any(s.name != "life.stage" for s in stages):
+        raise VerifyError(f"'life.pipeline' must hold exactly P = {P} life.stage ops, its plan's", pipe)
     units = []
     for p, s in enumerate(stages):
         if s.attributes.get("stage") != p:
             raise VerifyError(f"stage #{p} is numbered {s.attributes.get('stage')}", s)
         units += s.attributes.get("units", [])
-    if units != list(range(a["units"])):
-        raise VerifyError(f"the stages' units must be 0..{a['units'] - 1} in order, got {units}", pipe)
+    if units != list(range(n_units)):
+        raise VerifyError(f"the stages' units must be its plan's 0..{n_units - 1} in order, got {units}", pipe)
     _check_tie_sums(pipe)
     simulate_issue(stages)
 
@@ -447,21 +453,6 @@ def _check_tie_sums(pipe) -> None:
                 raise VerifyError(f"'life.tie_sum' (unit {i}) of tie group {g} is issued after one of group "
                                   f"{order[-1]}: every stage issues its tie sums in group order", op)
             order.append(g)
-
-
-def _check_against_plan(pipe) -> None:
-    """The pipeline's P, M, Z and unit count are its plan's (the executors read both)."""
-    a = pipe.attributes
-    ref = a["plan"].name
-    plan = plan_of(pipe)
-    if plan is None:
-        return      # an undefined @plan is the symbol check's to report
-    p = plan.attributes
-    got = {"P": p["P"], "M": p["M"], "Z": p["Z"], "units": len(plan.region.ops)}
-    for key, want in got.items():
-        if a[key] != want:
-            raise VerifyError(f"'life.pipeline' {key} = {a[key]}, but its plan @{ref} has "
-                              f"{'units' if key == 'units' else key} = {want}", pipe)
 
 
 def simulate_issue(stages) -> None:

@@ -166,11 +166,11 @@ def _check_ties(op, units) -> None:
 
 
 def _check_pipeline_counts(op):
-    _check_counts(op, ("P", "M", "units"))
     a = op.attributes
+    stages = len(op.region.ops) if op.region is not None else 0
     for key in ("peak", "peak_at"):
-        if key in a and len(a[key]) != a["P"]:
-            raise VerifyError(f"'{op.name}' {key} needs one entry per stage (P = {a['P']}), got {len(a[key])}", op)
+        if key in a and len(a[key]) != stages:
+            raise VerifyError(f"'{op.name}' {key} needs one entry per stage ({stages}), got {len(a[key])}", op)
     if a.get("fsr") and a["act"] != "fsr":
         raise VerifyError(f"'{op.name}' fsr = true needs act = \"fsr\", got \"{a['act']}\"", op)
     _check_pipeline(op)
@@ -196,7 +196,7 @@ LIFE.op("kernel", "a generated kernel that tasks call (codegen pass); its code i
                             "ddr_bytes": "int", "tiles": "dict"})
 LIFE.op("pipeline", "one training step of all pipeline stages", symbol=True, region=True,
         verify=_check_pipeline_counts, attrs={
-            "plan": "symref", "P": "int", "M": "int", "Z": "int", "act": _ACT, "units": "int",
+            "plan": "symref", "act": _ACT,
             "schedule": "gpipe|1f1b", "state": "bulk|layerwise?", "update": "bulk|eager|deadline?",
             "fsr": "bool?", "peak": "list<int>?", "peak_at": "list<int>?"})
 LIFE.op("stage", "the ordered program of one pipeline stage", symbol=True, region=True,

@@ -310,8 +310,7 @@ def lower(module: Module, act_policy: str | None = None) -> Operation:
         low.state_chain()
         stages.append(Operation("life.stage", attributes={"stage": p, "units": [u.attributes["index"] for u in us]},
                                 sym_name=f"s{p}", region=Block(low.ops)))
-    attrs = {"plan": SymbolRef(plan.sym_name), "P": P, "M": M, "Z": a["Z"], "act": act, "units": len(units),
-             "schedule": "gpipe"}
+    attrs = {"plan": SymbolRef(plan.sym_name), "act": act, "schedule": "gpipe"}
     pipe = Operation("life.pipeline", attributes=attrs, sym_name="step", region=Block(stages))
     module.body.append(pipe)
     return pipe

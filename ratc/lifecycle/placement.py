@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ratc.errors import RatcError
 from ratc.ir.attributes import ByteSize
-from ratc.lifecycle.checks import HOST_OPS, REC
+from ratc.lifecycle.checks import HOST_OPS, REC, plan_of
 from ratc.lifecycle.schedule import main_task
 from ratc.lifecycle.timeline import estimate
 from ratc.planner.corun import extra, scaled, solo
@@ -41,13 +41,14 @@ def state_pipeline(pipe, mode: str) -> None:
     """Place each GradSync at its layer's accumulation end (layerwise) or after the backward (bulk)."""
     # Bulk under ZeRO >= 2 keeps each bucket's reduce-scatter at its Backward, as every
     # earlier micro-batch's: deferring it would hold every layer's full bucket to the step end.
-    layerwise = mode == "layerwise" or reduces_per_micro_batch(pipe.attributes["Z"])
+    plan = plan_of(pipe).attributes
+    layerwise = mode == "layerwise" or reduces_per_micro_batch(plan["Z"])
     for stage in pipe.region.ops:
         ops = stage.region.ops
         syncs = [op for op in ops if op.name == "life.grad_sync"]
         if layerwise:
             last_bwd = {op.attributes["unit"]: op for op in ops
-                        if op.name == "life.bwd" and op.attributes["mb"] == pipe.attributes["M"] - 1}
+                        if op.name == "life.bwd" and op.attributes["mb"] == plan["M"] - 1}
             _reinsert(ops, syncs, lambda op: last_bwd[op.attributes["unit"]])
         else:
             main_end = max(i for i, op in enumerate(ops) if main_task(op) is not None)

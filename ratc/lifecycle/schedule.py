@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ratc.errors import RatcError
+from ratc.lifecycle.checks import plan_of
 from ratc.lifecycle.onefoneb import stage_order
 from ratc.step.rules import reduces_per_micro_batch
 
@@ -47,7 +48,7 @@ def reorder_stage(stage, P: int, M: int) -> None:
                         f"{', '.join(f'{k}{m}' for k, m in sorted(groups))}")
     ends = [op for op in rest if op.name == "life.step_end"]
     ops[:] = body + [op for op in rest if op.name != "life.step_end"] + ends
-    if reduces_per_micro_batch(stage.block.parent.attributes["Z"]):
+    if reduces_per_micro_batch(plan_of(stage.block.parent).attributes["Z"]):
         # A ZeRO >= 2 GradSync frees the last bucket's buffer, which later Backwards wait for:
         # it stays right after its Backward(l, M-1), as the lowering emitted it.
         syncs = [op for op in ops if op.name == "life.grad_sync"]

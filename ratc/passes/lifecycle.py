@@ -84,10 +84,10 @@ class Schedule1F1B(Pass):
                 "the state chain and the co-running Recovers are placed around the main path's order")
 
         def move(pipe):
-            a = pipe.attributes
+            plan = lowering.find_plan(module).attributes
             for stage in pipe.region.ops:
-                reorder_stage(stage, a["P"], a["M"])
-            a["schedule"] = "1f1b"
+                reorder_stage(stage, plan["P"], plan["M"])
+            pipe.attributes["schedule"] = "1f1b"
         _moving(module, move)
 
 

@@ -113,12 +113,10 @@ class FunctionalExecutor:
 
         verify(module)     # a corrupted schedule is rejected here, before any tensor is touched
         pipe, plan = find_pipeline(module), find_plan(module)
-        a = pipe.attributes
-        self.P, self.M, self.Z = a["P"], a["M"], a["Z"]
         config = Plan.from_ir(plan).config
-        self.D, self.b = config.D, config.b
-        if a["units"] != len(units.units):
-            raise RatcError(f"the program has {a['units']} units, the model splits into {len(units.units)}")
+        self.P, self.M, self.Z, self.D, self.b = config.P, config.A, config.Z, config.D, config.b
+        if len(plan.region.ops) != len(units.units):
+            raise RatcError(f"the program has {len(plan.region.ops)} units, the model splits into {len(units.units)}")
         self.units = units
         self.stages = [s.region.ops for s in pipe.region.ops]
         self.transport = transport if transport is not None else LocalTransport(self.P, self.D)
