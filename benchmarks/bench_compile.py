@@ -28,17 +28,21 @@ COMMAND = [sys.executable, "-m", "ratc.cli.main", "compile", str(ROOT / "example
 TARGET = {"cold": 30.0, "warm": 10.0}
 
 
-def run_once(cache: str, out: str) -> tuple[float, float]:
-    """(wall s, CPU s) of one compile in a fresh process."""
+def timed(command: list[str], env: dict, cwd: Path) -> tuple[float, float]:
+    """(wall s, CPU s) of a command in a fresh process; exits with its stderr if it fails."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    proc = subprocess.run(COMMAND + ["-o", out], env={**os.environ, "RATC_CACHE_DIR": cache},
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, cwd=cwd)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
-        sys.exit(f"compile failed:\n{proc.stderr}")
+        sys.exit(f"{' '.join(command)} failed in {cwd}:\n{proc.stderr}")
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def run_once(cache: str, out: str) -> tuple[float, float]:
+    """(wall s, CPU s) of one compile in a fresh process."""
+    return timed(COMMAND + ["-o", out], {**os.environ, "RATC_CACHE_DIR": cache}, ROOT)
 
 
 def main() -> int:

@@ -4,6 +4,7 @@ equality matrix against the one-process executor and plain PyTorch.
     python benchmarks/bench_dist.py                     # timings + the quick matrix
     python benchmarks/bench_dist.py --matrix medium     # 24 configurations of each preset
     python benchmarks/bench_dist.py --matrix full --write-docs   # all 288; writes docs/distributed_measured.md
+    python benchmarks/bench_dist.py --matrix full --resume rows.jsonl   # resumable (hours on 2 cores)
 
 Timings: `ratc launch`'s library entry on the tiny preset at P=2, D=2 (4 processes), median
 of --runs: start-up (from the call to the first step), the median step (steps 1..N-1)
@@ -17,7 +18,9 @@ plain PyTorch training (relative loss deviation and parameter deviation, <= 1e-5
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
+import json
 import os
 import statistics
 import sys
@@ -93,11 +96,40 @@ def matrix_row(preset: str, P: int, D: int, Z: int, act: str, sp: bool, steps: i
     dist_params = [session.executor.state[0][u].unshard(torch.cat([r.shards[u] for r in results if u in r.shards]))
                    for u in range(len(params))]
     losses = results[0].losses
-    return {"config": f"{preset} P={P} D={D} Z={Z} {act} {'deadline' if sp else 'bulk'}",
+    return {"config": _label(preset, P, D, Z, act, sp),
             "bitwise": losses == list(ours) and all(torch.equal(a, b) for a, b in zip(dist_params, params)),
             "loss_dev": max(relative_deviation(a, b) for a, b in zip(losses, ref)),
             "param_dev": parameter_deviation(dist_params, [flat_params(u, session.reference.model)
                                                            for u in session.units.units])}
+
+
+def source_hash() -> str:
+    """What the rows measured: the sha256 of ratc's Python sources (a resumed matrix reuses
+    only rows of the same code)."""
+    h = hashlib.sha256()
+    for path in sorted((ROOT / "ratc").rglob("*.py")):
+        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def measured_rows(path: Path | None, code: str, steps: int) -> dict:
+    """{configuration: row} of a --resume file measured by this code at this step count."""
+    if path is None or not path.exists():
+        return {}
+    rows = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            print(f"{path}:{n}: not a row (an interrupted write?); measured again", file=sys.stderr)
+            continue
+        if row.get("code") == code and row.get("steps") == steps:
+            rows[row["config"]] = row
+    return rows
+
+
+def _label(preset: str, P: int, D: int, Z: int, act: str, sp: bool) -> str:
+    return f"{preset} P={P} D={D} Z={Z} {act} {'deadline' if sp else 'bulk'}"
 
 
 def _sections(text: str) -> dict:
@@ -114,9 +146,12 @@ def _sections(text: str) -> dict:
 def _equality(preset: str, rows: list, args, when: str) -> list:
     """The equality table of one preset's runs, headed by the command that made it."""
     bad = [r for r in rows if not r["bitwise"] or r["loss_dev"] > 1e-5 or r["param_dev"] > 1e-5]
+    resumed = sum(bool(r.get("resumed")) for r in rows)
+    earlier = (f" ({resumed} of the rows from earlier runs of the same code, ratc source {rows[0]['code']}, "
+               "through --resume)" if resumed else "")
     return ([f"## Equality: {preset}", "",
              f"`python benchmarks/bench_dist.py --matrix {args.matrix} --presets {preset} --steps {args.steps}` "
-             f"on {when}; {args.steps} steps, M=4, b=1.", "",
+             f"on {when}{earlier}; {args.steps} steps, M=4, b=1.", "",
              "| configuration | equal to the one-process executor bit for bit | max loss deviation "
              "from PyTorch | parameter deviation from PyTorch |", "|---|---|---|---|"]
             + [f"| {r['config']} | {'yes' if r['bitwise'] else 'NO'} | {r['loss_dev']:.2e} | {r['param_dev']:.2e} |"
@@ -132,6 +167,9 @@ def main() -> int:
                     help="configurations checked: quick 4, medium 24 per preset (every P, D, Z), full 144 per preset")
     ap.add_argument("--presets", nargs="+", choices=PRESETS, default=list(PRESETS),
                     help="the presets of the matrix (default both)")
+    ap.add_argument("--resume", type=Path, metavar="FILE",
+                    help="append each matrix row to FILE as it is measured, and take the rows FILE already "
+                         "holds for this code and step count instead of measuring them again")
     ap.add_argument("--write-docs", action="store_true",
                     help=f"write the results to {DOC.relative_to(ROOT)}, replacing only the sections measured")
     args = ap.parse_args()
@@ -152,10 +190,20 @@ def main() -> int:
         print("\n".join(sections["## Timings"]), flush=True)
     if args.matrix != "none":
         configs = [c for c in configurations(args.matrix) if c[0] in args.presets]
+        code = source_hash()
+        done = measured_rows(args.resume, code, args.steps)
         rows: dict = {preset: [] for preset in args.presets}
         for k, c in enumerate(configs):
-            rows[c[0]].append(matrix_row(*c, steps=args.steps))
-            print(f"[{k + 1}/{len(configs)}] {rows[c[0]][-1]}", file=sys.stderr, flush=True)
+            row = done.get(_label(*c))
+            if row is not None:
+                row = {**row, "resumed": True}
+            else:
+                row = {**matrix_row(*c, steps=args.steps), "code": code, "steps": args.steps}
+                if args.resume is not None:
+                    with open(args.resume, "a") as f:     # (a killed run loses at most this line)
+                        f.write(json.dumps(row, sort_keys=True) + "\n")
+            rows[c[0]].append(row)
+            print(f"[{k + 1}/{len(configs)}] {row}", file=sys.stderr, flush=True)
         for preset in args.presets:
             sections[f"## Equality: {preset}"] = _equality(preset, rows[preset], args, when)
     if args.write_docs:

@@ -71,7 +71,7 @@ def compare(model: str, cand: Candidate, platform, vm: bool = False) -> dict:
     planner = Planner(profile, platform)
     _, mem, _ = planner.detail(cand)
     module = plan_module(profile, cand, platform, planner)
-    PassManager(parse_pipeline(default_pipeline(cand.pref, budget="none")), verify_each=False).run(module)
+    PassManager(parse_pipeline(default_pipeline(cand.pref, budget="none")), verify="none").run(module)
     out = {"eq9": [float(x) for x in mem.total[0]], "plan": list(find_pipeline(module).attributes["peak"])}
     if vm and cand.T == 1:
         from ratc.vm.system.driver import run_module

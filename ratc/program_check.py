@@ -37,25 +37,27 @@ class LocatedProgramError(LocatedError, ProgramError):
     """A program file whose text is wrong at a line (printed as file:line:col: error: ...)."""
 
 
-def open_program(root) -> Program:
+def open_program(root, compiled=None) -> Program:
     """The one loader of a compiled program: load_program (manifest, hashes, regular files),
     then every file's meaning checked. The Program returned carries its parsed life module
     (`module`), model profile (`profile`, None without model.ir), kernel table (`kernel_table`,
-    None without kernels) and platform (`own_platform`)."""
+    None without kernels) and platform (`own_platform`). `compiled` = (verified module,
+    profile) when this process just wrote the program from them: its IR files are not
+    parsed and verified again."""
     program = load_program(root)
-    check_program(program)
+    check_program(program, compiled)
     return program
 
 
-def check_program(program: Program) -> None:
+def check_program(program: Program, compiled=None) -> None:
     """Check a loaded program's content; sets its module, profile, kernel_table, own_platform."""
     platform = _platform(program)
-    module = _life_module(program)
+    module = _life_module(program) if compiled is None else compiled[0]
     check_life_module(module, program.path(PROGRAM_IR), platform.dsp.clock)
     _check_meta(program, module)
     profile = None
     if MODEL_IR in program.files:
-        profile = _model_profile(program)
+        profile = _model_profile(program) if compiled is None else compiled[1]
         check_model_matches(module, profile, program.path(MODEL_IR))
     table = _check_kernels(program, module, platform)
     program.module, program.profile, program.kernel_table, program.own_platform = module, profile, table, platform

@@ -86,6 +86,21 @@ def test_compile_then_run_and_report_in_one_command(program, tmp_path, capsys):
     assert (tmp_path / "again.html").read_text() == html
 
 
+def test_compile_simulates_its_program_without_reading_its_ir_back(program, tmp_path, monkeypatch, capsys):
+    """The module `ratc compile` holds is the one it wrote: its `ratc run` step takes it as it
+    is (the other files are still checked), and reports what running the directory does."""
+    import ratc.program_check as program_check
+
+    def refuse(*args):
+        raise AssertionError("compile parsed an IR file it had just written")
+    monkeypatch.setattr(program_check, "_parse", refuse)
+    assert main(TINY + ["-o", str(tmp_path / "tiny"), "--json"]) == 0
+    compiled = json.loads(capsys.readouterr().out)
+    monkeypatch.undo()
+    assert main(["run", str(program), "--json"]) == 0
+    assert compiled == json.loads(capsys.readouterr().out)
+
+
 def test_run_with_the_programs_own_plan_changes_nothing(program, capsys):
     """`ratc run DIR --plan` recompiles with the program's execution profile (kernel-VM: with
     its kernels), so forcing the plan the program was compiled with gives its results."""

@@ -59,7 +59,7 @@ def _compare(model, config):
     cand = parse_config(config if "A=" in config else f"{config},A={A}")
     _, mem, _ = planner.detail(cand)
     module = compile_program(planner.model, cand, mt3000(), CompileOptions(planner=planner, memory_limit=False,
-                                                                                verify_each=False))
+                                                                                verify="none"))
     return find_pipeline(module).attributes["peak"], [float(x) for x in mem.total[0]], mem, cand
 
 

@@ -181,7 +181,7 @@ def test_zero3_views_are_the_current_and_next_unit(act):
     expect = 2 * max(emb + first, 2 * layer)                   # fp16 views
     assert mem.param_view[0, 0] == pytest.approx(expect, rel=1e-9)
     peaks = find_pipeline(compile_program(profile, cand, plat, CompileOptions(planner=planner, memory_limit=False,
-                                                                               verify_each=False))).attributes["peak"]
+                                                                               verify="none"))).attributes["peak"]
     # Eq. 9 stays at or above the plan: within 5 % on the embedding stage (a whole micro-batch's
     # checkpoints; with M = P its first Backward precedes every gradient shard, docs/lifecycle.md),
     # down from +10.3 % when it added the embedding's bucket to the decoder recovery buffer and

@@ -30,9 +30,9 @@ def tiny_plan(**kw):
     return plan_module(tiny(), candidate(**kw), mt3000())
 
 
-def compile_tiny(pipeline=None, rec_buffers=2, budget="none", verify_each=True, stream=True, **kw):
+def compile_tiny(pipeline=None, rec_buffers=2, budget="none", verify="each", stream=True, **kw):
     """The tiny model through the lifecycle pipeline (default: the plan's full pipeline, its
     memory-plan pass given `budget`: 'plan', 'none' or a size)."""
     cand = candidate(**kw)
     pipeline = pipeline or default_pipeline(cand.pref, rec_buffers, budget, stream=stream)
-    return compile_program(tiny(), cand, mt3000(), CompileOptions(pipeline=pipeline, verify_each=verify_each))
+    return compile_program(tiny(), cand, mt3000(), CompileOptions(pipeline=pipeline, verify=verify))

@@ -183,7 +183,7 @@ def _compilable(result):
 
 def compile_to_directory(args: argparse.Namespace, profile, command: str):
     """Plan, schedule and write the program directory; returns (its path, the scheduled module)."""
-    from ratc.cli.pass_options import instrumentation
+    from ratc.cli.pass_options import instrumentation, verify_mode
     from ratc.cli.plan import make_planner
     from ratc.cli.progress import phase
     from ratc.ir import print_module
@@ -203,7 +203,7 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
     with phase(f"compiling {cand.label()}", enabled=not inst.prints()) as show:
         inst.progress = lambda i, n, p: show(f"compiling {cand.label()}: pass {i}/{n}, {p.name}")
         # (a forced plan may not fit: the VM, not the compiler, reports that)
-        options = CompileOptions(planner=planner, verify_each=not args.no_verify, tiles=args.tiles,
+        options = CompileOptions(planner=planner, verify=verify_mode(args), tiles=args.tiles,
                                  instrumentation=inst, memory_limit=not args.plan)
         if args.tiles:
             # The re-tiled kernels price the plan's units too, so that the schedule (the fsr

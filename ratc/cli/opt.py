@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ratc.io import read_input, report_written, to_file, write_output
-from ratc.cli.pass_options import add_pass_options, instrumentation
+from ratc.cli.pass_options import add_pass_options, instrumentation, verify_mode
 
 
 def register(sub) -> None:
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     module = parse_module(text, name)
     # (stdin cannot be read again: dumps then replay from their own copy of the input)
     source = None if args.file == "-" else name
-    manager = PassManager(passes, verify_each=not args.no_verify, instrumentation=instrumentation(args, source))
+    manager = PassManager(passes, verify=verify_mode(args), instrumentation=instrumentation(args, source))
     module = manager.run(module)
     write_output(args.output, print_module(module))
     if to_file(args.output):

@@ -21,9 +21,13 @@ def _names(text: str) -> set[str]:
 
 
 def add_pass_options(parser: argparse.ArgumentParser) -> None:
-    """Add --no-verify, the --print-ir-* family, --dump-dir and --time-passes."""
+    """Add --verify-each, --no-verify, the --print-ir-* family, --dump-dir and --time-passes."""
     g = parser.add_argument_group("pass instrumentation")
-    g.add_argument("--no-verify", action="store_true", help="do not run the verifier after each pass")
+    checks = g.add_mutually_exclusive_group()
+    checks.add_argument("--verify-each", action="store_true",
+                        help="verify every op after every pass (default: every op of the input and the result, "
+                             "and the structure after each pass)")
+    checks.add_argument("--no-verify", action="store_true", help="do not run the verifier")
     g.add_argument("--print-ir-before", metavar="PASS[,PASS]", type=_names, default=set(),
                    help="print the IR before the named passes (to stderr)")
     g.add_argument("--print-ir-after", metavar="PASS[,PASS]", type=_names, default=set(),
@@ -36,6 +40,11 @@ def add_pass_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--dump-dir", metavar="DIR", type=Path,
                    help="write the IR after each pass to DIR/NN_after_<pass>.ir")
     g.add_argument("--time-passes", action="store_true", help="print the wall time of each pass")
+
+
+def verify_mode(args: argparse.Namespace) -> str:
+    """The pass manager's verification mode (ratc.passes.manager.VERIFY_MODES) the options ask for."""
+    return "each" if args.verify_each else "none" if args.no_verify else "structure"
 
 
 def instrumentation(args: argparse.Namespace, input_name: str | None = None) -> Instrumentation:

@@ -142,7 +142,7 @@ def run(args: RunRequest, compiled=None) -> int:
 
     _check_arguments(args)
     with phase(f"reading and checking {args.outdir}"):
-        program = open_program(args.outdir)     # every file's meaning checked (ratc.program_check)
+        program = open_program(args.outdir, compiled)     # every file's meaning checked (ratc.program_check)
     if args.kernel:
         _check_spot_check_alone(args)
         return spot_check(program, args)

@@ -131,17 +131,23 @@ def walk_number() -> int:
     return _walk
 
 
-def verify(module: Module, check_symbols: bool = True) -> None:
-    """Raise VerifyError at the first violation: dominance, symbols, then per-op rules."""
+def verify(module: Module, check_symbols: bool = True, each_op: bool = True) -> None:
+    """Raise VerifyError at the first violation: dominance, symbols, then per-op rules.
+
+    each_op = False checks the structure alone: dominance, symbols and the rules of the ops
+    that hold regions (a stage's order, a pipeline's messages), not each op's own attributes
+    and role -- what a pass that moves or annotates ops can break in the large, at a
+    fraction of the cost (the pass manager's lean mode)."""
     global _walk
     _walk = next(_WALKS)
     try:
-        _verify(module, check_symbols)
+        # (the symbol scan reads attributes as their kinds say: it needs them checked)
+        _verify(module, check_symbols and each_op, each_op)
     finally:
         _walk = 0
 
 
-def _verify(module: Module, check_symbols: bool) -> None:
+def _verify(module: Module, check_symbols: bool, each_op: bool = True) -> None:
     defined: set = set()
     symbols: dict[str, Operation] = {}
     referenced: set = set()     # every symbol name an attribute refers to
@@ -158,7 +164,10 @@ def _verify(module: Module, check_symbols: bool) -> None:
                     raise VerifyError(f"redefinition of symbol '@{op.sym_name}'", op)
                 sym_here.add(op.sym_name)
                 symbols.setdefault(op.sym_name, op)
-            verify_op(op)
+            if each_op or op.region is not None:
+                verify_op(op)
+            elif op.name not in _ATTR_TABLES and lookup(op.name) is None:
+                raise VerifyError(f"unknown op '{op.name}'", op)
             if check_symbols:
                 scan = _SYMBOL_ATTRS.get(op.name)
                 if scan is None:

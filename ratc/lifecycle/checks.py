@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from ratc.ir.verifier import VerifyError, prefer_local, verify_op, walk_number
-from ratc.step.rules import (BUCKET_BUFFERS, gathers, prefetches, recomputes, recoverable,
+from ratc.step.rules import (backward_view, bucket_reused, gathers, holds_bucket, prefetches, recovered,
                              reduces_per_micro_batch, syncs_by_reduce_scatter)
 
 # memory-plan's lifetime tiers (ratc.lifecycle.liveness); "none" for a result that takes no memory
@@ -31,18 +31,6 @@ HOST_OPS = frozenset({"life.fwd", "life.bwd"})
 TASK_OPS = frozenset({"life.param", "life.opt", "life.recv", "life.send", "life.gather", "life.fwd",
                       "life.recover", "life.bwd", "life.reduce", "life.grad_sync", "life.tie_sum", "life.update",
                       "life.prefetch", "life.step_end"})
-
-
-def recovered(unit: dict) -> bool:
-    """Whether a plan unit (its attributes) is recomputed under ckpt / FSR: a decoder layer
-    that saves something for its backward (ratc.planner.opcost.UnitCost.recovers)."""
-    return recoverable(unit.get("decoder") is True, int(unit.get("saved", 0)))
-
-
-def not_recovered(units) -> list[int]:
-    """The plan's decoder layers that save nothing for backward, so are never recomputed."""
-    return [u.attributes.get("index") for u in units
-            if u.attributes.get("decoder") is True and not recovered(u.attributes)]
 
 
 def frozen_units(units) -> list[int]:
@@ -62,7 +50,7 @@ class _Ctx:
     """What a task's rules need: plan-wide numbers, what the plan says of its units, and its
     stage's units."""
 
-    __slots__ = ("P", "M", "Z", "act", "head", "p", "units", "first", "last", "no_recover", "frozen", "ties")
+    __slots__ = ("P", "M", "Z", "act", "head", "p", "units", "first", "last", "recovered", "frozen", "ties")
 
     def __init__(self, pipe, stage):
         plan = plan_of(pipe)
@@ -76,7 +64,9 @@ class _Ctx:
         self.p = stage.attributes["stage"]
         self.units = stage.attributes["units"]
         self.first, self.last = self.units[0], self.units[-1]
-        self.no_recover = frozenset(not_recovered(plan_units))
+        self.recovered = frozenset(u.attributes.get("index") for u in plan_units
+                                   if recovered(self.act, u.attributes.get("decoder") is True,
+                                                int(u.attributes.get("saved", 0))))
         self.frozen = frozenset(frozen_units(plan_units))
         self.ties = p.get("ties", ())
 
@@ -85,9 +75,8 @@ class _Ctx:
         return next((g for g in self.ties if i in g), None)
 
     def recovers(self, i: int) -> bool:
-        """Decoder layers are recomputed under ckpt and fsr, but those in `no_recover` (they
-        save nothing for backward); embedding and head never."""
-        return recomputes(self.act) and 0 < i < self.head and i not in self.no_recover
+        """Whether unit i is recomputed before its Backward (ratc.step.rules.recovered)."""
+        return i in self.recovered
 
 
 # The contexts of the verify() walk in progress, by stage: the walk changes nothing.
@@ -132,14 +121,13 @@ def _layer_input(c: _Ctx, i: int, m: int):
 
 def bucket_release(c: _Ctx, i: int, m: int):
     """ZeRO >= 2: the token of the collective that frees the bucket buffer Backward(i, m)
-    takes -- that of the bucket-holding unit-Backward BUCKET_BUFFERS earlier in the stage
-    (Backwards issue micro-batch by micro-batch, last unit first, in every schedule; a
-    frozen unit has no gradient and takes no buffer) -- or None."""
-    if not reduces_per_micro_batch(c.Z) or i in c.frozen:
+    takes over (ratc.step.rules.bucket_reused; Backwards issue micro-batch by micro-batch,
+    last unit first, in every schedule), or None."""
+    if not holds_bucket(c.Z, i in c.frozen):
         return None
     held = [u for u in reversed(c.units) if u not in c.frozen]
-    k = m * len(held) + held.index(i) - BUCKET_BUFFERS
-    if k < 0:
+    k = bucket_reused(m * len(held) + held.index(i))
+    if k is None:
         return None
     mb, back = divmod(k, len(held))
     if mb < c.M - 1:
@@ -173,8 +161,7 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
         saved = ("life.recover", i, m, None, REC) if c.recovers(i) else ("life.fwd", i, m, None, SAVED)
         acc = ("life.bwd", i, m - 1, None, GRAD) if not reduces_per_micro_batch(c.Z) and m > 0 else None
         free = bucket_release(c, i, m)
-        # a recovered layer's Backward reuses its Recover's ZeRO-3 view
-        view = _weights(c, i, m, "rec" if c.recovers(i) else "bwd")
+        view = _weights(c, i, m, backward_view(c.recovers(i)))
         operands = ([dy] if dy else []) + [saved, view] + ([acc] if acc else [])
         return operands + ([free] if free else []), ([ACT] if i != 0 else []) + [GRAD], acc is not None
     if name == "life.reduce":
@@ -297,10 +284,9 @@ def required_tasks(c: _Ctx) -> set:
             need.add(("life.prefetch", i, None, None))
         for m in range(c.M):
             need |= {("life.fwd", i, m, None), ("life.bwd", i, m, None)}
-            phases = ["fwd", "bwd"]
             if c.recovers(i):
                 need.add(("life.recover", i, m, None))
-                phases[1] = "rec"       # the Backward reuses its Recover's view
+            phases = ["fwd", backward_view(c.recovers(i))]      # (a Recover gathers the 'rec' view)
             if gathers(c.Z):
                 need |= {("life.gather", i, m, ph) for ph in phases}
             if trained and reduces_per_micro_batch(c.Z) and m < c.M - 1:

@@ -42,7 +42,7 @@ class CompileOptions:
     rec_buffers: int = 2
     stream: bool = True
     memory_limit: bool = True       # memory-plan fails a stage over the plan's budget
-    verify_each: bool = True        # verify the module after every pass
+    verify: str = "structure"       # how much the pass manager verifies (ratc.passes.manager.VERIFY_MODES)
     instrumentation: object = None  # a PassManager Instrumentation
 
 
@@ -55,6 +55,6 @@ def compile_program(profile, cand, platform, options: CompileOptions = CompileOp
     text = o.pipeline or default_pipeline(cand.pref, o.rec_buffers, "plan" if o.memory_limit else "none", codegen,
                                           o.tiles, o.stream)
     module = plan_module(profile, cand, platform, planner)
-    pm = PassManager(parse_pipeline(text), verify_each=o.verify_each, instrumentation=o.instrumentation,
+    pm = PassManager(parse_pipeline(text), verify=o.verify, instrumentation=o.instrumentation,
                      ctx=PassContext(platform=platform))
     return pm.run(module)

@@ -17,8 +17,8 @@ from ratc.ir.core import Block, Module, Operation
 from ratc.ir.types import OpaqueType
 from ratc.ir.verifier import verify_op
 from ratc import limits
-from ratc.lifecycle.checks import recovered
-from ratc.step.rules import BUCKET_BUFFERS, gathers, prefetches, recomputes, reduces_per_micro_batch, syncs_by_reduce_scatter
+from ratc.step.rules import (backward_view, bucket_reused, gathers, holds_bucket, prefetches, recovered,
+                             reduces_per_micro_batch, syncs_by_reduce_scatter)
 
 ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = (
     OpaqueType("life", n) for n in ("act", "saved", "rec", "grad", "param", "opt", "view", "token"))
@@ -62,9 +62,8 @@ class _StageLowering:
         self.all_units = plan.region.ops
         self.env: dict = {}
         self.ops: list[Operation] = []
-        # ZeRO >= 2: per unit-Backward in issue order, the token of the collective that frees
-        # its bucket buffer; Backward k reuses Backward k-BUCKET_BUFFERS's buffer (DeepSpeed's
-        # double-buffered `ipg_buffer`), so it waits for that one's release.
+        # ZeRO >= 2: per bucket-holding Backward in issue order, the token of the collective
+        # that frees its bucket buffer, which a later Backward takes over (bucket_reused).
         self.released: list = []
         self.ties = a.get("ties", [])
         self.local = {u.attributes["index"] for u in units}
@@ -80,7 +79,8 @@ class _StageLowering:
 
     def recovers(self, i: int) -> bool:
         """Whether unit i keeps only its input (checkpoint) and is recomputed before backward."""
-        return recomputes(self.act) and recovered(self.u(i))
+        u = self.u(i)
+        return recovered(self.act, u.get("decoder") is True, int(u.get("saved", 0)))
 
     def weights(self, i: int, mb: int, phase: str, before: list):
         """The parameter value a task of unit i uses; under ZeRO-3 a fresh gather."""
@@ -167,16 +167,16 @@ class _StageLowering:
                     [f"rec{i}_{m}"])
                 tasks.append((before, rec, []))
                 saved = rec.result
-                before = []     # under ZeRO-3 the Backward reuses its Recover's view
             else:
                 saved = self.env["saved", i, m]
-                before = []
-                w = self.weights(i, m, "bwd", before)
+            before = []
+            phase = backward_view(self.recovers(i))
+            if phase != "rec":      # (else the Backward reads the view its Recover gathered)
+                w = self.weights(i, m, phase, before)
             acc = None if reduces_per_micro_batch(self.Z) else self.env.get(("g", i, m - 1))
-            # a unit with nothing trained has no gradient: its Backward takes no bucket buffer
-            holds = reduces_per_micro_batch(self.Z) and not u.get("frozen", False)
-            k = len(self.released)
-            free = self.released[k - BUCKET_BUFFERS] if holds and k >= BUCKET_BUFFERS else None
+            holds = holds_bucket(self.Z, u.get("frozen", False) is True)
+            reused = bucket_reused(len(self.released))
+            free = self.released[reused] if holds and reused is not None else None
             types, sizes, names = [], [], []
             if i != 0:
                 types.append(ACT), sizes.append(int(u["input_bytes"])), names.append(f"dx{i}_{m}")

@@ -47,7 +47,7 @@ def compile_quietly(planner, cand):
 
     try:
         return compile_program(planner.model, cand, planner.platform,
-                               CompileOptions(planner=planner, memory_limit=False, verify_each=False))
+                               CompileOptions(planner=planner, memory_limit=False, verify="none"))
     except PassError as exc:
         raise RatcError(f"{cand.label()}: {exc}") from None
 

@@ -80,6 +80,24 @@ def reduces_per_micro_batch(Z):
     return Z >= 2
 
 
+def holds_bucket(Z, frozen: bool) -> bool:
+    """Whether a unit's Backward writes its gradient into a bucket buffer (ZeRO >= 2; a
+    frozen unit has no gradient)."""
+    return reduces_per_micro_batch(Z) and not frozen
+
+
+def bucket_reused(k: int):
+    """Of a stage's bucket-holding Backwards in issue order, the one whose buffer the k-th
+    takes over (it waits for that bucket's collective to release it), or None."""
+    return k - BUCKET_BUFFERS if k >= BUCKET_BUFFERS else None
+
+
+def backward_view(recovered: bool) -> str:
+    """The phase of the ZeRO-3 view a Backward reads: a recovered layer's Backward reuses the
+    view its Recover gathered ('rec'), any other gathers its own ('bwd')."""
+    return "rec" if recovered else "bwd"
+
+
 # Megatron tensor parallelism (Shoeybi et al. 2019, Sec. 3): one all-reduce of the hidden
 # stream after attention and one after the MLP in forward, two more in backward; the
 # vocab-parallel embedding all-reduces its output (forward), the column-parallel LM head its

@@ -74,12 +74,20 @@ class MemoryTracker:
         static = [((vid(s, r, name, "static values")), nbytes) for (s, r), values in program.static.items()
                   for name, nbytes in values]
         tasks = program.tasks
-        self.allocs = allocs = [()] * len(tasks)
-        self.frees = frees = [()] * len(tasks)
-        # Most tasks neither allocate nor free; a value new to its cluster is made inline
-        # (one function call per value would cost a quarter of this loop).
+        self.allocs = [()] * len(tasks)
+        self.frees = [()] * len(tasks)
         if with_memory is None:
             with_memory = [i for i, t in enumerate(tasks) if t.allocs or t.frees]
+        self._resolve(with_memory, index, tables, vid)
+        for (c, v), nbytes in static:
+            self.alloc(c, v, nbytes, 0, "<step start>")
+
+    def _resolve(self, with_memory, index: dict, tables: list, vid) -> None:
+        """Each listed task's allocations and frees as value ids (`vid` makes a new one)."""
+        tasks, allocs, frees = self.program.tasks, self.allocs, self.frees
+        names, cluster_of, readers = self.names, self.cluster_of, self.readers
+        # Most tasks neither allocate nor free; a value new to its cluster is made inline
+        # (one function call per value would cost a quarter of this loop).
         for i in with_memory:
             t = tasks[i]
             c = index.get((t.stage, t.replica))
@@ -124,8 +132,6 @@ class MemoryTracker:
                     readers[v] += 1
                     out.append(v)
                 frees[i] = tuple(out)
-        for (c, v), nbytes in static:
-            self.alloc(c, v, nbytes, 0, "<step start>")
 
     def alloc(self, c: int, v: int, nbytes: int, now: int, task: str) -> None:
         live = self.live[c]
