@@ -20,3 +20,17 @@ os.environ.setdefault("RATC_CACHE_DIR", tempfile.mkdtemp(prefix="ratc-test-cache
 # As the `ratc` command does (ratc.cli.main.run): the suite builds large long-lived IR and
 # VM programs, which CPython's default thresholds re-scan for a fifth of its run time.
 gc.set_threshold(*LAZY_THRESHOLDS)
+
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread (as `ratc train` and each `ratc launch` rank run): deterministic,
+    and fast on a shared 2-core machine, where two threads' barriers wait on each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -22,13 +22,7 @@ MODEL = "examples/llama.py"
 TOL = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: deterministic and fast on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _train(cfg: TrainConfig, steps: int) -> tuple[float, float, Session]:

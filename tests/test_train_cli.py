@@ -5,19 +5,13 @@ from __future__ import annotations
 import csv
 
 import pytest
-import torch
 
 from ratc.cli.main import main
 
 MODEL = "examples/llama.py"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_train_writes_csv_and_plot(tmp_path, capsys):

@@ -7,6 +7,7 @@ rendezvous flags) with the same options.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ratc.errors import RatcError
@@ -47,6 +48,15 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", metavar="FILE",
                    help="write the real timeline of every rank (tasks, transfers, collectives, waits) as one "
                         "Chrome trace, in the layout of `ratc run --trace`")
+    p.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="save sharded checkpoints (torch.distributed.checkpoint) under DIR/step-NNNNNNNN: after "
+                        "the last step, and every --checkpoint-every steps")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                   help="also save after every N steps (needs --checkpoint-dir)")
+    p.add_argument("--resume", metavar="DIR",
+                   help="start from the last complete checkpoint under DIR (or the step directory DIR), saved "
+                        "by `ratc launch` or `ratc train` at any P, D and ZeRO stage of the same training; "
+                        "--steps counts from the training's first step")
     p.add_argument("--csv", metavar="FILE", help="write step, loss, wall time and exposed communication per step")
     p.add_argument("--plot", metavar="FILE", help="draw the loss per step as a .png or .svg")
 
@@ -88,7 +98,35 @@ def prepare(args: argparse.Namespace):
     cfg = RunConfig(model=path, preset=preset, steps=args.steps, seed=args.seed, lr=args.lr, threads=args.threads,
                     timeout_s=args.timeout, backend=backend, check_collectives=args.check_collectives,
                     trace=bool(args.trace))
-    return module, cfg, P, D
+    return module, _checkpointing(args, module, cfg), P, D
+
+
+def _checkpointing(args: argparse.Namespace, module, cfg):
+    """cfg with --checkpoint-dir, --checkpoint-every and --resume checked (the checkpoint
+    against this run) before any rank starts."""
+    import dataclasses
+
+    from ratc.dist.checkpoints import checkpoint_root, resume_point
+    from ratc.dist.worker import run_identity
+    from ratc.io import refuse_input
+
+    if args.checkpoint_every < 0 or (args.checkpoint_every and not args.checkpoint_dir):
+        raise RatcError("--checkpoint-every N needs N >= 1 and --checkpoint-dir DIR"
+                        if args.checkpoint_every >= 0 else f"--checkpoint-every must be at least 1, got "
+                                                           f"{args.checkpoint_every}")
+    if args.checkpoint_dir:
+        refuse_input(args.checkpoint_dir, "--checkpoint-dir")
+        inside = os.path.realpath(args.checkpoint_dir).startswith(os.path.realpath(args.outdir).rstrip(os.sep) + os.sep)
+        if inside:
+            raise RatcError(f"--checkpoint-dir {args.checkpoint_dir} is inside the program directory {args.outdir} "
+                            "(an input of this command); choose a directory outside it")
+        cfg = dataclasses.replace(cfg, checkpoint_dir=str(checkpoint_root(args.checkpoint_dir)),
+                                  checkpoint_every=args.checkpoint_every)
+    if args.resume:
+        found = resume_point(args.resume, run_identity(module, cfg), args.steps)
+        print(f"ratc: resuming at step {found.step} from {found.path} (saved at {found.config})", file=sys.stderr)
+        cfg = dataclasses.replace(cfg, resume=str(found.path), first_step=found.step)
+    return cfg
 
 
 def default_backend() -> str:
@@ -112,13 +150,14 @@ def write_outputs(args: argparse.Namespace, result, D: int) -> None:
     if args.csv:
         rows = ["step,loss,seconds,exposed_comm_seconds"] + [
             f"{i},{loss!r},{s:.6f},{e:.6f}"
-            for i, (loss, s, e) in enumerate(zip(result.losses, result.step_seconds, result.exposed_seconds))]
+            for i, (loss, s, e) in enumerate(zip(result.losses, result.step_seconds, result.exposed_seconds),
+                                             result.first_step)]
         write_atomic(args.csv, "\n".join(rows) + "\n", "--csv")
         report_written(args.csv, f"the loss of {len(result.losses)} steps")
     if args.plot:
         from ratc.cli.train import plot_losses
 
-        rows = [(i, loss, None, None) for i, loss in enumerate(result.losses)]
+        rows = [(i, loss, None, None) for i, loss in enumerate(result.losses, result.first_step)]
         plot_losses(rows, args.plot, f"ratc launch {args.outdir}: {len(result.losses)} steps")
         report_written(args.plot, "the loss per step")
     if args.trace:

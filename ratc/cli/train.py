@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -42,6 +43,15 @@ def register(subparsers) -> None:
                         "directory of `ratc compile`) instead of compiling one; its plan fixes P, D, Z, M, b "
                         "and the activation policy")
     p.add_argument("--emit-program", metavar="FILE.ir", help="write the executed life program here")
+    p.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="save checkpoints under DIR/step-NNNNNNNN (the format of `ratc launch`): after the last "
+                        "step, and every --checkpoint-every steps")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                   help="also save after every N steps (needs --checkpoint-dir)")
+    p.add_argument("--resume", metavar="DIR",
+                   help="start from the last complete checkpoint under DIR (or the step directory DIR), saved by "
+                        "`ratc train` or `ratc launch` at any P, D and ZeRO stage of the same training; --steps "
+                        "counts from the training's first step; runs without the PyTorch reference")
     p.set_defaults(func=handler)
 
 
@@ -93,6 +103,39 @@ def _load_program(path: str, cfg):
                                        act=pipe["act"], state_pipeline=pipe.get("state") == "layerwise")
 
 
+def _checkpoints(args: argparse.Namespace, session):
+    """(saves(step done), first step): --resume loaded into the session (checked against
+    this run first), and what --checkpoint-dir / --checkpoint-every save after a step."""
+    from ratc.io import refuse_input
+    from ratc.lifecycle.lowering import find_plan
+    from ratc.step.plan import Plan
+    from ratc.vm.functional import checkpoint as ckpt
+
+    cfg = session.cfg
+    identity = ckpt.identity_of(session.executor, session.preset, session.seq_len, cfg.seed, cfg.opt.lr)
+    first = 0
+    if args.resume:
+        found = ckpt.find(args.resume)
+        ckpt.check_fits(found, identity)
+        if found.step >= args.steps:
+            raise RatcError(f"--resume {args.resume}: the checkpoint is after step {found.step}; --steps "
+                            f"{args.steps} leaves nothing to run (--steps counts from the training's first step)")
+        ckpt.restore(session.executor, found.path)
+        print(f"ratc train: resuming at step {found.step} from {found.path} (saved at {found.config})",
+              file=sys.stderr)
+        first = found.step
+    root = None
+    if args.checkpoint_dir:
+        refuse_input(args.checkpoint_dir, "--checkpoint-dir")
+        root = ckpt.prepare_root(args.checkpoint_dir, 0).parent
+    label = Plan.from_ir(find_plan(session.module)).label()
+
+    def saves(done: int) -> None:
+        if root is not None and (done == args.steps or args.checkpoint_every and done % args.checkpoint_every == 0):
+            ckpt.save_local(session.executor, root, done, identity, label)
+    return saves, first
+
+
 MAX_THREADS = 1024      # torch's own pools fail (or crash) far above a machine's cores
 
 
@@ -127,7 +170,14 @@ def handler(args: argparse.Namespace) -> int:
     module = None
     if args.program:
         module, cfg = _load_program(args.program, cfg)
+    if args.checkpoint_every < 0 or (args.checkpoint_every and not args.checkpoint_dir):
+        raise RatcError("--checkpoint-every N needs N >= 1 and --checkpoint-dir DIR")
+    if args.resume and cfg.reference:
+        print("ratc train: --resume runs without the PyTorch reference (it would start from its own "
+              "initial state)", file=sys.stderr)
+        cfg = dataclasses.replace(cfg, reference=False)
     session = Session(cfg, module)
+    saves, first = _checkpoints(args, session)
     policy = {v: k for k, v in ACT_OPTION_NAMES.items()}[cfg.act]
     label = (f"P={cfg.P} D={cfg.D} Z={cfg.Z} {policy} "
              f"state-pipeline={'on' if cfg.state_pipeline else 'off'} M={cfg.M} b={cfg.b}")
@@ -138,9 +188,10 @@ def handler(args: argparse.Namespace) -> int:
         write_atomic(args.emit_program, print_module(session.module), "--emit-program")
         report_written(args.emit_program, f"the executed life program ({label})")
     rows = []
-    bar = tqdm(range(args.steps), desc="training", unit="step", disable=None)
+    bar = tqdm(range(first, args.steps), desc="training", unit="step", disable=None)
     for i in bar:
         ours, ref = session.step(i)
+        saves(i + 1)
         dev = None if ref is None else relative_deviation(ours, ref)
         rows.append((i, ours, ref, dev))
         bar.set_postfix(loss=f"{ours:.4f}", **({} if dev is None else {"dev": f"{dev:.1e}"}))
@@ -152,11 +203,11 @@ def handler(args: argparse.Namespace) -> int:
         worst = math.nan if any(math.isnan(d) for d in devs) else max(devs)     # max() would skip a NaN
         print(f"max per-step relative loss deviation {worst:.2e}; "
               f"final parameter deviation {session.parameter_deviation():.2e} (relative L2, worst unit)")
-    first = rows[0][3]
-    if first is not None and first > 1e-3:
+    dev0 = rows[0][3]
+    if dev0 is not None and dev0 > 1e-3:
         # the schedule cannot make step 0 differ this much (its weights are PyTorch's): the loss
         # is not the mean of equal micro-batch means
-        print(f"ratc train: warning: the step-0 losses already differ by {first:.1e}; ratc averages the "
+        print(f"ratc train: warning: the step-0 losses already differ by {dev0:.1e}; ratc averages the "
               "micro-batches' losses, which is PyTorch's loss of the whole batch only when forward returns a "
               "mean over a fixed number of tokens per sequence (not reduction='sum', no ignore_index hits)",
               file=sys.stderr)

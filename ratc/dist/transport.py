@@ -101,9 +101,9 @@ class DistTransport:
 
     # ---- steps ---------------------------------------------------------------------------------
 
-    def barrier(self) -> None:
+    def barrier(self, what: str = "the barrier before the first step") -> None:
         """Every rank reaches this point before any goes on."""
-        self._wait(dist.barrier(async_op=True), "the barrier before the first step", "every rank")
+        self._wait(dist.barrier(async_op=True), what, "every rank")
 
     def begin_step(self) -> None:
         self.sends = []

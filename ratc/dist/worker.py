@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -26,6 +27,16 @@ class RunConfig:
     backend: str = "gloo"
     check_collectives: bool = False  # agree on every collective's fingerprint before issuing it
     trace: bool = False              # record every task, transfer, collective and wait
+    checkpoint_dir: str | None = None   # save checkpoints here (ratc.vm.functional.checkpoint)
+    checkpoint_every: int = 0        # ... every this many steps (0: after the last step only)
+    resume: str | None = None        # a checked checkpoint directory to start from
+    first_step: int = 0              # the step the run starts at (the checkpoint's)
+
+    def saves_after(self, step: int) -> bool:
+        """Whether a checkpoint is saved once `step` steps are done."""
+        if self.checkpoint_dir is None:
+            return False
+        return step == self.steps or (self.checkpoint_every > 0 and step % self.checkpoint_every == 0)
 
 
 @dataclass
@@ -33,6 +44,7 @@ class RankResult:
     """What a rank reports back: the step losses (every rank has them), its state shards."""
 
     rank: int
+    first_step: int = 0             # the step number of losses[0]
     losses: list = field(default_factory=list)
     step_seconds: list = field(default_factory=list)
     exposed_seconds: list = field(default_factory=list)  # per step: mean over ranks of time blocked on comms
@@ -68,6 +80,21 @@ def _shape(module) -> tuple[int, int, int, int]:
     return plan.P, plan.D, plan.A, plan.b
 
 
+def find_plan_model(module) -> str:
+    """The model name the program's plan was made for."""
+    from ratc.lifecycle.lowering import find_plan
+
+    return find_plan(module).attributes["model"]
+
+
+def plan_label(module) -> str:
+    """The program's configuration label (P=...,D=...,...)."""
+    from ratc.lifecycle.lowering import find_plan
+    from ratc.step.plan import Plan
+
+    return Plan.from_ir(find_plan(module)).label()
+
+
 def tie_stages(module) -> list[list[int]]:
     """Per tie group of the program, the stages holding its copies (ascending)."""
     from ratc.lifecycle.lowering import find_pipeline, find_plan
@@ -75,6 +102,22 @@ def tie_stages(module) -> list[list[int]]:
     pipe = find_pipeline(module)
     stage_of = {i: s.attributes["stage"] for s in pipe.region.ops for i in s.attributes["units"]}
     return [sorted({stage_of[i] for i in g}) for g in find_plan(module).attributes.get("ties", [])]
+
+
+def run_identity(module, cfg: RunConfig):
+    """What a checkpoint of this run records of it (ratc.vm.functional.checkpoint.RunIdentity),
+    from the model built on the meta device."""
+    from ratc.frontend.modelfile import load_model_file
+    from ratc.lifecycle.lowering import find_plan
+    from ratc.step.plan import Plan
+    from ratc.vm.functional.checkpoint import RunIdentity
+    from ratc.vm.functional.units import split_model
+
+    spec = load_model_file(cfg.model, cfg.preset)       # (on the meta device)
+    units = split_model(spec.module.float().train())
+    plan_op = find_plan(module)
+    return RunIdentity(plan_op.attributes["model"], spec.seq_len, Plan.from_ir(plan_op).config.global_batch,
+                       cfg.seed, cfg.lr, tuple(tuple(u.segments) or (u.numel,) for u in units.units))
 
 
 def rehearse(module, cfg: RunConfig) -> dict:
@@ -139,9 +182,17 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
         recorder = Recorder() if cfg.trace else None
         executor.on_task = recorder.task if recorder else None
         transport.recorder = recorder
-        result = RankResult(rank)
+        identity = None
+        if cfg.resume is not None or cfg.checkpoint_dir is not None:
+            from ratc.vm.functional.checkpoint import identity_of, restore
+
+            identity = identity_of(executor, find_plan_model(module), data.seq_len, cfg.seed, cfg.lr)
+            if cfg.resume is not None:
+                with on_device(device):
+                    restore(executor, Path(cfg.resume), distributed=True)
+        result = RankResult(rank, first_step=cfg.first_step)
         transport.barrier()     # every rank starts the first step together: it then times the step, not the set-up
-        for i in range(cfg.steps):
+        for i in range(cfg.first_step, cfg.steps):
             if recorder:
                 recorder.step = i
             start = time.perf_counter()
@@ -152,6 +203,10 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
             result.exposed_seconds.append(sum(transport.exposed) / world)
             if on_step is not None:
                 on_step(i, loss, result.step_seconds[-1], result.exposed_seconds[-1])
+            if cfg.saves_after(i + 1):
+                from ratc.dist.checkpoints import save
+
+                save(executor, transport, cfg.checkpoint_dir, i + 1, identity, plan_label(module))
         result.shards = {u: s.master.detach().cpu().clone() for u, s in enumerate(executor.state[mesh.r])
                          if s is not None}
         if recorder:        # after the last step, at the same point on every rank

@@ -16,6 +16,7 @@ class SyntheticData:
         gen = torch.Generator().manual_seed(seed)
         self.tokens = torch.randint(0, vocab, (max(pool, global_batch), seq_len), generator=gen)
         self.global_batch = global_batch
+        self.seq_len = seq_len
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
         """The global batch of one step (the same for ratc and the reference)."""
