@@ -28,7 +28,7 @@ def young_1974(delta, mtbf):
 
 def daly_2006(delta, mtbf):
     """Daly, 'A higher order estimate of the optimum checkpoint interval for restart dumps'
-    (FGCS 2006), Eq. 37."""
+    (FGCS 2006)."""
     if delta >= 2 * mtbf:
         return mtbf
     return math.sqrt(2 * delta * mtbf) * (1 + math.sqrt(delta / (2 * mtbf)) / 3 + delta / (9 * 2 * mtbf)) - delta

@@ -58,7 +58,7 @@ def daly_interval(delta, mtbf):
 def expected_goodput(tau, delta, restart, mtbf):
     """The fraction of wall time that is useful compute: tau / E[time to complete one
     interval], where an interval (tau + delta) is redone after every failure and each failure
-    costs a restart that a failure may also interrupt (Daly 2006, Eq. 13: the expected wall
+    costs a restart that a failure may also interrupt (Daly 2006: the expected wall
     time is M e^(R/M) (e^((tau + delta)/M) - 1) per tau of work)."""
     tau, delta, restart, mtbf = (np.asarray(x, dtype=float) for x in (tau, delta, restart, mtbf))
     with np.errstate(over="ignore"):    # a restart or interval of hundreds of MTBFs: goodput 0
