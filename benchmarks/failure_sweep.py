@@ -71,15 +71,19 @@ def sweep(platform_name: str) -> list[dict]:
     return rows
 
 
+def table_head(head: str, rule: str, per_scenario: str) -> list[str]:
+    """A markdown table's header and rule: the given columns, then one per scenario."""
+    for name, _ in SCENARIOS:
+        head += f" {name}: {per_scenario} |"
+        rule += "---|"
+    return [head, rule]
+
+
 def plan_table(rows: list[dict]) -> list[str]:
     """Per cluster count: the fastest plan, its checkpoint and restart, and per scenario its
     goodput and useful steps per hour, and the plan with the most if another."""
-    head = "| clusters | fastest plan | step | checkpoint per cluster | write | restart |"
-    rule = "|---:|---|---:|---:|---:|---:|"
-    for name, _ in SCENARIOS:
-        head += f" {name}: goodput, steps/h |"
-        rule += "---|"
-    lines = [head, rule]
+    lines = table_head("| clusters | fastest plan | step | checkpoint per cluster | write | restart |",
+                       "|---:|---|---:|---:|---:|---:|", "goodput, steps/h")
     for row in rows:
         ev, first = row["fastest"], row["scenarios"][0][0]
         c = first.checkpoint
@@ -107,12 +111,7 @@ def doubling(lo: dict, hi: dict) -> tuple[float, list]:
 def doubling_table(rows: list[dict]) -> list[str]:
     """Per doubling of the cluster count: what the step gains (its shortfall from 2x is the
     price of bandwidth and parallel overhead) and what failures take back, per scenario."""
-    head = "| clusters | step speed-up |"
-    rule = "|---|---:|"
-    for name, _ in SCENARIOS:
-        head += f" {name}: goodput kept, steps/h gain, larger loss |"
-        rule += "---|"
-    lines = [head, rule]
+    lines = table_head("| clusters | step speed-up |", "|---|---:|", "goodput kept, steps/h gain, larger loss")
     for lo, hi in zip(rows, rows[1:]):
         speedup, per = doubling(lo, hi)
         line = f"| {lo['clusters']} → {hi['clusters']} | {speedup:.3f}x |"

@@ -14,7 +14,7 @@ from ratc.frontend.presets import trace_preset
 from ratc.planner.failures import (STEP_COUNTER_BYTES, checkpoint_cost, daly_interval, estimate, expected_goodput,
                                    failure_report, failure_spec, lost_work, system_mtbf, young_interval)
 from ratc.planner.search import Planner
-from ratc.platform import load_platform, parse_platform
+from ratc.platform import PlatformError, load_platform, parse_platform
 from ratc.platform.loader import PROFILE_DIR
 from ratc.step.config import Candidate
 
@@ -203,7 +203,7 @@ MT3000 = (PROFILE_DIR / "mt3000.toml").read_text()
     (lambda t: t.replace('relaunch_time = "10min"', 'relaunch_time = "10min"\nmttr = "1h"'), "[failures]: unknown key 'mttr'"),
 ])
 def test_bad_failure_parameters_say_what_and_where(edit, message):
-    with pytest.raises(Exception) as info:
+    with pytest.raises(PlatformError) as info:
         parse_platform(edit(MT3000), "custom.toml")
     assert str(info.value).startswith("custom.toml") and message in str(info.value)
 
@@ -215,7 +215,7 @@ def without_failures() -> str:
 def test_a_profile_without_failures_loads_and_refuses_failure_overrides():
     p = parse_platform(without_failures(), "plain.toml")
     assert "failures" not in p.sections
-    with pytest.raises(Exception, match="plain.toml: cannot override 'cluster_mtbf': the profile has no .failures. table"):
+    with pytest.raises(PlatformError, match="plain.toml: cannot override 'cluster_mtbf': the profile has no .failures. table"):
         p.with_overrides(cluster_mtbf="1h")
 
 
