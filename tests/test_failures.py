@@ -255,3 +255,38 @@ def test_plan_failures_json_adds_the_model_and_each_candidates_costs(capsys):
         assert f["steps_per_hour"] == pytest.approx(f["goodput"] * HOUR / entry["step_time_s"])
         assert f["daly_interval_s"] == pytest.approx(daly_2006(f["write_time_s"], model["system_mtbf_s"]))
     assert priced == plain
+
+
+def test_failure_durations_read_hours_and_minutes():
+    from ratc.units import UnitError, parse_time
+
+    assert (parse_time("3.5h"), parse_time("10min"), parse_time("2s")) == (12600.0, 600.0, 2.0)
+    with pytest.raises(UnitError, match="expected a time in h, min, s, ms, us or ns"):
+        parse_time("2 days")
+
+
+def test_failure_parameters_leave_the_kernel_cache_keys_as_they_were():
+    """Kernels do not depend on failures: a profile's key is the one it had without the
+    table, and a what-if MTBF regenerates no kernel."""
+    from ratc.codegen.tiling import platform_key
+
+    shipped = load_platform("mt3000")
+    assert platform_key(shipped) == platform_key(parse_platform(without_failures(), "plain.toml"))
+    assert platform_key(shipped.with_overrides(cluster_mtbf="1h")) == platform_key(shipped)
+
+
+def test_the_table_names_a_slower_candidate_that_keeps_more_useful_steps():
+    """When a slower step keeps more useful steps per hour (e.g. its interval rounds to whole
+    steps better), the failure table says so rather than crowning the fastest."""
+    import dataclasses
+
+    from ratc.planner.report import render_text
+
+    planner = Planner(trace_preset("tiny"), load_platform("mt3000"))
+    result = planner.plan(4, 16)
+    report = failure_report(planner, result, 2)
+    first, second = report.rows
+    report = dataclasses.replace(report, rows=[first, dataclasses.replace(second, steps_per_hour=2 * first.steps_per_hour)])
+    text = render_text(result, 64, top=2, failures=report)
+    assert text.endswith(f"most useful steps per hour: 2. {result.feasible[1].cand.label()} "
+                         "(not the fastest step: failures decide)\n")
