@@ -43,7 +43,7 @@ def system_mtbf(cluster_mtbf, clusters):
 
 def young_interval(delta, mtbf):
     """Young's (1974) optimal compute time between checkpoints: sqrt(2 delta M)."""
-    return np.sqrt(2.0 * delta * mtbf)
+    return _scalar(np.sqrt(2.0 * np.asarray(delta, dtype=float) * mtbf))
 
 
 def daly_interval(delta, mtbf):
@@ -149,9 +149,8 @@ def estimate(stage_trainable, cand, t_step: float, spec, recipe=RECIPE) -> Failu
     daly = daly_interval(delta, mtbf)
     every = steps_between_checkpoints(daly, t_step, delta, restart, mtbf)
     goodput = expected_goodput(every * t_step, delta, restart, mtbf)
-    return FailureEstimate(ckpt, mtbf, restart, float(young_interval(delta, mtbf)), daly, every,
+    return FailureEstimate(ckpt, mtbf, restart, young_interval(delta, mtbf), daly, every,
                            lost_work(every * t_step + delta, mtbf), goodput, goodput * 3600.0 / t_step)
-
 
 
 @dataclass(frozen=True)
