@@ -13,7 +13,8 @@ _BYTE_SCALE = {
     "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
     "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
 }
-_TIME_SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "cycles": None}
+# Hours and minutes: failure rates and restarts are quoted in them (a profile's [failures]).
+_TIME_SCALE = {"h": 3600.0, "min": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "cycles": None}
 _FREQ_SCALE = {"Hz": 1.0, "KHz": 1e3, "MHz": 1e6, "GHz": 1e9}
 _RATE_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 
@@ -69,11 +70,11 @@ def parse_bandwidth(text: str) -> float:
 
 
 def parse_time(text: str) -> float:
-    """Parse '5us', '1.5ms' or '2s' into seconds."""
+    """Parse '5us', '1.5ms', '2s', '10min' or '3.5h' into seconds."""
     value, unit = _split(str(text), "a time")
     scale = _TIME_SCALE.get(unit)
     if scale is None:
-        raise UnitError(f"expected a time in s, ms, us or ns, got {text!r}")
+        raise UnitError(f"expected a time in h, min, s, ms, us or ns, got {text!r}")
     return value * scale
 
 

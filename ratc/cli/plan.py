@@ -22,6 +22,9 @@ def register(subparsers) -> None:
     p.add_argument("--max-clusters", type=int, default=4096, help="search limit for --min-clusters")
     p.add_argument("--top", type=int, default=5, help="candidates to print (default 5)")
     p.add_argument("--explain", action="store_true", help="say why alternatives lost or did not fit")
+    p.add_argument("--failures", action="store_true",
+                   help="price failures per candidate with the platform's [failures] model: checkpoint size and "
+                        "write time, Young/Daly checkpoint interval, expected goodput and useful steps per hour")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("-o", "--output", help="write the report to a file instead of stdout")
     p.set_defaults(func=handler)
@@ -116,6 +119,10 @@ def handler(args: argparse.Namespace) -> int:
     else:
         MAX_CLUSTERS.check(args.clusters, "--clusters")
     memory_budget(args)
+    if args.failures:       # before tracing: a platform without a failure model cannot price failures
+        from ratc.planner.failures import failure_spec
+        from ratc.platform import load_platform
+        failure_spec(load_platform(args.platform))
     strategy = get_strategy(args.strategy)
     model = load_model(args)
     planner = make_planner(args, model)
@@ -134,8 +141,12 @@ def handler(args: argparse.Namespace) -> int:
     else:
         result = planner.require_feasible(planner.plan(args.clusters, args.global_batch, strategy, progress=True,
                                                        pipeline=args.pipeline))
+    failures = None
+    if args.failures:
+        from ratc.planner.failures import failure_report
+        failures = failure_report(planner, result, args.top)
     render = render_json if args.json else render_text
-    write_output(args.output, render(result, model.seq_len, args.top, args.explain))
+    write_output(args.output, render(result, model.seq_len, args.top, args.explain, failures))
     if to_file(args.output):
         report_written(args.output, f"the plan ({'JSON' if args.json else 'text'}, top {args.top})")
     print(f"ratc plan: {result.evaluated} candidates in {result.seconds:.3f} s", file=sys.stderr)

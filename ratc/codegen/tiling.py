@@ -106,7 +106,9 @@ def _candidates(total: int, unit: int, parts: int, cap: int) -> set[int]:
 
 def platform_key(platform) -> tuple:
     """A hashable identity of a platform's values (profiles with overrides differ)."""
-    return (platform.name, repr(sorted(platform.sections.items())))
+    # The failure model prices restarts, not kernels: leaving it out keeps every kernel cached
+    # before profiles had one (and keeps a what-if MTBF from regenerating them).
+    return (platform.name, repr(sorted(item for item in platform.sections.items() if item[0] != "failures")))
 
 
 _CHOSEN: dict[tuple, GemmTiles] = {}

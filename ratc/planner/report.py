@@ -102,9 +102,40 @@ def _why(best, ev, times: Times = SECONDS) -> str:
     return ", ".join(f"{k} {times.delta(v)}" for k, v in top) or f"a tie within {times(2 * times.tie)}"
 
 
-def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False) -> str:
-    """The ranked table with breakdowns, and optionally the explanation (no timings: the same
-    request gives the same text; the CLI reports the search time on stderr)."""
+def duration(seconds: float) -> str:
+    """A long duration in the unit that reads best: '0.41 s', '12.8 min', '197.96 h'."""
+    if seconds >= 3600.0:
+        return f"{seconds / 3600.0:.2f} h"
+    if seconds >= 60.0:
+        return f"{seconds / 60.0:.1f} min"
+    return f"{seconds:.2f} s" if seconds >= 0.01 else format_time(seconds)
+
+
+def failure_table(result, failures) -> list[str]:
+    """`--failures`: per listed candidate its checkpoint, the interval, restart and goodput."""
+    spec = failures.spec
+    lines = ["", f"failures: cluster MTBF {duration(spec.cluster_mtbf)}, so one every {duration(failures.mtbf)} on "
+                 f"{failures.clusters} clusters; checkpoint to storage at {format_bytes(spec.checkpoint_bandwidth)}/s "
+                 f"per cluster, {format_bytes(spec.storage_bandwidth)}/s in all; restart = "
+                 f"{duration(spec.relaunch_time)} relaunch + reading the checkpoint back",
+             f"     {'checkpoint':>10s} {'per cluster':>11s} {'write':>9s}  {'every (Daly interval)':25s} "
+             f"{'lost/failure':>12s} {'restart':>10s} {'goodput':>8s} {'steps/h':>8s}"]
+    for i, est in enumerate(failures.rows, 1):
+        c = est.checkpoint
+        every = f"{est.every} step{'s' if est.every > 1 else ''} ({duration(est.daly)})"
+        lines.append(f"{i:3d}. {format_bytes(c.total_bytes):>10s} {format_bytes(c.written_bytes):>11s} "
+                     f"{duration(c.write_time):>9s}  {every:25s} {duration(est.lost_per_failure):>12s} "
+                     f"{duration(est.restart):>10s} {100 * est.goodput:7.2f}% {est.steps_per_hour:8.2f}")
+    best = failures.best()
+    lines.append(f"most useful steps per hour: {best + 1}. {result.feasible[best].cand.label()}"
+                 + ("" if best == 0 else " (not the fastest step: failures decide)"))
+    return lines
+
+
+def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False, failures=None) -> str:
+    """The ranked table with breakdowns, the failure costs (`failures`, a FailureReport of
+    the listed candidates) and optionally the explanation (no timings: the same request
+    gives the same text; the CLI reports the search time on stderr)."""
     head = (f"plan for {result.model} on {result.clusters} x {result.platform} clusters, global batch "
             f"{result.global_batch} x {seq_len} tokens, strategy {result.strategy}, budget {format_bytes(result.budget)}\n"
             f"evaluated {result.evaluated} candidates: {len(result.feasible)} fit, "
@@ -122,14 +153,16 @@ def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False) 
         if not compilable(ev):
             lines.append(f"    A={ev.cand.A} micro-batches per step: more than ratc compile builds "
                          f"({limits.MAX_MICRO_BATCHES}); it takes the fastest plan within that")
+    if failures is not None:
+        lines += failure_table(result, failures)
     if with_explain:
         lines.append("")
         lines += explain(result, times=times)
     return "\n".join(lines) + "\n"
 
 
-def render_json(result, seq_len: int, top: int = 5, with_explain: bool = False) -> str:
-    """Machine-readable result (deterministic key order)."""
+def render_json(result, seq_len: int, top: int = 5, with_explain: bool = False, failures=None) -> str:
+    """Machine-readable result (deterministic key order); `failures` as in render_text."""
     data = {"model": result.model, "platform": result.platform, "clusters": result.clusters,
             "global_batch": result.global_batch, "seq_len": seq_len, "strategy": result.strategy,
             "memory_budget_bytes": result.budget, "evaluated": result.evaluated,
@@ -138,6 +171,10 @@ def render_json(result, seq_len: int, top: int = 5, with_explain: bool = False) 
             "pipeline": {"P": result.pipeline, "source": result.pipeline_source, "why": result.pipeline_why},
             "top": [dict(ev.as_dict(), tokens_per_s=tokens_per_second(result, ev, seq_len), compilable=compilable(ev))
                     for ev in result.feasible[:top]]}
+    if failures is not None:
+        data["failure_model"] = failures.model_dict()
+        for entry, est in zip(data["top"], failures.rows):
+            entry["failures"] = est.as_dict()
     if with_explain:
         data["explain"] = explain(result)
     return json.dumps(data, indent=2, sort_keys=True) + "\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ratc import units
 from ratc.errors import RatcError
-from ratc.platform.schema import PARSERS, SECTIONS, check_range, section_bounds, section_fields
+from ratc.platform.schema import OPTIONAL_SECTIONS, PARSERS, SECTIONS, check_range, section_bounds, section_fields
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -39,6 +39,8 @@ class Platform:
         sections = dict(self.sections)
         for key, raw in overrides.items():
             sec_name, field_name = _resolve_key(key)
+            if sec_name not in sections:
+                raise PlatformError(f"{self.source}: cannot override {key!r}: the profile has no [{sec_name}] table")
             kind = section_fields(SECTIONS[sec_name])[field_name]
             value = _parse(self.source, sec_name, field_name, kind, raw,
                            section_bounds(SECTIONS[sec_name])[field_name])
@@ -114,6 +116,8 @@ def parse_platform(text: str, source: str) -> Platform:
     sections = {}
     for sec_name, cls in SECTIONS.items():
         table = raw.get(sec_name)
+        if table is None and sec_name in OPTIONAL_SECTIONS:
+            continue
         if table is None:
             raise PlatformError(f"{source}: missing section [{sec_name}]")
         if not isinstance(table, dict):

@@ -148,6 +148,16 @@ class DMASpec:
     local_latency: float = quantity("time", "startup latency of an AM <-> SM transfer")
 
 
+@dataclass(frozen=True)
+class FailureSpec:
+    """How often a cluster fails, and what a checkpoint and a restart cost (`ratc plan --failures`)."""
+
+    cluster_mtbf: float = quantity("time", "mean time between failures of one cluster", low=">0")
+    checkpoint_bandwidth: float = quantity("bandwidth", "one cluster's write (and read) bandwidth to checkpoint storage")
+    storage_bandwidth: float = quantity("bandwidth", "aggregate bandwidth of the checkpoint storage, shared by all clusters")
+    relaunch_time: float = quantity("time", "re-launching a job after a failure, before its checkpoint is read")
+
+
 SECTIONS: dict[str, type] = {
     "cluster": ClusterSpec,
     "network": NetworkSpec,
@@ -155,7 +165,10 @@ SECTIONS: dict[str, type] = {
     "dsp": DSPSpec,
     "vliw": VLIWSpec,
     "dma": DMASpec,
+    "failures": FailureSpec,
 }
+# Sections a profile may leave out (the commands that need one say so, naming the platform).
+OPTIONAL_SECTIONS = frozenset({"failures"})
 
 
 def section_fields(cls: type) -> dict[str, str]:
