@@ -6,6 +6,8 @@ Oracles: the uninterrupted run of the same program (bitwise), and, for a resume 
 shape, the one-process executor at that shape started in memory from the same state.
 """
 
+import dataclasses
+import os
 import signal
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import torch
 from ratc.cli.main import main
 from ratc.dist.launch import launch
 from ratc.dist.worker import RunConfig
+from ratc.errors import RatcError
 from ratc.vm.functional import checkpoint as ckpt
 from ratc.vm.functional.session import Session, TrainConfig, compile_for
 
@@ -86,6 +89,32 @@ def test_train_checkpoint_resumes_under_launch_bit_for_bit(saved, tmp_path):
                      2, 2, deadline_s=DEADLINE_S)
     assert results[0].first_step == 2 and results[0].losses == losses[2:]
     assert all(torch.equal(a, b) for a, b in zip(_unsharded(results, _cfg()), params))
+
+
+@pytest.mark.parametrize("kill", ["in step 3", "saving step 3"])
+def test_a_rank_killed_mid_run_resumes_from_the_last_checkpoint_bit_for_bit(saved, tmp_path, monkeypatch, kill):
+    """Rank 0 is SIGKILLed after step 3's loss (before its save), or while it completes the
+    checkpoint of step 3 (the ranks forked after the patch inherit it): the job fails, the
+    checkpoint of step 2 stands, and resuming from it gives the uninterrupted run."""
+    losses, params, _ = saved
+    die = lambda *a: os.kill(os.getpid(), signal.SIGKILL)      # noqa: E731
+    on_step = (lambda i, *a: die() if i == 2 else None) if kill == "in step 3" else None
+    if kill == "saving step 3":
+        complete = ckpt.write_manifest
+        monkeypatch.setattr(ckpt, "write_manifest", lambda d, step, *a: die() if step == 3 else complete(d, step, *a))
+    cfg = RunConfig(model=EXAMPLE, preset=PRESET, steps=4, checkpoint_dir=str(tmp_path), checkpoint_every=1)
+    module = compile_for(_cfg())
+    with pytest.raises(RatcError, match=r"rank 0 \(stage 0, replica 0\) was killed by SIGKILL"):
+        launch(module, cfg, 2, 2, on_step=on_step, deadline_s=DEADLINE_S)
+    monkeypatch.undo()
+    found = ckpt.find(tmp_path)
+    assert found.step == 2
+    results = launch(module, dataclasses.replace(cfg, resume=str(found.path), first_step=2), 2, 2,
+                     deadline_s=DEADLINE_S)
+    assert results[0].losses == losses[2:]
+    assert all(torch.equal(a, b) for a, b in zip(_unsharded(results, _cfg()), params))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000001", "step-00000002", "step-00000003",
+                                                         "step-00000004"]     # the dead save's leftovers gone
 
 
 @pytest.mark.parametrize("P,D,M", [(1, 2, 2), (2, 1, 4)])
@@ -205,7 +234,7 @@ def test_train_resumes_its_own_checkpoint_with_the_losses_of_the_uninterrupted_r
 
 
 @pytest.mark.parametrize("extra,message", [
-    (["--checkpoint-every", "2"], "--checkpoint-every N needs N >= 1 and --checkpoint-dir DIR"),
+    (["--checkpoint-every", "2"], "--checkpoint-every N needs --checkpoint-dir DIR"),
     (["--resume", "{ckpt}"], "the checkpoint is after step 2; --steps 2 leaves nothing to run"),
     (["--resume", "{missing}"], "no such checkpoint directory"),
 ])

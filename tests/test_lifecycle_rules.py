@@ -10,6 +10,8 @@ shapes, and torch's autograd (what it really saves).
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tiny_programs import compile_tiny, mt3000, tiny, tiny_plan
 
 from ratc.errors import RatcError
@@ -476,3 +478,20 @@ def test_a_reduce_of_the_last_micro_batch_is_named_at_the_reduce():
     red.attributes["mb"] = 1
     with pytest.raises(VerifyError, match="per-micro-batch reduction exists only under ZeRO >= 2 before the last"):
         check_task(red)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 12).flatmap(lambda n: st.tuples(
+    st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=30))))
+def test_the_deadlock_checks_cycle_test_agrees_with_networkx(graph):
+    """The verifier's Kahn count (networkx costs more to import than the check) against
+    networkx's own acyclicity test, on random graphs with self-loops and repeated edges."""
+    import networkx as nx
+
+    from ratc.lifecycle.checks import _acyclic
+
+    n, edges = graph
+    g = nx.DiGraph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from(edges)
+    assert _acyclic(n, edges) == nx.is_directed_acyclic_graph(g)

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from ratc.cli.checkpoint_options import add_checkpoint_arguments, check_checkpoint_arguments
 from ratc.errors import RatcError
 
 
@@ -48,15 +49,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", metavar="FILE",
                    help="write the real timeline of every rank (tasks, transfers, collectives, waits) as one "
                         "Chrome trace, in the layout of `ratc run --trace`")
-    p.add_argument("--checkpoint-dir", metavar="DIR",
-                   help="save sharded checkpoints (torch.distributed.checkpoint) under DIR/step-NNNNNNNN: after "
-                        "the last step, and every --checkpoint-every steps")
-    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
-                   help="also save after every N steps (needs --checkpoint-dir)")
-    p.add_argument("--resume", metavar="DIR",
-                   help="start from the last complete checkpoint under DIR (or the step directory DIR), saved "
-                        "by `ratc launch` or `ratc train` at any P, D and ZeRO stage of the same training; "
-                        "--steps counts from the training's first step")
+    add_checkpoint_arguments(p, "train")
     p.add_argument("--csv", metavar="FILE", help="write step, loss, wall time and exposed communication per step")
     p.add_argument("--plot", metavar="FILE", help="draw the loss per step as a .png or .svg")
 
@@ -110,10 +103,7 @@ def _checkpointing(args: argparse.Namespace, module, cfg):
     from ratc.dist.worker import run_identity
     from ratc.io import refuse_input
 
-    if args.checkpoint_every < 0 or (args.checkpoint_every and not args.checkpoint_dir):
-        raise RatcError("--checkpoint-every N needs N >= 1 and --checkpoint-dir DIR"
-                        if args.checkpoint_every >= 0 else f"--checkpoint-every must be at least 1, got "
-                                                           f"{args.checkpoint_every}")
+    check_checkpoint_arguments(args)
     if args.checkpoint_dir:
         refuse_input(args.checkpoint_dir, "--checkpoint-dir")
         inside = os.path.realpath(args.checkpoint_dir).startswith(os.path.realpath(args.outdir).rstrip(os.sep) + os.sep)

@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+from ratc.cli.checkpoint_options import add_checkpoint_arguments, check_checkpoint_arguments
 from ratc.errors import RatcError
 from ratc.step.config import ACT_OPTION_NAMES
 
@@ -43,15 +44,7 @@ def register(subparsers) -> None:
                         "directory of `ratc compile`) instead of compiling one; its plan fixes P, D, Z, M, b "
                         "and the activation policy")
     p.add_argument("--emit-program", metavar="FILE.ir", help="write the executed life program here")
-    p.add_argument("--checkpoint-dir", metavar="DIR",
-                   help="save checkpoints under DIR/step-NNNNNNNN (the format of `ratc launch`): after the last "
-                        "step, and every --checkpoint-every steps")
-    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
-                   help="also save after every N steps (needs --checkpoint-dir)")
-    p.add_argument("--resume", metavar="DIR",
-                   help="start from the last complete checkpoint under DIR (or the step directory DIR), saved by "
-                        "`ratc train` or `ratc launch` at any P, D and ZeRO stage of the same training; --steps "
-                        "counts from the training's first step; runs without the PyTorch reference")
+    add_checkpoint_arguments(p, "launch", "; runs without the PyTorch reference")
     p.set_defaults(func=handler)
 
 
@@ -170,8 +163,7 @@ def handler(args: argparse.Namespace) -> int:
     module = None
     if args.program:
         module, cfg = _load_program(args.program, cfg)
-    if args.checkpoint_every < 0 or (args.checkpoint_every and not args.checkpoint_dir):
-        raise RatcError("--checkpoint-every N needs N >= 1 and --checkpoint-dir DIR")
+    check_checkpoint_arguments(args)
     if args.resume and cfg.reference:
         print("ratc train: --resume runs without the PyTorch reference (it would start from its own "
               "initial state)", file=sys.stderr)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from ratc.errors import RatcError
 from ratc.units import format_time
 from ratc.vm.system.dag import resource_label
 from ratc.vm.system.engine import Timeline
 from ratc.vm.system.results import clipped, critical_path, step_window
+
+if TYPE_CHECKING:       # (a graph is only passed in: `ratc run` without --critical-path imports none)
+    import networkx as nx
 
 # what let a task of the chain start
 START, DEPENDENCY, RESOURCE = "start", "dependency", "resource"

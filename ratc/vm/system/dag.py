@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from ratc.errors import RatcError
 from ratc.gcpause import gc_paused
 from ratc.vm.system.engine import Timeline
+
+if TYPE_CHECKING:       # (networkx is imported where a graph is built: `ratc run` without --dag needs none)
+    import networkx as nx
 
 # suffix -> format of `ratc run --dag FILE`
 DAG_FORMATS = {".graphml": "graphml", ".dot": "dot", ".gv": "dot"}
@@ -24,6 +26,8 @@ def task_graph(tl: Timeline) -> nx.DiGraph:
     """Nodes: task indices with the task's attributes and simulated times (cycles); edges:
     dependencies (a task -> the tasks that wait for it). Attribute values are scalars, so
     the graph writes as GraphML as it is."""
+    import networkx as nx
+
     prog = tl.program
     g = nx.DiGraph(clock_hz=float(prog.clock), stages=prog.stages, replicas=prog.replicas,
                    steps=prog.steps, symmetric=prog.symmetric)
@@ -52,6 +56,8 @@ def dag_format(path: str | Path) -> str:
 
 def dag_text(g: nx.DiGraph, form: str) -> str:
     """The graph as GraphML or DOT text (byte-identical for the same graph)."""
+    import networkx as nx
+
     with gc_paused():
         return "\n".join(nx.generate_graphml(g)) + "\n" if form == "graphml" else dot_text(g)
 
