@@ -18,7 +18,7 @@ import torch
 
 from ratc.cli.main import main
 from ratc.dist.launch import launch
-from ratc.dist.worker import RunConfig
+from ratc.dist.worker import RunConfig, Stopped
 from ratc.errors import RatcError
 from ratc.vm.functional import checkpoint as ckpt
 from ratc.vm.functional.session import Session, TrainConfig, compile_for
@@ -115,6 +115,23 @@ def test_a_rank_killed_mid_run_resumes_from_the_last_checkpoint_bit_for_bit(save
     assert all(torch.equal(a, b) for a, b in zip(_unsharded(results, _cfg()), params))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000001", "step-00000002", "step-00000003",
                                                          "step-00000004"]     # the dead save's leftovers gone
+
+
+def test_on_sigterm_the_ranks_finish_the_step_save_and_stop(saved, tmp_path):
+    """Rank 0 gets SIGTERM after step 2: every rank learns it with step 3's losses, saves step
+    3 and stops; resuming from it gives the uninterrupted run."""
+    losses, params, _ = saved
+    cfg = RunConfig(model=EXAMPLE, preset=PRESET, steps=4, checkpoint_dir=str(tmp_path))
+    module = compile_for(_cfg())
+    term = lambda i, *a: os.kill(os.getpid(), signal.SIGTERM) if i == 1 else None      # noqa: E731
+    with pytest.raises(Stopped, match="the ranks stopped on SIGTERM, each after saving its part of a checkpoint"):
+        launch(module, cfg, 2, 2, on_step=term, deadline_s=DEADLINE_S)
+    found = ckpt.find(tmp_path)
+    assert found.step == 3
+    results = launch(module, dataclasses.replace(cfg, resume=str(found.path), first_step=3), 2, 2,
+                     deadline_s=DEADLINE_S)
+    assert results[0].losses == losses[3:]
+    assert all(torch.equal(a, b) for a, b in zip(_unsharded(results, _cfg()), params))
 
 
 @pytest.mark.parametrize("P,D,M", [(1, 2, 2), (2, 1, 4)])
@@ -245,3 +262,22 @@ def test_checkpoint_options_are_checked_before_training(one_saved, tmp_path, cap
             "--micro-batch-size", "1", "--no-reference", "--steps", "2", *extra]
     assert main(argv) == 1
     assert message in capsys.readouterr().err
+
+
+def test_ratc_launch_on_sigterm_has_its_ranks_save_then_exits_143(tmp_path):
+    """SIGTERM to `ratc launch` (a scheduler ending the job) reaches the ranks, which finish
+    the step, save it and stop; the launcher exits 143 leaving a complete checkpoint."""
+    assert main(["compile", EXAMPLE, "--preset", "tiny", "--plan", "P=1,D=2,Z=1,b=1,A=2,FSR,deadline", "--no-run",
+                 "-o", str(tmp_path / "prog")]) == 0
+    job = subprocess.Popen([sys.executable, "-m", "ratc", "launch", str(tmp_path / "prog"), "--steps", "1000",
+                            "--checkpoint-dir", str(tmp_path / "ckpt")], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().startswith("step    0")
+        job.send_signal(signal.SIGTERM)
+        _, err = job.communicate(timeout=120)
+    finally:
+        job.kill()
+    assert job.returncode == 143, err
+    found = ckpt.find(tmp_path / "ckpt")
+    assert 1 <= found.step < 1000 and f"stopped by SIGTERM after step {found.step}" in err

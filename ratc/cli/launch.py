@@ -182,7 +182,13 @@ def handler(args: argparse.Namespace) -> int:
     module, cfg, P, D = prepare(args)
     if cfg.backend == "nccl":
         return _torchrun(args, P * D)
+    from ratc.dist.worker import Stopped
+
     print(f"ratc launch: {P * D} ranks (P={P}, D={D}), {cfg.backend}, {cfg.steps} steps", file=sys.stderr)
-    results = launch(module, cfg, P, D, on_step=print_step(tokens_per_step(module)))
+    try:
+        results = launch(module, cfg, P, D, on_step=print_step(tokens_per_step(module)))
+    except Stopped as exc:
+        print(f"ratc launch: {exc}", file=sys.stderr)
+        return Stopped.EXIT
     write_outputs(args, results[0], D)
     return 0

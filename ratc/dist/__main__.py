@@ -15,7 +15,7 @@ from ratc.errors import RatcError
 
 def main(argv: list[str] | None = None) -> int:
     from ratc.cli.launch import add_run_arguments, prepare, print_step, tokens_per_step, write_outputs
-    from ratc.dist.worker import run_rank
+    from ratc.dist.worker import Stopped, run_rank
 
     parser = argparse.ArgumentParser(prog="python -m ratc.dist", description=__doc__.split("\n\n")[0])
     add_run_arguments(parser)
@@ -29,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
         result = run_rank(module, cfg, rank, world, on_step=print_step(tokens_per_step(module)) if rank == 0 else None)
         if rank == 0:
             write_outputs(args, result, D)
+    except Stopped as exc:          # SIGTERM (torchrun's, a scheduler's): the checkpoint is saved
+        print(f"ratc: {exc}", file=sys.stderr)
+        return Stopped.EXIT
     except RatcError as exc:
         print(f"ratc: error: {exc}", file=sys.stderr)
         return 1

@@ -36,10 +36,30 @@ def _child(module, cfg, rank: int, world: int, store_path: str, out_fd: int, on_
             fh.write(data)
         return 0
     except RatcError as exc:
-        print(f"ratc: error: {exc}", file=sys.stderr)
+        from ratc.dist.worker import Stopped
+
+        print(f"ratc: {'' if isinstance(exc, Stopped) else 'error: '}{exc}", file=sys.stderr)
+        if isinstance(exc, Stopped):
+            return Stopped.EXIT
     except BaseException:  # noqa: BLE001 - a rank's crash is reported with its traceback
         print(f"ratc: rank {rank} crashed:\n{traceback.format_exc()}", file=sys.stderr)
     return 1
+
+
+def _stop(children: dict, grace_s: float) -> None:
+    """SIGTERM every rank and reap those that exit within grace_s (a second interrupt cuts it short)."""
+    try:
+        for pid in children:
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while children and time.monotonic() < deadline:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+            if pid:
+                children.pop(pid, None)
+            else:
+                time.sleep(0.05)
+    except BaseException:  # noqa: BLE001 - the caller kills whoever is left
+        pass
 
 
 def _describe_exit(status: int) -> str:
@@ -80,19 +100,29 @@ def launch(module, cfg, P: int, D: int, on_step=None, deadline_s: float | None =
                 os._exit(code)
             os.close(w_fd)
             children[pid], pipes[r_fd] = rank, (rank, bytearray())
-        results, failure = _supervise(children, pipes, deadline_s)
+        # while checkpointing, a SIGTERM of the launcher reaches the ranks, which save first
+        grace = 2 * cfg.timeout_s if cfg.checkpoint_dir is not None else None
+        results, failure = _supervise(children, pipes, deadline_s, grace)
     if failure == "deadline":
         raise RatcError(f"the job did not finish within {deadline_s:g} s; its ranks were ended")
     if failure is not None:
         rank, status = failure
+        from ratc.dist.worker import Stopped
+
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == Stopped.EXIT:
+            raise Stopped(f"the ranks stopped on SIGTERM, each after saving its part of a checkpoint under "
+                          f"{cfg.checkpoint_dir}; `--resume {cfg.checkpoint_dir}` continues the training")
         p, r = divmod(rank, D)
         raise RatcError(f"rank {rank} (stage {p}, replica {r}) {_describe_exit(status)}; the other ranks were ended")
     return [results[r] for r in sorted(results)]
 
 
-def _supervise(children: dict, pipes: dict, deadline_s: float | None) -> tuple[dict, object]:
+def _supervise(children: dict, pipes: dict, deadline_s: float | None,
+               grace_s: float | None = None) -> tuple[dict, object]:
     """Collect the ranks' results until every one has exited; the first failure ends the rest.
-    Returns ({rank: result}, (rank, wait status) of the first failure, "deadline" or None)."""
+    Returns ({rank: result}, (rank, wait status) of the first failure, "deadline" or None).
+    Interrupted itself, it ends the ranks at once, or with `grace_s` sends them SIGTERM and
+    gives them that long to stop (they save a checkpoint first)."""
     failure, ending_since, results = None, None, {}
     deadline = None if deadline_s is None else time.monotonic() + deadline_s
     try:
@@ -126,6 +156,8 @@ def _supervise(children: dict, pipes: dict, deadline_s: float | None) -> tuple[d
                 for other in children:
                     os.kill(other, signal.SIGKILL)
     except BaseException:       # Ctrl-C or SIGTERM of the launcher: no rank outlives it
+        if grace_s is not None:
+            _stop(children, grace_s)
         for pid in children:
             os.kill(pid, signal.SIGKILL)
         for pid in children:

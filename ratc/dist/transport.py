@@ -68,6 +68,8 @@ class DistTransport:
         self.recorder = None        # a ratc.dist.trace.Recorder, to record transfers and waits
         self.waited_ns = 0          # this step's time blocked on transfers and collectives
         self.exposed: list = []     # last step's waited seconds, per rank
+        self.stop_requested = False  # this rank was asked to stop (SIGTERM while checkpointing)
+        self.stopping = False       # some rank was, as of the last step's end: every rank stops
 
     # ---- waits ---------------------------------------------------------------------------------
 
@@ -129,21 +131,23 @@ class DistTransport:
                                  f"the replicas at {describe(op)}: {said}")
 
     def end_step(self, losses: dict, count: int) -> float:
-        """Wait for this step's sends, then share the losses (the head stage's) and each rank's
-        time blocked on communication with every rank."""
+        """Wait for this step's sends, then share the losses (the head stage's), each rank's
+        time blocked on communication and whether any rank was asked to stop, with every rank."""
         for work, _tensor, what, peer, span in self.sends:
             self._wait(work, what, peer, span)
         self.sends = []
         world = self.mesh.P * self.mesh.D
-        table = torch.zeros(count + world, dtype=torch.float64, device=self.device)
+        table = torch.zeros(count + world + 1, dtype=torch.float64, device=self.device)
         for (r, m), loss in losses.items():
             table[r * self.M + m] = float(loss)
         table[count + self.mesh.rank] = self.waited_ns / 1e9
+        table[-1] = float(self.stop_requested)
         # Each slot is written by one rank; the others add exact zeros.
         work = dist.all_reduce(table, async_op=True)
         self._wait(work, "the step's loss all-reduce", "every rank")
         values = table.tolist()
-        self.exposed = values[count:]
+        self.exposed = values[count:count + world]
+        self.stopping = values[-1] > 0
         return step_loss({divmod(i, self.M): v for i, v in enumerate(values[:count])}, count)
 
     # ---- stage-boundary messages -------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,12 @@ class RunConfig:
         if self.checkpoint_dir is None:
             return False
         return step == self.steps or (self.checkpoint_every > 0 and step % self.checkpoint_every == 0)
+
+
+class Stopped(RatcError):
+    """The ranks stopped after a step, having saved a checkpoint of it (a rank got SIGTERM)."""
+
+    EXIT = 143          # a rank's exit status when it stopped so (128 + SIGTERM)
 
 
 @dataclass
@@ -190,6 +197,9 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
             if cfg.resume is not None:
                 with on_device(device):
                     restore(executor, Path(cfg.resume), distributed=True)
+        if cfg.checkpoint_dir is not None:
+            # SIGTERM (a scheduler's, or torchrun's): finish the step, agree on it, save, stop
+            signal.signal(signal.SIGTERM, lambda *_: setattr(transport, "stop_requested", True))
         result = RankResult(rank, first_step=cfg.first_step)
         transport.barrier()     # every rank starts the first step together: it then times the step, not the set-up
         for i in range(cfg.first_step, cfg.steps):
@@ -203,10 +213,13 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
             result.exposed_seconds.append(sum(transport.exposed) / world)
             if on_step is not None:
                 on_step(i, loss, result.step_seconds[-1], result.exposed_seconds[-1])
-            if cfg.saves_after(i + 1):
+            if cfg.saves_after(i + 1) or transport.stopping:
                 from ratc.dist.checkpoints import save
 
                 save(executor, transport, cfg.checkpoint_dir, i + 1, identity, plan_label(module))
+            if transport.stopping:
+                raise Stopped(f"{mesh.where()}: stopped by SIGTERM after step {i + 1}, its checkpoint saved "
+                              f"under {cfg.checkpoint_dir}")
         result.shards = {u: s.master.detach().cpu().clone() for u, s in enumerate(executor.state[mesh.r])
                          if s is not None}
         if recorder:        # after the last step, at the same point on every rank
