@@ -54,7 +54,6 @@ def timings(runs: int, steps: int) -> dict:
         startup.append(total - sum(r0.step_seconds))
         dist_step.append(statistics.median(r0.step_seconds[1:]))
         exposed.append(statistics.median(e / s for e, s in zip(r0.exposed_seconds[1:], r0.step_seconds[1:])))
-        torch.set_num_threads(1)        # as each rank runs (--threads 1), and as `ratc train` does
         session = Session(cfg, module=module)
         times = []
         for i in range(steps):
@@ -173,6 +172,10 @@ def main() -> int:
     ap.add_argument("--write-docs", action="store_true",
                     help=f"write the results to {DOC.relative_to(ROOT)}, replacing only the sections measured")
     args = ap.parse_args()
+    # one thread, as every rank runs (RunConfig.threads) and `ratc train` does: the one-process
+    # executor is then compared at equal threads, and two threads on a busy 2-core machine
+    # wait on each other for most of a step
+    torch.set_num_threads(1)
     when = (f"{time.strftime('%Y-%m-%d')}, {torch.get_num_threads()}-thread {sys.platform}, torch "
             f"{torch.__version__}, gloo, load average {os.getloadavg()[0]:.1f} at the start")
     sections = {"": ["# The distributed runtime, measured", "",
