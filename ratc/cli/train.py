@@ -132,19 +132,16 @@ def _checkpoints(args: argparse.Namespace, session):
 MAX_THREADS = 1024      # torch's own pools fail (or crash) far above a machine's cores
 
 
-def handler(args: argparse.Namespace) -> int:
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Ranges and outputs, before any work (so that a typo does not lose the run)."""
     import torch
-    from tqdm import tqdm
 
-    from ratc.io import check_output, report_written, write_atomic
-    from ratc.vm.functional.session import Session, TrainConfig, relative_deviation
-    from ratc.vm.functional.shards import AdamW
+    from ratc.io import check_output
 
     if args.steps < 1:
         raise RatcError(f"--steps must be at least 1, got {args.steps}")
     if not 1 <= args.threads <= MAX_THREADS:
         raise RatcError(f"--threads must be 1..{MAX_THREADS}, got {args.threads}")
-    torch.set_num_threads(args.threads)
     # the optimizer runs in fp32: a learning rate it cannot hold overflows the update
     if not 0 < args.lr <= torch.finfo(torch.float32).max:
         raise RatcError(f"--lr must be positive and finite in fp32, got {args.lr}")
@@ -152,10 +149,24 @@ def handler(args: argparse.Namespace) -> int:
         raise RatcError(f"--seed must be 0..2**63-1, got {args.seed}")
     for flag, path in (("--csv", args.csv), ("--plot", args.plot), ("--emit-program", args.emit_program)):
         if path is not None:
-            check_output(path, flag)       # before training, so a typo does not lose the run
+            check_output(path, flag)
     if args.plot:
         from ratc.report.style import format_of
         format_of(args.plot, "--plot")
+    check_checkpoint_arguments(args)
+
+
+
+def handler(args: argparse.Namespace) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from ratc.io import report_written, write_atomic
+    from ratc.vm.functional.session import Session, TrainConfig, relative_deviation
+    from ratc.vm.functional.shards import AdamW
+
+    _check_arguments(args)
+    torch.set_num_threads(args.threads)
     cfg = TrainConfig(model=args.model, preset=args.preset, P=args.pp, D=args.dp, Z=args.zero,
                       act=ACT_OPTION_NAMES[args.act_policy], state_pipeline=not args.no_state_pipeline,
                       M=args.micro_batches, b=args.micro_batch_size, seed=args.seed, opt=AdamW(lr=args.lr),
@@ -163,7 +174,6 @@ def handler(args: argparse.Namespace) -> int:
     module = None
     if args.program:
         module, cfg = _load_program(args.program, cfg)
-    check_checkpoint_arguments(args)
     if args.resume and cfg.reference:
         print("ratc train: --resume runs without the PyTorch reference (it would start from its own "
               "initial state)", file=sys.stderr)

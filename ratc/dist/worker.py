@@ -117,14 +117,14 @@ def run_identity(module, cfg: RunConfig):
     from ratc.frontend.modelfile import load_model_file
     from ratc.lifecycle.lowering import find_plan
     from ratc.step.plan import Plan
-    from ratc.vm.functional.checkpoint import RunIdentity
+    from ratc.vm.functional.checkpoint import RunIdentity, segments_of
     from ratc.vm.functional.units import split_model
 
     spec = load_model_file(cfg.model, cfg.preset)       # (on the meta device)
     units = split_model(spec.module.float().train())
     plan_op = find_plan(module)
     return RunIdentity(plan_op.attributes["model"], spec.seq_len, Plan.from_ir(plan_op).config.global_batch,
-                       cfg.seed, cfg.lr, tuple(tuple(u.segments) or (u.numel,) for u in units.units))
+                       cfg.seed, cfg.lr, segments_of(units))
 
 
 def rehearse(module, cfg: RunConfig) -> dict:

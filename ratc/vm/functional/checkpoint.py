@@ -68,10 +68,14 @@ def step_dir(root: str | Path, step: int) -> Path:
     return Path(root) / f"step-{step:08d}"
 
 
+def segments_of(units) -> tuple:
+    """Per unit of a UnitSet, the element counts of its flat vector's segments."""
+    return tuple(tuple(u.segments) or (u.numel,) for u in units.units)
+
+
 def identity_of(executor, model: str, seq_len: int, seed: int, lr: float) -> RunIdentity:
     """The run an executor trains, as a checkpoint records it."""
-    segments = tuple(tuple(u.segments) or (u.numel,) for u in executor.units.units)
-    return RunIdentity(model, seq_len, executor.D * executor.M * executor.b, seed, lr, segments)
+    return RunIdentity(model, seq_len, executor.D * executor.M * executor.b, seed, lr, segments_of(executor.units))
 
 
 # ---- the state dictionary ------------------------------------------------------------------
