@@ -15,6 +15,7 @@ def save(executor, transport, root: str, step: int, identity: ckpt.RunIdentity, 
     """Every rank saves its state into one checkpoint directory, which rank 0 completes
     (manifest, then the rename that makes it visible); collective, in program order."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.device_mesh import DeviceMesh
 
     from ratc.atomic import Staging, recover
@@ -33,16 +34,18 @@ def save(executor, transport, root: str, step: int, identity: ckpt.RunIdentity, 
             dist.broadcast_object_list(shared, src=0)
             device_mesh = DeviceMesh.from_group(transport.group, transport.device.type)
             dcp.save(ckpt.local_state(executor, device_mesh), checkpoint_id=shared[0])
-        except RuntimeError as exc:     # gloo's and DCP's failures (a peer gone, a timeout)
+        except (RuntimeError, CheckpointException) as exc:    # gloo's and DCP's (a peer gone, a timeout)
             raise RuntimeFailure(f"{mesh.where()}: {what} failed: {str(exc).splitlines()[0] if str(exc) else exc}")
         if staging is not None:
             ckpt.write_manifest(staging.path, step, step * identity.global_batch, identity, config)
             staging.swap_in(ckpt.refuse_foreign)
+            staging.close()
             staging = None
         transport.barrier(what)     # the checkpoint is complete when any rank goes on
     finally:
         if staging is not None:
             staging.discard()
+            staging.close()
 
 
 def resume_point(path: str, identity: ckpt.RunIdentity, steps: int) -> ckpt.Checkpoint:
