@@ -127,7 +127,7 @@ def check_life_module(module, where: str, clock: float | None = None) -> None:
     plan = find_plan(module)
     a = plan.attributes
     for key, high in (("P", MAX_CLUSTERS), ("D", MAX_CLUSTERS), ("T", MAX_CLUSTERS), ("b", MAX_MICRO_BATCH),
-                      ("M", limits.MAX_MICRO_BATCHES), ("seq_len", MAX_SEQ_LEN)):
+                      ("A", limits.MAX_MICRO_BATCHES), ("seq_len", MAX_SEQ_LEN)):
         if not (type(a.get(key)) is int and 1 <= a[key] <= high):
             raise _fail(where, plan, f"life.plan {key} = {a.get(key)!r} is out of range (1..{high})")
     if a["P"] * a["D"] * a["T"] > MAX_CLUSTERS:

@@ -86,7 +86,7 @@ def plan_text(stages, M: int, D: int = 1, Z: int = 1, act: str = "full", pref: s
     units = [_unit_text(i, p, dec, u, D, Z) for i, (p, dec, u) in enumerate(placed)]
     return "\n".join([
         f"module @P{P}_D{D}_M{M} {{",
-        f'  life.plan @plan {{P = {P}, D = {D}, T = 1, Z = {Z}, b = 1, M = {M}, act = "{act}", pref = "{pref}", '
+        f'  life.plan @plan {{P = {P}, D = {D}, T = 1, Z = {Z}, b = 1, A = {M}, act = "{act}", pref = "{pref}", '
         f'seq_len = 1, p2p = {_seconds(p2p)}, budget = {budget}B, model = "hand", platform = "mt3000"}} {{',
         *units, "  }", "}", ""])
 

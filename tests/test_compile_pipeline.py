@@ -196,7 +196,7 @@ def _edited_copy(program, tmp_path, name, edit):
          "malformed kernel table: kernels[0].cycles: None is not an integer in 1.."),
     ("manifest.json", lambda t: json.dumps({**json.loads(t), "files": []}), "malformed manifest: 'files' must map"),
     ("manifest.json", lambda t: json.dumps({**json.loads(t), "files": {"../x": "0"}}), "is not a plain relative path inside the program directory"),
-    ("program.ir", lambda t: re.sub(r"life.plan @plan \{D = \d+", "life.plan @plan {D = 0", t, count=1),
+    ("program.ir", lambda t: re.sub(r"(life.plan @plan \{A = \d+, )D = \d+", r"\1D = 0", t, count=1),
      "error: 'life.plan' D must be at least 1, got 0"),
     ("program.ir", lambda t: re.sub(r", P = \d+,", ", P = 0,", t, count=1), "error: 'life.plan' P must be at least 1, got 0"),
 ])
@@ -267,7 +267,7 @@ def test_compile_refuses_contradictory_or_empty_options(extra, message, capsys):
 @pytest.mark.parametrize("edit, message", [
     (lambda t: re.sub(r"dur = [0-9.e+-]+", "dur = nan", t, count=1), "duration must be finite and not negative"),
     (lambda t: re.sub(r"tier = \[\"(\w+)\"", 'tier = ["eternal"', t, count=1), "tier must name long, medium"),
-    # the pipeline repeats nothing of its plan (every reader takes P, M, Z from the plan)
+    # the pipeline repeats nothing of its plan (every reader takes P, A, Z from the plan)
     (lambda t: t.replace("life.pipeline @step {", "life.pipeline @step {M = 3, ", 1),
      "'life.pipeline' has unknown attribute 'M'"),
     # annotations the VM or the report read

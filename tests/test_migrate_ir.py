@@ -38,3 +38,8 @@ def test_the_pipeline_loses_its_copies_of_what_the_plan_says():
     assert migrate(old) == '  life.pipeline @step {act = "fsr", plan = @plan} {\n'
     unit = "    life.unit {decoder = false, frozen = true, index = 0} \n"
     assert migrate(unit) == unit
+
+
+def test_the_plan_names_its_micro_batches_a_as_the_configuration_does():
+    old = '  life.plan @plan {D = 2, M = 4, P = 2, T = 1, Z = 2, act = "fsr", b = 1} {\n'
+    assert migrate(old) == '  life.plan @plan {A = 4, D = 2, P = 2, T = 1, Z = 2, act = "fsr", b = 1} {\n'

@@ -114,8 +114,8 @@ def test_a_step_of_1e17_seconds_is_refused_with_the_field_named(program, tmp_pat
     err = _refused(copy, capsys)
     assert "program.ir:" in err and f"dur = 1.4e+17 s is out of range (0..{MAX_TASK_SECONDS:g} s)" in err
     shutil.rmtree(copy)
-    copy = _edited(program, tmp_path, "program.ir", lambda t: re.sub(r"life.plan @plan \{D = \d+",
-                                                                    "life.plan @plan {D = 1000000000000", t))
+    copy = _edited(program, tmp_path, "program.ir", lambda t: re.sub(r"(life.plan @plan \{A = \d+, )D = \d+",
+                                                                    r"\1D = 1000000000000", t))
     err = _refused(copy, capsys)
     assert f"life.plan D = 1000000000000 is out of range (1..{MAX_CLUSTERS})" in err
 

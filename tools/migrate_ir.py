@@ -91,11 +91,19 @@ def _drop_pipeline_copies(text: str) -> str:
                    for line in text.splitlines(keepends=True))
 
 
+# 4. `life.plan` names its micro-batches per replica and step A, as the Candidate and the
+# configuration label do (it was M).
+def _plan_names_a(text: str) -> str:
+    return "".join(_rename_attrs(line, {"M": "A"}) if "life.plan @" in line else line
+                   for line in text.splitlines(keepends=True))
+
+
 MAP = [
     ("life.pipeline drops `budget` (the plan holds it)", lambda text: _PIPELINE_BUDGET.sub(r"\1", text)),
     ("attributes renamed (" + ", ".join(f"{a} -> {b}" for a, b in RENAMED.items()) + ")",
      lambda text: "".join(_rename_attrs(line) for line in text.splitlines(keepends=True))),
     ("life.pipeline drops its copies of the plan (P, M, Z, units, no_recover, frozen, ties)", _drop_pipeline_copies),
+    ("life.plan's M is named A", _plan_names_a),
 ]
 
 

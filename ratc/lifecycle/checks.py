@@ -59,7 +59,7 @@ class _Ctx:
                               f"(plan = {pipe.attributes.get('plan')})", pipe)
         p = plan.attributes
         plan_units = plan.region.ops if plan.region is not None else ()
-        self.P, self.M, self.Z, self.head = p["P"], p["M"], p["Z"], len(plan_units) - 1
+        self.P, self.M, self.Z, self.head = p["P"], p["A"], p["Z"], len(plan_units) - 1
         self.act = pipe.attributes["act"]       # (lower-to-life may lower another policy than the plan's)
         self.p = stage.attributes["stage"]
         self.units = stage.attributes["units"]

@@ -1,6 +1,6 @@
 """The life dialect: per-stage training programs whose state objects are SSA values.
 
-    life.plan @plan {P = 2, M = 4, Z = 2, act = "fsr", ...} { life.unit {index = 1, ...} ... }
+    life.plan @plan {A = 4, P = 2, Z = 2, act = "fsr", ...} { life.unit {index = 1, ...} ... }
     life.pipeline @step {plan = @plan, schedule = "1f1b", ...} {
       life.stage @s0 {stage = 0, units = [0, 1, 2]} {
         %w1 = life.param {unit = 1, sizes = [...]} : !life.param
@@ -102,7 +102,7 @@ def _check_counts(op, keys, low: int = 1):
 
 
 def _check_plan(op):
-    _check_counts(op, ("P", "D", "T", "b", "M", "seq_len"))
+    _check_counts(op, ("P", "D", "T", "b", "A", "seq_len"))
     _check_counts(op, ("Z",), 0)
     a = op.attributes
     if a["Z"] not in ZERO_STAGES:

@@ -55,7 +55,7 @@ class _StageLowering:
 
     def __init__(self, plan: Operation, p: int, units: list[Operation], act: str):
         a = plan.attributes
-        self.P, self.M, self.Z, self.p, self.act = a["P"], a["M"], a["Z"], p, act
+        self.P, self.M, self.Z, self.p, self.act = a["P"], a["A"], a["Z"], p, act
         self.p2p = a["p2p"]
         self.units = units
         self.head = len(plan.region.ops) - 1
@@ -288,7 +288,7 @@ def lower(module: Module, act_policy: str | None = None) -> Operation:
         raise RatcError(f"module @{module.name} is already lowered (it has a life.pipeline)")
     a = plan.attributes
     act = act_policy or a["act"]
-    P, M = a["P"], a["M"]
+    P, M = a["P"], a["A"]
     units = plan.region.ops
     if M > limits.MAX_MICRO_BATCHES:
         raise RatcError(f"life.plan: M = {M} micro-batches per step; ratc compiles programs of at most "

@@ -48,7 +48,7 @@ def state_pipeline(pipe, mode: str) -> None:
         syncs = [op for op in ops if op.name == "life.grad_sync"]
         if layerwise:
             last_bwd = {op.attributes["unit"]: op for op in ops
-                        if op.name == "life.bwd" and op.attributes["mb"] == plan["M"] - 1}
+                        if op.name == "life.bwd" and op.attributes["mb"] == plan["A"] - 1}
             _reinsert(ops, syncs, lambda op: last_bwd[op.attributes["unit"]])
         else:
             main_end = max(i for i, op in enumerate(ops) if main_task(op) is not None)

@@ -86,7 +86,7 @@ class Schedule1F1B(Pass):
         def move(pipe):
             plan = lowering.find_plan(module).attributes
             for stage in pipe.region.ops:
-                reorder_stage(stage, plan["P"], plan["M"])
+                reorder_stage(stage, plan["P"], plan["A"])
             pipe.attributes["schedule"] = "1f1b"
         _moving(module, move)
 

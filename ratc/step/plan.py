@@ -24,7 +24,7 @@ class Plan:
         """The configuration's `life.plan` attributes (the layer balance only when not `time`,
         the default, so programs planned by time read as before it was recorded)."""
         c = self.config
-        attrs = {"P": c.P, "D": c.D, "T": c.T, "Z": c.Z, "b": c.b, "M": c.A, "act": c.act, "pref": c.pref,
+        attrs = {"P": c.P, "D": c.D, "T": c.T, "Z": c.Z, "b": c.b, "A": c.A, "act": c.act, "pref": c.pref,
                  "budget": ByteSize(int(self.budget))}
         if c.balance != "time":
             attrs["balance"] = c.balance
@@ -34,13 +34,13 @@ class Plan:
     def from_ir(cls, plan_op) -> "Plan":
         """The plan a (verified) `life.plan` op holds."""
         a = plan_op.attributes
-        return cls(Candidate(a["P"], a["D"], a["T"], a["Z"], a["b"], a["M"], a["act"], a["pref"],
+        return cls(Candidate(a["P"], a["D"], a["T"], a["Z"], a["b"], a["A"], a["act"], a["pref"],
                              a.get("balance", "time")), int(a["budget"]))
 
     @staticmethod
     def spec() -> dict:
         """{attribute: IR kind} of the plan's part of `life.plan`."""
-        return {"P": "int", "D": "int", "T": "int", "Z": "int", "b": "int", "M": "int", "act": "|".join(ACT_POLICIES),
+        return {"P": "int", "D": "int", "T": "int", "Z": "int", "b": "int", "A": "int", "act": "|".join(ACT_POLICIES),
                 "pref": "|".join(PREF_POLICIES), "balance": "|".join(BALANCES) + "?", "budget": "bytes"}
 
     def label(self) -> str:
