@@ -8,6 +8,7 @@ last complete checkpoint must be the one before; resuming from it must give the 
 final parameters of the uninterrupted run of the same program, bit for bit.
 
     python benchmarks/kill_resume.py [--cases 20] [--seed 0] [--steps 4]
+    python benchmarks/kill_resume.py --every-layout    # each ZeRO stage x P x D once (16 cases)
 """
 
 from __future__ import annotations
@@ -34,10 +35,16 @@ EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "llama.py")
 DEADLINE_S = 300
 
 
-def case(rng: random.Random, steps: int) -> dict:
-    """One seeded case: configuration, the step whose end is interrupted, and how."""
-    P, D = rng.choice([(1, 1), (1, 2), (2, 1), (2, 2)])
-    return {"preset": rng.choice(["tiny", "tiny-tied"]), "P": P, "D": D, "Z": rng.randrange(4),
+LAYOUTS = [(P, D, Z) for Z in range(4) for P in (1, 2) for D in (1, 2)]
+
+
+def case(rng: random.Random, steps: int, layout: tuple | None = None) -> dict:
+    """One seeded case: configuration (`layout` = (P, D, Z) if given), the step whose end
+    is interrupted, and how."""
+    P, D = layout[:2] if layout else rng.choice([(1, 1), (1, 2), (2, 1), (2, 2)])
+    preset = rng.choice(["tiny", "tiny-tied"])
+    Z = layout[2] if layout else rng.randrange(4)
+    return {"preset": preset, "P": P, "D": D, "Z": Z,
             "kill_after": rng.randrange(1, steps), "moment": rng.choice(["mid-step", "mid-save"])}
 
 
@@ -86,11 +93,15 @@ def main() -> int:
     ap.add_argument("--cases", type=int, default=20, help="cases (default 20)")
     ap.add_argument("--seed", type=int, default=0, help="case i uses seed + i")
     ap.add_argument("--steps", type=int, default=4, help="steps of each run (default 4)")
+    ap.add_argument("--every-layout", action="store_true",
+                    help="one case per ZeRO stage, P and D (16; --cases is ignored)")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    layouts = LAYOUTS if args.every_layout else [None] * args.cases
+    args.cases = len(layouts)
     bad, start = 0, time.perf_counter()
-    for i in range(args.cases):
-        c = case(random.Random(args.seed + i), args.steps)
+    for i, layout in enumerate(layouts):
+        c = case(random.Random(args.seed + i), args.steps, layout)
         outcome = run_case(c, args.steps)
         bad += outcome != "ok"
         print(f"seed {args.seed + i}: {c['preset']} P={c['P']} D={c['D']} Z={c['Z']} killed {c['moment']} "

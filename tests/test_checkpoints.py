@@ -91,12 +91,23 @@ def test_train_checkpoint_resumes_under_launch_bit_for_bit(saved, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(_unsharded(results, _cfg()), params))
 
 
+def _resumes_as_uninterrupted(saved, module, cfg, step: int) -> None:
+    """The last complete checkpoint under cfg.checkpoint_dir is after `step` steps, and the
+    launch resumed from it ends as the uninterrupted run did."""
+    losses, params, _ = saved
+    found = ckpt.find(cfg.checkpoint_dir)
+    assert found.step == step
+    results = launch(module, dataclasses.replace(cfg, resume=str(found.path), first_step=step), 2, 2,
+                     deadline_s=DEADLINE_S)
+    assert results[0].losses == losses[step:]
+    assert all(torch.equal(a, b) for a, b in zip(_unsharded(results, _cfg()), params))
+
+
 @pytest.mark.parametrize("kill", ["in step 3", "saving step 3"])
 def test_a_rank_killed_mid_run_resumes_from_the_last_checkpoint_bit_for_bit(saved, tmp_path, monkeypatch, kill):
     """Rank 0 is SIGKILLed after step 3's loss (before its save), or while it completes the
     checkpoint of step 3 (the ranks forked after the patch inherit it): the job fails, the
     checkpoint of step 2 stands, and resuming from it gives the uninterrupted run."""
-    losses, params, _ = saved
     die = lambda *a: os.kill(os.getpid(), signal.SIGKILL)      # noqa: E731
     on_step = (lambda i, *a: die() if i == 2 else None) if kill == "in step 3" else None
     if kill == "saving step 3":
@@ -107,12 +118,7 @@ def test_a_rank_killed_mid_run_resumes_from_the_last_checkpoint_bit_for_bit(save
     with pytest.raises(RatcError, match=r"rank 0 \(stage 0, replica 0\) was killed by SIGKILL"):
         launch(module, cfg, 2, 2, on_step=on_step, deadline_s=DEADLINE_S)
     monkeypatch.undo()
-    found = ckpt.find(tmp_path)
-    assert found.step == 2
-    results = launch(module, dataclasses.replace(cfg, resume=str(found.path), first_step=2), 2, 2,
-                     deadline_s=DEADLINE_S)
-    assert results[0].losses == losses[2:]
-    assert all(torch.equal(a, b) for a, b in zip(_unsharded(results, _cfg()), params))
+    _resumes_as_uninterrupted(saved, module, cfg, 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000001", "step-00000002", "step-00000003",
                                                          "step-00000004"]     # the dead save's leftovers gone
 
@@ -120,18 +126,12 @@ def test_a_rank_killed_mid_run_resumes_from_the_last_checkpoint_bit_for_bit(save
 def test_on_sigterm_the_ranks_finish_the_step_save_and_stop(saved, tmp_path):
     """Rank 0 gets SIGTERM after step 2: every rank learns it with step 3's losses, saves step
     3 and stops; resuming from it gives the uninterrupted run."""
-    losses, params, _ = saved
     cfg = RunConfig(model=EXAMPLE, preset=PRESET, steps=4, checkpoint_dir=str(tmp_path))
     module = compile_for(_cfg())
     term = lambda i, *a: os.kill(os.getpid(), signal.SIGTERM) if i == 1 else None      # noqa: E731
     with pytest.raises(Stopped, match="the ranks stopped on SIGTERM, each after saving its part of a checkpoint"):
         launch(module, cfg, 2, 2, on_step=term, deadline_s=DEADLINE_S)
-    found = ckpt.find(tmp_path)
-    assert found.step == 3
-    results = launch(module, dataclasses.replace(cfg, resume=str(found.path), first_step=3), 2, 2,
-                     deadline_s=DEADLINE_S)
-    assert results[0].losses == losses[3:]
-    assert all(torch.equal(a, b) for a, b in zip(_unsharded(results, _cfg()), params))
+    _resumes_as_uninterrupted(saved, module, cfg, 3)
 
 
 @pytest.mark.parametrize("P,D,M", [(1, 2, 2), (2, 1, 4)])
