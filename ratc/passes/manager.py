@@ -51,7 +51,7 @@ class PassFailure(RatcError):
 # How much the pass manager verifies. "each": every op after every pass (MLIR's
 # -verify-each). "structure": every op of the input and of the result, and after each pass
 # its structure (dominance and the rules of region-holding ops: what moving tasks breaks) --
-# a fifth of the cost on a 40k-op program; an op a pass left malformed is reported at the
+# about a quarter of the cost on a 40k-op program; an op a pass left malformed is reported at the
 # end, and --verify-each then names the pass. "none": nothing.
 VERIFY_MODES = ("each", "structure", "none")
 
