@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
 
 from ratc.atomic import write_file
 from ratc.errors import OutputError, RatcError
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes, read a block at a time (checkpoint shards are large)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def read_input(path: str) -> tuple[str, str]:

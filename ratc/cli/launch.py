@@ -99,7 +99,8 @@ def _checkpointing(args: argparse.Namespace, module, cfg):
     against this run) before any rank starts."""
     import dataclasses
 
-    from ratc.dist.checkpoints import checkpoint_root, resume_point
+    from ratc.dist.checkpoints import resume_point
+    from ratc.vm.functional.checkpoint import prepare_root
     from ratc.dist.worker import run_identity
     from ratc.io import refuse_input
 
@@ -110,7 +111,7 @@ def _checkpointing(args: argparse.Namespace, module, cfg):
         if inside:
             raise RatcError(f"--checkpoint-dir {args.checkpoint_dir} is inside the program directory {args.outdir} "
                             "(an input of this command); choose a directory outside it")
-        cfg = dataclasses.replace(cfg, checkpoint_dir=str(checkpoint_root(args.checkpoint_dir)),
+        cfg = dataclasses.replace(cfg, checkpoint_dir=str(prepare_root(args.checkpoint_dir)),
                                   checkpoint_every=args.checkpoint_every)
     if args.resume:
         found = resume_point(args.resume, run_identity(module, cfg), args.steps)

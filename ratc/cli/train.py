@@ -120,7 +120,7 @@ def _checkpoints(args: argparse.Namespace, session):
     root = None
     if args.checkpoint_dir:
         refuse_input(args.checkpoint_dir, "--checkpoint-dir")
-        root = ckpt.prepare_root(args.checkpoint_dir, 0).parent
+        root = ckpt.prepare_root(args.checkpoint_dir)    # (now: a typo fails before training)
     label = Plan.from_ir(find_plan(session.module)).label()
 
     def saves(done: int) -> None:

@@ -4,8 +4,6 @@ the format)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch.distributed as dist
 
 from ratc.vm.functional import checkpoint as ckpt
@@ -26,7 +24,7 @@ def save(executor, transport, root: str, step: int, identity: ckpt.RunIdentity, 
     staging = None
     try:
         if mesh.rank == 0:
-            target = ckpt.prepare_root(root, step)
+            target = ckpt.step_dir(ckpt.prepare_root(root), step)
             recover(target)
             staging = Staging(target)
         shared = [str(staging.path) if staging is not None else None]
@@ -60,6 +58,3 @@ def resume_point(path: str, identity: ckpt.RunIdentity, steps: int) -> ckpt.Chec
     return found
 
 
-def checkpoint_root(path: str) -> Path:
-    """--checkpoint-dir, created now so that no rank fails on it mid-run."""
-    return ckpt.prepare_root(path, 0).parent

@@ -7,14 +7,10 @@ whose content changed since.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from ratc.errors import RatcError
-
-
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+from ratc.io import file_sha256
 
 
 def record(model_file: str | None, preset: str | None, seq_len: int, hf_config: str | None = None) -> dict:

@@ -43,7 +43,7 @@ class RunConfig:
 class Stopped(RatcError):
     """The ranks stopped after a step, having saved a checkpoint of it (a rank got SIGTERM)."""
 
-    EXIT = 143          # a rank's exit status when it stopped so (128 + SIGTERM)
+    EXIT = 128 + signal.SIGTERM     # a rank's exit status when it stopped so, as a shell reports SIGTERM
 
 
 @dataclass

@@ -20,7 +20,6 @@ one, and the next save removes the dead writer's leftovers.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -29,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ratc.errors import RatcError
+from ratc.io import file_sha256
 
 FORMAT, VERSION = "ratc-checkpoint", 1
 MANIFEST = "checkpoint.json"
@@ -205,19 +205,11 @@ def apply_state(executor, whole: dict) -> None:
 
 # ---- on disk ---------------------------------------------------------------------------------
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_manifest(directory: Path, step: int, data_position: int, identity: RunIdentity, config: str) -> None:
     """The manifest of a checkpoint whose tensors are in `directory` (written last)."""
     from ratc.atomic import write_file
 
-    files = {p.name: _sha256(p) for p in sorted(directory.iterdir()) if p.is_file() and p.name != MANIFEST}
+    files = {p.name: file_sha256(p) for p in sorted(directory.iterdir()) if p.is_file() and p.name != MANIFEST}
     doc = {"format": FORMAT, "version": VERSION, "step": step, "data_position": data_position, "config": config,
            "run": {**asdict(identity), "segments": [list(s) for s in identity.segments]},
            "files": files}
@@ -244,7 +236,7 @@ def save_local(executor, root: str | Path, step: int, identity: RunIdentity, con
 
     from ratc.atomic import Staging, recover
 
-    target = prepare_root(root, step)
+    target = step_dir(prepare_root(root), step)
     recover(target)
     staging = Staging(target)
     try:
@@ -259,8 +251,8 @@ def save_local(executor, root: str | Path, step: int, identity: RunIdentity, con
     return target
 
 
-def prepare_root(root: str | Path, step: int) -> Path:
-    """The step directory a save writes, its checkpoint root created (refused if a file)."""
+def prepare_root(root: str | Path) -> Path:
+    """The checkpoint root, created (refused if it is a file)."""
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise CheckpointError(f"--checkpoint-dir {root}: it is a file, not a directory")
@@ -268,7 +260,7 @@ def prepare_root(root: str | Path, step: int) -> Path:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CheckpointError(f"--checkpoint-dir {root}: cannot create it ({exc.strerror})") from None
-    return step_dir(root, step)
+    return root
 
 
 def find(path: str | Path) -> Checkpoint:
@@ -311,7 +303,7 @@ def _read(path: Path) -> Checkpoint:
         f = path / name
         if Path(name).name != name or not f.is_file():
             raise CheckpointError(f"{path}: the manifest lists {name!r}, which is missing (an incomplete copy?)")
-        if _sha256(f) != digest:
+        if file_sha256(f) != digest:
             raise CheckpointError(f"{f}: its sha256 differs from the manifest's: the file changed after the save")
     if ".metadata" not in files:
         raise CheckpointError(f"{where}: lists no .metadata (the DCP index): not a complete checkpoint")
