@@ -33,9 +33,14 @@ def _send_first(ops, module):
     ops.insert(0, ops.pop(k))
 
 
-def _run(verify_mode, *edits):
-    passes = parse_pipeline(LOWER) + [_tamper(e) for e in edits] + parse_pipeline("state-pipeline")
-    return PassManager(passes, verify=verify_mode).run(tiny_plan(P=2, A=2, Z=1, act="ckpt"))
+def _run(verify_mode, *edits, annotating=False, last=False):
+    """`annotating`: the tamper pass declares it changes no structure; `last`: it ends the pipeline."""
+    tampers = [_tamper(e) for e in edits]
+    for t in tampers:
+        t.changes_structure = not annotating
+    after = [] if last else parse_pipeline("state-pipeline")
+    return PassManager(parse_pipeline(LOWER) + tampers + after, verify=verify_mode).run(
+        tiny_plan(P=2, A=2, Z=1, act="ckpt"))
 
 
 def test_the_default_mode_catches_a_moved_op_after_the_pass_that_moved_it():
@@ -75,6 +80,28 @@ def test_a_malformed_op_that_trips_a_region_rule_is_reported_as_itself():
         del next(op for op in ops if op.name == "life.send").attributes["dir"]
     with pytest.raises(PassFailure, match=r"after pass 'tamper':\n.*'life.send' requires attribute 'dir'"):
         _run("structure", drop_dir)
+
+
+def test_the_structure_is_not_rechecked_after_a_pass_that_only_annotates_ops():
+    # (a pass that claims so and still moves an op is caught at the pipeline's end)
+    with pytest.raises(PassFailure, match=r"after pass 'state-pipeline\{mode=layerwise\}':\n.*in the order they are sent"):
+        _run("structure", _send_first, annotating=True)
+
+
+def test_verify_each_checks_after_a_pass_that_only_annotates_ops():
+    with pytest.raises(PassFailure, match=r"after pass 'tamper':\n.*in the order they are sent"):
+        _run("each", _send_first, annotating=True)
+
+
+def test_a_structure_error_after_the_last_pass_is_that_pass_s_without_the_hint():
+    with pytest.raises(PassFailure) as info:
+        _run("structure", _send_first, last=True)
+    assert "after pass 'tamper':\n" in str(info.value) and "checked at the end" not in str(info.value)
+
+
+def test_a_malformed_op_after_the_last_pass_carries_the_hint():
+    with pytest.raises(PassFailure, match=r"after pass 'tamper' \(its ops, checked at the end"):
+        _run("structure", _bad_duration, last=True)
 
 
 def test_every_mode_gives_the_same_program():

@@ -36,6 +36,11 @@ class Pass:
     """Base of all passes: subclasses set `name` and declare options as dataclass fields."""
 
     name: typing.ClassVar[str] = ""
+    # False for a pass that only annotates ops (no op moved, added to a region or rewired):
+    # the structure check after it would see what it saw before, so the pass manager's
+    # default mode leaves its ops to the check at the pipeline's end (--verify-each still
+    # verifies everything after it).
+    changes_structure: typing.ClassVar[bool] = True
 
     def run(self, module: Module, ctx: PassContext) -> Module | None:
         """Transform the module in place (return None) or return a new module."""

@@ -66,6 +66,41 @@ def pipeline_text(passes: list[Pass]) -> str:
     return ",".join(p.spec() for p in passes)
 
 
+_OPS_HINT = " (its ops, checked at the end of the pipeline; --verify-each names the pass that broke one)"
+
+
+class _OpsBroken(Exception):
+    """An op's own rule failed at the pipeline's end: any pass may have broken it."""
+
+    def __init__(self, error: VerifyError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _verify_structure(module: Module) -> None:
+    """The structure alone (dominance and the region holders' rules), the lean mode's check
+    after a pass that changes structure."""
+    try:
+        verify(module, each_op=False)
+    except VerifyError:
+        raise
+    except Exception:
+        # a malformed op tripped a region rule: the whole walk reports that op
+        verify(module)
+        raise
+
+
+def _verify_last(module: Module) -> None:
+    """Everything, after the last pass: a structure error is that pass's (the structure was
+    checked after each pass before it), an op's own may be any pass's (_OpsBroken). The
+    structure alone is checked again only to tell the two apart, once the whole walk failed."""
+    try:
+        verify(module)
+    except VerifyError as exc:
+        _verify_structure(module)
+        raise _OpsBroken(exc) from None
+
+
 class PassManager:
     """Runs passes in order with verification and instrumentation."""
 
@@ -137,25 +172,19 @@ class PassManager:
 
     def _verify_after(self, p: Pass, module: Module, last: bool) -> None:
         """Verify the module `p` returned, as much as the mode asks."""
-        hint = ""
         try:
             if self.verify == "each":
                 verify(module)
-                return
-            try:
-                verify(module, each_op=False)
-            except VerifyError:
-                raise
-            except Exception:
-                # a malformed op tripped a region rule: the whole walk reports that op
-                verify(module)
-                raise
-            if last:
-                hint = " (its ops, checked at the end of the pipeline; --verify-each names the pass that broke one)"
-                verify(module)
+            elif last:
+                _verify_last(module)
+            elif p.changes_structure:
+                _verify_structure(module)
+        except _OpsBroken as exc:
+            self._on_failure(p, module)
+            raise PassFailure(p, exc.error, after_verify=True, hint=_OPS_HINT) from exc.error
         except VerifyError as exc:
             self._on_failure(p, module)
-            raise PassFailure(p, exc, after_verify=True, hint=hint) from exc
+            raise PassFailure(p, exc, after_verify=True) from exc
 
     def _on_failure(self, p: Pass, module: Module) -> None:
         if self.inst.print_after_failure:

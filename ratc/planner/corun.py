@@ -67,6 +67,11 @@ def scaled(ph, factor: float) -> tuple:
 
 def extra(host, guest) -> float:
     """Seconds a co-running guest adds to its host's solo time."""
+    return _extra(tuple(map(tuple, host)), tuple(map(tuple, guest)))
+
+
+@lru_cache(maxsize=4096)     # FSR asks once per micro-batch, mostly of the same few pairs
+def _extra(host: tuple, guest: tuple) -> float:
     return corun(host, guest) - solo(phases(host))
 
 

@@ -23,7 +23,7 @@ from ratc.gcpause import gc_paused
 from ratc.lifecycle.lowering import find_pipeline, find_plan
 from ratc.step.plan import Plan
 from ratc.vm.system.collectives import ring_of_steps
-from ratc.vm.system.task_graph import TaskGraph, TaskGraphError
+from ratc.vm.system.task_graph import Task, TaskGraph, TaskGraphError
 
 HANDLERS: dict = {}
 
@@ -105,23 +105,31 @@ class _Translation:
         self.barrier = self.pipe.attributes.get("update") == "bulk"
         self.step_ends: dict = {}    # (step, stage) -> per replica, the step_end task
         self.tie_sums: dict = {}     # (step, tie group) -> [per replica tie_sum task, ...] over its stages
+        self.named: dict = {}        # op -> its tasks' (name, kind, priority, layer, micro-batch), every step
 
     def cycles(self, seconds: float) -> int:
         return int(round(seconds * self.clock))
 
     def add(self, op, p, k, resources, duration, deps, pos, corun=0):
         """One task per simulated replica; deps(r) gives replica r's dependencies."""
-        a = op.attributes
-        prio = (a.get("prio", 0) << _ORDER_BITS) | pos
-        name, kind, layer, mb = action_name(op, p), TASK_KINDS[op.name], a.get("unit", -1), a.get("mb", -1)
-        add = self.prog.add
+        # This runs once per task of the program, so it appends Tasks itself rather than
+        # through TaskGraph.add's checks: kinds come from TASK_KINDS, resources are this
+        # module's names and durations whole cycles (the verifier checked `cycles`).
+        named = self.named.get(op)
+        if named is None:
+            a = op.attributes
+            named = self.named[op] = (action_name(op, p), TASK_KINDS[op.name], (a.get("prio", 0) << _ORDER_BITS) | pos,
+                                      a.get("unit", -1), a.get("mb", -1))
+        name, kind, prio, layer, mb = named
+        tasks = self.prog.tasks
+        first = len(tasks)
         ids = []
         for r in range(self.R):
             d = deps(r)
-            # positional arguments: this runs once per task of the program
-            ids.append(add(name, kind, p, tuple([(s, r, x) for s, x in resources]), duration,
-                           d if len(d) < 2 else tuple(dict.fromkeys(d)), r, prio, (), (), layer, mb,
-                           ids[0] if ids else -1, k, corun))
+            ids.append(len(tasks))
+            tasks.append(Task(name, kind, p, r, tuple([(s, r, x) for s, x in resources]), duration,
+                              d if len(d) < 2 else tuple(dict.fromkeys(d)), prio, (), (), layer, mb,
+                              first if r else -1, k, corun))
         return ids
 
     def operand_deps(self, op, k):
