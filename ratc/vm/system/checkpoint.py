@@ -60,6 +60,16 @@ def add_transfers(prog: TaskGraph, name: str, resource: str, sizes, per_stage: i
     return ids
 
 
+def transfer_time(name: str, resource: str, sizes, per_stage: int, spec, clock: float, replicas: int = 1,
+                  symmetric: bool = True) -> float:
+    """Seconds until every cluster has moved its stage's shard (sizes[p] bytes on each of
+    stage p's `per_stage` clusters) on the VM, all starting together: a restart's read-back, or
+    a save priced without its step (the sweep in docs/failures.md)."""
+    prog = TaskGraph(stages=len(sizes), replicas=replicas, symmetric=symmetric, clock=clock)
+    add_transfers(prog, name, resource, sizes, per_stage, spec)
+    return simulate(prog).makespan / clock
+
+
 @dataclass(frozen=True)
 class CheckpointTimes:
     """A program's checkpoint as the system VM times it."""
@@ -114,8 +124,6 @@ def measure_checkpoint(module, platform, spec, steps: int = 2, symmetric: bool =
     write = (max(tl.end[i] for ids in saves for i in ids) - step_end) / prog.clock
     stage_write = tuple((tl.end[ids[0]] - step_end) / prog.clock for ids in saves)
 
-    restart = TaskGraph(stages=c.P, replicas=c.D, symmetric=symmetric, clock=prog.clock)
-    add_transfers(restart, "load", "rx", held, c.D, spec)
-    read = simulate(restart).makespan / prog.clock
+    read = transfer_time("load", "rx", held, c.D, spec, prog.clock, c.D, symmetric)
     return CheckpointTimes(write, read, stage_write, tuple(written), tuple(held), c.D, spec.checkpoint_bandwidth,
                            spec.storage_bandwidth, tl)
