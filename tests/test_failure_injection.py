@@ -86,7 +86,7 @@ def test_the_save_starts_when_every_cluster_has_finished_the_step_and_takes_the_
     # a storage slower than the four ports: it binds, and the save takes the whole checkpoint at its pace
     slow = failure_spec(MT3000.with_overrides(storage_bandwidth="4GB/s"))
     times = measure_checkpoint(program.module, MT3000, slow)
-    assert times.storage_binds and "the storage binds: 4 clusters x 3.70 GB/s > 4.00 GB/s" in times.limit()
+    assert times.storage_binds and "the storage binds (4 x 3.70 GB/s > 4.00 GB/s)" in times.limit()
     assert times.write == pytest.approx(times.total_bytes / 4e9, rel=1e-6)
 
 
@@ -141,10 +141,10 @@ def test_fail_at_text_names_the_task_cut_short_and_is_deterministic(tiny_program
     assert main(args) == 0
     assert capsys.readouterr().out == text
     running = fail_at(capsys, tiny_program, *args[2:])["failure"]["running"]
-    assert f"; cluster 1 running {', '.join(running)}\n" in text if running else "cluster 1 idle" in text
+    assert f": cluster 1 running {', '.join(running)}\n" in text if running else "cluster 1 idle" in text
     assert text.startswith(f"tiny on 4 clusters, {CONFIG}: step time ")
     assert "failure of cluster 1 (stage 0, replica 1) at 95.000 s (1.6 min):" in text
-    for label in ("checkpoint      every 40 steps (--checkpoint-every)", "strikes ", "lost work ", "restart ",
+    for label in ("checkpoints     every 40 steps (--checkpoint-every)", "save ", "strikes ", "lost work ", "restart ",
                   "back at ", "expected "):
         assert "\n  " + label in text
 

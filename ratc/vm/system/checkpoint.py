@@ -92,10 +92,10 @@ class CheckpointTimes:
 
     def limit(self) -> str:
         """Which bandwidth binds, with the numbers that say so."""
-        ports = f"{self.clusters} clusters x {format_bytes(self.port)}/s"
+        ports = f"{self.clusters} x {format_bytes(self.port)}/s"
         if self.storage_binds:
-            return f"the storage binds: {ports} > {format_bytes(self.storage)}/s"
-        return f"each cluster's port binds: {ports} <= {format_bytes(self.storage)}/s of storage"
+            return f"the storage binds ({ports} > {format_bytes(self.storage)}/s)"
+        return f"each cluster's port binds ({ports} <= {format_bytes(self.storage)}/s of storage)"
 
     @property
     def total_bytes(self) -> float:

@@ -133,25 +133,28 @@ class InjectedFailure:
         doing = ("running " + ", ".join(self.running) if self.running else
                  "done writing, waiting for the other clusters'" if self.during == "checkpoint" else
                  "idle (waiting for a message or a peer)")
-        since = (f"the checkpoint after step {self.saved}, complete at {_when(self.saved_at)}" if self.saved
+        since = (f"the checkpoint after step {self.saved} (complete at {format_time(self.saved_at)})" if self.saved
                  else "the start (no checkpoint yet)")
         expected_lost, goodput = self.expected()
+        stages = " / ".join(format_bytes(b) for b in c.written)
         lines = [
             f"failure of cluster {self.cluster} (stage {self.stage}, replica {self.replica}) at {_when(self.at)}:",
-            f"  checkpoint      every {self.every} step{'s' if self.every > 1 else ''} "
-            f"({'Daly interval in whole steps on the VM times' if self.every_from == 'Daly' else self.every_from}); "
-            f"the save takes {format_time(c.write)} on the VM ({format_bytes(c.total_bytes)}, "
-            f"{' / '.join(format_bytes(b) for b in c.written)} per cluster of each stage; {c.limit()})",
-            f"  strikes         {where}; cluster {self.cluster} {doing}",
+            f"  checkpoints     every {self.every} step{'s' if self.every > 1 else ''} "
+            + ("(Daly's interval in whole steps, on the VM's times)" if self.every_from == "Daly"
+               else f"({self.every_from})"),
+            f"  save            {format_time(c.write)} on the VM: {format_bytes(c.total_bytes)}, {stages} per cluster "
+            f"of stage {' / '.join(map(str, range(len(c.written))))}; {c.limit()}",
+            f"  strikes         {where}: cluster {self.cluster} {doing}",
             f"  lost work       {format_time(self.lost)}: {self.steps_lost} step{'s' if self.steps_lost != 1 else ''} "
             f"and {format_time(self.into)} into "
             f"{f'step {self.failed_step}' if self.during == 'step' else 'their checkpoint write'} since {since}",
             f"  restart         {duration(self.relaunch)} relaunch + "
-            + (f"{format_time(self.read)} reading the checkpoint back" if self.saved else "no checkpoint to read")
+            + (f"{format_time(self.read)} reading the checkpoint back (on the VM)" if self.saved
+               else "no checkpoint to read")
             + f" + {format_time(self.lost)} redoing the lost work",
             f"  back at         {_when(self.back_at)}, where it failed ({duration(self.back_at - self.at)} later)",
-            f"  expected        one failure every {duration(self.mtbf)}, losing {format_time(expected_lost)} on "
-            f"average; goodput {100 * goodput:.2f} %",
+            f"  expected        (closed form) a failure every {duration(self.mtbf)}, losing {format_time(expected_lost)} "
+            f"on average; goodput {100 * goodput:.4f} %",
         ]
         return "\n".join(lines) + "\n"
 
