@@ -63,6 +63,24 @@ def test_a_programs_checkpoint_is_the_planners_bytes_split_by_stage_and_zero_sha
     assert times.written == pytest.approx([12 * n / 2 + 8 for n in trainable])
 
 
+@pytest.mark.parametrize("Z", [0, 1, 2, 3])
+def test_each_zero_stage_saves_its_shard_and_reads_back_what_it_holds(Z):
+    """Under every ZeRO stage the program's state is 12 B per trainable parameter of each
+    stage; the two replicas split its write, and each reads back its shard (ZeRO 0: all)."""
+    from ratc.frontend.presets import trace_preset
+    from ratc.step.config import parse_config
+    from ratc.vm.system.driver import compile_candidate
+
+    profile = trace_preset("tiny", 64)
+    module = compile_candidate(profile, parse_config(f"P=2,D=2,Z={Z},b=1,A=4,FSR,deadline"), MT3000)
+    trainable = Planner(profile, MT3000).stages(2, 1, "time").trainable
+    assert stage_state_bytes(module) == pytest.approx([12 * n for n in trainable])
+    times = measure_checkpoint(module, MT3000, SPEC)
+    assert times.written == pytest.approx([12 * n / 2 + 8 for n in trainable])
+    assert times.held == pytest.approx([12 * n / (1 if Z == 0 else 2) + 8 for n in trainable])
+    assert times.read == pytest.approx(max(times.held) / 3.7e9, abs=2 / MT3000.dsp.clock)
+
+
 def open_program_config(program):
     from ratc.lifecycle.lowering import find_plan
     from ratc.step.plan import Plan

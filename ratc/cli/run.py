@@ -162,7 +162,7 @@ def run(args: RunRequest, compiled=None) -> int:
         return 1
     chain = _write_timeline(args, run.timeline)
     if failed is not None:
-        return _report_failure(args, program, run, *failed)
+        return _report_failure(args, run, *failed)
     res, predicted = run.results, run.predicted
     if args.json:
         import json
@@ -312,9 +312,12 @@ def _write_report(path: str | None, text: str, form: str) -> None:
 
 
 def _failure_target(args: RunRequest, program) -> tuple:
-    """--fail-at CLUSTER:TIME parsed and the cluster checked against the program (or --plan's
-    configuration), before any simulation: (cluster, seconds)."""
+    """--fail-at CLUSTER:TIME parsed, the cluster checked against the program (or --plan's
+    configuration) and the platform's failure model found, before any simulation:
+    (cluster, seconds, the platform, its [failures] table)."""
     from ratc.lifecycle.lowering import find_plan
+    from ratc.planner.failures import failure_spec
+    from ratc.program_check import program_platform
     from ratc.step.config import parse_config
     from ratc.step.plan import Plan
     from ratc.units import UnitError, parse_time
@@ -332,18 +335,16 @@ def _failure_target(args: RunRequest, program) -> tuple:
         raise RatcError(f"--fail-at {args.fail_at}: the time must be finite and not negative")
     config = parse_config(args.plan) if args.plan is not None else Plan.from_ir(find_plan(program.module)).config
     check_cluster(int(cluster), config.clusters, config.label())
-    return int(cluster), at
+    platform = program_platform(program, args.platform)
+    return int(cluster), at, platform, failure_spec(platform)
 
 
-def _report_failure(args: RunRequest, program, run, cluster: int, at: float) -> int:
+def _report_failure(args: RunRequest, run, cluster: int, at: float, platform, spec) -> int:
     """--fail-at: the failure injected into a run of the simulated step, as text or JSON."""
-    from ratc.planner.failures import failure_spec
-    from ratc.program_check import program_platform
     from ratc.vm.system.failure import inject_failure
 
-    platform = program_platform(program, args.platform)
-    failure = inject_failure(run, platform, failure_spec(platform), cluster, at, args.checkpoint_every,
-                             steps=args.steps, symmetric=not args.explicit_replicas)
+    failure = inject_failure(run, platform, spec, cluster, at, args.checkpoint_every, steps=args.steps,
+                             symmetric=not args.explicit_replicas)
     if args.json:
         import json
 

@@ -153,8 +153,8 @@ class InjectedFailure:
                else "no checkpoint to read")
             + f" + {format_time(self.lost)} redoing the lost work",
             f"  back at         {_when(self.back_at)}, where it failed ({duration(self.back_at - self.at)} later)",
-            f"  expected        (closed form) a failure every {duration(self.mtbf)}, losing {format_time(expected_lost)} "
-            f"on average; goodput {100 * goodput:.4f} %",
+            f"  expected        (closed form) a failure every {duration(self.mtbf)}, losing "
+            f"{format_time(expected_lost)} on average; goodput {100 * goodput:.4f} %",
         ]
         return "\n".join(lines) + "\n"
 
