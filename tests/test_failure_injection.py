@@ -143,7 +143,17 @@ def test_fail_at_loses_the_hand_computed_work_of_a_tiny_program(tiny_program, ca
 
 
 def test_fail_at_checkpoints_at_dalys_interval_on_the_vms_times_by_default(tiny_program, capsys):
-    f = fail_at(capsys, tiny_program, "--fail-at", "2:2h")["failure"]
+    out = fail_at(capsys, tiny_program, "--fail-at", "2:2h")
+    assert set(out) == {"config", "results", "failure"}
+    f = out["failure"]
+    assert set(f) == {
+        "cluster", "stage", "replica", "at_s", "checkpoint_every_steps", "checkpoint_every_from", "step_time_s",
+        "checkpoint_write_s", "checkpoint_read_s", "checkpoint_bytes", "checkpoint_bytes_per_cluster_by_stage",
+        "restart_read_bytes_per_cluster_by_stage", "checkpoint_write_s_by_stage", "checkpoint_limit",
+        "last_checkpoint_step", "last_checkpoint_at_s", "during", "failed_step", "into_s", "running", "steps_lost",
+        "lost_work_s", "relaunch_s", "read_back_s", "restart_s", "back_at_s", "system_mtbf_s",
+        "expected_lost_work_s", "expected_goodput"}
+    assert f["step_time_s"] == out["results"]["step_time_s"]
     mtbf = system_mtbf(SPEC.cluster_mtbf, 4)
     assert f["system_mtbf_s"] == pytest.approx(mtbf)
     restart = SPEC.relaunch_time + f["checkpoint_read_s"]

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
@@ -110,17 +109,15 @@ class InjectedFailure:
         return {"cluster": self.cluster, "stage": self.stage, "replica": self.replica, "at_s": self.at,
                 "checkpoint_every_steps": self.every, "checkpoint_every_from": self.every_from,
                 "step_time_s": self.step, "checkpoint_write_s": c.write, "checkpoint_read_s": c.read,
-                "checkpoint_bytes": c.total_bytes, "checkpoint_bytes_per_cluster": list(c.written),
-                "restart_read_bytes_per_cluster": list(c.held), "checkpoint_stage_write_s": list(c.stage_write),
+                "checkpoint_bytes": c.total_bytes, "checkpoint_bytes_per_cluster_by_stage": list(c.written),
+                "restart_read_bytes_per_cluster_by_stage": list(c.held),
+                "checkpoint_write_s_by_stage": list(c.stage_write),
                 "checkpoint_limit": "storage" if c.storage_binds else "cluster",
                 "last_checkpoint_step": self.saved, "last_checkpoint_at_s": self.saved_at, "during": self.during,
                 "failed_step": self.failed_step, "into_s": self.into, "running": list(self.running),
                 "steps_lost": self.steps_lost, "lost_work_s": self.lost, "relaunch_s": self.relaunch,
                 "read_back_s": self.read, "restart_s": self.restart, "back_at_s": self.back_at,
                 "system_mtbf_s": self.mtbf, "expected_lost_work_s": expected_lost, "expected_goodput": goodput}
-
-    def to_json(self) -> str:
-        return json.dumps(self.as_dict(), indent=2, sort_keys=True) + "\n"
 
     def text(self) -> str:
         """The report's failure section."""
