@@ -177,6 +177,18 @@ def test_fail_at_text_names_the_task_cut_short_and_is_deterministic(tiny_program
         assert "\n  " + label in text
 
 
+def test_fail_at_traces_the_save_after_the_step_on_each_clusters_transmit_port(tiny_program, tmp_path, capsys):
+    trace = tmp_path / "save.json"
+    assert main(["run", str(tiny_program), "--fail-at", "0:1s", "--trace", str(trace)]) == 0
+    capsys.readouterr()
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+    saves = [e for e in events if e["cat"] == "checkpoint"]
+    assert sorted(e["name"] for e in saves) == ["0SAVE", "1SAVE"]
+    assert all(e["tid"] == 2 for e in saves)              # the tx track
+    step_end = max(e["ts"] + e["dur"] for e in events if e["cat"] != "checkpoint")
+    assert all(e["ts"] == pytest.approx(step_end) for e in saves)
+
+
 @pytest.mark.parametrize("args,message", [
     (["--fail-at", "4:1s"], "--fail-at: cluster 4 is not one of the 4 clusters of P=2,D=2,Z=1"),
     (["--fail-at", "one:1s"], "--fail-at expects CLUSTER:TIME"),
@@ -185,6 +197,7 @@ def test_fail_at_text_names_the_task_cut_short_and_is_deterministic(tiny_program
     (["--checkpoint-every", "3"], "--checkpoint-every applies only with --fail-at"),
     (["--fail-at", "1:1s", "--checkpoint-every", "0"], "--checkpoint-every must be at least 1"),
     (["--fail-at", "1:1s", "--kernel", "0:F0"], "--fail-at applies only to the simulation"),
+    (["--fail-at", "1:1s", "--critical-path"], "--critical-path reports the step alone"),
 ])
 def test_fail_at_refuses_bad_arguments_with_what_and_where(tiny_program, capsys, args, message):
     assert main(["run", str(tiny_program), *args]) == 1

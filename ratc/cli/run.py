@@ -72,7 +72,8 @@ def register(subparsers) -> None:
     p.add_argument("--fail-at", metavar="CLUSTER:TIME",
                    help="inject a failure of cluster CLUSTER (stage x D + replica) at TIME (e.g. 90s, 2h) into a "
                         "run of the simulated step, a checkpoint saved (on the VM) after every --checkpoint-every "
-                        "steps, and report the work it loses and the restart (see docs/failures.md)")
+                        "steps, and report the work it loses and the restart (see docs/failures.md); --trace "
+                        "and --dag then hold the simulated steps and the save after them")
     p.add_argument("--checkpoint-every", type=int, metavar="N",
                    help="with --fail-at: steps between checkpoints (default: Daly's interval in whole steps, as "
                         "`ratc plan --failures` reports, on the VM's step, save and read-back times)")
@@ -160,9 +161,9 @@ def run(args: RunRequest, compiled=None) -> int:
     run = _simulate(args, program, compiled)
     if run is None:         # out of memory, reported as JSON
         return 1
-    chain = _write_timeline(args, run.timeline)
     if failed is not None:
         return _report_failure(args, run, *failed)
+    chain = _write_timeline(args, run.timeline)
     res, predicted = run.results, run.predicted
     if args.json:
         import json
@@ -205,6 +206,9 @@ def _check_arguments(args: RunRequest) -> None:
     for flag, path in (("--trace", args.trace), ("-o", args.output), ("--dag", args.dag)):
         if path not in (None, "-"):
             check_output(path, flag)
+    if args.fail_at and args.critical_path:
+        raise RatcError("--critical-path reports the step alone; with --fail-at the report is the failure's "
+                        "(run without --fail-at for the step's critical path)")
     if args.checkpoint_every is not None and not args.fail_at:
         raise RatcError("--checkpoint-every applies only with --fail-at (the run into which a failure is injected)")
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
@@ -345,6 +349,7 @@ def _report_failure(args: RunRequest, run, cluster: int, at: float, platform, sp
 
     failure = inject_failure(run, platform, spec, cluster, at, args.checkpoint_every, steps=args.steps,
                              symmetric=not args.explicit_replicas)
+    _write_timeline(args, failure.checkpoint.timeline)      # the steps and the save after them
     if args.json:
         import json
 
