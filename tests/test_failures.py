@@ -1,5 +1,6 @@
 """The failure model (`ratc plan --failures`) against Young's and Daly's closed forms, the
-truncated-exponential lost work, a seeded renewal-process Monte Carlo and ZeRO's sharding."""
+truncated-exponential lost work, the seeded renewal-process Monte Carlo
+(ratc.planner.renewal) and ZeRO's sharding."""
 
 import json
 import math
@@ -11,8 +12,11 @@ from hypothesis import strategies as st
 
 from ratc.cli.main import main
 from ratc.frontend.presets import trace_preset
+from ratc.errors import RatcError
 from ratc.planner.failures import (STEP_COUNTER_BYTES, checkpoint_cost, daly_interval, estimate, expected_goodput,
-                                   failure_report, failure_spec, lost_work, system_mtbf, young_interval)
+                                   failure_report, failure_spec, lost_work, steps_between_checkpoints, system_mtbf,
+                                   young_interval)
+from ratc.planner.renewal import simulate_renewal
 from ratc.planner.search import Planner
 from ratc.platform import PlatformError, load_platform, parse_platform
 from ratc.platform.loader import PROFILE_DIR
@@ -32,32 +36,6 @@ def daly_2006(delta, mtbf):
     if delta >= 2 * mtbf:
         return mtbf
     return math.sqrt(2 * delta * mtbf) * (1 + math.sqrt(delta / (2 * mtbf)) / 3 + delta / (9 * 2 * mtbf)) - delta
-
-
-def renewal_monte_carlo(tau, delta, restart, mtbf, failures, seed):
-    """A job that computes tau, checkpoints for delta, repeats; exponential failures (also
-    while checkpointing or restarting) lose the progress since the last completed checkpoint
-    and cost a restart. Returns (useful fraction of wall time, mean lost progress per failure
-    that struck while working, failures)."""
-    rng = np.random.default_rng(seed)
-    segment = tau + delta
-    wall = useful = lost = 0.0
-    n = n_working = 0
-    while n < failures:
-        up = rng.exponential(mtbf)          # time to the next failure after a restart
-        done = math.floor(up / segment)     # checkpoints completed before it
-        useful += done * tau
-        lost += up - done * segment
-        wall += up
-        n, n_working = n + 1, n_working + 1
-        while True:                          # restart until one completes without a failure
-            again = rng.exponential(mtbf)
-            if again >= restart:
-                wall += restart
-                break
-            wall += again
-            n += 1
-    return useful / wall, lost / n_working, n
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +94,9 @@ def test_lost_work_tends_to_half_the_segment_when_failures_are_rare():
 ])
 def test_goodput_and_lost_work_match_a_renewal_monte_carlo_of_2000_failures(delta, restart, mtbf):
     tau = daly_interval(delta, mtbf)
-    measured, lost, n = renewal_monte_carlo(tau, delta, restart, mtbf, failures=2000, seed=28)
-    assert n >= 2000
+    mc = simulate_renewal(tau, delta, restart, mtbf, failures=2000, seed=28)
+    measured, lost = mc.goodput, mc.lost_per_failure
+    assert mc.failures >= 2000
     expected = expected_goodput(tau, delta, restart, mtbf)
     assert expected < 0.9            # failures matter here, so 5 % is a real bound
     assert measured == pytest.approx(expected, rel=0.05)
@@ -131,31 +110,48 @@ def test_a_planned_candidates_goodput_matches_the_monte_carlo(planner_70b):
     ev = planner_70b.plan(4096, 1024, "ratrain").best
     est = estimate(planner_70b.stages(ev.cand.P, ev.cand.T, ev.cand.balance).trainable, ev.cand, ev.t_step, spec)
     tau = est.every * ev.t_step
-    measured, lost, _ = renewal_monte_carlo(tau, est.checkpoint.write_time, est.restart, est.mtbf, 3000, seed=4096)
+    mc = simulate_renewal(tau, est.checkpoint.write_time, est.restart, est.mtbf, 3000, seed=4096)
+    measured, lost = mc.goodput, mc.lost_per_failure
     assert est.goodput < 0.95
     assert measured == pytest.approx(est.goodput, rel=0.05)
     assert est.steps_per_hour == pytest.approx(est.goodput * HOUR / ev.t_step)
     assert lost == pytest.approx(est.lost_per_failure, rel=0.05)
 
 
-def test_goodput_on_the_system_vms_measured_step_matches_the_monte_carlo():
-    """The tiny model's plan compiled and its step measured on the system VM; checkpoint and
-    restart from the model, failures every 15 min on its 4 clusters and a 2 min relaunch."""
+def test_goodput_on_the_system_vms_measured_step_save_and_restart_matches_the_monte_carlo():
+    """The tiny model's plan compiled and its step, checkpoint save and read-back measured on
+    the system VM; failures every 15 min on its 4 clusters and a 2 min relaunch."""
+    from ratc.vm.system.checkpoint import measure_checkpoint
     from ratc.vm.system.driver import compile_candidate, run_module
 
-    platform = load_platform("mt3000")
+    platform = load_platform("mt3000").with_overrides(cluster_mtbf="1h", relaunch_time="2min")
     planner = Planner(trace_preset("tiny"), platform)
     ev = planner.plan(4, 16).best
-    _, measured_step = run_module(compile_candidate(planner.model, ev.cand, platform, planner), platform,
-                                  memory_limit=False)
-    step = measured_step.step_seconds
-    spec = failure_spec(platform.with_overrides(cluster_mtbf="1h", relaunch_time="2min"))
+    module = compile_candidate(planner.model, ev.cand, platform, planner)
+    step = run_module(module, platform, memory_limit=False)[1].step_seconds
+    spec = failure_spec(platform)
+    vm = measure_checkpoint(module, platform, spec)
+    mtbf, restart = system_mtbf(spec.cluster_mtbf, ev.cand.clusters), spec.relaunch_time + vm.read
+    tau = steps_between_checkpoints(daly_interval(vm.write, mtbf), step, vm.write, restart, mtbf) * step
+    expected = expected_goodput(tau, vm.write, restart, mtbf)
+    mc = simulate_renewal(tau, vm.write, restart, mtbf, 2000, seed=64)
+    assert mc.failures >= 2000 and expected < 0.9
+    assert mc.goodput == pytest.approx(expected, rel=0.05)
+    assert mc.lost_per_failure == pytest.approx(lost_work(tau + vm.write, mtbf), rel=0.05)
+    # the VM's save is the planner's closed form here (one stage size, ports bind)
     est = estimate(planner.stages(ev.cand.P, ev.cand.T, ev.cand.balance).trainable, ev.cand, step, spec)
-    measured, lost, n = renewal_monte_carlo(est.every * step, est.checkpoint.write_time, est.restart, est.mtbf,
-                                            2000, seed=64)
-    assert n >= 2000 and est.goodput < 0.9
-    assert measured == pytest.approx(est.goodput, rel=0.05)
-    assert lost == pytest.approx(est.lost_per_failure, rel=0.05)
+    assert vm.write == pytest.approx(est.checkpoint.write_time, rel=1e-3)
+
+
+def test_the_renewal_monte_carlo_is_seeded_and_refuses_a_restart_that_never_completes():
+    def sample(seed):
+        return simulate_renewal(60.0, 5.0, 30.0, 600.0, 500, seed=seed)
+
+    assert sample(3) == sample(3) != sample(4)
+    with pytest.raises(RatcError, match="almost never completes"):
+        simulate_renewal(60.0, 5.0, 3600.0, 60.0, 2000)
+    with pytest.raises(RatcError, match="tau must be a positive time"):
+        simulate_renewal(0.0, 5.0, 30.0, 600.0)
 
 
 def test_checkpoint_interval_is_dalys_in_whole_steps():

@@ -27,6 +27,8 @@ class RunRequest:
     output: str | None = None
     kernel: str | None = None
     seed: int = 0
+    fail_at: str | None = None
+    checkpoint_every: int | None = None
 
 
 def register(subparsers) -> None:
@@ -41,7 +43,8 @@ def register(subparsers) -> None:
                "  ratc run out/ --trace step.json\n"
                "  ratc run out/ --json\n"
                "  ratc run out/ --critical-path --dag tasks.graphml\n"
-               "  ratc run out/ --plan 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline'")
+               "  ratc run out/ --plan 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline'\n"
+               "  ratc run out/ --fail-at 3:2h --checkpoint-every 50")
     p.add_argument("outdir", help="program directory written by `ratc compile`")
     p.add_argument("--plan", metavar="CONFIG",
                    help="simulate this configuration of the program's model instead of the compiled one, "
@@ -66,6 +69,14 @@ def register(subparsers) -> None:
                    help="instead of simulating, run the kernels one task calls (GEMM and attention-backward, "
                         "e.g. 0:F3 or 0:B3) with real numerics on random inputs and check them against numpy")
     p.add_argument("--seed", type=int, default=RunRequest.seed, help="seed of the random inputs for --kernel (default 0)")
+    p.add_argument("--fail-at", metavar="CLUSTER:TIME",
+                   help="inject a failure of cluster CLUSTER (stage x D + replica) at TIME (e.g. 90s, 2h) into a "
+                        "run of the simulated step, a checkpoint saved (on the VM) after every --checkpoint-every "
+                        "steps, and report the work it loses and the restart (see docs/failures.md); --trace "
+                        "and --dag then hold the simulated steps and the save after them")
+    p.add_argument("--checkpoint-every", type=int, metavar="N",
+                   help="with --fail-at: steps between checkpoints (default: Daly's interval in whole steps, as "
+                        "`ratc plan --failures` reports, on the VM's step, save and read-back times)")
     p.set_defaults(func=handler)
 
 
@@ -146,9 +157,12 @@ def run(args: RunRequest, compiled=None) -> int:
     if args.kernel:
         _check_spot_check_alone(args)
         return spot_check(program, args)
+    failed = _failure_target(args, program) if args.fail_at else None
     run = _simulate(args, program, compiled)
     if run is None:         # out of memory, reported as JSON
         return 1
+    if failed is not None:
+        return _report_failure(args, run, *failed)
     chain = _write_timeline(args, run.timeline)
     res, predicted = run.results, run.predicted
     if args.json:
@@ -192,6 +206,13 @@ def _check_arguments(args: RunRequest) -> None:
     for flag, path in (("--trace", args.trace), ("-o", args.output), ("--dag", args.dag)):
         if path not in (None, "-"):
             check_output(path, flag)
+    if args.fail_at and args.critical_path:
+        raise RatcError("--critical-path reports the step alone; with --fail-at the report is the failure's "
+                        "(run without --fail-at for the step's critical path)")
+    if args.checkpoint_every is not None and not args.fail_at:
+        raise RatcError("--checkpoint-every applies only with --fail-at (the run into which a failure is injected)")
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise RatcError(f"--checkpoint-every must be at least 1, got {args.checkpoint_every}")
     if args.trace == "-" and args.output in (None, "-"):
         raise RatcError("--trace - writes the trace to stdout, where the report goes too; "
                         "give the report a file (-o FILE) or the trace one")
@@ -204,7 +225,8 @@ def _check_spot_check_alone(args: RunRequest) -> None:
                                                 ("--explicit-replicas", args.explicit_replicas),
                                                 ("--no-memory-limit", args.no_memory_limit),
                                                 ("--critical-path", args.critical_path),
-                                                ("--dag", args.dag is not None)) if given]
+                                                ("--dag", args.dag is not None),
+                                                ("--fail-at", args.fail_at is not None)) if given]
     if simulation_only:
         raise RatcError(f"--kernel runs one task's kernels against numpy; {', '.join(simulation_only)} "
                         f"{'applies' if len(simulation_only) == 1 else 'apply'} only to the simulation")
@@ -291,3 +313,52 @@ def _write_report(path: str | None, text: str, form: str) -> None:
     write_output(path, text)
     if to_file(path):
         report_written(path, f"the simulation's report ({form})")
+
+
+def _failure_target(args: RunRequest, program) -> tuple:
+    """--fail-at CLUSTER:TIME parsed, the cluster checked against the program (or --plan's
+    configuration) and the platform's failure model found, before any simulation:
+    (cluster, seconds, the platform, its [failures] table)."""
+    from ratc.lifecycle.lowering import find_plan
+    from ratc.planner.failures import failure_spec
+    from ratc.program_check import program_platform
+    from ratc.step.config import parse_config
+    from ratc.step.plan import Plan
+    from ratc.units import UnitError, parse_time
+    from ratc.vm.system.failure import check_cluster
+
+    cluster, sep, when = args.fail_at.partition(":")
+    if not sep or not cluster.strip().isdigit():
+        raise RatcError(f"--fail-at expects CLUSTER:TIME, a cluster index and a time with its unit "
+                        f"(e.g. 3:90s or 0:2h), got {args.fail_at!r}")
+    try:
+        at = parse_time(when)
+    except UnitError as exc:
+        raise RatcError(f"--fail-at {args.fail_at}: {exc}") from None
+    if not at >= 0 or at == float("inf"):
+        raise RatcError(f"--fail-at {args.fail_at}: the time must be finite and not negative")
+    config = parse_config(args.plan) if args.plan is not None else Plan.from_ir(find_plan(program.module)).config
+    check_cluster(int(cluster), config.clusters, config.label())
+    platform = program_platform(program, args.platform)
+    return int(cluster), at, platform, failure_spec(platform)
+
+
+def _report_failure(args: RunRequest, run, cluster: int, at: float, platform, spec) -> int:
+    """--fail-at: the failure injected into a run of the simulated step, as text or JSON."""
+    from ratc.vm.system.failure import inject_failure
+
+    failure = inject_failure(run, platform, spec, cluster, at, args.checkpoint_every, steps=args.steps,
+                             symmetric=not args.explicit_replicas)
+    _write_timeline(args, failure.checkpoint.timeline)      # the steps and the save after them
+    if args.json:
+        import json
+
+        out = {"config": run.cand.label(), "results": run.results.as_dict(), "failure": failure.as_dict()}
+        _write_report(args.output, json.dumps(out, indent=2, sort_keys=True) + "\n", "JSON")
+        return 0
+    from ratc.units import format_time
+
+    text = (f"{run.model} on {run.cand.clusters} clusters, {run.cand.label()}: step time "
+            f"{format_time(run.results.step_seconds)} on the VM\n" + failure.text())
+    _write_report(args.output, text, "text")
+    return 0

@@ -89,16 +89,23 @@ class CheckpointCost:
     read_time: float
 
 
+def stage_checkpoint_bytes(stage_state, Z, D) -> tuple:
+    """(written, held): the checkpoint bytes one cluster of each pipeline stage writes and
+    reads back, from the optimizer state (`stage_state`, bytes) one tensor-parallel rank of
+    the stage holds unsharded. It holds its ZeRO shard of that (all of it under ZeRO 0) and
+    reads it back on restart; the D replicas split the write alike, as DCP keeps one copy of
+    replicated data and spreads those among the ranks that hold it."""
+    per_rank = np.asarray(stage_state, dtype=float)
+    return per_rank / D + STEP_COUNTER_BYTES, per_rank / shards(Z, D, "optimizer") + STEP_COUNTER_BYTES
+
+
 def checkpoint_cost(stage_trainable, cand, spec, recipe=RECIPE) -> CheckpointCost:
     """Checkpoint bytes and times of a candidate. `stage_trainable`: trainable parameters per
-    tensor-parallel rank of each pipeline stage. A cluster holds its stage's optimizer state
-    split over the replicas that shard it (ZeRO >= 1); replicas holding the same copy (ZeRO 0)
-    split its write, as DCP keeps one copy of replicated data and spreads those among the ranks
-    that hold it. On restart every cluster reads all it holds. A write or read takes the
-    longer of the busiest cluster at its own bandwidth and all of them at the storage's."""
+    tensor-parallel rank of each pipeline stage (split as `stage_checkpoint_bytes` says). A
+    write or read takes the longer of the busiest cluster at its own bandwidth and all of them
+    at the storage's."""
     per_rank = np.asarray(stage_trainable, dtype=float) * recipe.optimizer_bytes
-    held = per_rank / shards(cand.Z, cand.D, "optimizer") + STEP_COUNTER_BYTES
-    written = per_rank / cand.D + STEP_COUNTER_BYTES
+    written, held = stage_checkpoint_bytes(per_rank, cand.Z, cand.D)
     total = float(per_rank.sum()) * cand.T + STEP_COUNTER_BYTES
     read_total = float(held.sum()) * cand.T * cand.D
 

@@ -19,6 +19,9 @@ KIND_TERM = {
     "prefetch": "prefetch",
     "gather": "comm",
     "marker": "main",
+    # a checkpoint's save or read-back (ratc.vm.system.checkpoint): state traffic, simulated
+    # apart from the measured step
+    "checkpoint": "update",
 }
 KINDS = tuple(KIND_TERM)
 
@@ -31,7 +34,7 @@ _RESOURCE_SET = frozenset(RESOURCES)
 # Lower runs first when several ready tasks want the same resource at the same instant:
 # stage-boundary transfers are on the 1F1B critical path, state traffic is background.
 PRIORITY = {"send": 0, "tp_comm": 0, "forward": 1, "backward": 1, "recover": 1,
-            "grad_sync": 2, "prefetch": 2, "update": 2, "gather": 1, "marker": 0}
+            "grad_sync": 2, "prefetch": 2, "update": 2, "gather": 1, "marker": 0, "checkpoint": 2}
 
 
 class TaskGraphError(RatcError):
