@@ -242,7 +242,8 @@ class ComputeSpec:
 
 @dataclass(frozen=True)
 class P2PSpec:
-    """A message between two ranks (send / recv): time = latency + bytes / bandwidth."""
+    """A message between two ranks (send / recv): time = latency + bytes / bandwidth, fitted through
+    the fastest calls (those not waiting for a core; the waits are [[collectives]]' tails)."""
 
     latency: "Figure" = quantity(FIGURE + "time", "one-way time of the fit at zero bytes")
     bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "bytes per second of the fit's slope")
@@ -280,7 +281,8 @@ class MemoryRow:
 @dataclass(frozen=True)
 class CollectiveRow:
     """One [[collectives]] entry: a collective over `ranks` ranks, time = latency + bytes / bandwidth
-    (bytes: the whole buffer, as the planner's ring formulas take it)."""
+    (bytes: the whole buffer, as the planner's ring formulas take it), fitted through the fastest
+    calls; `tail` is what a call costs when it waits for a core."""
 
     op: str = quantity("str", "the collective", choices=("all_reduce", "reduce_scatter", "all_gather"))
     ranks: int = quantity("int", "ranks in the group", high=MAX_RANKS)
