@@ -81,12 +81,13 @@ def dispatch(device: torch.device):
     return lambda: torch.add(x, x, out=out)
 
 
-def run_repeats(calls: dict, settings: Settings, sync, progress, what: str) -> dict:
+def run_repeats(calls: dict, settings: Settings, sync, progress) -> dict:
     """{key: [seconds per call, one per repeat]}: every call once per repeat, the repeats
-    outermost so that a burst of other load spreads over all keys, not one."""
+    outermost, so that each figure's runs spread over the whole measurement and its spread
+    shows the machine's load changing, not only one moment's timer noise."""
     samples = {key: [] for key in calls}
     for r in range(settings.repeats):
-        progress(f"{what}: run {r + 1} of {settings.repeats}")
+        progress(f"operators: run {r + 1} of {settings.repeats} ({len(calls)} benchmarks)")
         for key, call in calls.items():
             samples[key].append(per_call(call, sync, settings.min_seconds))
     return samples
@@ -95,29 +96,25 @@ def run_repeats(calls: dict, settings: Settings, sync, progress, what: str) -> d
 def measure_compute(settings: Settings, cache_bytes: int, progress) -> dict:
     """The single-rank figures: [[matmul]] and [[memory]] rows, and [compute]'s fixed costs."""
     device = torch.device(settings.device)
-    sync = synchronizer(device)
     ops = Operands(device)
     dims = settings.matmul_dims
     shapes = [(m, n, k, lay) for lay in settings.layouts for m in dims for n in dims for k in dims]
-    times = run_repeats({s: gemm(ops, *s) for s in shapes}, settings, sync, progress,
-                        f"matmul ({len(shapes)} shapes)")
-    matmul = [(s, figure(s[0] * s[1] * s[2] / t for t in times[s])) for s in shapes]
+    calls = {s: gemm(ops, *s) for s in shapes}
     # 256 KB tensors (an add's three fit a 1 MiB L2, or else the last level), and tensors twice
     # the last-level cache (in whole rows): the first stay in cache, the second stream from memory
     sizes = (64 * ROW, -(-2 * cache_bytes // (FP32 * ROW)) * ROW)
-    calls, moved = {}, {}
+    moved = {}
     for op in settings.memory_ops:
         for elements in sizes:
             calls[(op, elements)], moved[(op, elements)] = memory_op(ops, op, elements)
-    times.update(run_repeats(calls, settings, sync, progress, f"memory-bound operators ({len(calls)})"))
-    fixed = run_repeats({"dispatch": dispatch(device), "task": task_pair(device)}, settings, sync, progress,
-                        "fixed costs")
+    calls.update(dispatch=dispatch(device), task=task_pair(device))
+    times = run_repeats(calls, settings, synchronizer(device), progress)
     add_small, add_large = ("add", sizes[0]), ("add", sizes[1])
     return {
-        "matmul": matmul,
-        "memory": [(key[0], moved[key], figure(times[key])) for key in calls],
-        "dispatch": figure(fixed["dispatch"]),
-        "task": figure(fixed["task"]),
+        "matmul": [(s, figure(s[0] * s[1] * s[2] / t for t in times[s])) for s in shapes],
+        "memory": [(key[0], moved[key], figure(times[key])) for key in moved],
+        "dispatch": figure(times["dispatch"]),
+        "task": figure(times["task"]),
         "cache_bandwidth": figure(moved[add_small] / t for t in times[add_small]),
         "memory_bandwidth": figure(moved[add_large] / t for t in times[add_large]),
     }

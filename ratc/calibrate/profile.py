@@ -24,6 +24,11 @@ def quantity(value: float, kind: str) -> str:
     """A TOML value with its unit, four significant digits (a float kind: a bare number)."""
     if kind == "float":
         return f"{value:.4g}"
+    if kind == "bytes":     # a cache size is exact in binary units
+        exact = next((f'"{int(value) // s}{u}"' for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+                      if value >= s and value == int(value) and int(value) % s == 0), None)
+        if exact:
+            return exact
     scales = _SCALES[kind]
     unit, scale = next(((u, s) for u, s in scales if abs(value) >= s), scales[-1])
     return f'"{value / scale:.4g}{unit}"'

@@ -83,3 +83,11 @@ def _unique(fail, table: str, keys: list, names: str) -> None:
             fail(f"[[{table}]] entry {i + 1}: the same {names} as entry {seen[key] + 1} ({', '.join(map(str, key))})",
                  table, i)
         seen[key] = i
+
+
+def matmul_efficiency(platform) -> dict:
+    """{(m, n, k, layout): the GEMM's rate as a fraction of [compute].matmul_peak's median} of a
+    host profile: the efficiency table by shape (as the paper's Table 5 is for its machine),
+    which a common slow-down of the whole machine (other load) leaves unchanged."""
+    peak = platform.compute.matmul_peak.median
+    return {(r.m, r.n, r.k, r.layout): r.rate.scaled(1 / peak) for r in platform.matmul}

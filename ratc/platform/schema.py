@@ -48,18 +48,30 @@ class Figure:
     def __iter__(self):
         return iter((self.median, self.q1, self.q3))
 
+    @property
+    def spread(self) -> float:
+        """The interquartile range of the runs."""
+        return self.q3 - self.q1
+
     def scaled(self, factor: float) -> "Figure":
-        """The figure times a positive factor (a rate from a time, a unit change)."""
-        lo, hi = sorted((self.q1 * factor, self.q3 * factor))
-        return Figure(self.median * factor, lo, hi)
+        """The figure times a positive factor (an efficiency from a rate, a unit change)."""
+        return Figure(self.median * factor, self.q1 * factor, self.q3 * factor)
+
+    def agrees(self, other: "Figure") -> bool:
+        """Whether two measurements of one figure agree: their medians differ by no more than
+        their spreads together (the spread of a difference of two independent measurements)."""
+        return abs(self.median - other.median) <= self.spread + other.spread
 
 
 def check_range(value, low: str | None, high: float | None, choices: tuple = (), shown=None) -> None:
     """Raise UnitError unless the parsed value is finite and within its bounds (`shown`: the
     value as written, for the message), or one of `choices`; a Figure's every number is checked."""
     if isinstance(value, Figure):
-        for number in value:
-            check_range(number, low, high)
+        for key, number in zip(("median", "q1", "q3"), value):
+            try:
+                check_range(number, low, high, shown=shown.get(key) if isinstance(shown, dict) else None)
+            except units.UnitError as exc:
+                raise units.UnitError(f"{key} {exc}") from None
         return
     if choices and value not in choices:
         raise units.UnitError(f"must be one of {', '.join(map(repr, choices))}, got {value!r}")
