@@ -38,12 +38,17 @@ class _Rank:
         self.groups = {g: dist.new_group(list(range(g))) for g in range(2, world + 1)}
 
     def wait(self, work, what: str) -> None:
+        start = time.monotonic()
         try:
             work.wait(timeout=self.timeout)
         except Exception as exc:  # noqa: BLE001 - the backends raise RuntimeError of many kinds
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise CalibrationError(f"rank {self.rank}: {what} did not complete within "
-                                   f"{self.settings.timeout_s:g} s ({first})") from None
+            # the first sentence of the backend's reason (gloo's goes on about reporting bugs)
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0].split(". ")[0]
+            waited = time.monotonic() - start
+            if waited >= self.settings.timeout_s:
+                raise CalibrationError(f"rank {self.rank}: {what} did not complete within "
+                                       f"{self.settings.timeout_s:g} s ({reason})") from None
+            raise CalibrationError(f"rank {self.rank}: {what} failed after {waited:.1f} s ({reason})") from None
         self.sync()
 
     def barrier(self) -> None:
@@ -163,17 +168,26 @@ def _collect(procs: list, results, settings: Settings) -> dict:
         try:
             rank, status, got = results.get(timeout=0.1)
         except queue.Empty:
-            # (a rank that exits 0 has put its report first: the queue delivers it)
-            dead = [r for r, p in enumerate(procs) if r not in done and p.exitcode not in (None, 0)]
-            if dead:
-                raise CalibrationError(f"rank {dead[0]} exited with status {procs[dead[0]].exitcode} "
-                                       "before reporting; the other ranks were ended") from None
+            dead = _dead(procs, done)
+            if dead is not None:
+                raise CalibrationError(f"{dead} before reporting; the other ranks were ended") from None
             if time.monotonic() > deadline:
                 raise CalibrationError(f"the ranks did not finish within {20 * settings.timeout_s:g} s; "
                                        "they were ended") from None
             continue
         if status == "error":
-            raise CalibrationError(f"rank {rank} failed: {got}; the other ranks were ended")
+            # a rank that died makes its peers fail at once: name it as the cause
+            time.sleep(0.2)
+            dead = _dead(procs, done | {rank})
+            cause = f"{dead}, and then rank {rank} failed" if dead is not None else f"rank {rank} failed"
+            raise CalibrationError(f"{cause}: {got}; the other ranks were ended")
         done.add(rank)
         payload = got if rank == 0 else payload
     return payload
+
+
+def _dead(procs: list, reported: set) -> str | None:
+    """'rank R exited with status S' for the first rank that exited with an error without a
+    report (a rank that exits 0 has put its report first: the queue delivers it), or None."""
+    dead = [r for r, p in enumerate(procs) if r not in reported and p.exitcode not in (None, 0)]
+    return f"rank {dead[0]} exited with status {procs[dead[0]].exitcode}" if dead else None
