@@ -101,20 +101,27 @@ class _Rank:
         return runs
 
     def sharing(self) -> dict:
-        """{"matmul" | "memory": [(alone s, together s) per repeat]} of rank 0's calls."""
+        """{"matmul" | "memory": [(alone s, together s) per repeat]} of rank 0's calls; alone is
+        the mean of a run before and one after the ranks' run together (the machine's other
+        load drifts: a ratio against one side would carry the drift)."""
         ops = Operands(self.device)
-        n = self.settings.sharing_shape
+        n, seconds = self.settings.sharing_shape, self.settings.sharing_seconds
         calls = {"matmul": gemm(ops, n, n, n, "nt"), "memory": memory_op(ops, "add", 1 << 22)[0]}
         out = {key: [] for key in calls}
         for _ in range(self.settings.repeats):
             for key, call in calls.items():
-                seconds = self.settings.sharing_seconds
-                alone = per_call(call, self.sync, seconds) if self.rank == 0 else None
-                self.barrier()
+                before = self._alone(call, seconds)
                 together = per_call(call, self.sync, seconds)
                 self.barrier()
-                out[key].append((alone, together))
+                after = self._alone(call, seconds)
+                out[key].append(((before + after) / 2 if self.rank == 0 else None, together))
         return out
+
+    def _alone(self, call, seconds: float) -> float | None:
+        """Rank 0's seconds per call while the other ranks wait (at a barrier, asleep)."""
+        alone = per_call(call, self.sync, seconds) if self.rank == 0 else None
+        self.barrier()
+        return alone
 
 
 def _rank_main(settings: Settings, rank: int, world: int, store_path: str, results) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ratc.calibrate import machine
 from ratc.calibrate.compute import measure_compute
 from ratc.calibrate.fits import rank_figures
@@ -51,8 +53,6 @@ def calibrate(settings: Settings, output: str, progress) -> str:
     finally:
         torch.set_num_threads(before)
     compute["matmul_peak"] = max((rate for _, rate in compute["matmul"]), key=lambda fig: fig.median)
-    from pathlib import Path
-
     text = render(Path(output).stem or "host", settings.command(output), found, {"compute": compute, **ranks})
     parse_platform(text, output)
     return text
