@@ -151,3 +151,12 @@ def test_planning_or_compiling_for_a_host_profile_is_a_clear_error(tmp_path, cap
         assert "is a host profile (kind = \"host\", written by ratc calibrate): the planner does not yet price" in err
         assert "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_kernel_timing_of_a_host_platform_is_refused():
+    """ratc generates VLIW kernels for DSP machines only: no kernel-vm profile for a host."""
+    from ratc.errors import RatcError
+    from ratc.planner.exec_profile import KernelVMExecProfile
+
+    with pytest.raises(RatcError, match="'kernel-vm' times ratc's generated VLIW kernels; platform 'made-up' is a host"):
+        KernelVMExecProfile(parse_platform(HOST, "host.toml"))
