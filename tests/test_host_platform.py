@@ -160,3 +160,17 @@ def test_kernel_timing_of_a_host_platform_is_refused():
 
     with pytest.raises(RatcError, match="'kernel-vm' times ratc's generated VLIW kernels; platform 'made-up' is a host"):
         KernelVMExecProfile(parse_platform(HOST, "host.toml"))
+
+
+def test_the_codegen_pass_generates_nothing_for_a_host_platform():
+    """A pipeline naming codegen leaves a host's program as it was: no kernels, no cycles."""
+    from tiny_programs import compile_tiny
+
+    from ratc.ir import print_module
+    from ratc.passes.base import PassContext
+    from ratc.passes.lifecycle import Codegen
+
+    module = compile_tiny(pipeline="lower-to-life,schedule-1f1b")
+    before = print_module(module)
+    Codegen().run(module, PassContext(platform=parse_platform(HOST, "host.toml")))
+    assert print_module(module) == before and "life.kernel" not in before
