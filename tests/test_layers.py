@@ -17,7 +17,7 @@ LAYERS = [
     ("planner", ["ratc.planner"]),
     ("lifecycle", ["ratc.lifecycle", "ratc.passes", "ratc.codegen.program_kernels"]),
     ("programs", ["ratc.program_check"]),
-    ("vm", ["ratc.vm", "ratc.dist"]),
+    ("vm", ["ratc.vm", "ratc.dist", "ratc.calibrate"]),
     ("report", ["ratc.report"]),
     ("cli", ["ratc.cli", "ratc.__main__", "ratc.dist.__main__"]),
 ]

@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "ratc.cli.diagram",
     "ratc.cli.train",
     "ratc.cli.launch",
+    "ratc.cli.calibrate",
     "ratc.cli.opt",
     "ratc.cli.passes",
     "ratc.cli.kernel",

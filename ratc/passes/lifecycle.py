@@ -226,6 +226,9 @@ class Codegen(Pass):
                 "their placement and co-run durations rest on the task durations codegen sets")
         try:
             platform = ctx.platform or load_platform(lowering.find_plan(module).attributes["platform"])
+            if not platform.has_kernels:
+                # a host runs torch operators: no VLIW kernels, and its tasks keep the planner's durations
+                return
             codegen(module, platform, parse_tiles(self.tiles))
         except RatcError as exc:
             raise PassError(str(exc)) from None

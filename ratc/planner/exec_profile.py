@@ -89,6 +89,11 @@ class KernelVMExecProfile(ExecutionProfile):
     tiles: tuple = ()
     runs_kernels = True
 
+    def __post_init__(self):
+        if not self.platform.has_kernels:    # ratc generates VLIW kernels for DSP machines only
+            raise RatcError(f"execution profile 'kernel-vm' times ratc's generated VLIW kernels; platform "
+                            f"{self.platform.name!r} is a host profile, for which none are generated")
+
     def kernel(self, kind: str, shape: tuple) -> dict:
         """The generated kernel's figures (cycles, seconds, ddr_bytes, ...)."""
         from ratc.codegen.exec_profile import kernel_profile
@@ -114,6 +119,10 @@ EXEC_PROFILES = ("paper-table5", "kernel-vm")
 
 def load_exec_profile(platform, name: str = "paper-table5") -> ExecutionProfile:
     """The named execution profile for a platform."""
+    if not platform.has_kernels:
+        raise RatcError(f"{platform.source}: platform {platform.name!r} is a host profile (kind = \"host\", "
+                        "written by ratc calibrate): the planner does not yet price operators from its measured "
+                        "tables, so ratc cannot plan or compile for it yet; use a DSP profile (mt3000, a800)")
     if name == "paper-table5":
         return TableExecProfile(peak_mac_rate=platform.cluster.peak_mac_rate)
     if name == "kernel-vm":

@@ -121,7 +121,9 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     from ratc.codegen.op_kernels import attention_alignment, merge, op_kernels
 
     eb = elem_bytes(model.dtype)
-    align = attention_alignment(platform.vliw)
+    # a host runs torch operators: no VLIW kernels are generated for it, and every op is costed alone
+    kernels = platform.has_kernels
+    align = attention_alignment(platform.vliw) if kernels else None
     ddr = platform.cluster.ddr_bandwidth
     runs_kernels = exec_profile.runs_kernels
     f = fc = fd = b = bc = bd = 0.0
@@ -132,7 +134,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     for op in layer.ops:
         split = op_split(op, model.hidden)
         div = tp if split else 1
-        ks = op_kernels(op, div, eb, align)
+        ks = op_kernels(op, div, eb, align) if kernels else None
         if ks is not None:
             kf += ks.fwd
             kb += ks.bwd

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ratc import units
-from ratc.errors import RatcError
-from ratc.platform.schema import OPTIONAL_SECTIONS, PARSERS, SECTIONS, check_range, section_bounds, section_fields
+from ratc.platform.errors import KindError, PlatformError
+from ratc.platform.host import Locator, check_host
+from ratc.platform.schema import (KIND_SECTIONS, KIND_TABLES, OPTIONAL_SECTIONS, PARSERS, SECTIONS, TABLES, check_range,
+                                  section_bounds, section_fields)
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
 
-class PlatformError(RatcError):
-    """A platform profile that is missing, malformed or inconsistent."""
 
 
 @dataclass(frozen=True)
@@ -27,12 +27,22 @@ class Platform:
     source: str
     text: str
     sections: dict
+    kind: str = "dsp"       # "dsp": a modelled machine ratc generates kernels for; "host": measured
 
     def __getattr__(self, item):
         sections = self.__dict__.get("sections", {})
         if item in sections:
             return sections[item]
+        if item in _FOREIGN.get(self.__dict__.get("kind"), ()):
+            raise KindError(f"{self.source}: platform {self.name!r} is a {self.kind} profile "
+                            f"(kind = {self.kind!r} in [platform]); this needs a "
+                            f"{'DSP' if self.kind == 'host' else 'host'} platform's [{item}]")
         raise AttributeError(item)
+
+    @property
+    def has_kernels(self) -> bool:
+        """Whether ratc generates VLIW kernels for this platform (a DSP machine; a host runs torch)."""
+        return self.kind == "dsp"
 
     def with_overrides(self, **overrides: str) -> "Platform":
         """A copy with 'section.key' (or unique bare key) values replaced, parsed like TOML."""
@@ -42,11 +52,13 @@ class Platform:
             if sec_name not in sections:
                 raise PlatformError(f"{self.source}: cannot override {key!r}: the profile has no [{sec_name}] table")
             kind = section_fields(SECTIONS[sec_name])[field_name]
-            value = _parse(self.source, sec_name, field_name, kind, raw,
-                           section_bounds(SECTIONS[sec_name])[field_name])
+            try:
+                value = _parse(kind, raw, section_bounds(SECTIONS[sec_name])[field_name])
+            except units.UnitError as exc:
+                raise PlatformError(f"{self.source}: [{sec_name}].{field_name}: {exc}") from None
             sections[sec_name] = dataclasses.replace(sections[sec_name], **{field_name: value})
-        _check_peak(f"{self.source} with overrides", sections)
-        _check_registers(f"{self.source} with overrides", sections)
+        source = f"{self.source} with overrides"
+        _check(source, self.kind, sections, _unlocated(source))
         return dataclasses.replace(self, sections=sections)
 
 
@@ -60,15 +72,6 @@ def _resolve_key(key: str) -> tuple[str, str]:
         if len(owners) == 1:
             return owners[0], key
     raise PlatformError(f"unknown platform parameter {key!r}")
-
-
-def _parse(source: str, section: str, key: str, kind: str, raw, bounds: tuple = (None, None)):
-    try:
-        value = PARSERS[kind](raw)
-        check_range(value, *bounds, shown=raw)
-        return value
-    except units.UnitError as exc:
-        raise PlatformError(f"{source}: [{section}].{key}: {exc}") from None
 
 
 def list_platforms() -> list[str]:
@@ -107,36 +110,97 @@ def parse_platform(text: str, source: str) -> Platform:
     meta = raw.pop("platform", {})
     if not isinstance(meta, dict) or "name" not in meta:
         raise PlatformError(f"{source}: missing [platform] table with a 'name'")
-    for key in ("name", "description"):
+    for key in ("name", "description", "kind"):
         if not isinstance(meta.get(key, ""), str):
             raise PlatformError(f"{source}: [platform].{key} must be a string, got {meta[key]!r}")
-    unknown = sorted(set(raw) - set(SECTIONS))
+    kind = meta.get("kind", "dsp")
+    if kind not in KIND_SECTIONS:
+        raise PlatformError(f"{source}: [platform].kind must be one of {', '.join(map(repr, KIND_SECTIONS))}, "
+                            f"got {kind!r}")
+    # A host profile's every error names its line (ratc calibrate writes it; people edit its tables).
+    fail = Locator(source, text).fail if kind == "host" else _unlocated(source)
+    own = [s for s in SECTIONS if s not in _FOREIGN[kind]]
+    unknown = sorted(set(raw) - set(SECTIONS) - set(TABLES))
     if unknown:
-        raise PlatformError(f"{source}: unknown section [{unknown[0]}] (known: {', '.join(SECTIONS)})")
+        fail(f"unknown section [{unknown[0]}] (known: {', '.join(own + list(KIND_TABLES[kind]))})", unknown[0])
+    foreign = sorted(set(raw) & _FOREIGN[kind])
+    if foreign:
+        fail(f"section [{foreign[0]}] belongs to {'host' if kind == 'dsp' else 'DSP'} platforms, but this profile "
+             f"is kind = {kind!r}" + (" (write kind = \"host\" in [platform])" if kind == "dsp" else ""), foreign[0])
     sections = {}
-    for sec_name, cls in SECTIONS.items():
+    for sec_name in own:
         table = raw.get(sec_name)
         if table is None and sec_name in OPTIONAL_SECTIONS:
             continue
-        if table is None:
-            raise PlatformError(f"{source}: missing section [{sec_name}]")
-        if not isinstance(table, dict):
-            raise PlatformError(f"{source}: [{sec_name}] must be one table of keys, got {type(table).__name__} "
-                                f"(write [{sec_name}], not [[{sec_name}]] or {sec_name} = ...)")
-        kinds = section_fields(cls)
-        extra = sorted(set(table) - set(kinds))
-        if extra:
-            raise PlatformError(f"{source}: [{sec_name}]: unknown key {extra[0]!r} (known: {', '.join(kinds)})")
-        missing = [k for k in kinds if k not in table]
-        if missing:
-            raise PlatformError(f"{source}: [{sec_name}]: missing key {missing[0]!r}")
-        bounds = section_bounds(cls)
-        sections[sec_name] = cls(**{k: _parse(source, sec_name, k, kind, table[k], bounds[k])
-                                    for k, kind in kinds.items()})
-    _check_peak(source, sections)
-    _check_registers(source, sections)
+        sections[sec_name] = _section(fail, sec_name, SECTIONS[sec_name], table)
+    for name in KIND_TABLES[kind]:
+        sections[name] = _rows(fail, name, TABLES[name], raw.get(name))
+    _check(source, kind, sections, fail)
     return Platform(name=str(meta["name"]), description=str(meta.get("description", "")),
-                    source=source, text=text, sections=sections)
+                    source=source, text=text, sections=sections, kind=kind)
+
+
+# The sections a profile of each kind may not have: the other kinds' own.
+_FOREIGN = {kind: frozenset(s for other, secs in KIND_SECTIONS.items() if other != kind for s in secs)
+            | frozenset(t for other, ts in KIND_TABLES.items() if other != kind for t in ts)
+            for kind in KIND_SECTIONS}
+
+
+def _unlocated(source: str):
+    """The `fail` of a DSP profile: 'source: message', as its errors have always read."""
+    def fail(message: str, table: str | None = None, index: int | None = None, key: str | None = None):
+        raise PlatformError(f"{source}: {message}")
+    return fail
+
+
+def _section(fail, sec_name: str, cls: type, table, index: int | None = None):
+    """One table of keys (or one entry of an array of tables) as its typed section."""
+    shown = f"[{sec_name}]" if index is None else f"[[{sec_name}]] entry {index + 1}"
+    if table is None:
+        fail(f"missing section [{sec_name}]", None)
+    if not isinstance(table, dict):
+        fail(f"[{sec_name}] must be one table of keys, got {type(table).__name__} "
+             f"(write [{sec_name}], not [[{sec_name}]] or {sec_name} = ...)", sec_name)
+    kinds = section_fields(cls)
+    extra = sorted(set(table) - set(kinds))
+    if extra:
+        fail(f"{shown}: unknown key {extra[0]!r} (known: {', '.join(kinds)})", sec_name, index, extra[0])
+    missing = [k for k in kinds if k not in table]
+    if missing:
+        fail(f"{shown}: missing key {missing[0]!r}", sec_name, index)
+    bounds = section_bounds(cls)
+    values = {}
+    for key, kind in kinds.items():
+        try:
+            values[key] = _parse(kind, table[key], bounds[key])
+        except units.UnitError as exc:
+            fail(f"{shown}.{key}: {exc}" if index is None else f"{shown}: {key}: {exc}", sec_name, index, key)
+    return cls(**values)
+
+
+def _rows(fail, name: str, cls: type, entries) -> tuple:
+    """A host profile's [[name]] array of tables as a tuple of typed rows (at least one)."""
+    if entries is None or entries == []:
+        fail(f"missing [[{name}]] entries (a host profile holds at least one)", None)
+    if not isinstance(entries, list):
+        fail(f"[[{name}]] must be an array of tables, got {type(entries).__name__} "
+             f"(write each entry under its own [[{name}]] line)", name)
+    return tuple(_section(fail, name, cls, entry, i) for i, entry in enumerate(entries))
+
+
+def _parse(kind: str, raw, bounds: tuple):
+    value = PARSERS[kind](raw)
+    check_range(value, *bounds, shown=raw)
+    return value
+
+
+def _check(source: str, kind: str, sections: dict, fail) -> None:
+    """The cross-section checks of a profile of this kind."""
+    if kind == "host":
+        check_host(sections, fail)
+    else:
+        _check_peak(source, sections)
+        _check_registers(source, sections)
 
 
 # How far the [cluster] peak may sit from what the DSP model issues (rounded clocks).

@@ -25,15 +25,56 @@ MAX_GSM = 2**36
 MAX_CLUSTERS_PER_NODE = 65_536
 
 
-def quantity(kind: str, doc: str, low: str | None = None, high: float | None = None):
+def quantity(kind: str, doc: str, low: str | None = None, high: float | None = None,
+             choices: tuple = ()):
     """A dataclass field parsed from a TOML value in the given unit kind; `low` ('>0' or '>=0',
-    default per kind) and `high` bound it."""
-    return field(metadata={"kind": kind, "doc": doc, "low": low or LOWER.get(kind), "high": high})
+    default per kind) and `high` bound it; a string field may be limited to `choices`."""
+    base = kind.removeprefix(FIGURE)
+    return field(metadata={"kind": kind, "doc": doc, "low": low or LOWER.get(base), "high": high,
+                           "choices": choices})
 
 
-def check_range(value, low: str | None, high: float | None, shown=None) -> None:
+FIGURE = "figure:"      # kind prefix of a measured figure: {median, q1, q3} in the base kind
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A measured value: the median of repeated runs, and the quartiles of those runs (its spread)."""
+
+    median: float
+    q1: float
+    q3: float
+
+    def __iter__(self):
+        return iter((self.median, self.q1, self.q3))
+
+    @property
+    def spread(self) -> float:
+        """The interquartile range of the runs."""
+        return self.q3 - self.q1
+
+    def scaled(self, factor: float) -> "Figure":
+        """The figure times a positive factor (an efficiency from a rate, a unit change)."""
+        return Figure(self.median * factor, self.q1 * factor, self.q3 * factor)
+
+    def agrees(self, other: "Figure") -> bool:
+        """Whether two measurements of one figure agree: their medians differ by no more than
+        their spreads together (the spread of a difference of two independent measurements)."""
+        return abs(self.median - other.median) <= self.spread + other.spread
+
+
+def check_range(value, low: str | None, high: float | None, choices: tuple = (), shown=None) -> None:
     """Raise UnitError unless the parsed value is finite and within its bounds (`shown`: the
-    value as written, for the message)."""
+    value as written, for the message), or one of `choices`; a Figure's every number is checked."""
+    if isinstance(value, Figure):
+        for key, number in zip(("median", "q1", "q3"), value):
+            try:
+                check_range(number, low, high, shown=shown.get(key) if isinstance(shown, dict) else None)
+            except units.UnitError as exc:
+                raise units.UnitError(f"{key} {exc}") from None
+        return
+    if choices and value not in choices:
+        raise units.UnitError(f"must be one of {', '.join(map(repr, choices))}, got {value!r}")
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
     got = f"got {value if shown is None else shown!r}"
@@ -63,6 +104,26 @@ PARSERS = {
     "mac_rate": lambda v: units.parse_rate(v, "MAC"),
     "int_table": lambda v: {str(k): _typed(x, int) for k, x in _typed(v, dict).items()},
 }
+
+
+def _figure(base: str):
+    """The parser of a measured figure whose three numbers are in the `base` kind."""
+    def parse(value) -> Figure:
+        table = _typed(value, dict)
+        keys = ("median", "q1", "q3")
+        wrong = sorted(set(table) ^ set(keys))
+        if wrong:
+            raise units.UnitError(f"expected a measured figure {{ median = ..., q1 = ..., q3 = ... }}, "
+                                  f"{'unknown' if wrong[0] in table else 'missing'} key {wrong[0]!r}")
+        fig = Figure(*(PARSERS[base](table[k]) for k in keys))
+        if not fig.q1 <= fig.median <= fig.q3:
+            raise units.UnitError(f"the quartiles must hold the median: q1 <= median <= q3, "
+                                  f"got {table['q1']!r}, {table['median']!r}, {table['q3']!r}")
+        return fig
+    return parse
+
+
+PARSERS.update({FIGURE + base: _figure(base) for base in ("float", "time", "bandwidth", "mac_rate")})
 
 
 def _typed(value, types):
@@ -158,6 +219,90 @@ class FailureSpec:
     relaunch_time: float = quantity("time", "re-launching a job after a failure, before its checkpoint is read")
 
 
+MAX_SHAPE = 1 << 20          # one GEMM dimension of the calibration grid
+MAX_RANKS = 4096
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """How a host profile was measured (`ratc calibrate`): device, backend, ranks and threads."""
+
+    device: str = quantity("str", "what ran the operators", choices=("cpu", "cuda"))
+    backend: str = quantity("str", "torch.distributed backend between the ranks", choices=("gloo", "nccl"))
+    cores: int = quantity("int", "logical CPUs the calibration saw", high=MAX_CORES)
+    ranks: int = quantity("int", "processes measured at once (one per GPU on cuda)", high=MAX_RANKS)
+    threads: int = quantity("int", "torch threads per rank", high=MAX_CORES)
+    dtype: str = quantity("str", "element type of every benchmark", choices=("float32",))
+    repeats: int = quantity("int", "repeated runs behind each figure's median and quartiles", high=10_000)
+    torch: str = quantity("str", "torch version measured")
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    """One rank's operators: the best GEMM rate, the fixed costs, and memory-bound bandwidth."""
+
+    matmul_peak: "Figure" = quantity(FIGURE + "mac_rate", "best GEMM rate of the [[matmul]] grid")
+    dispatch: "Figure" = quantity(FIGURE + "time", "one operator on a one-element tensor: the fixed "
+                                                   "cost every operator pays")
+    task: "Figure" = quantity(FIGURE + "time", "a Forward and a Backward (torch.autograd.grad) of a one-op "
+                                               "fx graph: the fixed cost of a pair of compute tasks")
+    cache_bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "memory-bound operators on tensors that "
+                                                               "fit in the cache")
+    memory_bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "memory-bound operators on tensors far "
+                                                                "larger than the last-level cache")
+
+
+@dataclass(frozen=True)
+class P2PSpec:
+    """A message between two ranks (send / recv): time = latency + bytes / bandwidth, fitted through
+    the fastest calls (those not waiting for a core; the waits are [[collectives]]' tails)."""
+
+    latency: "Figure" = quantity(FIGURE + "time", "one-way time of the fit at zero bytes")
+    bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "bytes per second of the fit's slope")
+
+
+@dataclass(frozen=True)
+class SharingSpec:
+    """How ranks running at once slow each other (per-rank time with all ranks busy / alone)."""
+
+    matmul: "Figure" = quantity(FIGURE + "float", "slow-down of a GEMM")
+    memory: "Figure" = quantity(FIGURE + "float", "slow-down of a memory-bound operator")
+
+
+@dataclass(frozen=True)
+class MatmulRow:
+    """One [[matmul]] entry: the rate of an (m, n, k) GEMM in one operand layout."""
+
+    m: int = quantity("int", "rows of the output", high=MAX_SHAPE)
+    n: int = quantity("int", "columns of the output", high=MAX_SHAPE)
+    k: int = quantity("int", "the reduced dimension", high=MAX_SHAPE)
+    layout: str = quantity("str", "operand layout: nt = x @ w.T (forward), nn = dy @ w (input gradient), "
+                                  "tn = dy.T @ x (weight gradient)", choices=("nt", "nn", "tn"))
+    rate: "Figure" = quantity(FIGURE + "mac_rate", "multiply-accumulates per second")
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """One [[memory]] entry: a memory-bound operator over a given number of bytes."""
+
+    op: str = quantity("str", "the operator", choices=("add", "copy", "softmax", "silu"))
+    bytes: int = quantity("bytes", "bytes it reads and writes")
+    seconds: "Figure" = quantity(FIGURE + "time", "time of one call")
+
+
+@dataclass(frozen=True)
+class CollectiveRow:
+    """One [[collectives]] entry: a collective over `ranks` ranks, time = latency + bytes / bandwidth
+    (bytes: the whole buffer, as the planner's ring formulas take it), fitted through the fastest
+    calls; `tail` is what a call costs when it waits for a core."""
+
+    op: str = quantity("str", "the collective", choices=("all_reduce", "reduce_scatter", "all_gather"))
+    ranks: int = quantity("int", "ranks in the group", high=MAX_RANKS)
+    latency: "Figure" = quantity(FIGURE + "time", "time of the fit at zero bytes")
+    bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "buffer bytes per second of the fit's slope")
+    tail: "Figure" = quantity(FIGURE + "time", "90th percentile of the smallest message's time")
+
+
 SECTIONS: dict[str, type] = {
     "cluster": ClusterSpec,
     "network": NetworkSpec,
@@ -166,9 +311,19 @@ SECTIONS: dict[str, type] = {
     "vliw": VLIWSpec,
     "dma": DMASpec,
     "failures": FailureSpec,
+    "host": HostSpec,
+    "compute": ComputeSpec,
+    "p2p": P2PSpec,
+    "sharing": SharingSpec,
 }
+# Arrays of tables ([[name]]) of a host profile: its measured tables, one row per entry.
+TABLES: dict[str, type] = {"matmul": MatmulRow, "memory": MemoryRow, "collectives": CollectiveRow}
 # Sections a profile may leave out (the commands that need one say so, naming the platform).
 OPTIONAL_SECTIONS = frozenset({"failures"})
+# The sections of each platform kind beyond the shared [cluster], [network], [collective] and
+# [failures]: a DSP machine's models for the kernel VM, a host's measured figures.
+KIND_SECTIONS = {"dsp": ("dsp", "vliw", "dma"), "host": ("host", "compute", "p2p", "sharing")}
+KIND_TABLES = {"dsp": (), "host": tuple(TABLES)}
 
 
 def section_fields(cls: type) -> dict[str, str]:
@@ -177,5 +332,5 @@ def section_fields(cls: type) -> dict[str, str]:
 
 
 def section_bounds(cls: type) -> dict[str, tuple]:
-    """Field name -> (low, high) for a section dataclass."""
-    return {f.name: (f.metadata["low"], f.metadata["high"]) for f in fields(cls)}
+    """Field name -> (low, high, choices) for a section dataclass."""
+    return {f.name: (f.metadata["low"], f.metadata["high"], f.metadata["choices"]) for f in fields(cls)}

@@ -1,0 +1,1 @@
+"""`ratc calibrate`: measure this machine on microbenchmarks and write a host platform profile."""

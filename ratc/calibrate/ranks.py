@@ -1,0 +1,202 @@
+"""Figures between ranks: messages, collectives, and how ranks sharing cores slow each other.
+
+Each rank is a process that joins a FileStore rendezvous: forked from this one for gloo (it
+has torch imported; a cold import costs seconds per process), spawned for NCCL (CUDA cannot
+run in a forked child). Every wait has the settings' timeout, and the parent ends every rank
+as soon as one fails, dies or outlives the deadline, naming it. Rank 0 times; the others
+take part.
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import os
+import queue
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+
+from ratc.calibrate.compute import FP32, Operands, gemm, memory_op, synchronizer
+from ratc.calibrate.settings import Settings
+from ratc.calibrate.stats import CalibrationError, per_call
+
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+class _Rank:
+    """One rank's side of the measurements (the same calls, in the same order, on every rank)."""
+
+    def __init__(self, settings: Settings, rank: int, world: int):
+        self.settings, self.rank, self.world = settings, rank, world
+        self.timeout = datetime.timedelta(seconds=settings.timeout_s)
+        self.device = torch.device(f"cuda:{rank}" if settings.device == "cuda" else "cpu")
+        self.sync = synchronizer(self.device)
+        # every group is made on every rank, in the same order (torch.distributed requires it)
+        self.groups = {g: dist.new_group(list(range(g))) for g in range(2, world + 1)}
+
+    def wait(self, work, what: str) -> None:
+        start = time.monotonic()
+        try:
+            work.wait(timeout=self.timeout)
+        except Exception as exc:  # noqa: BLE001 - the backends raise RuntimeError of many kinds
+            # the first sentence of the backend's reason (gloo's goes on about reporting bugs)
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0].split(". ")[0]
+            waited = time.monotonic() - start
+            if waited >= self.settings.timeout_s:
+                raise CalibrationError(f"rank {self.rank}: {what} did not complete within "
+                                       f"{self.settings.timeout_s:g} s ({reason})") from None
+            raise CalibrationError(f"rank {self.rank}: {what} failed after {waited:.1f} s ({reason})") from None
+        self.sync()
+
+    def barrier(self) -> None:
+        self.wait(dist.barrier(async_op=True), "the barrier between measurements")
+
+    def ping_pong(self, buf: torch.Tensor) -> float:
+        """One-way seconds of a message between ranks 0 and 1 (half a round trip)."""
+        start = time.perf_counter()
+        if self.rank == 0:
+            self.wait(dist.isend(buf, 1), f"a send of {buf.numel() * FP32} B to rank 1")
+            self.wait(dist.irecv(buf, 1), f"a receive of {buf.numel() * FP32} B from rank 1")
+        elif self.rank == 1:
+            self.wait(dist.irecv(buf, 0), f"a receive of {buf.numel() * FP32} B from rank 0")
+            self.wait(dist.isend(buf, 0), f"a send of {buf.numel() * FP32} B to rank 0")
+        return (time.perf_counter() - start) / 2
+
+    def collective(self, op: str, nbytes: int, ranks: int):
+        """A call that runs the collective over a buffer of nbytes on the first `ranks` ranks."""
+        shard = torch.ones(max(1, nbytes // (FP32 * ranks)), device=self.device)
+        full = torch.ones(shard.numel() * ranks, device=self.device)
+        group, what = self.groups[ranks], f"{op} of {full.numel() * FP32} B over {ranks} ranks"
+        start = {"all_reduce": lambda: dist.all_reduce(full, group=group, async_op=True),
+                 "reduce_scatter": lambda: dist.reduce_scatter_single(shard, full, group=group, async_op=True),
+                 "all_gather": lambda: dist.all_gather_single(full, shard, group=group, async_op=True)}[op]
+
+        def run() -> float:
+            begin = time.perf_counter()
+            self.wait(start(), what)
+            return time.perf_counter() - begin
+        return run, full.numel() * FP32
+
+    def messages(self) -> dict:
+        """{("p2p", 2) or (collective, ranks): [[(bytes, [seconds per call]) per size] per repeat]}."""
+        runs = {("p2p", 2): []}
+        runs.update({(op, g): [] for g in self.groups for op in COLLECTIVES})
+        for _ in range(self.settings.repeats):
+            for key in runs:
+                sweep = []
+                for nbytes, calls in self.settings.messages:
+                    if key[0] == "p2p":
+                        buf = torch.ones(nbytes // FP32, device=self.device)
+                        self.ping_pong(buf)       # warm-up
+                        sweep.append((nbytes, [self.ping_pong(buf) for _ in range(calls)]))
+                    elif self.rank < key[1]:
+                        run, size = self.collective(key[0], nbytes, key[1])
+                        run()
+                        sweep.append((size, [run() for _ in range(calls)]))
+                runs[key].append(sweep)
+                self.barrier()
+        return runs
+
+    def sharing(self) -> dict:
+        """{"matmul" | "memory": [(alone s, together s) per repeat]} of rank 0's calls; alone is
+        the mean of a run before and one after the ranks' run together (the machine's other
+        load drifts: a ratio against one side would carry the drift)."""
+        ops = Operands(self.device)
+        n, seconds = self.settings.sharing_shape, self.settings.sharing_seconds
+        calls = {"matmul": gemm(ops, n, n, n, "nt"), "memory": memory_op(ops, "add", 1 << 22)[0]}
+        out = {key: [] for key in calls}
+        for _ in range(self.settings.repeats):
+            for key, call in calls.items():
+                before = self._alone(call, seconds)
+                together = per_call(call, self.sync, seconds)
+                self.barrier()
+                after = self._alone(call, seconds)
+                out[key].append(((before + after) / 2 if self.rank == 0 else None, together))
+        return out
+
+    def _alone(self, call, seconds: float) -> float | None:
+        """Rank 0's seconds per call while the other ranks wait (at a barrier, asleep)."""
+        alone = per_call(call, self.sync, seconds) if self.rank == 0 else None
+        self.barrier()
+        return alone
+
+
+def _rank_main(settings: Settings, rank: int, world: int, store_path: str, results) -> None:
+    """A rank's process: join, measure, hand rank 0's figures to the parent."""
+    torch.set_num_threads(settings.threads)
+    try:
+        if settings.device == "cuda":
+            torch.cuda.set_device(rank)
+        timeout = datetime.timedelta(seconds=settings.timeout_s)
+        store = dist.FileStore(store_path, world)
+        store.set_timeout(timeout)      # a rank that never joins ends the rendezvous too
+        dist.init_process_group(settings.backend, store=store, rank=rank, world_size=world, timeout=timeout)
+        try:
+            me = _Rank(settings, rank, world)
+            payload = {"messages": me.messages(), "sharing": me.sharing()}
+            me.barrier()
+        finally:
+            dist.destroy_process_group()
+        results.put((rank, "ok", payload if rank == 0 else None))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which ends the others
+        results.put((rank, "error", str(exc) or type(exc).__name__))
+        raise SystemExit(1) from None
+
+
+def measure_ranks(settings: Settings, progress) -> dict:
+    """Rank 0's raw samples of messages, collectives and sharing, from `settings.ranks` processes."""
+    if settings.device == "cuda" and settings.ranks > torch.cuda.device_count():
+        raise CalibrationError(f"--ranks {settings.ranks} with NCCL needs {settings.ranks} GPUs; "
+                               f"this machine has {torch.cuda.device_count()}")
+    ctx = multiprocessing.get_context("fork" if settings.device == "cpu" else "spawn")
+    results = ctx.Queue()
+    progress(f"{settings.ranks} ranks: messages, collectives and sharing ({settings.backend})")
+    with tempfile.TemporaryDirectory(prefix="ratc-calibrate-") as tmp:
+        procs = [ctx.Process(target=_rank_main, args=(settings, r, settings.ranks, os.path.join(tmp, "store"),
+                                                      results), daemon=True) for r in range(settings.ranks)]
+        for p in procs:
+            p.start()
+        try:
+            return _collect(procs, results, settings)
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                p.join()
+
+
+def _collect(procs: list, results, settings: Settings) -> dict:
+    """Rank 0's payload once every rank has reported; the first failure, death or overrun ends it."""
+    # generous: a wait is bounded by the timeout, and there are a few hundred of them per run
+    deadline = time.monotonic() + 20 * settings.timeout_s
+    done, payload = set(), None
+    while len(done) < len(procs):
+        try:
+            rank, status, got = results.get(timeout=0.1)
+        except queue.Empty:
+            dead = _dead(procs, done)
+            if dead is not None:
+                raise CalibrationError(f"{dead} before reporting; the other ranks were ended") from None
+            if time.monotonic() > deadline:
+                raise CalibrationError(f"the ranks did not finish within {20 * settings.timeout_s:g} s; "
+                                       "they were ended") from None
+            continue
+        if status == "error":
+            # a rank that died makes its peers fail at once: name it as the cause
+            time.sleep(0.2)
+            dead = _dead(procs, done | {rank})
+            cause = f"{dead}, and then rank {rank} failed" if dead is not None else f"rank {rank} failed"
+            raise CalibrationError(f"{cause}: {got}; the other ranks were ended")
+        done.add(rank)
+        payload = got if rank == 0 else payload
+    return payload
+
+
+def _dead(procs: list, reported: set) -> str | None:
+    """'rank R exited with status S' for the first rank that exited with an error without a
+    report (a rank that exits 0 has put its report first: the queue delivers it), or None."""
+    dead = [r for r, p in enumerate(procs) if r not in reported and p.exitcode not in (None, 0)]
+    return f"rank {dead[0]} exited with status {procs[dead[0]].exitcode}" if dead else None

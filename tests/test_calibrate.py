@@ -1,0 +1,135 @@
+"""`ratc calibrate`: quick calibrations of this machine, the profile they write, and their failures."""
+
+import os
+import time
+
+import pytest
+import torch
+
+from ratc.calibrate import ranks as rank_module
+from ratc.calibrate.machine import cores
+from ratc.calibrate.profile import check_replaceable, signed
+from ratc.calibrate.settings import Settings
+from ratc.calibrate.stats import CalibrationError
+from ratc.cli.main import main
+from ratc.errors import OutputError
+from ratc.platform import load_platform
+from ratc.platform.host import matmul_efficiency
+
+# No CPU core issues more than two 512-bit FMAs per cycle (32 fp32 multiply-accumulates: AVX-512
+# with two FMA ports; ARM SVE-512 likewise) and none is clocked above 6 GHz.
+MAX_MACS_PER_CORE = 32 * 6e9
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    """Two quick calibrations of this machine, one after the other, through the command."""
+    out = []
+    for i in (1, 2):
+        path = tmp_path_factory.mktemp("calibrate") / f"host{i}.toml"
+        start = time.monotonic()
+        assert main(["calibrate", "-o", str(path), "--quick", "--ranks", "2", "--threads", "1"]) == 0
+        out.append((path, time.monotonic() - start))
+    return out
+
+
+def test_a_quick_calibration_writes_a_host_profile_that_loads(calibrated):
+    path, seconds = calibrated[0]
+    p = load_platform(path)
+    assert (p.kind, p.name, p.host.backend, p.host.ranks, p.host.threads) == ("host", "host1", "gloo", 2, 1)
+    assert p.host.cores == cores() and p.host.repeats == Settings(quick=True).repeats
+    assert len(p.matmul) == 8 and {r.layout for r in p.matmul} == {"nt"}
+    assert {(c.op, c.ranks) for c in p.collectives} == {("all_reduce", 2), ("reduce_scatter", 2), ("all_gather", 2)}
+    assert seconds < 30     # 6-10 s here; twice the 15 s budget, for a machine loaded by others
+
+
+def test_quick_calibration_figures_are_physically_sane(calibrated):
+    p = load_platform(calibrated[0][0])
+    c = p.compute
+    figures = [c.matmul_peak, c.dispatch, c.task, c.cache_bandwidth, c.memory_bandwidth, p.p2p.latency,
+               p.p2p.bandwidth, p.sharing.matmul, p.sharing.memory, *(r.rate for r in p.matmul),
+               *(r.seconds for r in p.memory), *(f for row in p.collectives for f in (row.latency, row.bandwidth, row.tail))]
+    assert all(f.median > 0 for f in figures)
+    # one thread per rank: at most one core's peak; at least what any CPU of this century does
+    assert 1e8 < c.matmul_peak.median < MAX_MACS_PER_CORE * p.host.threads
+    # larger GEMMs amortise their overheads (64^3 runs at well under half of 256^3's rate here)
+    rate = {(r.m, r.n, r.k): r.rate.median for r in p.matmul}
+    assert rate[(256, 256, 256)] > rate[(64, 64, 64)]
+    # bandwidths: the cache beats memory, and a message or a collective is copied through memory
+    assert c.cache_bandwidth.median > c.memory_bandwidth.median
+    assert all(bw.median < c.cache_bandwidth.median for bw in [p.p2p.bandwidth, *(r.bandwidth for r in p.collectives)])
+    adds = sorted((r.bytes, r.seconds.median) for r in p.memory if r.op == "add")
+    assert adds[0][1] < adds[1][1]
+    # an operator's fixed cost is microseconds; a task pair runs several operators and autograd
+    assert c.dispatch.median < 1e-4 and c.dispatch.median < c.task.median
+    assert all(row.tail.median > 0.5 * row.latency.median for row in p.collectives)
+    # another rank cannot make a rank much faster (a ratio under 1 is the load's noise), nor
+    # slow it by more than every rank and as much other load again on its core
+    assert all(0.25 < f.median < 4 * p.host.ranks for f in (p.sharing.matmul, p.sharing.memory))
+
+
+def test_two_quick_calibrations_agree_on_the_efficiency_table(calibrated):
+    """The robust figures: each GEMM's rate as a fraction of the peak. Absolute figures move
+    with the load other processes put on this shared machine (see the README's calibration
+    section); efficiencies cancel a common slow-down. Observed: 7 or 8 of the 8 shapes agree in
+    each of 15 pairs of quick calibrations."""
+    first, second = (matmul_efficiency(load_platform(path)) for path, _ in calibrated)
+    assert first.keys() == second.keys()
+    agree = [shape for shape in first if first[shape].agrees(second[shape])]
+    assert len(agree) >= 0.75 * len(first), {s: (first[s], second[s]) for s in first if s not in agree}
+
+
+def test_calibrate_refuses_to_overwrite_a_file_it_did_not_write(tmp_path, capsys):
+    notes = tmp_path / "host.toml"
+    notes.write_text("my notes\n")
+    start = time.monotonic()
+    assert main(["calibrate", "-o", str(notes), "--quick"]) == 1
+    assert "refusing to overwrite a file that ratc calibrate did not write" in capsys.readouterr().err
+    assert notes.read_text() == "my notes\n" and time.monotonic() - start < 2     # refused before measuring
+    ours = signed('[platform]\nname = "host"\n')
+    notes.write_text(ours)
+    check_replaceable(str(notes))
+    notes.write_text(ours.replace('"host"', '"edited"'))
+    with pytest.raises(OutputError, match="or that was edited since"):
+        check_replaceable(str(notes))
+
+
+def test_one_rank_is_refused_with_a_reason(tmp_path, capsys):
+    assert main(["calibrate", "-o", str(tmp_path / "h.toml"), "--ranks", "1"]) == 1
+    assert "--ranks must be at least 2 (messages and collectives need two ranks), got 1" in capsys.readouterr().err
+
+
+def _sabotaged(monkeypatch, how):
+    """Rank 1 runs `how` instead of its measurements (the forked ranks inherit the patch)."""
+    honest = rank_module._Rank.messages
+
+    def messages(self):
+        if self.rank == 1:
+            how()
+        return honest(self)
+    monkeypatch.setattr(rank_module._Rank, "messages", messages)
+
+
+def test_a_rank_that_dies_ends_the_calibration_naming_it(monkeypatch):
+    _sabotaged(monkeypatch, lambda: os._exit(3))
+    start = time.monotonic()
+    with pytest.raises(CalibrationError, match="rank 1 exited with status 3.* the other ranks were ended"):
+        rank_module.measure_ranks(Settings(quick=True), lambda _: None)
+    assert time.monotonic() - start < 10
+
+
+def test_a_rank_that_hangs_ends_the_calibration_at_the_wait_timeout(monkeypatch):
+    _sabotaged(monkeypatch, lambda: time.sleep(600))
+    start = time.monotonic()
+    with pytest.raises(CalibrationError, match="rank 0 failed: rank 0: .* did not complete within 2 s"):
+        rank_module.measure_ranks(Settings(quick=True, timeout_s=2.0), lambda _: None)
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_quick_nccl_calibration_measures_the_gpus(tmp_path):
+    path = tmp_path / "gpu.toml"
+    assert main(["calibrate", "-o", str(path), "--backend", "nccl", "--ranks", "2", "--quick"]) == 0
+    p = load_platform(path)
+    assert (p.host.device, p.host.backend) == ("cuda", "nccl")
+    assert p.cluster.dsps == torch.cuda.get_device_properties(0).multi_processor_count

@@ -1,0 +1,176 @@
+"""Host platform profiles (kind = "host"): their tables, located errors, and what ratc does with them."""
+
+import pytest
+
+from ratc.calibrate.profile import render
+from ratc.platform import PlatformError, load_platform, parse_platform
+from ratc.platform.errors import KindError
+from ratc.platform.host import matmul_efficiency
+from ratc.platform.loader import PROFILE_DIR
+from ratc.platform.schema import Figure
+
+
+def fig(median, rel=0.1):
+    return Figure(median, median * (1 - rel), median * (1 + rel))
+
+
+FACTS = {"description": "a made-up 2-core host", "dsps": 1, "dsps_source": "torch threads per rank",
+         "memory_budget": 8e9, "memory_source": "made up", "cache": 32 * 2**20, "cache_source": "made up",
+         "ranks": 2, "host": {"device": '"cpu"', "backend": '"gloo"', "cores": 2, "ranks": 2, "threads": 1,
+                              "dtype": '"float32"', "repeats": 5, "torch": '"2.13.0"'}}
+FIGURES = {
+    "compute": {"matmul_peak": fig(40e9), "dispatch": fig(2e-6), "task": fig(90e-6),
+                "cache_bandwidth": fig(30e9), "memory_bandwidth": fig(6e9),
+                "matmul": [((64, 64, 64, "nt"), fig(20e9)), ((256, 256, 256, "nt"), fig(40e9)),
+                           ((256, 256, 256, "tn"), fig(30e9))],
+                "memory": [("add", 786432, fig(25e-6)), ("add", 201326592, fig(0.033))]},
+    "p2p": {"latency": fig(100e-6), "bandwidth": fig(2e9)},
+    "sharing": {"matmul": fig(1.5), "memory": fig(1.8)},
+    "collectives": [(("all_reduce", 2), {"latency": fig(300e-6), "bandwidth": fig(1e9), "tail": fig(4e-3)})],
+}
+HOST = render("made-up", "ratc calibrate -o made-up.toml", FACTS, FIGURES)
+
+
+def test_a_host_profile_holds_its_measured_figures_and_tables():
+    p = parse_platform(HOST, "host.toml")
+    assert (p.kind, p.has_kernels) == ("host", False)
+    assert p.compute.dispatch == Figure(2e-6, 1.8e-6, 2.2e-6)
+    assert [(r.m, r.n, r.k, r.layout) for r in p.matmul] == [(64, 64, 64, "nt"), (256, 256, 256, "nt"),
+                                                               (256, 256, 256, "tn")]
+    assert p.memory[1].bytes == 201326592 and p.collectives[0].tail.median == 4e-3
+    # the planner's summary repeats the measured medians
+    assert p.cluster.peak_mac_rate == 40e9 and p.network.intra_node_latency == pytest.approx(100e-6)
+    assert p.cluster.gsm_size == 32 * 2**20
+    assert matmul_efficiency(p)[(64, 64, 64, "nt")].median == pytest.approx(0.5)
+
+
+def test_todays_dsp_profiles_load_unchanged_as_dsp_platforms():
+    for name in ("mt3000", "a800"):
+        p = load_platform(name)
+        assert (p.kind, p.has_kernels) == ("dsp", True)
+        assert set(p.sections) >= {"cluster", "network", "collective", "dsp", "vliw", "dma"}
+        assert "kind" not in (PROFILE_DIR / f"{name}.toml").read_text()
+
+
+def test_a_host_profile_has_no_dsp_sections_and_says_so():
+    p = parse_platform(HOST, "host.toml")
+    assert not hasattr(p, "vliw")
+    with pytest.raises(KindError, match="host.toml: platform 'made-up' is a host profile .* DSP platform's \\[vliw\\]"):
+        p.vliw.vector_lanes
+
+
+def _line_of(text, needle, nth=1):
+    """The line number of the nth line that starts with needle."""
+    return [i for i, line in enumerate(text.split("\n"), 1) if line.startswith(needle)][nth - 1]
+
+
+RATE_2 = 'rate = { median = "40G MAC/s", q1 = "36G MAC/s", q3 = "44G MAC/s" }'
+
+
+@pytest.mark.parametrize("edit,message,line_of", [
+    (lambda t: t.replace(RATE_2, RATE_2.replace('q1 = "36G', 'q1 = "-36G')),
+     "[[matmul]] entry 2: rate: q1 must be positive, got '-36G MAC/s'", lambda t: _line_of(t, 'rate = { median = "40G')),
+    (lambda t: t.replace(RATE_2, RATE_2.replace('q1 = "36G', 'q1 = "41G')),
+     "[[matmul]] entry 2: rate: the quartiles must hold the median", lambda t: _line_of(t, 'rate = { median = "40G')),
+    (lambda t: t.replace(RATE_2, 'rate = "40G MAC/s"'),
+     "[[matmul]] entry 2: rate: expected dict", lambda t: _line_of(t, 'rate = "40G')),
+    (lambda t: t.replace(RATE_2, RATE_2.replace("q3", "max")),
+     "[[matmul]] entry 2: rate: expected a measured figure { median = ..., q1 = ..., q3 = ... }, unknown key 'max'",
+     lambda t: _line_of(t, 'rate = { median = "40G')),
+    (lambda t: t.replace('layout = "tn"', 'layout = "tt"'),
+     "[[matmul]] entry 3: layout: must be one of 'nt', 'nn', 'tn', got 'tt'", lambda t: _line_of(t, 'layout = "tt"')),
+    (lambda t: t.replace('layout = "tn"', 'layout = "nt"'),
+     "[[matmul]] entry 3: the same m, n, k, layout as entry 2 (256, 256, 256, nt)",
+     lambda t: _line_of(t, "[[matmul]]", nth=3)),
+    (lambda t: t.replace("m = 64\n", ""), "[[matmul]] entry 1: missing key 'm'", lambda t: _line_of(t, "[[matmul]]")),
+    (lambda t: t.replace("ranks = 2\nlatency", "ranks = 3\nlatency"),
+     "[[collectives]] entry 1: ranks: must be 2 to [host].ranks = 2, got 3", lambda t: _line_of(t, "ranks = 3")),
+    (lambda t: t.replace("[[memory]]", "[[mem]]"), "unknown section [mem]", lambda t: 1),
+    (lambda t: t.replace('dispatch = { median = "2us"', 'dispatch = { median = "2 parsecs"'),
+     "[compute].dispatch: expected a time in h, min, s, ms, us or ns", lambda t: _line_of(t, "dispatch = ")),
+    (lambda t: t.replace('peak_mac_rate = "40G MAC/s"', 'peak_mac_rate = "50G MAC/s"'),
+     "[cluster].peak_mac_rate is 5e+10 but [compute].matmul_peak's median is 4e+10", lambda t: _line_of(t, "peak_mac_rate")),
+    (lambda t: t.replace('backend = "gloo"', 'backend = "mpi"'),
+     "[host].backend: must be one of 'gloo', 'nccl', got 'mpi'", lambda t: _line_of(t, 'backend = "mpi"')),
+    (lambda t: t + "\n[vliw]\nvector_lanes = 64\n", "section [vliw] belongs to DSP platforms, but this profile is "
+     "kind = 'host'", lambda t: _line_of(t, "[vliw]")),
+])
+def test_bad_host_tables_are_located_errors(edit, message, line_of):
+    text = edit(HOST)
+    with pytest.raises(PlatformError) as info:
+        parse_platform(text, "host.toml")
+    shown = str(info.value)
+    assert message in shown
+    assert shown.startswith(f"host.toml:{line_of(text)}:"), shown
+
+
+def test_a_missing_host_table_is_an_error_naming_it():
+    text = HOST[:HOST.index("[[memory]]")] + HOST[HOST.index("[[collectives]]"):]
+    with pytest.raises(PlatformError, match="missing \\[\\[memory\\]\\] entries"):
+        parse_platform(text, "host.toml")
+
+
+def test_a_dsp_profile_with_host_sections_or_an_unknown_kind_is_refused():
+    mt3000 = (PROFILE_DIR / "mt3000.toml").read_text()
+    with pytest.raises(PlatformError, match="custom.toml: section \\[compute\\] belongs to host platforms, but this "
+                                            "profile is kind = 'dsp' \\(write kind = \"host\" in \\[platform\\]\\)"):
+        parse_platform(mt3000 + '\n[compute]\ndispatch = "1us"\n', "custom.toml")
+    with pytest.raises(PlatformError, match="custom.toml: \\[platform\\].kind must be one of 'dsp', 'host', got 'gpu'"):
+        parse_platform(mt3000.replace('name = "mt3000"', 'name = "mt3000"\nkind = "gpu"'), "custom.toml")
+    with pytest.raises(PlatformError, match="custom.toml: missing section \\[vliw\\]"):
+        parse_platform(mt3000[:mt3000.index("[vliw]")] + mt3000[mt3000.index("[dma]"):], "custom.toml")
+
+
+def test_two_measurements_agree_when_their_medians_differ_by_no_more_than_their_spreads():
+    assert Figure(10, 9, 11).agrees(Figure(13, 12, 14))        # 3 apart, spreads 2 + 2
+    assert not Figure(10, 9.5, 10.5).agrees(Figure(13, 12.5, 13.5))
+
+
+def test_a_host_platform_costs_a_model_without_generating_kernels():
+    """The planner's unit costs of a host need no [vliw]: no kernels are generated for it."""
+    from ratc.frontend.presets import trace_preset
+    from ratc.planner.exec_profile import TableExecProfile
+    from ratc.planner.opcost import model_units
+
+    host = parse_platform(HOST, "host.toml")
+    model = trace_preset("tiny", 64)
+    units = model_units(model, TableExecProfile(peak_mac_rate=host.cluster.peak_mac_rate), host, 1)
+    assert all(u.kernels.fwd == () and u.kernels.bwd == () for u in units)
+    assert all(u.fwd > 0 for u in units)
+
+
+def test_planning_or_compiling_for_a_host_profile_is_a_clear_error(tmp_path, capsys):
+    from ratc.cli.main import main
+
+    path = tmp_path / "host.toml"
+    path.write_text(HOST)
+    for argv in (["plan", "--preset", "tiny", "--clusters", "2", "--global-batch", "4"],
+                 ["compile", "--preset", "tiny", "--clusters", "2", "-o", str(tmp_path / "out")]):
+        assert main(argv + ["--platform", str(path)]) == 1
+        err = capsys.readouterr().err
+        assert "is a host profile (kind = \"host\", written by ratc calibrate): the planner does not yet price" in err
+        assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_kernel_timing_of_a_host_platform_is_refused():
+    """ratc generates VLIW kernels for DSP machines only: no kernel-vm profile for a host."""
+    from ratc.errors import RatcError
+    from ratc.planner.exec_profile import KernelVMExecProfile
+
+    with pytest.raises(RatcError, match="'kernel-vm' times ratc's generated VLIW kernels; platform 'made-up' is a host"):
+        KernelVMExecProfile(parse_platform(HOST, "host.toml"))
+
+
+def test_the_codegen_pass_generates_nothing_for_a_host_platform():
+    """A pipeline naming codegen leaves a host's program as it was: no kernels, no cycles."""
+    from tiny_programs import compile_tiny
+
+    from ratc.ir import print_module
+    from ratc.passes.base import PassContext
+    from ratc.passes.lifecycle import Codegen
+
+    module = compile_tiny(pipeline="lower-to-life,schedule-1f1b")
+    before = print_module(module)
+    Codegen().run(module, PassContext(platform=parse_platform(HOST, "host.toml")))
+    assert print_module(module) == before and "life.kernel" not in before
