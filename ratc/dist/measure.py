@@ -1,0 +1,268 @@
+"""`ratc launch --measure`: a real run's step time and per-task-kind times against the
+planner's and the system VM's predictions of the same program.
+
+Per task kind the comparable figure is a stage's total per step: the seconds one replica of
+stage p spends in tasks of that kind during one step. The planner costs whole stages (its
+GradSync, UpdateShard and PrefetchW are per stage, not per unit), and a per-step total does
+not depend on how finely the runtime and the VM cut the same work into tasks.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+
+from ratc.errors import RatcError
+
+# Rows in this order: compute first, then transfers and collectives, then the state chain.
+KINDS = ("forward", "backward", "recover", "send", "grad_sync", "reduce", "tie_sum", "gather", "update",
+         "prefetch")
+COMPUTE = frozenset({"forward", "backward", "recover", "update"})
+# action notation (ratc.vm.system.life.action_name) -> kind; longer prefixes first
+_ACTION = re.compile(r"^(\d+)(SEND_[FB]|RECV_[FB]|RS|AG|PARAM|OPT|STEP_END|F|B|R|G|U|P|T)")
+_KIND_OF = {"F": "forward", "B": "backward", "R": "recover", "SEND_F": "send", "SEND_B": "send",
+            "RECV_F": "recv", "RECV_B": "recv", "G": "grad_sync", "RS": "reduce", "AG": "gather",
+            "U": "update", "P": "prefetch", "T": "tie_sum", "PARAM": "marker", "OPT": "marker",
+            "STEP_END": "marker"}
+
+
+def task_kind(name: str) -> tuple[int, str, str]:
+    """(stage, kind, action) of a task named in action notation, e.g. '1RECV_B3' ->
+    (1, 'recv', 'RECV_B'); the VM and the runtime name tasks alike."""
+    m = _ACTION.match(name)
+    if m is None:
+        raise RatcError(f"task {name!r} is not in action notation (stage number, then F, B, R, SEND_F, ...)")
+    return int(m.group(1)), _KIND_OF[m.group(2)], m.group(2)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A measured quantity over its samples: median and range."""
+
+    median: float
+    low: float
+    high: float
+    samples: tuple
+
+    @classmethod
+    def of(cls, samples) -> "Figure":
+        samples = tuple(samples)
+        return cls(statistics.median(samples), min(samples), max(samples), samples)
+
+    def as_dict(self) -> dict:
+        return {"median": self.median, "min": self.low, "max": self.high, "samples": list(self.samples)}
+
+
+def error(predicted: float | None, measured: float) -> float | None:
+    """Relative error of a prediction against the measurement (as ratc run's against the VM)."""
+    if predicted is None or not measured:
+        return None
+    return (predicted - measured) / measured
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the planner and the system VM predict of one step of a program."""
+
+    platform: str                   # the platform predicted for (the program's)
+    this_machine: bool              # whether that platform describes the machine measured
+    planner: float | None           # Eq. 12 step time (None without the model's graph IR)
+    vm: float                       # the VM's measured-step time
+    planner_kinds: dict             # (kind, stage) -> seconds per step
+    vm_kinds: dict                  # (kind, stage) -> seconds per step
+
+
+def describes_this_machine(platform) -> bool:
+    """Whether a platform profile is the machine ratc runs on: only a host profile (issue
+    29's `ratc calibrate` writes one, kind = "host") is; the DSP and GPU profiles model
+    other machines."""
+    return getattr(platform, "kind", None) == "host"
+
+
+def predict(program) -> Prediction:
+    """The planner's and the VM's step of a checked program (ratc.program_check) on the
+    platform it was compiled for, priced with its execution profile (as `ratc run` does)."""
+    from ratc.planner.exec_profile import load_exec_profile
+    from ratc.planner.search import Planner
+    from ratc.program_check import program_platform
+    from ratc.vm.system.driver import simulate_program
+
+    platform = program_platform(program)
+    exec_profile = load_exec_profile(platform, program.meta.get("exec_profile", "paper-table5"))
+    run = simulate_program(program, platform, exec_profile, memory_limit=False)
+    planner_kinds = {}
+    if run.predicted is not None:
+        from ratc.codegen.program_kernels import program_exec_profile
+
+        planner = Planner(program.profile, platform, program_exec_profile(exec_profile, run.module))
+        planner_kinds = planner_kind_seconds(planner.detail(run.cand)[2], run.cand)
+    return Prediction(platform.name, describes_this_machine(platform), run.predicted, run.results.step_seconds,
+                      planner_kinds, vm_kind_seconds(run.timeline))
+
+
+def vm_kind_seconds(tl) -> dict:
+    """(kind, stage) -> seconds of the VM's last simulated step one replica of the stage spends
+    in tasks of the kind. A co-running Recover (fsr) holds no engine: what it adds to its host
+    (the host's `corun` cycles) is recovery, the rest of the host its own kind."""
+    prog = tl.program
+    last = prog.steps - 1
+    out: dict = {}
+    for t in prog.tasks:
+        if t.step != last or t.replica != 0 or t.kind == "marker" or t.alongside:
+            continue
+        _, kind, _ = task_kind(t.name)
+        out[(kind, t.stage)] = out.get((kind, t.stage), 0.0) + (t.duration - t.corun) / prog.clock
+        if t.corun:
+            out[("recover", t.stage)] = out.get(("recover", t.stage), 0.0) + t.corun / prog.clock
+    return out
+
+
+def planner_kind_seconds(st, cand) -> dict:
+    """(kind, stage) -> seconds per step of the planner's tasks (ratc.planner.timing.StepTime of
+    one candidate): M Forwards, Backwards (each without its boundary send) and Recovers, M
+    sends each way, and the stage's GradSync, UpdateShard and PrefetchW."""
+    P, M = cand.P, cand.A
+    p2p = float(st.p2p[0, 0])
+    out = {}
+    for p in range(P):
+        sends_f, sends_b = p < P - 1, p > 0
+        out[("forward", p)] = M * (float(st.fwd[0, p]) - p2p * sends_f)
+        out[("backward", p)] = M * (float(st.bwd[0, p]) - p2p * sends_b)
+        out[("recover", p)] = M * float(st.rec[0, p])
+        out[("send", p)] = M * p2p * (sends_f + sends_b)
+        for kind, values in (("grad_sync", st.sync), ("update", st.update), ("prefetch", st.prefetch)):
+            out[(kind, p)] = float(values[0, p])
+    return out
+
+
+def measured_kind_seconds(events, p: int) -> dict:
+    """(step, kind, stage) -> seconds of one rank's recorded events (ratc.dist.trace.Recorder)
+    at stage p. Compute kinds: the time in the op's handler. A transfer or collective: from its
+    issue to the completion seen by the wait of its first reader (an upper bound of its
+    duration), a transfer counted at its sender's stage from its receiver's record (a send is
+    waited only at the step's end)."""
+    out: dict = {}
+    for track, name, _, start, end, args in events:
+        stage, kind, action = task_kind(name) if track != "waits" else (p, "wait", "")
+        if track == "compute" and kind in COMPUTE:
+            key = (args["step"], kind, p)
+        elif track == "collectives":
+            key = (args["step"], kind, p)
+        elif track == "receive":
+            key = (args["step"], "send", stage - 1 if action == "RECV_F" else stage + 1)
+        else:
+            continue
+        out[key] = out.get(key, 0.0) + (end - start) / 1e9
+    return out
+
+
+@dataclass(frozen=True)
+class KindRow:
+    """One task kind on one stage: measured seconds per step against the predictions."""
+
+    kind: str
+    stage: int
+    measured: Figure                # over the measured steps x the stage's replicas
+    vm: float | None
+    planner: float | None
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "stage": self.stage, "measured_s": self.measured.as_dict(), "vm_s": self.vm,
+                "vm_error": error(self.vm, self.measured.median), "planner_s": self.planner,
+                "planner_error": error(self.planner, self.measured.median)}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Measured step time and per-kind times of a run beside the predictions of its program."""
+
+    warmup: int                     # steps run before the measured ones
+    step: Figure                    # rank 0's step seconds over the measured steps
+    prediction: Prediction
+    rows: tuple                     # KindRow, in KINDS order then by stage
+
+    @property
+    def planner_error(self) -> float | None:
+        return error(self.prediction.planner, self.step.median)
+
+    @property
+    def vm_error(self) -> float | None:
+        return error(self.prediction.vm, self.step.median)
+
+    def as_dict(self) -> dict:
+        pred = self.prediction
+        return {"warmup_steps": self.warmup, "measured_steps": len(self.step.samples),
+                "platform": pred.platform, "predicts_this_machine": pred.this_machine,
+                "step_time_s": {"measured": self.step.as_dict(), "planner": pred.planner,
+                                "planner_error": self.planner_error, "vm": pred.vm, "vm_error": self.vm_error},
+                "kinds": [r.as_dict() for r in self.rows]}
+
+
+    def line(self) -> str:
+        """step time: measured M s, planner P s (error E %), VM V s (error F %)."""
+        pred = self.prediction
+        planner = "planner -" if pred.planner is None else \
+            f"planner {pred.planner:.4g} s (error {_percent(self.planner_error)})"
+        return (f"step time: measured {self.step.median:.4g} s, {planner}, "
+                f"VM {pred.vm:.4g} s (error {_percent(self.vm_error)})")
+
+    def text(self) -> str:
+        """The line, whose predictions are for which machine, and the per-kind table."""
+        pred, n = self.prediction, len(self.step.samples)
+        lines = [self.line()]
+        if not pred.this_machine:
+            lines.append(f"note: the predictions are for {pred.platform}, the platform the program was compiled "
+                         "for, not this machine: the errors compare two different machines")
+        lines += [f"measured {n} step{'s' if n > 1 else ''} after {self.warmup} warm-up "
+                  f"step{'s' if self.warmup > 1 else ''}: rank 0's step time median {self.step.median:.4g} s "
+                  f"[{self.step.low:.4g} .. {self.step.high:.4g}]",
+                  "per task kind: ms per step one replica of a stage spends in the kind's tasks, median "
+                  "[min .. max] over the measured steps and replicas",
+                  "(compute: the ops' handlers; transfers and collectives: issue to the completion their "
+                  "reader waited for, an upper bound; a transfer at its sender's stage)",
+                  f"  {'kind':<10} {'stage':>5} {'measured ms':>12} {'[min .. max]':>23} {'VM ms':>11} "
+                  f"{'error':>9} {'planner ms':>11} {'error':>9}"]
+        for r in self.rows:
+            m = r.measured
+            lines.append(f"  {r.kind:<10} {r.stage:>5} {m.median * 1e3:>12.3f} "
+                         f"{f'[{m.low * 1e3:.3f} .. {m.high * 1e3:.3f}]':>23} {_ms(r.vm):>11} "
+                         f"{_percent(error(r.vm, m.median)):>9} {_ms(r.planner):>11} "
+                         f"{_percent(error(r.planner, m.median)):>9}")
+        return "\n".join(lines) + "\n"
+
+
+def _percent(e: float | None) -> str:
+    return "-" if e is None else f"{100 * e:+.1f} %"
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def measure(results: list, D: int, warmup: int, prediction: Prediction) -> Measurement:
+    """The measurement of a run's steps after `warmup` from its ranks' RankResults (rank 0's
+    `trace` holding every rank's events, recorded with ratc.dist.trace.Recorder)."""
+    first = results[0]
+    skip = warmup - first.first_step
+    if not 0 <= skip < len(first.step_seconds):
+        raise RatcError(f"the run has {len(first.step_seconds)} step(s) from step {first.first_step}; "
+                        f"none is left to measure after {warmup} warm-up step(s)")
+    steps = range(warmup, first.first_step + len(first.step_seconds))
+    if len(first.trace) != len(results):
+        raise RatcError(f"the run recorded the events of {len(first.trace)} rank(s), not of its {len(results)} "
+                        "(run it with tracing on)")
+    totals: dict = {}                   # (kind, stage) -> {(step, replica): seconds}
+    for rank, events in enumerate(first.trace):
+        p, r = divmod(rank, D)
+        seconds = measured_kind_seconds([e for e in events if e[5]["step"] >= warmup], p)
+        for (i, kind, stage), s in seconds.items():
+            # (a stage's transfers are recorded by the replicas of the stages it sends to)
+            per = totals.setdefault((kind, stage), {})
+            per[(i, r)] = per.get((i, r), 0.0) + s
+    per_stage = {key: [per.get((i, r), 0.0) for i in steps for r in range(D)] for key, per in totals.items()}
+    rows = tuple(KindRow(kind, stage, Figure.of(values), prediction.vm_kinds.get((kind, stage)),
+                         prediction.planner_kinds.get((kind, stage)))
+                 for (kind, stage), values in sorted(per_stage.items(), key=lambda kv: (KINDS.index(kv[0][0]),
+                                                                                           kv[0][1])))
+    return Measurement(warmup, Figure.of(first.step_seconds[skip:]), prediction, rows)
