@@ -112,6 +112,8 @@ def vm_kind_seconds(tl) -> dict:
         if t.step != last or t.replica != 0 or t.kind == "marker" or t.alongside:
             continue
         _, kind, _ = task_kind(t.name)
+        if kind == "recv":          # (zero cycles: the transfer is its SEND task)
+            continue
         out[(kind, t.stage)] = out.get((kind, t.stage), 0.0) + (t.duration - t.corun) / prog.clock
         if t.corun:
             out[("recover", t.stage)] = out.get(("recover", t.stage), 0.0) + t.corun / prog.clock

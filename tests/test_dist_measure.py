@@ -1,0 +1,196 @@
+"""`ratc launch --measure K`: the real step against the planner's and the VM's predictions.
+
+Oracles: hand-built event lists and task graphs whose per-kind sums are known; the worker's
+own step times (`--csv`) for the measured line; `ratc run --json` for the predictions.
+"""
+
+import json
+import re
+from pathlib import Path
+from statistics import median
+from types import SimpleNamespace
+
+import pytest
+
+from ratc.cli.main import main
+from ratc.dist.measure import Figure, Prediction, measure, planner_kind_seconds, task_kind, vm_kind_seconds
+from ratc.dist.worker import RankResult
+from ratc.errors import RatcError
+from ratc.vm.system.task_graph import Task
+
+EXAMPLE = str(Path(__file__).parents[1] / "examples" / "llama.py")
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("0F3", (0, "forward", "F")), ("12B0", (12, "backward", "B")), ("1R2", (1, "recover", "R")),
+    ("0SEND_F3", (0, "send", "SEND_F")), ("1RECV_B0", (1, "recv", "RECV_B")), ("0G5", (0, "grad_sync", "G")),
+    ("0RS5.1", (0, "reduce", "RS")), ("1AG4.0", (1, "gather", "AG")), ("0U2", (0, "update", "U")),
+    ("0P2", (0, "prefetch", "P")), ("0T0", (0, "tie_sum", "T")), ("0PARAM3", (0, "marker", "PARAM")),
+    ("1F0#2", (1, "forward", "F")),
+])
+def test_action_names_give_their_stage_and_task_kind(name, expected):
+    assert task_kind(name) == expected
+
+
+def test_a_name_outside_action_notation_is_refused():
+    with pytest.raises(RatcError, match="'wait 0G1' is not in action notation"):
+        task_kind("wait 0G1")
+
+
+def _event(track, name, kind, start_ms, end_ms, step):
+    return (track, name, kind, int(start_ms * 1e6), int(end_ms * 1e6), {"step": step})
+
+
+def _rank_events(p: int, step: int, scale: float) -> list:
+    """One step of a stage of a P=2 program: every figure in ms, times `scale`."""
+    s = 1000 * step
+    if p == 0:
+        return [_event("compute", "0F0", "forward", s, s + 2 * scale, step),
+                _event("compute", "0F1", "forward", s + 2, s + 2 + 3 * scale, step),
+                _event("compute", "0SEND_F0", "send", s + 5, s + 6, step),      # an issue: not counted
+                _event("send", "0SEND_F0", "send", s + 5, s + 900, step),       # waited at the step's end
+                _event("receive", "0RECV_B0", "send", s + 10, s + 10 + 4 * scale, step),
+                _event("waits", "wait 0RECV_B0", "wait", s + 12, s + 14, step),
+                _event("compute", "0B0", "backward", s + 20, s + 20 + 5 * scale, step),
+                _event("collectives", "0G0", "grad_sync", s + 30, s + 30 + 6 * scale, step),
+                _event("compute", "0U0", "update", s + 40, s + 41, step)]
+    return [_event("receive", "1RECV_F0", "send", s + 5, s + 5 + 7 * scale, step),
+            _event("compute", "1F0", "forward", s + 12, s + 12 + 8 * scale, step),
+            _event("compute", "1B0", "backward", s + 20, s + 20 + 9 * scale, step)]
+
+
+def _prediction(**kinds) -> Prediction:
+    return Prediction("mt3000", False, 0.004, 0.005, {("forward", 0): 0.001}, kinds)
+
+
+def test_per_kind_times_of_a_hand_built_trace_are_its_known_sums():
+    """P=2, D=1, one warm-up step and three measured ones scaled 1, 3, 2: each row's median is
+    the scale-2 step's sum, min and max the others'; a transfer is its receiver's record at the
+    sender's stage; warm-up, waits, sends' own spans and comm handlers are not counted."""
+    scales = {0: 50.0, 1: 1.0, 2: 3.0, 3: 2.0}
+    trace = [[e for step, k in scales.items() for e in _rank_events(p, step, k)] for p in (0, 1)]
+    results = [RankResult(0, step_seconds=[9.0, 0.3, 0.1, 0.2], trace=trace), RankResult(1)]
+    found = measure(results, 1, 1, _prediction(**{"forward": None}))
+    rows = {(r.kind, r.stage): r.measured for r in found.rows}
+    expected = {("forward", 0): 5, ("forward", 1): 8, ("backward", 0): 5, ("backward", 1): 9,
+                ("send", 0): 7, ("send", 1): 4, ("grad_sync", 0): 6}
+    assert set(rows) == set(expected) | {("update", 0)}
+    for key, ms in expected.items():
+        assert rows[key].median == pytest.approx(2 * ms / 1e3), key
+        assert (rows[key].low, rows[key].high) == pytest.approx((ms / 1e3, 3 * ms / 1e3)), key
+    assert rows[("update", 0)].samples == pytest.approx((1e-3,) * 3)
+    assert [(r.kind, r.stage) for r in found.rows] == [       # kinds in KINDS order, then stages
+        ("forward", 0), ("forward", 1), ("backward", 0), ("backward", 1), ("send", 0), ("send", 1),
+        ("grad_sync", 0), ("update", 0)]
+    assert found.step == Figure(0.2, 0.1, 0.3, (0.3, 0.1, 0.2))
+
+
+def test_a_stages_replicas_are_pooled_and_transfers_go_to_their_own_replica():
+    """P=2, D=2: stage 0's sends are recorded by stage 1's two replicas, each its own sample."""
+    trace = [_rank_events(0, 1, 1.0), _rank_events(0, 1, 3.0), _rank_events(1, 1, 1.0), _rank_events(1, 1, 5.0)]
+    results = [RankResult(0, step_seconds=[1.0, 0.5], trace=trace)] + [RankResult(r) for r in (1, 2, 3)]
+    rows = {(r.kind, r.stage): r.measured for r in measure(results, 2, 1, _prediction()).rows}
+    assert rows[("send", 0)].samples == pytest.approx((7e-3, 35e-3))
+    assert rows[("forward", 1)].samples == pytest.approx((8e-3, 40e-3))
+
+
+def test_the_measured_line_and_table_are_formatted_exactly():
+    trace = [[e for step in (0, 1) for e in _rank_events(p, step, 1.0)] for p in (0, 1)]
+    results = [RankResult(0, step_seconds=[9.0, 0.25], trace=trace), RankResult(1)]
+    text = measure(results, 1, 1, _prediction(forward=0.004)).text()
+    lines = text.splitlines()
+    assert lines[0] == "step time: measured 0.25 s, planner 0.004 s (error -98.4 %), VM 0.005 s (error -98.0 %)"
+    assert lines[1].startswith("note: the predictions are for mt3000, the platform the program was compiled for, "
+                               "not this machine")
+    assert lines[2] == "measured 1 step after 1 warm-up step: rank 0's step time median 0.25 s [0.25 .. 0.25]"
+    assert lines[6] == ("  forward        0        5.000        [5.000 .. 5.000]           -         -       "
+                        "1.000   -80.0 %")
+    assert text == measure(results, 1, 1, _prediction(forward=0.004)).text()
+
+
+def test_a_run_without_steps_after_the_warm_up_is_refused():
+    results = [RankResult(0, step_seconds=[0.3], trace=[[]])]
+    with pytest.raises(RatcError, match="none is left to measure after 1 warm-up step"):
+        measure(results, 1, 1, _prediction())
+
+
+def test_the_vms_per_kind_times_split_a_co_running_recover_from_its_host():
+    """The measured (last) step's replica-0 tasks: a Forward of 100 cycles hosting a Recover
+    that adds 30 is 70 of forward and 30 of recover; the Recover task itself (no engine)
+    counts nothing, nor do markers, receives, replica 1 and the step before."""
+    cpu = ((0, 0, "compute"),)
+    tasks = [Task("0F0", "forward", 0, 0, cpu, 100, step=1, corun=30),
+             Task("0R0", "recover", 0, 0, (), 100, step=1),
+             Task("1B0", "backward", 1, 0, ((1, 0, "compute"),), 40, step=1),
+             Task("1R0", "recover", 1, 0, ((1, 0, "compute"),), 25, step=1),    # a recover of its own
+             Task("0SEND_F0", "send", 0, 0, ((0, 0, "tx"),), 7, step=1),
+             Task("1RECV_F0", "send", 1, 0, (), 0, step=1),
+             Task("0PARAM0", "marker", 0, 0, (), 0, step=1),
+             Task("0F0", "forward", 0, 1, cpu, 500, step=1),
+             Task("0F0", "forward", 0, 0, cpu, 900, step=0)]
+    tl = SimpleNamespace(program=SimpleNamespace(tasks=tasks, steps=2, clock=10.0))
+    assert vm_kind_seconds(tl) == {("forward", 0): 7.0, ("recover", 0): 3.0, ("backward", 1): 4.0,
+                                   ("recover", 1): 2.5, ("send", 0): 0.7}
+
+
+def test_the_planners_forward_is_its_stage_compute_without_the_boundary_send():
+    """Planner.detail's Forward carries the stage's send (ratc.planner.timing); the per-kind
+    figure is M x b x the stage's forward work, the send counted once per transfer apart."""
+    from ratc.planner.search import Planner
+    from ratc.platform import load_platform
+    from ratc.step.config import parse_config
+    from ratc.frontend.modelfile import trace_model_file
+
+    cand = parse_config("P=2,D=1,Z=1,b=2,A=3,Full,deadline")
+    planner = Planner(trace_model_file(EXAMPLE, "tiny"), load_platform("mt3000"))
+    sc, _, st = planner.detail(cand)
+    kinds = planner_kind_seconds(st, cand)
+    p2p = float(st.p2p[0, 0])
+    assert p2p > 0
+    for p in (0, 1):
+        assert kinds[("forward", p)] == pytest.approx(3 * 2 * float(sc.fwd[p]))
+        assert kinds[("send", p)] == pytest.approx(3 * p2p)
+        assert kinds[("update", p)] == float(st.update[0, p])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--measure", "0"], "--measure must be at least 1 (measured steps after 2 warm-up ones), got 0"),
+    (["--measure", "-3"], "--measure must be at least 1"),
+    (["--measure", "2", "--steps", "5"], "--measure K runs 2 + K steps from the start with gloo; drop --steps"),
+    (["--measure-json", "m.json"], "--measure-json writes the measurement of --measure K; give --measure too"),
+])
+def test_bad_measure_options_are_refused_before_any_rank_starts(tmp_path, capsys, argv, message):
+    assert main(["launch", str(tmp_path / "no-such-program"), *argv]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_measure_prints_the_medians_of_the_workers_step_times_beside_ratc_runs_predictions(tmp_path, capfd):
+    out, csv, js, run = tmp_path / "prog", tmp_path / "steps.csv", tmp_path / "m.json", tmp_path / "run.json"
+    assert main(["compile", EXAMPLE, "--preset", "tiny", "--plan", "P=2,D=1,Z=1,b=1,A=2,FSR,deadline",
+                 "--no-run", "-o", str(out)]) == 0
+    assert main(["launch", str(out), "--measure", "2", "--timeout", "60", "--csv", str(csv),
+                 "--measure-json", str(js)]) == 0
+    printed = capfd.readouterr().out
+    assert main(["run", str(out), "--json", "-o", str(run)]) == 0
+    seconds = [float(row.split(",")[2]) for row in csv.read_text().splitlines()[1:]]
+    assert len(seconds) == 4                    # 2 warm-up + 2 measured steps
+    got = json.loads(js.read_text())
+    step = got["step_time_s"]
+    assert step["measured"]["samples"] == pytest.approx(seconds[2:], abs=1e-6)
+    assert step["measured"]["median"] == pytest.approx(median(seconds[2:]), abs=1e-6)
+    sim = json.loads(run.read_text())
+    assert step["planner"] == sim["predicted_step_time_s"] and step["vm"] == sim["results"]["step_time_s"]
+    assert step["planner_error"] == pytest.approx((step["planner"] - step["measured"]["median"])
+                                                  / step["measured"]["median"])
+    line = next(li for li in printed.splitlines() if li.startswith("step time: "))
+    assert line == (f"step time: measured {step['measured']['median']:.4g} s, planner {step['planner']:.4g} s "
+                    f"(error {100 * step['planner_error']:+.1f} %), VM {step['vm']:.4g} s "
+                    f"(error {100 * step['vm_error']:+.1f} %)")
+    assert "the predictions are for mt3000" in printed
+    assert got["warmup_steps"] == 2 and got["measured_steps"] == 2 and not got["predicts_this_machine"]
+    kinds = {(k["kind"], k["stage"]) for k in got["kinds"]}
+    assert {("forward", 0), ("forward", 1), ("backward", 1), ("recover", 0), ("send", 0), ("send", 1),
+            ("update", 1)} <= kinds
+    assert all(len(k["measured_s"]["samples"]) == 2 for k in got["kinds"])
+    assert re.search(r"^  forward +0 +\d+\.\d{3} +\[", printed, re.M)
