@@ -94,6 +94,19 @@ def test_a_stages_replicas_are_pooled_and_transfers_go_to_their_own_replica():
     assert rows[("forward", 1)].samples == pytest.approx((8e-3, 40e-3))
 
 
+def test_a_transfer_or_collective_is_timed_from_when_its_last_member_issued_it():
+    """A receive posted at 2 ms whose send is issued at 10 ms and seen complete at 15 ms took
+    at most 5 ms; an all-reduce issued at 0 and 4 ms by the two replicas, seen complete at 9
+    and 6 ms, at most 5 and 2 ms."""
+    stage0 = [[_event("send", "0SEND_F0", "send", 10, 30, 1), _event("collectives", "0G0", "grad_sync", 0, 9, 1)],
+              [_event("send", "0SEND_F0", "send", 1, 30, 1), _event("collectives", "0G0", "grad_sync", 4, 6, 1)]]
+    stage1 = [[_event("receive", "1RECV_F0", "send", 2, 15, 1)], [_event("receive", "1RECV_F0", "send", 3, 4, 1)]]
+    results = [RankResult(0, step_seconds=[1.0, 0.5], trace=stage0 + stage1)] + [RankResult(r) for r in (1, 2, 3)]
+    rows = {(r.kind, r.stage): r.measured for r in measure(results, 2, 1, _prediction()).rows}
+    assert rows[("send", 0)].samples == pytest.approx((5e-3, 1e-3))
+    assert rows[("grad_sync", 0)].samples == pytest.approx((5e-3, 2e-3))
+
+
 def test_the_measured_line_and_table_are_formatted_exactly():
     trace = [[e for step in (0, 1) for e in _rank_events(p, step, 1.0)] for p in (0, 1)]
     results = [RankResult(0, step_seconds=[9.0, 0.25], trace=trace), RankResult(1)]
@@ -156,7 +169,7 @@ def test_the_planners_forward_is_its_stage_compute_without_the_boundary_send():
 @pytest.mark.parametrize("argv,message", [
     (["--measure", "0"], "--measure must be at least 1 (measured steps after 2 warm-up ones), got 0"),
     (["--measure", "-3"], "--measure must be at least 1"),
-    (["--measure", "2", "--steps", "5"], "--measure K runs 2 + K steps from the start with gloo; drop --steps"),
+    (["--measure", "2", "--steps", "5"], "--measure K runs 2 + K steps from the start; drop --steps"),
     (["--measure-json", "m.json"], "--measure-json writes the measurement of --measure K; give --measure too"),
 ])
 def test_bad_measure_options_are_refused_before_any_rank_starts(tmp_path, capsys, argv, message):

@@ -201,10 +201,9 @@ def _measured_steps(args: argparse.Namespace) -> int:
     if args.measure < 1:
         raise RatcError(f"--measure must be at least 1 (measured steps after {WARMUP} warm-up ones), "
                         f"got {args.measure}")
-    for flag, given in (("--steps", args.steps is not None), ("--resume", args.resume is not None),
-                        ("--backend nccl", args.backend == "nccl")):
+    for flag, given in (("--steps", args.steps is not None), ("--resume", args.resume is not None)):
         if given:
-            raise RatcError(f"--measure K runs {WARMUP} + K steps from the start with gloo; drop {flag}")
+            raise RatcError(f"--measure K runs {WARMUP} + K steps from the start; drop {flag}")
     if args.measure_json:
         from ratc.io import check_output
 
@@ -221,6 +220,9 @@ def handler(args: argparse.Namespace) -> int:
     program, cfg, P, D = prepare_program(args)
     module = program.module
     if cfg.backend == "nccl":
+        if args.measure is not None:
+            raise RatcError("--measure measures ranks this process forks (gloo); NCCL ranks run under torchrun, "
+                            "which it does not drive yet")
         return _torchrun(args, P * D)
     from ratc.dist.worker import Stopped
 

@@ -138,24 +138,51 @@ def planner_kind_seconds(st, cand) -> dict:
     return out
 
 
-def measured_kind_seconds(events, p: int) -> dict:
-    """(step, kind, stage) -> seconds of one rank's recorded events (ratc.dist.trace.Recorder)
-    at stage p. Compute kinds: the time in the op's handler. A transfer or collective: from its
-    issue to the completion seen by the wait of its first reader (an upper bound of its
-    duration), a transfer counted at its sender's stage from its receiver's record (a send is
-    waited only at the step's end)."""
+def _numbered(events, tracks) -> list:
+    """((step, name, n), event) of the events on `tracks`, n counting a name's events in a step
+    in issue order (a unit's gathers, say, repeat a name), which is program order on every rank."""
+    out, seen = [], {}
+    for e in sorted((e for e in events if e[0] in tracks), key=lambda e: (e[5]["step"], e[3])):
+        key = (e[5]["step"], e[1])
+        seen[key] = seen.get(key, -1) + 1
+        out.append(((*key, seen[key]), e))
+    return out
+
+
+def issue_times(trace: list, D: int) -> dict:
+    """(step, stage, replica, name, n) -> when the rank issued that send or collective (ns)."""
+    out = {}
+    for rank, events in enumerate(trace):
+        p, r = divmod(rank, D)
+        for (step, name, n), e in _numbered(events, ("send", "collectives")):
+            out[(step, p, r, name, n)] = e[3]
+    return out
+
+
+def measured_kind_seconds(events, p: int, r: int, D: int, issued: dict) -> dict:
+    """(step, kind, stage) -> seconds of the recorded events (ratc.dist.trace.Recorder) of the
+    rank of stage p, replica r. Compute kinds: the time in the op's handler. A transfer or a
+    collective: from when it could start (every member of its group had issued it: `issued`,
+    issue_times' of the run) to the completion seen by its first reader's wait, an upper
+    bound of its duration; a transfer counted at its sender's stage from its receiver's
+    record (a send is waited only at the step's end)."""
     out: dict = {}
     for track, name, _, start, end, args in events:
-        stage, kind, action = task_kind(name) if track != "waits" else (p, "wait", "")
-        if track == "compute" and kind in COMPUTE:
+        stage, kind, _ = task_kind(name) if track == "compute" else (p, "", "")
+        if kind in COMPUTE:
             key = (args["step"], kind, p)
-        elif track == "collectives":
-            key = (args["step"], kind, p)
-        elif track == "receive":
-            key = (args["step"], "send", stage - 1 if action == "RECV_F" else stage + 1)
+            out[key] = out.get(key, 0.0) + (end - start) / 1e9
+    for (step, name, n), (track, _, _, start, end, _) in _numbered(events, ("receive", "collectives")):
+        stage, kind, action = task_kind(name)
+        if track == "receive":
+            # 1RECV_F3 is 0SEND_F3's transfer, 0RECV_B3 1SEND_B3's
+            stage = stage - 1 if action == "RECV_F" else stage + 1
+            kind, members = "send", ((stage, r, f"{stage}SEND_{action[-1]}{name[len(str(p)) + len(action):]}"),)
         else:
-            continue
-        out[key] = out.get(key, 0.0) + (end - start) / 1e9
+            members = tuple((p, other, name) for other in range(D))
+        start = max([start] + [issued.get((step, s, m, what, n), start) for s, m, what in members])
+        key = (step, kind, stage)
+        out[key] = out.get(key, 0.0) + max(end - start, 0) / 1e9
     return out
 
 
@@ -221,8 +248,8 @@ class Measurement:
                   f"[{self.step.low:.4g} .. {self.step.high:.4g}]",
                   "per task kind: ms per step one replica of a stage spends in the kind's tasks, median "
                   "[min .. max] over the measured steps and replicas",
-                  "(compute: the ops' handlers; transfers and collectives: issue to the completion their "
-                  "reader waited for, an upper bound; a transfer at its sender's stage)",
+                  "(compute: the ops' handlers; transfers and collectives: from their last member's issue "
+                  "to the completion their reader waited for, an upper bound; a transfer at its sender's stage)",
                   f"  {'kind':<10} {'stage':>5} {'measured ms':>12} {'[min .. max]':>23} {'VM ms':>11} "
                   f"{'error':>9} {'planner ms':>11} {'error':>9}"]
         for r in self.rows:
@@ -254,10 +281,11 @@ def measure(results: list, D: int, warmup: int, prediction: Prediction) -> Measu
     if len(first.trace) != len(results):
         raise RatcError(f"the run recorded the events of {len(first.trace)} rank(s), not of its {len(results)} "
                         "(run it with tracing on)")
+    issued = issue_times(first.trace, D)
     totals: dict = {}                   # (kind, stage) -> {(step, replica): seconds}
     for rank, events in enumerate(first.trace):
         p, r = divmod(rank, D)
-        seconds = measured_kind_seconds([e for e in events if e[5]["step"] >= warmup], p)
+        seconds = measured_kind_seconds([e for e in events if e[5]["step"] >= warmup], p, r, D, issued)
         for (i, kind, stage), s in seconds.items():
             # (a stage's transfers are recorded by the replicas of the stages it sends to)
             per = totals.setdefault((kind, stage), {})
