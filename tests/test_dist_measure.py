@@ -79,6 +79,10 @@ def test_per_kind_times_of_a_hand_built_trace_are_its_known_sums():
         assert rows[key].median == pytest.approx(2 * ms / 1e3), key
         assert (rows[key].low, rows[key].high) == pytest.approx((ms / 1e3, 3 * ms / 1e3)), key
     assert rows[("update", 0)].samples == pytest.approx((1e-3,) * 3)
+    blocked = {(r.kind, r.stage): r.blocked for r in found.rows}
+    assert blocked[("send", 1)].samples == pytest.approx((2e-3,) * 3)      # its receiver's waits
+    assert blocked[("send", 0)].samples == blocked[("grad_sync", 0)].samples == (0.0,) * 3
+    assert blocked[("forward", 0)] is None
     assert [(r.kind, r.stage) for r in found.rows] == [       # kinds in KINDS order, then stages
         ("forward", 0), ("forward", 1), ("backward", 0), ("backward", 1), ("send", 0), ("send", 1),
         ("grad_sync", 0), ("update", 0)]
@@ -116,8 +120,10 @@ def test_the_measured_line_and_table_are_formatted_exactly():
     assert lines[1].startswith("note: the predictions are for mt3000, the platform the program was compiled for, "
                                "not this machine")
     assert lines[2] == "measured 1 step after 1 warm-up step: rank 0's step time median 0.25 s [0.25 .. 0.25]"
-    assert lines[6] == ("  forward        0        5.000        [5.000 .. 5.000]           -         -       "
-                        "1.000   -80.0 %")
+    assert lines[6] == ("  forward        0        5.000        [5.000 .. 5.000]           -           -         -"
+                        "       1.000   -80.0 %")
+    assert lines[11] == ("  send           1        4.000        [4.000 .. 4.000]       2.000           -         -"
+                         "           -         -")
     assert text == measure(results, 1, 1, _prediction(forward=0.004)).text()
 
 
@@ -182,8 +188,9 @@ def test_measure_prints_the_medians_of_the_workers_step_times_beside_ratc_runs_p
     out, csv, js, run = tmp_path / "prog", tmp_path / "steps.csv", tmp_path / "m.json", tmp_path / "run.json"
     assert main(["compile", EXAMPLE, "--preset", "tiny", "--plan", "P=2,D=1,Z=1,b=1,A=2,FSR,deadline",
                  "--no-run", "-o", str(out)]) == 0
+    trace = tmp_path / "real.json"
     assert main(["launch", str(out), "--measure", "2", "--timeout", "60", "--csv", str(csv),
-                 "--measure-json", str(js)]) == 0
+                 "--measure-json", str(js), "--trace", str(trace)]) == 0
     printed = capfd.readouterr().out
     assert main(["run", str(out), "--json", "-o", str(run)]) == 0
     seconds = [float(row.split(",")[2]) for row in csv.read_text().splitlines()[1:]]
@@ -206,4 +213,21 @@ def test_measure_prints_the_medians_of_the_workers_step_times_beside_ratc_runs_p
     assert {("forward", 0), ("forward", 1), ("backward", 1), ("recover", 0), ("send", 0), ("send", 1),
             ("update", 1)} <= kinds
     assert all(len(k["measured_s"]["samples"]) == 2 for k in got["kinds"])
+    # --trace records the warm-up too; the measurement leaves it out
+    recorded = {e["args"]["step"] for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"}
+    assert recorded == {0, 1, 2, 3}
     assert re.search(r"^  forward +0 +\d+\.\d{3} +\[", printed, re.M)
+
+
+def test_the_ranks_record_nothing_before_the_first_measured_step():
+    from ratc.dist.launch import launch
+    from ratc.dist.worker import RunConfig
+    from ratc.vm.functional.session import TrainConfig, compile_for
+
+    module = compile_for(TrainConfig(model=EXAMPLE, P=1, D=2, Z=1, M=2, b=1, reference=False))
+    results = launch(module, RunConfig(model=EXAMPLE, preset="tiny", steps=3, timeout_s=60, trace=True,
+                                       record_from=2), 1, 2, deadline_s=240)
+    assert len(results[0].trace) == 2
+    for events in results[0].trace:
+        assert {e[5]["step"] for e in events} == {2}
+        assert {e[0] for e in events} >= {"compute", "collectives", "waits"}

@@ -159,6 +159,17 @@ def issue_times(trace: list, D: int) -> dict:
     return out
 
 
+def _charged(name: str, p: int, r: int, D: int) -> tuple:
+    """(kind, stage, group members as (stage, replica, their name)) a transfer or collective
+    recorded under `name` by the rank of stage p, replica r counts for. A receive is its
+    sender's transfer: 1RECV_F3 is 0SEND_F3's, 0RECV_B3 1SEND_B3's."""
+    stage, kind, action = task_kind(name)
+    if action not in ("RECV_F", "RECV_B"):
+        return kind, p, tuple((p, other, name) for other in range(D))
+    sender = stage - 1 if action == "RECV_F" else stage + 1
+    return "send", sender, ((sender, r, f"{sender}SEND_{action[-1]}{name[len(str(stage)) + len(action):]}"),)
+
+
 def measured_kind_seconds(events, p: int, r: int, D: int, issued: dict) -> dict:
     """(step, kind, stage) -> seconds of the recorded events (ratc.dist.trace.Recorder) of the
     rank of stage p, replica r. Compute kinds: the time in the op's handler. A transfer or a
@@ -172,17 +183,24 @@ def measured_kind_seconds(events, p: int, r: int, D: int, issued: dict) -> dict:
         if kind in COMPUTE:
             key = (args["step"], kind, p)
             out[key] = out.get(key, 0.0) + (end - start) / 1e9
-    for (step, name, n), (track, _, _, start, end, _) in _numbered(events, ("receive", "collectives")):
-        stage, kind, action = task_kind(name)
-        if track == "receive":
-            # 1RECV_F3 is 0SEND_F3's transfer, 0RECV_B3 1SEND_B3's
-            stage = stage - 1 if action == "RECV_F" else stage + 1
-            kind, members = "send", ((stage, r, f"{stage}SEND_{action[-1]}{name[len(str(p)) + len(action):]}"),)
-        else:
-            members = tuple((p, other, name) for other in range(D))
+    for (step, name, n), (_, _, _, start, end, _) in _numbered(events, ("receive", "collectives")):
+        kind, stage, members = _charged(name, p, r, D)
         start = max([start] + [issued.get((step, s, m, what, n), start) for s, m, what in members])
         key = (step, kind, stage)
         out[key] = out.get(key, 0.0) + max(end - start, 0) / 1e9
+    return out
+
+
+def blocked_kind_seconds(events, p: int) -> dict:
+    """(step, kind, stage) -> seconds the rank of stage p was blocked waiting for transfers and
+    collectives of the kind (its `waits` track): what they cost its step, a lower bound of
+    their duration."""
+    out: dict = {}
+    for track, name, _, start, end, args in events:
+        if track == "waits":
+            kind, stage, _ = _charged(name.removeprefix("wait "), p, 0, 1)
+            key = (args["step"], kind, stage)
+            out[key] = out.get(key, 0.0) + (end - start) / 1e9
     return out
 
 
@@ -193,11 +211,13 @@ class KindRow:
     kind: str
     stage: int
     measured: Figure                # over the measured steps x the stage's replicas
+    blocked: Figure | None          # transfers and collectives: time the ranks waited for them
     vm: float | None
     planner: float | None
 
     def as_dict(self) -> dict:
-        return {"kind": self.kind, "stage": self.stage, "measured_s": self.measured.as_dict(), "vm_s": self.vm,
+        return {"kind": self.kind, "stage": self.stage, "measured_s": self.measured.as_dict(),
+                "blocked_s": None if self.blocked is None else self.blocked.as_dict(), "vm_s": self.vm,
                 "vm_error": error(self.vm, self.measured.median), "planner_s": self.planner,
                 "planner_error": error(self.planner, self.measured.median)}
 
@@ -249,13 +269,15 @@ class Measurement:
                   "per task kind: ms per step one replica of a stage spends in the kind's tasks, median "
                   "[min .. max] over the measured steps and replicas",
                   "(compute: the ops' handlers; transfers and collectives: from their last member's issue "
-                  "to the completion their reader waited for, an upper bound; a transfer at its sender's stage)",
-                  f"  {'kind':<10} {'stage':>5} {'measured ms':>12} {'[min .. max]':>23} {'VM ms':>11} "
-                  f"{'error':>9} {'planner ms':>11} {'error':>9}"]
+                  "to the completion their reader waited for, an upper bound, and the median time a rank was "
+                  "blocked on them, a lower one; a transfer at its sender's stage)",
+                  f"  {'kind':<10} {'stage':>5} {'measured ms':>12} {'[min .. max]':>23} {'blocked ms':>11} "
+                  f"{'VM ms':>11} {'error':>9} {'planner ms':>11} {'error':>9}"]
         for r in self.rows:
             m = r.measured
             lines.append(f"  {r.kind:<10} {r.stage:>5} {m.median * 1e3:>12.3f} "
-                         f"{f'[{m.low * 1e3:.3f} .. {m.high * 1e3:.3f}]':>23} {_ms(r.vm):>11} "
+                         f"{f'[{m.low * 1e3:.3f} .. {m.high * 1e3:.3f}]':>23} "
+                         f"{_ms(r.blocked.median if r.blocked else None):>11} {_ms(r.vm):>11} "
                          f"{_percent(error(r.vm, m.median)):>9} {_ms(r.planner):>11} "
                          f"{_percent(error(r.planner, m.median)):>9}")
         return "\n".join(lines) + "\n"
@@ -282,17 +304,24 @@ def measure(results: list, D: int, warmup: int, prediction: Prediction) -> Measu
         raise RatcError(f"the run recorded the events of {len(first.trace)} rank(s), not of its {len(results)} "
                         "(run it with tracing on)")
     issued = issue_times(first.trace, D)
+    measured = _per_stage(first.trace, D, steps, lambda events, p, r: measured_kind_seconds(events, p, r, D, issued))
+    blocked = _per_stage(first.trace, D, steps, lambda events, p, r: blocked_kind_seconds(events, p))
+    rows = tuple(KindRow(kind, stage, Figure.of(values),
+                         Figure.of(blocked.get((kind, stage), [0.0] * len(values))) if kind not in COMPUTE else None,
+                         prediction.vm_kinds.get((kind, stage)), prediction.planner_kinds.get((kind, stage)))
+                 for (kind, stage), values in sorted(measured.items(), key=lambda kv: (KINDS.index(kv[0][0]),
+                                                                                          kv[0][1])))
+    return Measurement(warmup, Figure.of(first.step_seconds[skip:]), prediction, rows)
+
+
+def _per_stage(trace: list, D: int, steps: range, seconds_of) -> dict:
+    """(kind, stage) -> seconds per (measured step, replica), from `seconds_of(events, p, r)`
+    ((step, kind, stage) -> seconds) of each rank's events of the measured steps."""
     totals: dict = {}                   # (kind, stage) -> {(step, replica): seconds}
-    for rank, events in enumerate(first.trace):
+    for rank, events in enumerate(trace):
         p, r = divmod(rank, D)
-        seconds = measured_kind_seconds([e for e in events if e[5]["step"] >= warmup], p, r, D, issued)
-        for (i, kind, stage), s in seconds.items():
+        for (i, kind, stage), s in seconds_of([e for e in events if e[5]["step"] >= steps.start], p, r).items():
             # (a stage's transfers are recorded by the replicas of the stages it sends to)
             per = totals.setdefault((kind, stage), {})
             per[(i, r)] = per.get((i, r), 0.0) + s
-    per_stage = {key: [per.get((i, r), 0.0) for i in steps for r in range(D)] for key, per in totals.items()}
-    rows = tuple(KindRow(kind, stage, Figure.of(values), prediction.vm_kinds.get((kind, stage)),
-                         prediction.planner_kinds.get((kind, stage)))
-                 for (kind, stage), values in sorted(per_stage.items(), key=lambda kv: (KINDS.index(kv[0][0]),
-                                                                                           kv[0][1])))
-    return Measurement(warmup, Figure.of(first.step_seconds[skip:]), prediction, rows)
+    return {key: [per.get((i, r), 0.0) for i in steps for r in range(D)] for key, per in totals.items()}
