@@ -101,14 +101,22 @@ def test_a_stages_replicas_are_pooled_and_transfers_go_to_their_own_replica():
 def test_a_transfer_or_collective_is_timed_from_when_its_last_member_issued_it():
     """A receive posted at 2 ms whose send is issued at 10 ms and seen complete at 15 ms took
     at most 5 ms; an all-reduce issued at 0 and 4 ms by the two replicas, seen complete at 9
-    and 6 ms, at most 5 and 2 ms."""
-    stage0 = [[_event("send", "0SEND_F0", "send", 10, 30, 1), _event("collectives", "0G0", "grad_sync", 0, 9, 1)],
-              [_event("send", "0SEND_F0", "send", 1, 30, 1), _event("collectives", "0G0", "grad_sync", 4, 6, 1)]]
-    stage1 = [[_event("receive", "1RECV_F0", "send", 2, 15, 1)], [_event("receive", "1RECV_F0", "send", 3, 4, 1)]]
+    and 6 ms, at most 5 and 2 ms. Waits count from the same instants: a wait from 3 ms for
+    that receive blocked on the transfer 5 ms, one from 1 ms for that all-reduce 5 ms."""
+    stage0 = [[_event("send", "0SEND_F0", "send", 10, 30, 1), _event("collectives", "0G0", "grad_sync", 0, 9, 1),
+               _event("waits", "wait 0G0", "wait", 1, 9, 1)],
+              [_event("send", "0SEND_F0", "send", 1, 30, 1), _event("collectives", "0G0", "grad_sync", 4, 6, 1),
+               _event("waits", "wait 0G0", "wait", 5, 6, 1)]]
+    stage1 = [[_event("receive", "1RECV_F0", "send", 2, 15, 1), _event("waits", "wait 1RECV_F0", "wait", 3, 15, 1)],
+              [_event("receive", "1RECV_F0", "send", 3, 4, 1)]]
     results = [RankResult(0, step_seconds=[1.0, 0.5], trace=stage0 + stage1)] + [RankResult(r) for r in (1, 2, 3)]
-    rows = {(r.kind, r.stage): r.measured for r in measure(results, 2, 1, _prediction()).rows}
+    found = measure(results, 2, 1, _prediction())
+    rows = {(r.kind, r.stage): r.measured for r in found.rows}
     assert rows[("send", 0)].samples == pytest.approx((5e-3, 1e-3))
     assert rows[("grad_sync", 0)].samples == pytest.approx((5e-3, 2e-3))
+    blocked = {(r.kind, r.stage): r.blocked for r in found.rows}
+    assert blocked[("send", 0)].samples == pytest.approx((5e-3, 0.0))
+    assert blocked[("grad_sync", 0)].samples == pytest.approx((5e-3, 1e-3))
 
 
 def test_the_measured_line_and_table_are_formatted_exactly():

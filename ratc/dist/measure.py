@@ -183,24 +183,25 @@ def measured_kind_seconds(events, p: int, r: int, D: int, issued: dict) -> dict:
         if kind in COMPUTE:
             key = (args["step"], kind, p)
             out[key] = out.get(key, 0.0) + (end - start) / 1e9
-    for (step, name, n), (_, _, _, start, end, _) in _numbered(events, ("receive", "collectives")):
+    return _started(out, _numbered(events, ("receive", "collectives")), p, r, D, issued)
+
+
+def blocked_kind_seconds(events, p: int, r: int, D: int, issued: dict) -> dict:
+    """(step, kind, stage) -> seconds the rank waited for transfers and collectives (its
+    `waits` track) once every member had issued them: their exposed part, at most their
+    measured span (waiting for a peer to issue is that peer's lateness, not the transfer)."""
+    waits = [(t, name.removeprefix("wait "), *rest) for t, name, *rest in events if t == "waits"]
+    return _started({}, _numbered(waits, ("waits",)), p, r, D, issued)
+
+
+def _started(out: dict, numbered: list, p: int, r: int, D: int, issued: dict) -> dict:
+    """`out` plus each numbered transfer or collective event's time from when its group's
+    last member issued it (or the event's start, if later) to the event's end."""
+    for (step, name, n), (_, _, _, start, end, _) in numbered:
         kind, stage, members = _charged(name, p, r, D)
         start = max([start] + [issued.get((step, s, m, what, n), start) for s, m, what in members])
         key = (step, kind, stage)
         out[key] = out.get(key, 0.0) + max(end - start, 0) / 1e9
-    return out
-
-
-def blocked_kind_seconds(events, p: int) -> dict:
-    """(step, kind, stage) -> seconds the rank of stage p was blocked waiting for transfers and
-    collectives of the kind (its `waits` track): what they cost its step, a lower bound of
-    their duration."""
-    out: dict = {}
-    for track, name, _, start, end, args in events:
-        if track == "waits":
-            kind, stage, _ = _charged(name.removeprefix("wait "), p, 0, 1)
-            key = (args["step"], kind, stage)
-            out[key] = out.get(key, 0.0) + (end - start) / 1e9
     return out
 
 
@@ -269,8 +270,8 @@ class Measurement:
                   "per task kind: ms per step one replica of a stage spends in the kind's tasks, median "
                   "[min .. max] over the measured steps and replicas",
                   "(compute: the ops' handlers; transfers and collectives: from their last member's issue "
-                  "to the completion their reader waited for, an upper bound, and the median time a rank was "
-                  "blocked on them, a lower one; a transfer at its sender's stage)",
+                  "to the completion their reader waited for, an upper bound; blocked: the part of it a rank "
+                  "waited for, median; a transfer at its sender's stage)",
                   f"  {'kind':<10} {'stage':>5} {'measured ms':>12} {'[min .. max]':>23} {'blocked ms':>11} "
                   f"{'VM ms':>11} {'error':>9} {'planner ms':>11} {'error':>9}"]
         for r in self.rows:
@@ -304,8 +305,8 @@ def measure(results: list, D: int, warmup: int, prediction: Prediction) -> Measu
         raise RatcError(f"the run recorded the events of {len(first.trace)} rank(s), not of its {len(results)} "
                         "(run it with tracing on)")
     issued = issue_times(first.trace, D)
-    measured = _per_stage(first.trace, D, steps, lambda events, p, r: measured_kind_seconds(events, p, r, D, issued))
-    blocked = _per_stage(first.trace, D, steps, lambda events, p, r: blocked_kind_seconds(events, p))
+    measured = _per_stage(first.trace, D, steps, measured_kind_seconds, issued)
+    blocked = _per_stage(first.trace, D, steps, blocked_kind_seconds, issued)
     rows = tuple(KindRow(kind, stage, Figure.of(values),
                          Figure.of(blocked.get((kind, stage), [0.0] * len(values))) if kind not in COMPUTE else None,
                          prediction.vm_kinds.get((kind, stage)), prediction.planner_kinds.get((kind, stage)))
@@ -314,13 +315,14 @@ def measure(results: list, D: int, warmup: int, prediction: Prediction) -> Measu
     return Measurement(warmup, Figure.of(first.step_seconds[skip:]), prediction, rows)
 
 
-def _per_stage(trace: list, D: int, steps: range, seconds_of) -> dict:
-    """(kind, stage) -> seconds per (measured step, replica), from `seconds_of(events, p, r)`
-    ((step, kind, stage) -> seconds) of each rank's events of the measured steps."""
+def _per_stage(trace: list, D: int, steps: range, seconds_of, issued: dict) -> dict:
+    """(kind, stage) -> seconds per (measured step, replica), from `seconds_of(events, p, r, D,
+    issued)` ((step, kind, stage) -> seconds) of each rank's events of the measured steps."""
     totals: dict = {}                   # (kind, stage) -> {(step, replica): seconds}
     for rank, events in enumerate(trace):
         p, r = divmod(rank, D)
-        for (i, kind, stage), s in seconds_of([e for e in events if e[5]["step"] >= steps.start], p, r).items():
+        measured = [e for e in events if e[5]["step"] >= steps.start]
+        for (i, kind, stage), s in seconds_of(measured, p, r, D, issued).items():
             # (a stage's transfers are recorded by the replicas of the stages it sends to)
             per = totals.setdefault((kind, stage), {})
             per[(i, r)] = per.get((i, r), 0.0) + s
