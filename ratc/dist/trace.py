@@ -44,6 +44,7 @@ class Recorder:
             out.append(("compute", action_name(op, p), TASK_KINDS.get(op.name, op.name[5:]), start, end, args))
         return out + self.spans
 
+
 def merge(per_rank: list[list], D: int) -> dict:
     """The ranks' events as one Chrome trace (pid = rank, one thread per track)."""
     origin = min((e[3] for events in per_rank for e in events), default=0)
