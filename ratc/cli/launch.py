@@ -28,7 +28,7 @@ def register(sub) -> None:
                               "  ratc compile examples/llama.py --preset tiny --plan 'P=2,D=2,Z=1,b=2,A=4,FSR,deadline' "
                               "--no-run -o out/tiny-dist\n"
                               "  ratc launch out/tiny-dist --steps 20 --csv losses.csv\n"
-                              "  ratc launch out/tiny-dist --measure 5      # measured against the predictions")
+                              "  ratc launch out/tiny-dist --measure 5 --measure-json measured.json")
     add_run_arguments(p)
     p.add_argument("--measure", type=int, metavar="K",
                    help=f"run {WARMUP} warm-up steps, then K measured ones, and print the measured step time "
