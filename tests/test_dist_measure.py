@@ -119,6 +119,26 @@ def test_a_transfer_or_collective_is_timed_from_when_its_last_member_issued_it()
     assert blocked[("grad_sync", 0)].samples == pytest.approx((5e-3, 1e-3))
 
 
+def test_a_tie_sum_waits_for_the_other_stages_copy():
+    """The tiny-tied preset's embedding (unit 0, stage 0) and head (unit 5, stage 1) are one
+    tie group: stage 1's TieSum issued at 1 ms and seen complete at 9 ms could start only at
+    6 ms, when stage 0 issued its own."""
+    from ratc.dist.measure import tie_members
+    from ratc.vm.functional.session import TrainConfig, compile_for
+
+    ties = tie_members(compile_for(TrainConfig(model=EXAMPLE, preset="tiny-tied", P=2, D=1, Z=0, act="full", M=2,
+                                               b=1, reference=False)))
+    assert ties == {0: ((0, 0), (1, 5)), 5: ((0, 0), (1, 5))}
+    trace = [[_event("collectives", "0T0", "grad_sync", 6, 9.5, 1)],
+             [_event("collectives", "1T5", "grad_sync", 1, 9, 1)]]
+    results = [RankResult(0, step_seconds=[1.0, 0.5], trace=trace), RankResult(1)]
+    rows = {(r.kind, r.stage): r.measured for r in measure(results, 1, 1, _prediction(), ties).rows}
+    assert rows[("tie_sum", 1)].samples == pytest.approx((3e-3,))
+    assert rows[("tie_sum", 0)].samples == pytest.approx((3.5e-3,))
+    without = {(r.kind, r.stage): r.measured for r in measure(results, 1, 1, _prediction()).rows}
+    assert without[("tie_sum", 1)].samples == pytest.approx((8e-3,))
+
+
 def test_the_measured_line_and_table_are_formatted_exactly():
     trace = [[e for step in (0, 1) for e in _rank_events(p, step, 1.0)] for p in (0, 1)]
     results = [RankResult(0, step_seconds=[9.0, 0.25], trace=trace), RankResult(1)]

@@ -242,18 +242,18 @@ def handler(args: argparse.Namespace) -> int:
         return Stopped.EXIT
     write_outputs(args, results[0], D)
     if prediction is not None:
-        _report_measurement(args, results, D, prediction)
+        _report_measurement(args, results, D, prediction, module)
     return 0
 
 
-def _report_measurement(args: argparse.Namespace, results: list, D: int, prediction) -> None:
+def _report_measurement(args: argparse.Namespace, results: list, D: int, prediction, module) -> None:
     """The measured steps against the predictions: on stdout, and as --measure-json."""
     import json
 
-    from ratc.dist.measure import measure
+    from ratc.dist.measure import measure, tie_members
     from ratc.io import report_written, write_atomic
 
-    found = measure(results, D, WARMUP, prediction)
+    found = measure(results, D, WARMUP, prediction, tie_members(module))
     print(found.text(), end="", flush=True)
     if args.measure_json:
         write_atomic(args.measure_json, json.dumps(found.as_dict(), indent=2, sort_keys=True) + "\n",

@@ -149,60 +149,81 @@ def _numbered(events, tracks) -> list:
     return out
 
 
-def issue_times(trace: list, D: int) -> dict:
-    """(step, stage, replica, name, n) -> when the rank issued that send or collective (ns)."""
-    out = {}
-    for rank, events in enumerate(trace):
-        p, r = divmod(rank, D)
-        for (step, name, n), e in _numbered(events, ("send", "collectives")):
-            out[(step, p, r, name, n)] = e[3]
-    return out
+def tie_members(module) -> dict:
+    """unit -> ((stage, unit), ...) of the tie group it belongs to (its TieSum all-reduces the
+    copies' gradients across those stages), for a life module's tied units."""
+    from ratc.lifecycle.lowering import find_pipeline, find_plan
+
+    stage_of = {u: s.attributes["stage"] for s in find_pipeline(module).region.ops for u in s.attributes["units"]}
+    groups = find_plan(module).attributes.get("ties", [])
+    return {u: tuple((stage_of[v], v) for v in sorted(g, key=lambda v: (stage_of[v], v))) for g in groups for u in g}
 
 
-def _charged(name: str, p: int, r: int, D: int) -> tuple:
-    """(kind, stage, group members as (stage, replica, their name)) a transfer or collective
-    recorded under `name` by the rank of stage p, replica r counts for. A receive is its
-    sender's transfer: 1RECV_F3 is 0SEND_F3's, 0RECV_B3 1SEND_B3's."""
-    stage, kind, action = task_kind(name)
-    if action not in ("RECV_F", "RECV_B"):
-        return kind, p, tuple((p, other, name) for other in range(D))
-    sender = stage - 1 if action == "RECV_F" else stage + 1
-    return "send", sender, ((sender, r, f"{sender}SEND_{action[-1]}{name[len(str(stage)) + len(action):]}"),)
+@dataclass(frozen=True)
+class Groups:
+    """Who takes part in each transfer and collective of a run, and when each issued it."""
+
+    D: int
+    issued: dict            # (step, stage, replica, name, n) -> issue ns (see of)
+    ties: dict              # tie_members of the program
+
+    @classmethod
+    def of(cls, trace: list, D: int, ties: dict) -> "Groups":
+        """The groups of a run from its ranks' events (ranks on one host share one clock)."""
+        issued = {}
+        for rank, events in enumerate(trace):
+            p, r = divmod(rank, D)
+            for (step, name, n), e in _numbered(events, ("send", "collectives")):
+                issued[(step, p, r, name, n)] = e[3]
+        return cls(D, issued, ties)
+
+    def charged(self, name: str, p: int, r: int) -> tuple:
+        """(kind, stage, members as (stage, replica, their name)) of the transfer or collective
+        the rank of stage p, replica r recorded as `name`. A receive is its sender's transfer
+        (1RECV_F3 is 0SEND_F3's, 0RECV_B3 1SEND_B3's); a TieSum's members are its tie
+        group's stages, another collective's the stage's replicas."""
+        stage, kind, action = task_kind(name)
+        rest = name[len(str(stage)) + len(action):]
+        if action in ("RECV_F", "RECV_B"):
+            sender = stage - 1 if action == "RECV_F" else stage + 1
+            return "send", sender, ((sender, r, f"{sender}SEND_{action[-1]}{rest}"),)
+        if kind == "tie_sum" and int(rest) in self.ties:
+            return kind, p, tuple((s, r, f"{s}T{u}") for s, u in self.ties[int(rest)])
+        return kind, p, tuple((p, other, name) for other in range(self.D))
+
+    def seconds(self, out: dict, numbered: list, p: int, r: int) -> dict:
+        """`out` plus each numbered transfer or collective event's time from when its group's
+        last member issued it (or the event's start, if later) to the event's end."""
+        for (step, name, n), (_, _, _, start, end, _) in numbered:
+            kind, stage, members = self.charged(name, p, r)
+            start = max([start] + [self.issued.get((step, s, m, what, n), start) for s, m, what in members])
+            key = (step, kind, stage)
+            out[key] = out.get(key, 0.0) + max(end - start, 0) / 1e9
+        return out
 
 
-def measured_kind_seconds(events, p: int, r: int, D: int, issued: dict) -> dict:
+def measured_kind_seconds(events, p: int, r: int, groups: Groups) -> dict:
     """(step, kind, stage) -> seconds of the recorded events (ratc.dist.trace.Recorder) of the
     rank of stage p, replica r. Compute kinds: the time in the op's handler. A transfer or a
-    collective: from when it could start (every member of its group had issued it: `issued`,
-    issue_times' of the run) to the completion seen by its first reader's wait, an upper
-    bound of its duration; a transfer counted at its sender's stage from its receiver's
-    record (a send is waited only at the step's end)."""
+    collective: from when it could start (every member of its group had issued it) to the
+    completion seen by its first reader's wait, an upper bound of its duration; a transfer
+    counted at its sender's stage from its receiver's record (a send is waited only at the
+    step's end)."""
     out: dict = {}
     for track, name, _, start, end, args in events:
         stage, kind, _ = task_kind(name) if track == "compute" else (p, "", "")
         if kind in COMPUTE:
             key = (args["step"], kind, p)
             out[key] = out.get(key, 0.0) + (end - start) / 1e9
-    return _started(out, _numbered(events, ("receive", "collectives")), p, r, D, issued)
+    return groups.seconds(out, _numbered(events, ("receive", "collectives")), p, r)
 
 
-def blocked_kind_seconds(events, p: int, r: int, D: int, issued: dict) -> dict:
+def blocked_kind_seconds(events, p: int, r: int, groups: Groups) -> dict:
     """(step, kind, stage) -> seconds the rank waited for transfers and collectives (its
     `waits` track) once every member had issued them: their exposed part, at most their
     measured span (waiting for a peer to issue is that peer's lateness, not the transfer)."""
     waits = [(t, name.removeprefix("wait "), *rest) for t, name, *rest in events if t == "waits"]
-    return _started({}, _numbered(waits, ("waits",)), p, r, D, issued)
-
-
-def _started(out: dict, numbered: list, p: int, r: int, D: int, issued: dict) -> dict:
-    """`out` plus each numbered transfer or collective event's time from when its group's
-    last member issued it (or the event's start, if later) to the event's end."""
-    for (step, name, n), (_, _, _, start, end, _) in numbered:
-        kind, stage, members = _charged(name, p, r, D)
-        start = max([start] + [issued.get((step, s, m, what, n), start) for s, m, what in members])
-        key = (step, kind, stage)
-        out[key] = out.get(key, 0.0) + max(end - start, 0) / 1e9
-    return out
+    return groups.seconds({}, _numbered(waits, ("waits",)), p, r)
 
 
 @dataclass(frozen=True)
@@ -292,9 +313,10 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.3f}"
 
 
-def measure(results: list, D: int, warmup: int, prediction: Prediction) -> Measurement:
+def measure(results: list, D: int, warmup: int, prediction: Prediction, ties: dict | None = None) -> Measurement:
     """The measurement of a run's steps after `warmup` from its ranks' RankResults (rank 0's
-    `trace` holding every rank's events, recorded with ratc.dist.trace.Recorder)."""
+    `trace` holding every rank's events, recorded with ratc.dist.trace.Recorder); `ties`:
+    the program's tie_members."""
     first = results[0]
     skip = warmup - first.first_step
     if not 0 <= skip < len(first.step_seconds):
@@ -304,9 +326,9 @@ def measure(results: list, D: int, warmup: int, prediction: Prediction) -> Measu
     if len(first.trace) != len(results):
         raise RatcError(f"the run recorded the events of {len(first.trace)} rank(s), not of its {len(results)} "
                         "(run it with tracing on)")
-    issued = issue_times(first.trace, D)
-    measured = _per_stage(first.trace, D, steps, measured_kind_seconds, issued)
-    blocked = _per_stage(first.trace, D, steps, blocked_kind_seconds, issued)
+    groups = Groups.of(first.trace, D, ties or {})
+    measured = _per_stage(first.trace, steps, measured_kind_seconds, groups)
+    blocked = _per_stage(first.trace, steps, blocked_kind_seconds, groups)
     rows = tuple(KindRow(kind, stage, Figure.of(values),
                          Figure.of(blocked.get((kind, stage), [0.0] * len(values))) if kind not in COMPUTE else None,
                          prediction.vm_kinds.get((kind, stage)), prediction.planner_kinds.get((kind, stage)))
@@ -315,14 +337,15 @@ def measure(results: list, D: int, warmup: int, prediction: Prediction) -> Measu
     return Measurement(warmup, Figure.of(first.step_seconds[skip:]), prediction, rows)
 
 
-def _per_stage(trace: list, D: int, steps: range, seconds_of, issued: dict) -> dict:
-    """(kind, stage) -> seconds per (measured step, replica), from `seconds_of(events, p, r, D,
-    issued)` ((step, kind, stage) -> seconds) of each rank's events of the measured steps."""
+def _per_stage(trace: list, steps: range, seconds_of, groups: Groups) -> dict:
+    """(kind, stage) -> seconds per (measured step, replica), from `seconds_of(events, p, r,
+    groups)` ((step, kind, stage) -> seconds) of each rank's events of the measured steps."""
+    D = groups.D
     totals: dict = {}                   # (kind, stage) -> {(step, replica): seconds}
     for rank, events in enumerate(trace):
         p, r = divmod(rank, D)
         measured = [e for e in events if e[5]["step"] >= steps.start]
-        for (i, kind, stage), s in seconds_of(measured, p, r, D, issued).items():
+        for (i, kind, stage), s in seconds_of(measured, p, r, groups).items():
             # (a stage's transfers are recorded by the replicas of the stages it sends to)
             per = totals.setdefault((kind, stage), {})
             per[(i, r)] = per.get((i, r), 0.0) + s
