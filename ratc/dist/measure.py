@@ -233,7 +233,7 @@ class KindRow:
     kind: str
     stage: int
     measured: Figure                # over the measured steps x the stage's replicas
-    blocked: Figure | None          # transfers and collectives: time the ranks waited for them
+    blocked: Figure | None          # transfers and collectives: the part of `measured` waited for
     vm: float | None
     planner: float | None
 
@@ -268,7 +268,6 @@ class Measurement:
                 "step_time_s": {"measured": self.step.as_dict(), "planner": pred.planner,
                                 "planner_error": self.planner_error, "vm": pred.vm, "vm_error": self.vm_error},
                 "kinds": [r.as_dict() for r in self.rows]}
-
 
     def line(self) -> str:
         """step time: measured M s, planner P s (error E %), VM V s (error F %)."""
