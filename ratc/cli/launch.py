@@ -13,6 +13,8 @@ import sys
 from ratc.cli.checkpoint_options import add_checkpoint_arguments, check_checkpoint_arguments
 from ratc.errors import RatcError
 
+WARMUP = 2      # steps --measure runs before measuring (see _measured_steps)
+
 
 def register(sub) -> None:
     p = sub.add_parser("launch", help="run a compiled program on torch.distributed (one process per rank)",
@@ -25,9 +27,15 @@ def register(sub) -> None:
                        epilog="examples:\n"
                               "  ratc compile examples/llama.py --preset tiny --plan 'P=2,D=2,Z=1,b=2,A=4,FSR,deadline' "
                               "--no-run -o out/tiny-dist\n"
-                              "  ratc launch out/tiny-dist --steps 20 --csv losses.csv")
+                              "  ratc launch out/tiny-dist --steps 20 --csv losses.csv\n"
+                              "  ratc launch out/tiny-dist --measure 5 --measure-json measured.json")
     add_run_arguments(p)
-    p.set_defaults(func=handler)
+    p.add_argument("--measure", type=int, metavar="K",
+                   help=f"run {WARMUP} warm-up steps, then K measured ones, and print the measured step time "
+                        "beside the planner's and the system VM's predictions, with per-task-kind times from "
+                        "the real trace (replaces --steps)")
+    p.add_argument("--measure-json", metavar="FILE", help="with --measure: write the measurement as JSON (stable keys)")
+    p.set_defaults(func=handler, steps=None)
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,6 +64,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 def prepare(args: argparse.Namespace):
     """(verified module, RunConfig, P, D) from the arguments; errors before any process starts."""
+    program, cfg, P, D = prepare_program(args)
+    return program.module, cfg, P, D
+
+
+def prepare_program(args: argparse.Namespace):
+    """(checked program, RunConfig, P, D) from the arguments (see prepare)."""
     from ratc.dist import source
     from ratc.dist.worker import RunConfig
     from ratc.lifecycle.lowering import find_plan
@@ -91,7 +105,7 @@ def prepare(args: argparse.Namespace):
     cfg = RunConfig(model=path, preset=preset, steps=args.steps, seed=args.seed, lr=args.lr, threads=args.threads,
                     timeout_s=args.timeout, backend=backend, check_collectives=args.check_collectives,
                     trace=bool(args.trace))
-    return module, _checkpointing(args, module, cfg), P, D
+    return program, _checkpointing(args, module, cfg), P, D
 
 
 def _checkpointing(args: argparse.Namespace, module, cfg):
@@ -177,14 +191,49 @@ def _torchrun(args: argparse.Namespace, world: int) -> int:
     return 1 if subprocess.run(cmd).returncode else 0
 
 
+def _measured_steps(args: argparse.Namespace) -> int:
+    """--steps, or with --measure K the WARMUP + K steps it runs (checked). The first step
+    pays for what later ones reuse: gloo's connections, the allocator's pools, the optimizer's
+    moments; the second still ran measurably slower than the later ones (README)."""
+    if args.measure is None:
+        if args.measure_json:
+            raise RatcError("--measure-json writes the measurement of --measure K; give --measure too")
+        return 10 if args.steps is None else args.steps
+    if args.measure < 1:
+        raise RatcError(f"--measure must be at least 1 (measured steps after {WARMUP} warm-up ones), "
+                        f"got {args.measure}")
+    for flag, given in (("--steps", args.steps is not None), ("--resume", args.resume is not None)):
+        if given:
+            raise RatcError(f"--measure K runs {WARMUP} + K steps from the start; drop {flag}")
+    if args.measure_json:
+        from ratc.io import check_output
+
+        check_output(args.measure_json, "--measure-json")
+    return WARMUP + args.measure
+
+
 def handler(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from ratc.dist.launch import launch
 
-    module, cfg, P, D = prepare(args)
+    args.steps = _measured_steps(args)
+    program, cfg, P, D = prepare_program(args)
+    module = program.module
     if cfg.backend == "nccl":
+        if args.measure is not None:
+            raise RatcError("--measure measures ranks this process forks (gloo); NCCL ranks run under torchrun, "
+                            "which it does not drive yet")
         return _torchrun(args, P * D)
     from ratc.dist.worker import Stopped
 
+    prediction = None
+    if args.measure is not None:
+        from ratc.dist.measure import predict
+
+        prediction = predict(program)
+        # the warm-up unrecorded, unless --trace wants every step
+        cfg = dataclasses.replace(cfg, trace=True, record_from=0 if args.trace else WARMUP)
     print(f"ratc launch: {P * D} ranks (P={P}, D={D}), {cfg.backend}, {cfg.steps} steps", file=sys.stderr)
     try:
         results = launch(module, cfg, P, D, on_step=print_step(tokens_per_step(module)))
@@ -192,4 +241,21 @@ def handler(args: argparse.Namespace) -> int:
         print(f"ratc launch: {exc}", file=sys.stderr)
         return Stopped.EXIT
     write_outputs(args, results[0], D)
+    if prediction is not None:
+        _report_measurement(args, results, D, prediction, module)
     return 0
+
+
+def _report_measurement(args: argparse.Namespace, results: list, D: int, prediction, module) -> None:
+    """The measured steps against the predictions: on stdout, and as --measure-json."""
+    import json
+
+    from ratc.dist.measure import measure, tie_members
+    from ratc.io import report_written, write_atomic
+
+    found = measure(results, D, WARMUP, prediction, tie_members(module))
+    print(found.text(), end="", flush=True)
+    if args.measure_json:
+        write_atomic(args.measure_json, json.dumps(found.as_dict(), indent=2, sort_keys=True) + "\n",
+                     "--measure-json")
+        report_written(args.measure_json, f"the measurement of {args.measure} steps")

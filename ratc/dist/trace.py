@@ -22,18 +22,27 @@ class Recorder:
     """One rank's events: (track, name, kind, start ns, end ns, args)."""
 
     def __init__(self, step: int = 0):
-        self.events: list = []
+        self.spans: list = []
+        self.tasks: list = []   # (stage, op, start, end, step): named when read, off the measured steps
         self.step = step
 
     def task(self, p: int, op, start: int, end: int) -> None:
-        if op.name in ("life.param", "life.opt", "life.step_end"):
-            return          # markers: no work of their own
-        a = op.attributes
-        args = {"step": self.step, **{k: a[k] for k in ("unit", "mb") if k in a}}
-        self.events.append(("compute", action_name(op, p), TASK_KINDS.get(op.name, op.name[5:]), start, end, args))
+        self.tasks.append((p, op, start, end, self.step))
 
     def span(self, track: str, name: str, kind: str, start: int, end: int, **args) -> None:
-        self.events.append((track, name, kind, start, end, {"step": self.step, **args}))
+        self.spans.append((track, name, kind, start, end, {"step": self.step, **args}))
+
+    @property
+    def events(self) -> list:
+        """The tasks (but markers, which do no work of their own), then the spans."""
+        out = []
+        for p, op, start, end, step in self.tasks:
+            if op.name in ("life.param", "life.opt", "life.step_end"):
+                continue
+            a = op.attributes
+            args = {"step": step, **{k: a[k] for k in ("unit", "mb") if k in a}}
+            out.append(("compute", action_name(op, p), TASK_KINDS.get(op.name, op.name[5:]), start, end, args))
+        return out + self.spans
 
 
 def merge(per_rank: list[list], D: int) -> dict:

@@ -28,6 +28,7 @@ class RunConfig:
     backend: str = "gloo"
     check_collectives: bool = False  # agree on every collective's fingerprint before issuing it
     trace: bool = False              # record every task, transfer, collective and wait
+    record_from: int = 0             # ... from this step on (--measure skips the warm-up's)
     checkpoint_dir: str | None = None   # save checkpoints here (ratc.vm.functional.checkpoint)
     checkpoint_every: int = 0        # ... every this many steps (0: after the last step only)
     resume: str | None = None        # a checked checkpoint directory to start from
@@ -187,8 +188,6 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
         mesh = Mesh(P, D, rank, tie_stages(module))
         executor, transport, data = _executor(module, cfg, mesh, specs or rehearse(module, cfg), device)
         recorder = Recorder() if cfg.trace else None
-        executor.on_task = recorder.task if recorder else None
-        transport.recorder = recorder
         identity = None
         if cfg.resume is not None or cfg.checkpoint_dir is not None:
             from ratc.vm.functional.checkpoint import identity_of, restore
@@ -203,8 +202,9 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
         result = RankResult(rank, first_step=cfg.first_step)
         transport.barrier()     # every rank starts the first step together: it then times the step, not the set-up
         for i in range(cfg.first_step, cfg.steps):
-            if recorder:
+            if recorder and i >= cfg.record_from:
                 recorder.step = i
+                executor.on_task, transport.recorder = recorder.task, recorder
             start = time.perf_counter()
             with on_device(device):
                 loss = executor.step({k: v.to(device) for k, v in data.batch(i).items()})
