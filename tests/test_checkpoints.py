@@ -91,6 +91,29 @@ def test_train_checkpoint_resumes_under_launch_bit_for_bit(saved, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(_unsharded(results, _cfg()), params))
 
 
+def test_under_zero_3_the_ranks_of_a_stage_read_its_state_once_between_them(saved, tmp_path, monkeypatch):
+    """Each rank reads its shard, not whole tensors to cut: over the 4 ranks (2 stages, 2
+    replicas each) every element of the checkpoint is read once (a whole read: twice)."""
+    import torch.distributed.checkpoint as dcp
+
+    _, _, root = saved
+    path = root / "step-00000002"
+    real_load = dcp.load
+
+    def counting_load(state, *args, **kwargs):
+        local = sum((v.to_local() if hasattr(v, "to_local") else v).numel() for v in state.values())
+        (tmp_path / f"read-{os.getpid()}").write_text(str(local))
+        return real_load(state, *args, **kwargs)
+
+    monkeypatch.setattr(dcp, "load", counting_load)      # (the forked ranks inherit it)
+    launch(compile_for(_cfg()), RunConfig(model=EXAMPLE, preset=PRESET, steps=3, resume=str(path), first_step=2),
+           2, 2, deadline_s=DEADLINE_S)
+    saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    step_counts = sum(key.endswith(".adam_step") for key in saved)     # (one number each, on both replicas)
+    reads = [int(f.read_text()) for f in tmp_path.glob("read-*")]
+    assert len(reads) == 4 and sum(reads) == sum(m.size.numel() for m in saved.values()) + step_counts
+
+
 def _resumes_as_uninterrupted(saved, module, cfg, step: int) -> None:
     """The last complete checkpoint under cfg.checkpoint_dir is after `step` steps, and the
     launch resumed from it ends as the uninterrupted run did."""

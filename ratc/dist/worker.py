@@ -194,8 +194,10 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
 
             identity = identity_of(executor, find_plan_model(module), data.seq_len, cfg.seed, cfg.lr)
             if cfg.resume is not None:
+                from torch.distributed.device_mesh import DeviceMesh
+
                 with on_device(device):
-                    restore(executor, Path(cfg.resume), distributed=True)
+                    restore(executor, Path(cfg.resume), DeviceMesh.from_group(transport.group, device.type))
         if cfg.checkpoint_dir is not None:
             # SIGTERM (a scheduler's, or torchrun's): finish the step, agree on it, save, stop
             signal.signal(signal.SIGTERM, lambda *_: setattr(transport, "stop_requested", True))

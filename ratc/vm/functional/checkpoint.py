@@ -10,8 +10,9 @@ before DCP reads any (DCP has no checksums: a changed float would load silently)
 Under `ratc launch` each rank saves exactly its state: its stage's units, as DTensors over
 the stage's dp group -- its own shard under ZeRO >= 1 (an uneven last shard at its true
 length), one replicated copy under ZeRO-0. `ratc train` saves the same keys as whole
-tensors. Loading reads whole tensors and cuts each replica's shard, so a checkpoint loads
-into any P, D and ZeRO stage of the same model and global batch, from either executor.
+tensors. Loading reads each replica's shard of what it holds sharded (whole tensors in
+`ratc train`, cut there), so a checkpoint loads into any P, D and ZeRO stage of the same
+model and global batch, from either executor.
 
 A checkpoint appears whole or not at all: it is written into a locked sibling directory
 and renamed into place (ratc.atomic), so a crash while saving leaves the last complete
@@ -118,18 +119,41 @@ def _replica_pieces(state, vector: torch.Tensor, mesh) -> list:
     """One replica's part of each segment as a DTensor over its stage's dp group: its shard's
     valid elements under ZeRO >= 1 (the last shards may be short or empty), else a replica
     of the whole segment (saved once)."""
-    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor import DTensor, Replicate
 
     if not _sharded(state):
         return [DTensor.from_local(seg.clone(), mesh, [Replicate()], run_check=False)
                 for seg in state.unshard(vector).split(list(state.segments))]
     out, offset = [], 0
     for n, w in zip(state.segments, state.widths):
-        valid = max(0, min(w, n - state.replica * w))
-        out.append(DTensor.from_local(vector[offset:offset + valid].clone(), mesh, [Shard(0)], run_check=False,
-                                      shape=torch.Size([n]), stride=(1,)))
+        out.append(_sharded_tensor(vector[offset:offset + _valid(state, n, w)].clone(), n, mesh))
         offset += w
     return out
+
+
+def _valid(state, n: int, w: int) -> int:
+    """How many of a segment's n elements this replica's shard (w wide) holds: the last
+    shards of a segment that does not divide evenly are short or empty."""
+    return max(0, min(w, n - state.replica * w))
+
+
+def _sharded_tensor(local: torch.Tensor, n: int, mesh):
+    """A DTensor of a whole segment of n elements over the dp mesh, `local` this rank's part."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size([n]), stride=(1,))
+
+
+def _shard_from(state, parts: list) -> torch.Tensor:
+    """This replica's shard from a unit's segments: whole tensors (cut here) or DTensors read
+    as this replica's parts (each padded to its shard width, as the shard lays them out)."""
+    if not hasattr(parts[0], "to_local"):
+        return state.shard(torch.cat(parts))
+    pieces = []
+    for part, w in zip(parts, state.widths):
+        local = part.to_local()
+        pieces += [local, torch.zeros(w - local.numel(), dtype=local.dtype)]
+    return torch.cat(pieces)
 
 
 def local_state(executor, mesh=None) -> dict:
@@ -160,47 +184,58 @@ def _held(executor) -> dict:
     return {u: states for u, states in held.items() if states}
 
 
-def restore(executor, path: Path, distributed: bool = False) -> None:
-    """Load a checkpoint into the executor's replicas held here, resharded to its layout
-    (collective over the default process group when `distributed`)."""
+def restore(executor, path: Path, mesh=None) -> None:
+    """Load a checkpoint into the executor's replicas held here, resharded to its layout.
+
+    With `mesh` (the DeviceMesh of this rank's dp group, one replica here; collective over
+    the default process group) a ZeRO-sharded replica reads only its shard of the moments,
+    and under ZeRO-3 of the masters too (DCP reshards from whatever D saved them); the
+    masters a replica keeps whole views of (ZeRO <= 2) are read whole. Without, every
+    tensor is read whole and each replica cuts its shard."""
     import torch.distributed.checkpoint as dcp
+
+    from ratc.step.rules import gathers
 
     saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
     want: dict = {}
     held = _held(executor)
     for u, states in held.items():
         kinds = ["master"] + ([m for m in MOMENTS] if _key(u, 0, MOMENTS[0]) in saved else [])
+        s = states[0]
         for what in kinds:
-            for seg, n in enumerate(states[0].segments):
-                want[_key(u, seg, what)] = torch.empty(n, dtype=torch.float32)
+            by_shard = mesh is not None and _sharded(s) and (what != "master" or gathers(s.Z))
+            for seg, (n, w) in enumerate(zip(s.segments, s.widths)):
+                want[_key(u, seg, what)] = (_sharded_tensor(torch.empty(_valid(s, n, w)), n, mesh) if by_shard
+                                            else torch.empty(n, dtype=torch.float32))
         if len(kinds) > 1:
             want[f"units.{u}.adam_step"] = torch.empty(1, dtype=torch.float32)
     missing = sorted(set(want) - set(saved))
     if missing:
         raise CheckpointError(f"{path}: holds no {missing[0]} ({len(missing)} tensors missing): "
                               "it was saved from another model")
-    dcp.load(want, checkpoint_id=str(path), no_dist=not distributed)
+    dcp.load(want, checkpoint_id=str(path), no_dist=mesh is None)
     apply_state(executor, want)
 
 
-def apply_state(executor, whole: dict) -> None:
-    """Set the replicas held here from whole tensors keyed as local_state() keys them (each
-    replica cuts its shard; the next step's parameter view is rebuilt from the masters)."""
+def apply_state(executor, loaded: dict) -> None:
+    """Set the replicas held here from tensors keyed as local_state() keys them: whole ones
+    (each replica cuts its shard) or, read by shard, this replica's DTensor parts; the next
+    step's parameter view is rebuilt from the masters."""
     from ratc.step.rules import gathers
 
     for u, states in _held(executor).items():
-        vectors = {what: torch.cat([whole[_key(u, seg, what)] for seg in range(len(states[0].segments))])
-                   for what in ("master", *MOMENTS) if _key(u, 0, what) in whole}
+        parts = {what: [loaded[_key(u, seg, what)] for seg in range(len(states[0].segments))]
+                 for what in ("master", *MOMENTS) if _key(u, 0, what) in loaded}
         for s in states:
-            s.master.data.copy_(s.shard(vectors["master"]))
-            if MOMENTS[0] in vectors:
-                s.optimizer.state[s.master] = {"step": whole[f"units.{u}.adam_step"].reshape(()).clone(),
-                                               **{m: s.shard(vectors[m]).clone() for m in MOMENTS}}
+            s.master.data.copy_(_shard_from(s, parts["master"]))
+            if MOMENTS[0] in parts:
+                s.optimizer.state[s.master] = {"step": loaded[f"units.{u}.adam_step"].reshape(()).clone(),
+                                               **{m: _shard_from(s, parts[m]).clone() for m in MOMENTS}}
             else:
                 s.optimizer.state.pop(s.master, None)
             # the view the next step starts from, as the last step's PrefetchW (or update) left it
             s.view = None if gathers(s.Z) else (s.master.detach()[:s.N] if not _sharded(s)
-                                                else vectors["master"].clone())
+                                                else torch.cat(parts["master"]))
 
 
 # ---- on disk ---------------------------------------------------------------------------------
