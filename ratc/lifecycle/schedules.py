@@ -1,0 +1,141 @@
+"""Pipeline schedules beyond 1F1B: the order each rank runs its tasks in.
+
+A rank holds several model chunks (virtual stages). An action is (global stage, kind,
+micro-batch) with kind F (forward), B (whole backward), I (backward to the input: the
+activation gradient the previous stage waits for) or W (backward to the weights, which
+nothing downstream waits for, so it can fill bubbles).
+
+- Interleaved 1F1B (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training
+  on GPU Clusters"): chunk c of rank r is stage c*P + r; forwards go depth first, a round
+  of micro-batches through one chunk before the next; the warm-up lets the last stage's
+  first backward arrive, two hops (its forward and its backward) per rank downstream.
+- ZB1P, interleaved zero bubble (Qi et al. 2024, "Zero Bubble Pipeline Parallelism"):
+  the same chunk order with the backward split into I and W; the warm-up needs one hop per
+  rank (an I is all the upstream rank waits for), and rank r defers its W by r steady-state
+  slots, the time its upstream neighbours wait, so the Ws fill that wait.
+- ZB-V (Qi et al. 2024, Sec. 6): two chunks per rank laid out in a V (rank r holds stages
+  r and 2P-1-r), so the last stage's backward starts on the same rank as its forward.
+
+torch.distributed.pipelining implements the same schedules; its `pipeline_order` is the
+oracle of tests/test_schedules.py (ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble,
+ScheduleZBVZeroBubble).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ratc.errors import RatcError
+
+
+class Action(NamedTuple):
+    """One task of a rank: a global stage's forward or backward part on one micro-batch."""
+
+    stage: int
+    kind: str          # "F", "B", "I" or "W"
+    mb: int
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind}{self.mb}"
+
+
+class _Counter:
+    """The next micro-batch of each (stage, kind): every stage runs each kind in micro-batch order."""
+
+    def __init__(self):
+        self.next: dict = {}
+
+    def __call__(self, stage: int, kind: str) -> Action:
+        mb = self.next.get((stage, kind), 0)
+        self.next[(stage, kind)] = mb + 1
+        return Action(stage, kind, mb)
+
+
+def _rounds(P: int, M: int, name: str) -> int:
+    """Micro-batches per round: as many as ranks, or M when fewer; M must be whole rounds."""
+    rounds = max(1, M // P)
+    if M % rounds:
+        raise RatcError(f"{name}: M = {M} micro-batches must be a multiple of the {rounds} rounds of "
+                        f"{M // rounds} (M // P rounds of at least P = {P})")
+    return M // rounds
+
+
+def _check(P: int, v: int, M: int, rank: int) -> None:
+    if P < 1 or v < 1 or M < 1:
+        raise RatcError(f"a schedule needs P, v and M of at least 1, got P = {P}, v = {v}, M = {M}")
+    if not 0 <= rank < P:
+        raise RatcError(f"rank {rank} is not one of the P = {P} ranks")
+
+
+def interleaved_1f1b(P: int, v: int, M: int, rank: int) -> list[Action]:
+    """The order of interleaved 1F1B on `rank` of P, with v chunks per rank and M micro-batches."""
+    return _interleaved(P, v, M, rank, zero_bubble=False)
+
+
+def interleaved_zero_bubble(P: int, v: int, M: int, rank: int) -> list[Action]:
+    """The order of ZB1P (interleaved, backward split into I and W) on `rank` of P."""
+    return _interleaved(P, v, M, rank, zero_bubble=True)
+
+
+def _interleaved(P: int, v: int, M: int, rank: int, zero_bubble: bool) -> list[Action]:
+    _check(P, v, M, rank)
+    per_round = _rounds(P, M, "ZB1P" if zero_bubble else "interleaved 1F1B")
+    total = v * M                               # forwards (and backwards) of the rank's chunks
+
+    def chunk_stage(k: int, backward: bool) -> int:
+        """The global stage of the rank's k-th forward (or backward): per_round micro-batches
+        through one chunk, then the next (backwards from the last chunk down)."""
+        c = (k // per_round) % v
+        return (v - 1 - c if backward else c) * P + rank
+
+    hops = 1 if zero_bubble else 2              # per rank between this one and the last
+    warmup = min((v - 1) * per_round + hops * (P - 1 - rank), total)
+    take = _Counter()
+    order = [take(chunk_stage(k, False), "F") for k in range(warmup)]
+    backward_kind = "I" if zero_bubble else "B"
+    pending_w: list[int] = []                   # stages of the Is whose W is still to run
+    for j in range(total):                      # the j-th backward, after the (warmup + j)-th forward
+        if warmup + j < total:
+            order.append(take(chunk_stage(warmup + j, False), "F"))
+        stage = chunk_stage(j, True)
+        order.append(take(stage, backward_kind))
+        if zero_bubble:
+            pending_w.append(stage)
+            if j >= rank:                       # W deferred by `rank` slots
+                order.append(take(pending_w.pop(0), "W"))
+    order += [take(stage, "W") for stage in pending_w]
+    return order
+
+
+def zbv(P: int, M: int, rank: int) -> list[Action]:
+    """The order of ZB-V on `rank` of P: stages `rank` (chunk 0, going down the V) and
+    2P-1-rank (chunk 1, coming back up), M micro-batches."""
+    _check(P, 2, M, rank)
+    down, up = rank, 2 * P - 1 - rank
+    # Laid out for at least 2P-1 micro-batches (the V's full warm-up); the missing ones'
+    # tasks are then left out.
+    n = max(2 * P - 1, M)
+    take = _Counter()
+    order: list[Action] = []
+
+    def run(*steps: tuple) -> None:
+        order.extend(take(stage, kind) for stage, kind in steps)
+
+    for _ in range(2 * (P - rank) - 1):         # down the V until the bottom's turn
+        run((down, "F"))
+    for _ in range(rank):
+        run((up, "F"), (down, "F"))
+    for _ in range(P - rank):                   # the bottom of the V: backwards begin here
+        run((up, "F"), (up, "I"), (up, "W"))
+    while take.next.get((up, "F"), 0) < take.next.get((down, "F"), 0) or take.next.get((down, "F"), 0) < n:
+        if take.next.get((down, "F"), 0) < n:
+            run((down, "F"))
+        run((down, "I"), (down, "W"), (up, "F"), (up, "I"), (up, "W"))
+    for _ in range(rank):                       # cool-down: input gradients first
+        run((down, "I"), (up, "I"))
+    for _ in range(P - rank):
+        run((down, "I"), (down, "W"))
+    for stage in (up, down):                    # the weight gradients left
+        while take.next.get((stage, "W"), 0) < take.next.get((stage, "I"), 0):
+            run((stage, "W"))
+    return [a for a in order if a.mb < M]
