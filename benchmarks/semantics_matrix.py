@@ -1,12 +1,13 @@
 """Semantics matrix: ratc's scheduled training vs plain PyTorch for every configuration.
 
-    python benchmarks/semantics_matrix.py [--steps 50] [--jobs 3] [--micro-batch-size 1] [--out docs/semantics.md]
+    python benchmarks/semantics_matrix.py [--steps 50] [--jobs 3] [--micro-batch-size 1] [--write-docs | --out FILE]
 
 FSR / checkpoint / full-save x ZeRO 0..3 x P in {1, 2, 4} x D in {1, 2} x state pipeline
 on/off (144 runs of the tiny LLaMA). Each run compiles the life program with ratc's
 lifecycle passes, executes it with the functional executor and compares every step's loss,
 and the final parameters, with the reference (plain PyTorch on the same global batch; it
-depends only on D, so it is trained once per D). Writes a markdown table.
+depends only on D, so it is trained once per D). Prints a markdown table, or writes it to
+--out FILE or (--write-docs) the tracked docs/semantics.md; progress on a terminal's stderr.
 """
 
 from __future__ import annotations
@@ -24,8 +25,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tqdm import tqdm  # noqa: E402
+
+from ratc.io import write_atomic  # noqa: E402
+
 ACTS = (("fsr", "fsr"), ("checkpoint", "ckpt"), ("full-save", "full"))
 TOL = 1e-5
+DOC = "docs/semantics.md"
 
 
 def reference_run(model: str, D: int, M: int, b: int, steps: int, seed: int):
@@ -121,8 +127,11 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=3, help="worker processes")
     p.add_argument("--pp", type=int, nargs="*", default=[1, 2, 4])
     p.add_argument("--dp", type=int, nargs="*", default=[1, 2])
-    p.add_argument("--out", default="docs/semantics.md")
+    p.add_argument("--out", help="write the table to this file (rewritten after every run)")
+    p.add_argument("--write-docs", action="store_true", help=f"write the table to the tracked {DOC}")
     a = p.parse_args()
+    if a.write_docs:
+        a.out = a.out or DOC
     t0 = time.perf_counter()
     M, b = a.micro_batches, a.micro_batch_size
     refs = {D: reference_run(a.model, D, M, b, a.steps, a.seed) for D in a.dp}
@@ -131,10 +140,13 @@ def main() -> int:
     # A fixed shuffle, so that an interrupted run has already covered every setting.
     random.Random(0).shuffle(configs)
     rows = []
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    with ProcessPoolExecutor(a.jobs) as pool:
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    # progress with a time estimate on a terminal's stderr (the rows go to stdout)
+    with ProcessPoolExecutor(a.jobs) as pool, tqdm(total=len(configs), unit="run", disable=None) as bar:
         for future in as_completed([pool.submit(ratc_run, c) for c in configs]):
             r = future.result()
+            bar.update()
             rows.append(r)
             rows.sort(key=lambda r: ([k for _, k in ACTS].index(r["act"]), r["Z"], r["P"], r["D"], not r["sp"]))
             print(f"{r['act']:4} Z={r['Z']} P={r['P']} D={r['D']} sp={'on ' if r['sp'] else 'off'} "
@@ -144,8 +156,12 @@ def main() -> int:
             text = render(rows, refs, a, time.perf_counter() - t0)
             if len(rows) < len(configs):
                 text += f"\n*Partial: {len(rows)} of {len(configs)} runs finished.*\n"
-            Path(a.out).write_text(text)
-    print(f"wrote {a.out}")
+            if a.out:
+                write_atomic(a.out, text)
+    if a.out:
+        print(f"wrote {a.out}")
+    else:
+        print(text, end="")
     return 0 if all(r["max_dev"] <= TOL and r["param_dev"] <= TOL for r in rows) else 1
 
 

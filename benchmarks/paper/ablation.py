@@ -38,7 +38,10 @@ def run(model_name: str = "qwen2.5-32b", base: str = BASE) -> list:
     model = trace_preset(model_name, 2048)
     planner = Planner(model, platform)
     rows = []
-    for name, act, pref in VARIANTS:
+    from tqdm import tqdm
+
+    # about a minute a variant on 2 cores: progress with a time estimate on a terminal's stderr
+    for name, act, pref in tqdm(VARIANTS, desc="ablation", unit="variant", disable=None):
         cand = parse_config(f"{base},{act},{pref}")
         module = compile_candidate(model, cand, platform, planner)
         _, res = run_module(module, platform, model_macs(model) * cand.global_batch, memory_limit=False)
