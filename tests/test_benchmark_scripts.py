@@ -30,3 +30,22 @@ def test_a_script_that_names_a_tracked_doc_writes_it_only_with_write_docs():
         text = p.read_text()
         if "DOC = " in text:
             assert '"--write-docs"' in text, p.name
+
+
+def _readme_commands_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_commands", BENCHMARKS / "readme_commands.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_command_runner_reads_sh_blocks_with_continuations_and_no_comments():
+    rc = _readme_commands_module()
+    text = ("intro\n```sh\nratc run out/x   # a comment\n# only a comment\n\nratc train a \\\n    --steps 2\n```\n"
+            "```python\nprint('not a command')\n```\n```sh\nratc passes\n```\n")
+    assert rc.readme_commands(text) == ["ratc run out/x   # a comment", "ratc train a --steps 2", "ratc passes"]
+    readme = rc.readme_commands((BENCHMARKS.parent / "README.md").read_text())
+    assert len(readme) > 40 and all(c.split()[0] in {"ratc", "python", "pip", "torchrun"} for c in readme)
+    assert rc.needs_gpu("ratc calibrate -o gpu.toml --backend nccl") and rc.is_install(readme[0])
