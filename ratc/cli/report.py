@@ -58,14 +58,14 @@ def handler(args: argparse.Namespace) -> int:
     if (Path(args.outdir) / MANIFEST).is_file():
         if named(args):
             raise RatcError(f"{args.outdir} holds a compiled program; its model is the one reported "
-                            "(drop the model file / --preset / --hf-config)")
+                            "(drop the model file / --preset / --hf-config / --hf-model)")
         planner, clusters, batch, module = _of_program(args.outdir, say)
         clusters = clusters if args.clusters is None else args.clusters
         batch = batch if args.global_batch is None else args.global_batch
     else:
         if not named(args) or args.clusters is None or args.global_batch is None:
             raise RatcError(f"{args.outdir} holds no compiled program (no {MANIFEST}); compile one with "
-                            "`ratc compile`, or give a model (--preset NAME, a model file or --hf-config) "
+                            "`ratc compile`, or give a model (--preset NAME, a model file, --hf-config or --hf-model) "
                             "with --clusters N and --global-batch G")
         planner, clusters, batch, module = _of_model(args, say), args.clusters, args.global_batch, None
     return _report(args.outdir, planner, clusters, batch, module, args.strategy, args.pipeline, say,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ratc.cli.checkpoint_options import add_checkpoint_arguments, check_checkpoint_arguments
+from ratc.cli.model_source import add_model_arguments, check_model_source, model_file, picked
 from ratc.errors import RatcError
 from ratc.step.config import ACT_OPTION_NAMES
 
@@ -20,8 +21,8 @@ def register(subparsers) -> None:
                     "the scheduled life program on CPU tensors (per-layer Forward/Recover/Backward, GradSync, "
                     "sharded AdamW UpdateShard, PrefetchW), and train the same model with plain PyTorch on "
                     "the same batches. Prints both losses per step and their relative deviation.")
-    p.add_argument("model", help="model file (see examples/llama.py)")
-    p.add_argument("--preset", help="model preset (default: the file's DEFAULT_PRESET)")
+    add_model_arguments(p, "model file (see examples/llama.py); omit for the bundled example with --preset",
+                        seq_len=False)
     p.add_argument("--steps", type=int, required=True, help="optimizer steps")
     p.add_argument("--pp", type=int, default=1, metavar="P", help="pipeline stages (default 1)")
     p.add_argument("--dp", type=int, default=1, metavar="D", help="data-parallel replicas (default 1)")
@@ -138,6 +139,14 @@ def _check_arguments(args: argparse.Namespace) -> None:
 
     from ratc.io import check_output
 
+    check_model_source(args)
+    if args.hf_config:
+        # the executor splits the real module with torch.fx, which Hugging Face models defeat
+        # (they trace only with torch.export, on the meta device)
+        raise RatcError(f"{args.hf_model or args.hf_config}: ratc train runs model files only (it executes the "
+                        "real module, split with torch.fx, which Hugging Face models do not trace with); "
+                        "`ratc compile`/`plan` take this config, and docs/frontend.md says how to write "
+                        "a model file for the same architecture")
     if args.steps < 1:
         raise RatcError(f"--steps must be at least 1, got {args.steps}")
     if not 1 <= args.threads <= MAX_THREADS:
@@ -167,7 +176,8 @@ def handler(args: argparse.Namespace) -> int:
 
     _check_arguments(args)
     torch.set_num_threads(args.threads)
-    cfg = TrainConfig(model=args.model, preset=args.preset, P=args.pp, D=args.dp, Z=args.zero,
+    model = model_file(args)
+    cfg = TrainConfig(model=model, preset=args.preset, P=args.pp, D=args.dp, Z=args.zero,
                       act=ACT_OPTION_NAMES[args.act_policy], state_pipeline=not args.no_state_pipeline,
                       M=args.micro_batches, b=args.micro_batch_size, seed=args.seed, opt=AdamW(lr=args.lr),
                       reference=not args.no_reference)
@@ -179,11 +189,13 @@ def handler(args: argparse.Namespace) -> int:
               "initial state)", file=sys.stderr)
         cfg = dataclasses.replace(cfg, reference=False)
     session = Session(cfg, module)
+    if not args.preset and not args.program:
+        picked(args, f"{model}'s default preset '{session.preset}' (--preset chooses another)")
     saves, first = _checkpoints(args, session)
     policy = {v: k for k, v in ACT_OPTION_NAMES.items()}[cfg.act]
     label = (f"P={cfg.P} D={cfg.D} Z={cfg.Z} {policy} "
              f"state-pipeline={'on' if cfg.state_pipeline else 'off'} M={cfg.M} b={cfg.b}")
-    print(f"ratc train: {args.model} [{session.preset}] {label}, global batch {cfg.global_batch} x "
+    print(f"ratc train: {cfg.model} [{session.preset}] {label}, global batch {cfg.global_batch} x "
           f"{session.seq_len} tokens, {sum(u.numel for u in session.units.units):,} parameters")
     if args.emit_program:
         from ratc.ir import print_module
@@ -221,6 +233,6 @@ def handler(args: argparse.Namespace) -> int:
         write_atomic(args.csv, _csv(rows), "--csv")
         report_written(args.csv, f"losses of {len(rows)} step{'s' if len(rows) > 1 else ''}")
     if args.plot:
-        plot_losses(rows, args.plot, f"{Path(args.model).name} [{session.preset}] {label}")
+        plot_losses(rows, args.plot, f"{Path(cfg.model).name} [{session.preset}] {label}")
         report_written(args.plot, f"loss curves of {len(rows)} step{'s' if len(rows) > 1 else ''}")
     return 0
