@@ -40,6 +40,8 @@ def register(subparsers) -> None:
     p.add_argument("--csv", help="write step, ratc loss, reference loss, relative deviation to this CSV")
     p.add_argument("--plot", help="write both loss curves and their relative deviation as a .png or .svg")
     p.add_argument("--no-reference", action="store_true", help="train with ratc only (no comparison)")
+    p.add_argument("--json", action="store_true",
+                   help="print the run and its losses per step as JSON (stable keys) instead of text")
     p.add_argument("--program", metavar="FILE.ir|DIR",
                    help="execute this scheduled life program (one written by --emit-program, or a program "
                         "directory of `ratc compile`) instead of compiling one; its plan fixes P, D, Z, M, b "
@@ -130,6 +132,22 @@ def _checkpoints(args: argparse.Namespace, session):
     return saves, first
 
 
+def _print_json(cfg, session, params: int, rows: list[tuple], worst, param_dev) -> None:
+    """The run as JSON: its model and configuration, and per step ratc's loss, PyTorch's and their deviation."""
+    import json
+
+    from ratc.step.config import ACT_OPTION_NAMES
+
+    policy = {v: k for k, v in ACT_OPTION_NAMES.items()}[cfg.act]
+    out = {"model": cfg.model, "preset": session.preset, "seq_len": session.seq_len, "parameters": params,
+           "config": {"P": cfg.P, "D": cfg.D, "Z": cfg.Z, "M": cfg.M, "b": cfg.b, "act_policy": policy,
+                      "state_pipeline": cfg.state_pipeline, "global_batch": cfg.global_batch},
+           "steps": [{"step": i, "loss": ours, "reference_loss": ref, "relative_deviation": dev}
+                     for i, ours, ref, dev in rows],
+           "max_relative_deviation": worst, "parameter_deviation": param_dev}
+    print(json.dumps(out, indent=2, sort_keys=True))
+
+
 MAX_THREADS = 1024      # torch's own pools fail (or crash) far above a machine's cores
 
 
@@ -195,8 +213,10 @@ def handler(args: argparse.Namespace) -> int:
     policy = {v: k for k, v in ACT_OPTION_NAMES.items()}[cfg.act]
     label = (f"P={cfg.P} D={cfg.D} Z={cfg.Z} {policy} "
              f"state-pipeline={'on' if cfg.state_pipeline else 'off'} M={cfg.M} b={cfg.b}")
-    print(f"ratc train: {cfg.model} [{session.preset}] {label}, global batch {cfg.global_batch} x "
-          f"{session.seq_len} tokens, {sum(u.numel for u in session.units.units):,} parameters")
+    params = sum(u.numel for u in session.units.units)
+    if not args.json:
+        print(f"ratc train: {cfg.model} [{session.preset}] {label}, global batch {cfg.global_batch} x "
+              f"{session.seq_len} tokens, {params:,} parameters")
     if args.emit_program:
         from ratc.ir import print_module
         write_atomic(args.emit_program, print_module(session.module), "--emit-program")
@@ -209,14 +229,20 @@ def handler(args: argparse.Namespace) -> int:
         dev = None if ref is None else relative_deviation(ours, ref)
         rows.append((i, ours, ref, dev))
         bar.set_postfix(loss=f"{ours:.4f}", **({} if dev is None else {"dev": f"{dev:.1e}"}))
-        line = f"step {i:4d}  loss {ours:.6f}" + ("" if ref is None else f"  pytorch {ref:.6f}  rel.dev {dev:.2e}")
-        tqdm.write(line)
+        if not args.json:
+            tqdm.write(f"step {i:4d}  loss {ours:.6f}" +
+                       ("" if ref is None else f"  pytorch {ref:.6f}  rel.dev {dev:.2e}"))
     bar.close()
+    worst = param_dev = None
     if cfg.reference:
         devs = [r[3] for r in rows]
         worst = math.nan if any(math.isnan(d) for d in devs) else max(devs)     # max() would skip a NaN
-        print(f"max per-step relative loss deviation {worst:.2e}; "
-              f"final parameter deviation {session.parameter_deviation():.2e} (relative L2, worst unit)")
+        param_dev = session.parameter_deviation()
+        if not args.json:
+            print(f"max per-step relative loss deviation {worst:.2e}; "
+                  f"final parameter deviation {param_dev:.2e} (relative L2, worst unit)")
+    if args.json:
+        _print_json(cfg, session, params, rows, worst, param_dev)
     dev0 = rows[0][3]
     if dev0 is not None and dev0 > 1e-3:
         # the schedule cannot make step 0 differ this much (its weights are PyTorch's): the loss
