@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ratc.ir.core import Module
+from ratc.passes.generic import module_blocks
 
 
 @dataclass
@@ -25,21 +26,13 @@ class Snapshot:
 
 def snapshot(module: Module) -> Snapshot:
     """The module's ops before the passes run (attributes copied: passes may edit them in place)."""
-    ops, blocks = list(module.walk()), list(_blocks(module))
+    ops, blocks = list(module.walk()), list(module_blocks(module))
     place = {}
     for block in blocks:
         for i, op in enumerate(block.ops):
             place[id(op)] = (id(block), i)
     return Snapshot(Counter(op.name for op in ops), place, {id(op): dict(op.attributes) for op in ops},
                     ops + blocks)
-
-
-def _blocks(module: Module):
-    """The module's body and every region under it."""
-    yield module.body
-    for op in module.walk():
-        if op.region is not None:
-            yield op.region
 
 
 @dataclass
@@ -89,7 +82,7 @@ def _moved(before: Snapshot, module: Module) -> int:
     """Ops kept but not in their old order: those outside the longest run kept in order within
     each block, plus every op now in another block."""
     moved = 0
-    for block in _blocks(module):
+    for block in module_blocks(module):
         old = [before.place.get(id(op)) for op in block.ops]
         here = [i for place in old if place is not None and place[0] == id(block) for i in [place[1]]]
         moved += sum(1 for place in old if place is not None and place[0] != id(block))
