@@ -84,3 +84,24 @@ def test_diagram_without_a_model_names_the_one_it_draws(capsys, tmp_path):
 def test_an_hf_config_without_seq_len_says_the_length_it_assumes(capsys):
     assert main(["compile", "--hf-config", HF, "--emit=graph"]) == 0
     assert "ratc compile: using 2048-token sequences" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["compile", "plan", "report", "diagram", "train"])
+def test_every_model_command_takes_the_same_model_arguments(command):
+    from ratc.cli.main import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices[command]
+    flags = {s for a in sub._actions for s in a.option_strings}
+    positionals = {a.dest for a in sub._actions if not a.option_strings}
+    assert {"--preset", "--hf-config", "--hf-model"} <= flags and "model" in positionals
+
+
+def test_diagram_draws_an_hf_model_id_from_the_cache(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    fake_hub(tmp_path)
+    argv = ["diagram", "--pp", "2", "--microbatches", "2", "--seq-len", "128", "-o"]
+    assert main([*argv, str(tmp_path / "id.svg"), "--hf-model", MODEL_ID]) == 0
+    assert main([*argv, str(tmp_path / "file.svg"), "--hf-config", HF]) == 0
+    assert (tmp_path / "id.svg").read_bytes() == (tmp_path / "file.svg").read_bytes()
