@@ -73,7 +73,8 @@ def test_unknown_option_before_the_command_shows_the_top_level_usage():
 
 def test_python_m_ratc_is_the_ratc_command(tmp_path):
     proc = ratc("--version", module="ratc")
-    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"ratc {__version__}\n", "")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.startswith(f"ratc {__version__} (torch ")
     proc = ratc("opt", str(tmp_path / "missing.ir"), module="ratc")
     assert (proc.returncode, proc.stdout) == (1, "")
     assert proc.stderr == f"ratc: error: {tmp_path / 'missing.ir'}: no such file\n"

@@ -41,14 +41,15 @@ def test_every_command_reads_an_hf_config(capsys, tmp_path):
     assert name in (tmp_path / "r" / "report.html").read_text()
 
 
-NO_MODEL = "no model: give a model file, --preset NAME (the bundled examples/llama.py) or --hf-config CONFIG_JSON"
+NO_MODEL = ("no model: give a model file, --preset NAME (the bundled examples/llama.py), --hf-config CONFIG_JSON "
+            "or --hf-model ORG/NAME")
 
 
 @pytest.mark.parametrize("command, message", [
     (["plan", *PLAN], NO_MODEL),
     (["compile", "--clusters", "4"], NO_MODEL),
     (["report", "out-nowhere", "--clusters", "4", "--global-batch", "16"],
-     "give a model (--preset NAME, a model file or --hf-config) with --clusters N and --global-batch G"),
+     "give a model (--preset NAME, a model file, --hf-config or --hf-model) with --clusters N and --global-batch G"),
 ])
 def test_no_model_says_the_three_ways_to_name_one(command, message, capsys):
     assert main(command) == 1

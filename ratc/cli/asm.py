@@ -36,7 +36,19 @@ def register(subparsers) -> None:
     p.add_argument("--save", action="append", default=[], metavar="BUF=FILE.npy",
                    help="after a full run, save a DDR buffer")
     p.add_argument("-o", "--output", help="write the canonical .rasm here instead of stdout")
+    add_json_argument(p)
     p.set_defaults(func=run)
+
+
+def add_json_argument(p) -> None:
+    """--json of `asm` and `kernel`: the --run report as JSON."""
+    p.add_argument("--json", action="store_true", help="with --run: print the kernel report as JSON (stable keys)")
+
+
+def check_json(args) -> None:
+    """--json describes a run's report: refused without --run."""
+    if args.json and not args.run:
+        raise RatcError("--json applies to --run's report (the kernel itself is .rasm text)")
 
 
 def run(args) -> int:
@@ -44,6 +56,7 @@ def run(args) -> int:
     from ratc.codegen.assembler import assemble, disassemble
     from ratc.platform import load_platform
 
+    check_json(args)
     platform = load_platform(args.platform)
     name, text = read_input(args.file)
     program = assemble(text, platform, filename=name)
@@ -115,6 +128,9 @@ def run_and_report(program, platform, args, useful_macs=None, min_ddr_bytes=None
         # a .rasm file declares its DDR arrays: each read (inputs) or written (outputs) once
         min_ddr_bytes = sum(b.size * b.itemsize for b in program.buffers if b.space == "ddr")
     stats = kernel_stats(program, platform, result.cycles, result.counts, useful_macs, min_ddr_bytes)
+    if getattr(args, "json", False):
+        import json
+        return json.dumps({**stats.as_dict(), "mode": args.mode}, indent=2, sort_keys=True)
     lines = format_report(stats, platform, counted=useful_macs is None).rstrip("\n").split("\n")
     # which mode ran, after the Platform line (the report itself does not say)
     at = next((i + 1 for i, line in enumerate(lines) if line.startswith("Platform:")), 1)

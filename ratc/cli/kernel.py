@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ratc.cli.asm import MODES, mode_help
+from ratc.cli.asm import MODES, add_json_argument, check_json, mode_help
 from ratc.errors import RatcError
 
 
@@ -22,6 +22,7 @@ def register(subparsers) -> None:
     p.add_argument("--random-inputs", type=int, metavar="SEED", default=None,
                    help="with --mode full: fill the DDR inputs with N(0,1) values from this seed")
     p.add_argument("-o", "--output", help="write the .rasm here (default stdout when not running)")
+    add_json_argument(p)
     p.set_defaults(func=run, input=[], save=[])
 
 
@@ -31,6 +32,7 @@ def run(args) -> int:
     from ratc.codegen.program_kernels import check_tile_options
     from ratc.platform import load_platform
 
+    check_json(args)
     if args.op == "gemm" and args.kv_heads is not None:
         raise RatcError("--kv-heads applies to attention kernels, not to gemm")
     if args.random_inputs is not None and not args.run:

@@ -35,6 +35,9 @@ def register(sub) -> None:
                         "beside the planner's and the system VM's predictions, with per-task-kind times from "
                         "the real trace (replaces --steps)")
     p.add_argument("--measure-json", metavar="FILE", help="with --measure: write the measurement as JSON (stable keys)")
+    p.add_argument("--json", action="store_true",
+                   help="print the steps (loss, seconds, exposed comm seconds) and any --measure result as JSON "
+                        "(stable keys) instead of text")
     p.set_defaults(func=handler, steps=None)
 
 
@@ -221,6 +224,9 @@ def handler(args: argparse.Namespace) -> int:
     program, cfg, P, D = prepare_program(args)
     module = program.module
     if cfg.backend == "nccl":
+        if args.json:
+            raise RatcError("--json reads the ranks this process forks (gloo); NCCL ranks run under torchrun, "
+                            "whose output it does not collect")
         if args.measure is not None:
             raise RatcError("--measure measures ranks this process forks (gloo); NCCL ranks run under torchrun, "
                             "which it does not drive yet")
@@ -236,26 +242,38 @@ def handler(args: argparse.Namespace) -> int:
         cfg = dataclasses.replace(cfg, trace=True, record_from=0 if args.trace else WARMUP)
     print(f"ratc launch: {P * D} ranks (P={P}, D={D}), {cfg.backend}, {cfg.steps} steps", file=sys.stderr)
     try:
-        results = launch(module, cfg, P, D, on_step=print_step(tokens_per_step(module)))
+        results = launch(module, cfg, P, D, on_step=(lambda *step: None) if args.json
+                         else print_step(tokens_per_step(module)))
     except Stopped as exc:
         print(f"ratc launch: {exc}", file=sys.stderr)
         return Stopped.EXIT
     write_outputs(args, results[0], D)
-    if prediction is not None:
-        _report_measurement(args, results, D, prediction, module)
+    measured = _report_measurement(args, results, D, prediction, module) if prediction is not None else None
+    if args.json:
+        import json
+
+        r = results[0]
+        steps = [{"step": i, "loss": loss, "seconds": s, "exposed_comm_seconds": e}
+                 for i, (loss, s, e) in enumerate(zip(r.losses, r.step_seconds, r.exposed_seconds), r.first_step)]
+        out = {"ranks": P * D, "P": P, "D": D, "backend": cfg.backend, "tokens_per_step": tokens_per_step(module),
+               "steps": steps, **({"measurement": measured} if measured is not None else {})}
+        print(json.dumps(out, indent=2, sort_keys=True))
     return 0
 
 
-def _report_measurement(args: argparse.Namespace, results: list, D: int, prediction, module) -> None:
-    """The measured steps against the predictions: on stdout, and as --measure-json."""
+def _report_measurement(args: argparse.Namespace, results: list, D: int, prediction, module) -> dict:
+    """The measured steps against the predictions: on stdout (unless --json), and as --measure-json;
+    returns them as JSON-ready data."""
     import json
 
     from ratc.dist.measure import measure, tie_members
     from ratc.io import report_written, write_atomic
 
     found = measure(results, D, WARMUP, prediction, tie_members(module))
-    print(found.text(), end="", flush=True)
+    if not args.json:
+        print(found.text(), end="", flush=True)
     if args.measure_json:
         write_atomic(args.measure_json, json.dumps(found.as_dict(), indent=2, sort_keys=True) + "\n",
                      "--measure-json")
         report_written(args.measure_json, f"the measurement of {args.measure} steps")
+    return found.as_dict()

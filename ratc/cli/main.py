@@ -31,7 +31,29 @@ COMMAND_MODULES = [
     "ratc.cli.passes",
     "ratc.cli.kernel",
     "ratc.cli.asm",
+    "ratc.cli.completion",
 ]
+
+EPILOG = ("Every term the output uses (E_comm, bubble, FSR, ZeRO stages, GradSync, P/D/Z/b/A, ...) is "
+          "defined in docs/glossary.md. `ratc COMMAND --help` for a command's options; "
+          "`ratc completion bash|zsh` for shell completion.")
+
+
+class _Version(argparse.Action):
+    """--version: ratc's version and torch's, read from the installed package metadata (no import)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib import metadata
+
+        try:
+            torch = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            torch = "not installed"
+        print(f"ratc {__version__} (torch {torch}, Python {sys.version.split()[0]})")     # (data: stdout)
+        parser.exit(0)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,8 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The full argument parser with every subcommand."""
     parser = _Parser(
         prog="ratc",
-        description="Compile, plan, schedule and simulate LLM training for bandwidth-constrained accelerators.")
-    parser.add_argument("--version", action="version", version=f"ratc {__version__}")
+        description="Compile, plan, schedule and simulate LLM training for bandwidth-constrained accelerators.",
+        epilog=EPILOG)
+    parser.add_argument("--version", action=_Version, help="print ratc's, torch's and Python's versions and exit")
     parser.add_argument("--traceback", action="store_true",
                         help="show the Python traceback on errors (for debugging ratc)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

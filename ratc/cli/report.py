@@ -45,6 +45,7 @@ def register(subparsers) -> None:
     p.add_argument("--format", choices=("png", "svg"), default=FORMAT, help="image format (default png)")
     p.add_argument("-o", "--output", default=OUTPUT,
                    help="HTML file name, relative to OUTDIR unless absolute (default report.html)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON (stable keys) instead of text")
     p.set_defaults(func=handler)
 
 
@@ -58,18 +59,19 @@ def handler(args: argparse.Namespace) -> int:
     if (Path(args.outdir) / MANIFEST).is_file():
         if named(args):
             raise RatcError(f"{args.outdir} holds a compiled program; its model is the one reported "
-                            "(drop the model file / --preset / --hf-config)")
+                            "(drop the model file / --preset / --hf-config / --hf-model)")
         planner, clusters, batch, module = _of_program(args.outdir, say)
         clusters = clusters if args.clusters is None else args.clusters
         batch = batch if args.global_batch is None else args.global_batch
     else:
         if not named(args) or args.clusters is None or args.global_batch is None:
             raise RatcError(f"{args.outdir} holds no compiled program (no {MANIFEST}); compile one with "
-                            "`ratc compile`, or give a model (--preset NAME, a model file or --hf-config) "
+                            "`ratc compile`, or give a model (--preset NAME, a model file, --hf-config or --hf-model) "
                             "with --clusters N and --global-batch G")
         planner, clusters, batch, module = _of_model(args, say), args.clusters, args.global_batch, None
     return _report(args.outdir, planner, clusters, batch, module, args.strategy, args.pipeline, say,
-                   top=args.top, simulate_top=args.simulate_top, fmt=args.format, output=args.output)
+                   top=args.top, simulate_top=args.simulate_top, fmt=args.format, output=args.output,
+                   as_json=args.json)
 
 
 def report_program(outdir, strategy: str, pipeline) -> int:
@@ -122,7 +124,8 @@ def _of_model(args: argparse.Namespace, say):
 
 
 def _report(outdir, planner, clusters: int, batch: int, module, strategy: str, pipeline, say, *,
-            top: int = TOP, simulate_top: int = SIMULATE_TOP, fmt: str = FORMAT, output: str = OUTPUT) -> int:
+            top: int = TOP, simulate_top: int = SIMULATE_TOP, fmt: str = FORMAT, output: str = OUTPUT,
+            as_json: bool = False) -> int:
     """Plan, simulate the best few, write the report and print its summary."""
     from ratc.report.build import build_report, write_report
     from ratc.report.summary import report_summary
@@ -135,6 +138,11 @@ def _report(outdir, planner, clusters: int, batch: int, module, strategy: str, p
                                   progress=say)
     paths = write_report(outdir, report, images, output)
     # the summary is the same for the same input; how long it took goes to stderr, as plan's
-    print(report_summary(report, str(paths[0])).render(), end="")
+    summary = report_summary(report, str(paths[0]))
+    if as_json:
+        import json
+        print(json.dumps(summary.as_dict(), indent=2, sort_keys=True))
+    else:
+        print(summary.render(), end="")
     print(f"ratc report: {time.perf_counter() - say.start:.1f} s", file=sys.stderr)
     return 0

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ratc.cli.checkpoint_options import add_checkpoint_arguments, check_checkpoint_arguments
+from ratc.cli.model_source import add_model_arguments, check_model_source, model_file, picked
 from ratc.errors import RatcError
 from ratc.step.config import ACT_OPTION_NAMES
 
@@ -20,8 +21,8 @@ def register(subparsers) -> None:
                     "the scheduled life program on CPU tensors (per-layer Forward/Recover/Backward, GradSync, "
                     "sharded AdamW UpdateShard, PrefetchW), and train the same model with plain PyTorch on "
                     "the same batches. Prints both losses per step and their relative deviation.")
-    p.add_argument("model", help="model file (see examples/llama.py)")
-    p.add_argument("--preset", help="model preset (default: the file's DEFAULT_PRESET)")
+    add_model_arguments(p, "model file (see examples/llama.py); omit for the bundled example with --preset",
+                        seq_len=False)
     p.add_argument("--steps", type=int, required=True, help="optimizer steps")
     p.add_argument("--pp", type=int, default=1, metavar="P", help="pipeline stages (default 1)")
     p.add_argument("--dp", type=int, default=1, metavar="D", help="data-parallel replicas (default 1)")
@@ -39,6 +40,8 @@ def register(subparsers) -> None:
     p.add_argument("--csv", help="write step, ratc loss, reference loss, relative deviation to this CSV")
     p.add_argument("--plot", help="write both loss curves and their relative deviation as a .png or .svg")
     p.add_argument("--no-reference", action="store_true", help="train with ratc only (no comparison)")
+    p.add_argument("--json", action="store_true",
+                   help="print the run and its losses per step as JSON (stable keys) instead of text")
     p.add_argument("--program", metavar="FILE.ir|DIR",
                    help="execute this scheduled life program (one written by --emit-program, or a program "
                         "directory of `ratc compile`) instead of compiling one; its plan fixes P, D, Z, M, b "
@@ -129,6 +132,22 @@ def _checkpoints(args: argparse.Namespace, session):
     return saves, first
 
 
+def _print_json(cfg, session, params: int, rows: list[tuple], worst, param_dev) -> None:
+    """The run as JSON: its model and configuration, and per step ratc's loss, PyTorch's and their deviation."""
+    import json
+
+    from ratc.step.config import ACT_OPTION_NAMES
+
+    policy = {v: k for k, v in ACT_OPTION_NAMES.items()}[cfg.act]
+    out = {"model": cfg.model, "preset": session.preset, "seq_len": session.seq_len, "parameters": params,
+           "config": {"P": cfg.P, "D": cfg.D, "Z": cfg.Z, "M": cfg.M, "b": cfg.b, "act_policy": policy,
+                      "state_pipeline": cfg.state_pipeline, "global_batch": cfg.global_batch},
+           "steps": [{"step": i, "loss": ours, "reference_loss": ref, "relative_deviation": dev}
+                     for i, ours, ref, dev in rows],
+           "max_relative_deviation": worst, "parameter_deviation": param_dev}
+    print(json.dumps(out, indent=2, sort_keys=True))
+
+
 MAX_THREADS = 1024      # torch's own pools fail (or crash) far above a machine's cores
 
 
@@ -138,6 +157,14 @@ def _check_arguments(args: argparse.Namespace) -> None:
 
     from ratc.io import check_output
 
+    check_model_source(args)
+    if args.hf_config:
+        # the executor splits the real module with torch.fx, which Hugging Face models defeat
+        # (they trace only with torch.export, on the meta device)
+        raise RatcError(f"{args.hf_model or args.hf_config}: ratc train runs model files only (it executes the "
+                        "real module, split with torch.fx, which Hugging Face models do not trace with); "
+                        "`ratc compile`/`plan` take this config, and docs/frontend.md says how to write "
+                        "a model file for the same architecture")
     if args.steps < 1:
         raise RatcError(f"--steps must be at least 1, got {args.steps}")
     if not 1 <= args.threads <= MAX_THREADS:
@@ -167,7 +194,8 @@ def handler(args: argparse.Namespace) -> int:
 
     _check_arguments(args)
     torch.set_num_threads(args.threads)
-    cfg = TrainConfig(model=args.model, preset=args.preset, P=args.pp, D=args.dp, Z=args.zero,
+    model = model_file(args)
+    cfg = TrainConfig(model=model, preset=args.preset, P=args.pp, D=args.dp, Z=args.zero,
                       act=ACT_OPTION_NAMES[args.act_policy], state_pipeline=not args.no_state_pipeline,
                       M=args.micro_batches, b=args.micro_batch_size, seed=args.seed, opt=AdamW(lr=args.lr),
                       reference=not args.no_reference)
@@ -179,12 +207,16 @@ def handler(args: argparse.Namespace) -> int:
               "initial state)", file=sys.stderr)
         cfg = dataclasses.replace(cfg, reference=False)
     session = Session(cfg, module)
+    if not args.preset and not args.program:
+        picked(args, f"{model}'s default preset '{session.preset}' (--preset chooses another)")
     saves, first = _checkpoints(args, session)
     policy = {v: k for k, v in ACT_OPTION_NAMES.items()}[cfg.act]
     label = (f"P={cfg.P} D={cfg.D} Z={cfg.Z} {policy} "
              f"state-pipeline={'on' if cfg.state_pipeline else 'off'} M={cfg.M} b={cfg.b}")
-    print(f"ratc train: {args.model} [{session.preset}] {label}, global batch {cfg.global_batch} x "
-          f"{session.seq_len} tokens, {sum(u.numel for u in session.units.units):,} parameters")
+    params = sum(u.numel for u in session.units.units)
+    if not args.json:
+        print(f"ratc train: {cfg.model} [{session.preset}] {label}, global batch {cfg.global_batch} x "
+              f"{session.seq_len} tokens, {params:,} parameters")
     if args.emit_program:
         from ratc.ir import print_module
         write_atomic(args.emit_program, print_module(session.module), "--emit-program")
@@ -197,14 +229,20 @@ def handler(args: argparse.Namespace) -> int:
         dev = None if ref is None else relative_deviation(ours, ref)
         rows.append((i, ours, ref, dev))
         bar.set_postfix(loss=f"{ours:.4f}", **({} if dev is None else {"dev": f"{dev:.1e}"}))
-        line = f"step {i:4d}  loss {ours:.6f}" + ("" if ref is None else f"  pytorch {ref:.6f}  rel.dev {dev:.2e}")
-        tqdm.write(line)
+        if not args.json:
+            tqdm.write(f"step {i:4d}  loss {ours:.6f}" +
+                       ("" if ref is None else f"  pytorch {ref:.6f}  rel.dev {dev:.2e}"))
     bar.close()
+    worst = param_dev = None
     if cfg.reference:
         devs = [r[3] for r in rows]
         worst = math.nan if any(math.isnan(d) for d in devs) else max(devs)     # max() would skip a NaN
-        print(f"max per-step relative loss deviation {worst:.2e}; "
-              f"final parameter deviation {session.parameter_deviation():.2e} (relative L2, worst unit)")
+        param_dev = session.parameter_deviation()
+        if not args.json:
+            print(f"max per-step relative loss deviation {worst:.2e}; "
+                  f"final parameter deviation {param_dev:.2e} (relative L2, worst unit)")
+    if args.json:
+        _print_json(cfg, session, params, rows, worst, param_dev)
     dev0 = rows[0][3]
     if dev0 is not None and dev0 > 1e-3:
         # the schedule cannot make step 0 differ this much (its weights are PyTorch's): the loss
@@ -221,6 +259,6 @@ def handler(args: argparse.Namespace) -> int:
         write_atomic(args.csv, _csv(rows), "--csv")
         report_written(args.csv, f"losses of {len(rows)} step{'s' if len(rows) > 1 else ''}")
     if args.plot:
-        plot_losses(rows, args.plot, f"{Path(args.model).name} [{session.preset}] {label}")
+        plot_losses(rows, args.plot, f"{Path(cfg.model).name} [{session.preset}] {label}")
         report_written(args.plot, f"loss curves of {len(rows)} step{'s' if len(rows) > 1 else ''}")
     return 0

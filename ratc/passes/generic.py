@@ -9,7 +9,7 @@ from ratc.ir.verifier import verify
 from ratc.passes.base import Pass, PassContext, option, register_pass
 
 
-def _blocks(module: Module):
+def module_blocks(module: Module):
     """Every block of the module: the body and each region, outermost first."""
     yield module.body
     for op in module.walk():
@@ -29,7 +29,7 @@ class DeadOpElimination(Pass):
             for v in op.operands:
                 counts[v] = counts.get(v, 0) + 1
         # Inner blocks first and each block backwards, so a whole dead chain goes in one run.
-        for block in reversed(list(_blocks(module))):
+        for block in reversed(list(module_blocks(module))):
             kept = []
             for op in reversed(block.ops):
                 opdef = lookup(op.name)

@@ -93,7 +93,7 @@ def build_report(planner, result, module=None, top: int = 10, simulate_top: int 
     _, mem, _ = planner.detail(cand)
     (ev,) = planner.evaluate_group([cand])
     res = sim.results
-    facts = [("model", f"{model.name}, {model.num_layers} layers, sequence length {model.seq_len}"),
+    facts = [("model", f"{model.name}, {model.num_layers} layers, sequence length {model.seq_len} tokens"),
              ("platform", f"{result.clusters} x {platform.name} clusters, budget "
                           f"{format_bytes(planner.budget)} per cluster"),
              ("global batch", f"{result.global_batch} sequences"),

@@ -24,6 +24,10 @@ class Summary:
         self.notes.append(str(text))
         return self
 
+    def as_dict(self) -> dict:
+        """The summary as JSON-ready data: title, facts (name -> value, in order) and notes."""
+        return {"title": self.title, "facts": dict(self.rows), "notes": list(self.notes)}
+
     def render(self, lines: int = SCREEN_LINES, columns: int = SCREEN_COLUMNS) -> str:
         """At most `lines` lines of at most `columns` characters; what does not fit is counted."""
         width = min(max((len(n) for n, _ in self.rows), default=0), columns // 3)
