@@ -63,8 +63,9 @@ def run(command: str, cwd: Path, timeout: float) -> dict:
     env = {**os.environ, "PYTHONPATH": str(cwd), "PYTHONUNBUFFERED": "1"}
     start = time.perf_counter()
     try:
-        done = subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=timeout, errors="replace")
+        # bash, as a user's shell runs them (`source <(...)` is not POSIX sh)
+        done = subprocess.run(command, shell=True, executable="/bin/bash", cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=timeout, errors="replace")
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"").decode(errors="replace") + (exc.stderr or b"").decode(errors="replace")
         return {"status": "timeout", "seconds": time.perf_counter() - start, "lines": len(out.splitlines()),

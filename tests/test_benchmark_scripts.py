@@ -47,5 +47,5 @@ def test_the_readme_command_runner_reads_sh_blocks_with_continuations_and_no_com
             "```python\nprint('not a command')\n```\n```sh\nratc passes\n```\n")
     assert rc.readme_commands(text) == ["ratc run out/x   # a comment", "ratc train a --steps 2", "ratc passes"]
     readme = rc.readme_commands((BENCHMARKS.parent / "README.md").read_text())
-    assert len(readme) > 40 and all(c.split()[0] in {"ratc", "python", "pip", "torchrun"} for c in readme)
+    assert len(readme) > 40 and all(c.split()[0] in {"ratc", "python", "pip", "torchrun", "source"} for c in readme)
     assert rc.needs_gpu("ratc calibrate -o gpu.toml --backend nccl") and rc.is_install(readme[0])
