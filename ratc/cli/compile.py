@@ -49,7 +49,7 @@ def register(sub) -> None:
     from ratc.cli.pass_options import add_pass_options
     from ratc.cli.plan import add_planning_arguments
 
-    add_planning_arguments(p, global_batch_required=False, exec_profile="kernel-vm")
+    add_planning_arguments(p, exec_profile="kernel-vm")
     p.add_argument("--plan", metavar="CONFIG",
                    help="compile this configuration instead of planning one, even if it does not fit "
                         "(e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline'); the VM then reports out-of-memory")
@@ -144,6 +144,7 @@ def invocation(args: argparse.Namespace, fallback: str) -> str:
 
 def choose_candidate(args: argparse.Namespace, planner):
     """(candidate, plan result or None): the forced --plan, or the planner's best."""
+    from ratc.cli.plan import global_batch
     from ratc.planner.strategies import get_strategy
     from ratc.step.config import parse_config
 
@@ -156,8 +157,7 @@ def choose_candidate(args: argparse.Namespace, planner):
             raise RatcError(f"--plan {args.plan} trains {cand.global_batch} sequences per step (D x b x A), "
                             f"but --global-batch is {args.global_batch}")
         return cand, None
-    global_batch = 64 * args.clusters if args.global_batch is None else args.global_batch
-    result = planner.require_feasible(planner.plan(args.clusters, global_batch, get_strategy(args.strategy),
+    result = planner.require_feasible(planner.plan(args.clusters, global_batch(args), get_strategy(args.strategy),
                                                    progress=True, pipeline=args.pipeline))
     return _compilable(result), result
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ratc.cli.model_source import add_model_arguments, check_model_source, load_model
+from ratc.cli.model_source import add_model_arguments, check_model_source, load_model, picked
 from ratc.errors import RatcError
 
 
@@ -16,7 +16,7 @@ def register(subparsers) -> None:
                     "per-cluster memory budget (Eq. 10) and rank the rest by predicted step time (Eq. 12).")
     add_model_arguments(p, "model file (python, see examples/llama.py); omit to use the bundled example "
                            "with --preset")
-    add_planning_arguments(p, global_batch_required=True)
+    add_planning_arguments(p)
     p.add_argument("--min-clusters", action="store_true",
                    help="find the smallest cluster count (whole nodes) with a feasible plan")
     p.add_argument("--max-clusters", type=int, default=4096, help="search limit for --min-clusters")
@@ -30,13 +30,24 @@ def register(subparsers) -> None:
     p.set_defaults(func=handler)
 
 
-def add_planning_arguments(p: argparse.ArgumentParser, global_batch_required: bool,
-                           exec_profile: str = "paper-table5") -> None:
+GLOBAL_BATCH_PER_CLUSTER = 64       # sequences per optimizer step and cluster, unless --global-batch says
+
+
+def global_batch(args: argparse.Namespace) -> int:
+    """--global-batch, or the default for --clusters (said on stderr)."""
+    if args.global_batch is not None:
+        return args.global_batch
+    batch = GLOBAL_BATCH_PER_CLUSTER * args.clusters
+    picked(args, f"a global batch of {batch} sequences ({GLOBAL_BATCH_PER_CLUSTER} per cluster; "
+                 "--global-batch chooses another)")
+    return batch
+
+
+def add_planning_arguments(p: argparse.ArgumentParser, exec_profile: str = "paper-table5") -> None:
     """The options shared by `ratc plan` and `ratc compile`: clusters, batch, platform, strategy."""
     p.add_argument("--clusters", type=int, help="clusters to use (P x D x T must equal it)")
-    p.add_argument("--global-batch", type=int, required=global_batch_required,
-                   help="sequences per optimizer step" + ("" if global_batch_required
-                                                          else " (default: 64 per cluster)"))
+    p.add_argument("--global-batch", type=int,
+                   help=f"sequences per optimizer step (default: {GLOBAL_BATCH_PER_CLUSTER} per cluster)")
     p.add_argument("--platform", default="mt3000", help="platform profile name or TOML file (default mt3000)")
     p.add_argument("--memory-budget",
                    help="override the per-cluster memory budget, e.g. 30GB")
@@ -111,6 +122,9 @@ def handler(args: argparse.Namespace) -> int:
         raise RatcError(f"--top must be at least 1, got {args.top}")
     if not args.min_clusters and args.clusters is None:
         raise RatcError("ratc plan: give --clusters N (or --min-clusters)")
+    if args.min_clusters and args.global_batch is None:
+        raise RatcError("ratc plan --min-clusters: give --global-batch G (the default is per cluster, and the "
+                        "cluster count is what is searched)")
     from ratc.limits import MAX_CLUSTERS
 
     # before tracing: a search over a billion clusters ran for minutes before its first error
@@ -139,7 +153,7 @@ def handler(args: argparse.Namespace) -> int:
                             f"{args.global_batch} in {units.format_bytes(planner.budget)} per cluster; "
                             "raise --max-clusters or the memory budget")
     else:
-        result = planner.require_feasible(planner.plan(args.clusters, args.global_batch, strategy, progress=True,
+        result = planner.require_feasible(planner.plan(args.clusters, global_batch(args), strategy, progress=True,
                                                        pipeline=args.pipeline))
     failures = None
     if args.failures:
