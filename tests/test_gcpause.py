@@ -43,3 +43,21 @@ def test_an_explicit_collection_still_frees_cycles_inside():
         a.other, b.other = b, a
         del a, b
         assert gc.collect() > 0
+
+
+def test_what_a_pause_keeps_is_frozen_once_the_command_asks_for_it():
+    import ratc.gcpause as gcpause
+
+    gc.unfreeze()
+    try:
+        with gc_paused():
+            kept = [[i] for i in range(1000)]
+        assert gc.get_freeze_count() == 0          # the default (tests): scanned as usual
+        gcpause.freeze_after_pauses()
+        with gc_paused():
+            kept += [[i] for i in range(1000)]
+        assert gc.get_freeze_count() >= 2000       # in the permanent generation, not scanned again
+        assert gc.isenabled()
+    finally:
+        gcpause._FREEZE_SURVIVORS[0] = False
+        gc.unfreeze()

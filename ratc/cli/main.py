@@ -13,7 +13,7 @@ import threading
 
 from ratc import __version__
 from ratc.errors import LocatedError, RatcError, Terminated
-from ratc.gcpause import LAZY_THRESHOLDS
+from ratc.gcpause import LAZY_THRESHOLDS, freeze_after_pauses
 
 # Listed in workflow order, as `ratc --help` shows them. Each module defines
 # `register(subparsers)`, which adds its parser and sets `func`.
@@ -269,6 +269,7 @@ def run() -> None:
     ends at once.
     """
     gc.set_threshold(*LAZY_THRESHOLDS)
+    freeze_after_pauses()
     code = main()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 
 
 class SymbolRef:
@@ -54,38 +53,36 @@ class ByteSize:
         return self.n
 
 
-_PLAIN = {int}    # element types whose str() is their IR text (not bool, not float: nan, inf)
+def _format_str(value: str) -> str:
+    # json.dumps escapes only quotes, backslashes and control characters
+    if value.isprintable() and '"' not in value and "\\" not in value:
+        return '"' + value + '"'
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _format_list(value) -> str:
+    if set(map(type, value)) <= _PLAIN:     # (sizes, buffers, calls, kernels: on every task)
+        return "[" + ", ".join(map(str, value)) + "]"
+    return "[" + ", ".join(map(format_attr, value)) + "]"
+
+
+def _format_dict(value: dict) -> str:
+    return "{" + ", ".join([f"{k} = {format_attr(value[k])}" for k in sorted(value)]) + "}"
+
+
+# The printer formats every attribute of every op, so it dispatches on the exact type
+# (a subclass is no attribute value). A float's repr is its IR text, nan and +-inf included.
+_FORMATS = {bool: lambda v: "true" if v else "false", int: str, float: repr, str: _format_str,
+            list: _format_list, tuple: _format_list, dict: _format_dict, SymbolRef: str, ByteSize: str}
+_PLAIN = frozenset({int, SymbolRef, ByteSize})     # element types whose str() is their IR text
 
 
 def format_attr(value) -> str:
     """Print an attribute value in the IR's text form."""
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    t = type(value)
-    if t is int:
-        return str(value)
-    if t is str:
-        # json.dumps escapes only quotes, backslashes and control characters
-        if value.isprintable() and '"' not in value and "\\" not in value:
-            return '"' + value + '"'
-        return json.dumps(value, ensure_ascii=False)
-    if t is float:
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if t is list or t is tuple:
-        if set(map(type, value)) <= _PLAIN:     # (sizes, buffers, calls: on every task)
-            return "[" + ", ".join(map(str, value)) + "]"
-        return "[" + ", ".join(format_attr(v) for v in value) + "]"
-    if t is dict:
-        return "{" + ", ".join(f"{k} = {format_attr(value[k])}" for k in sorted(value)) + "}"
-    if t is SymbolRef or t is ByteSize:
-        return str(value)
-    raise TypeError(f"unsupported attribute value {value!r} of type {t.__name__}")
+    fmt = _FORMATS.get(type(value))
+    if fmt is None:
+        raise TypeError(f"unsupported attribute value {value!r} of type {type(value).__name__}")
+    return fmt(value)
 
 
 def attr_kind(value) -> str:

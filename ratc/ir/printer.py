@@ -44,7 +44,7 @@ class _Namer:
 
 
 def _attr_dict(attrs: dict) -> str:
-    return "{" + ", ".join(f"{k} = {format_attr(attrs[k])}" for k in sorted(attrs)) + "}"
+    return "{" + ", ".join([f"{k} = {format_attr(attrs[k])}" for k in sorted(attrs)]) + "}"
 
 
 def _print_ops(ops, namer: _Namer, indent: str, out: list[str]) -> None:

@@ -313,16 +313,15 @@ def _check_stage(stage) -> None:
     if pipe is None or pipe.name != "life.pipeline":
         raise VerifyError("'life.stage' must be inside a life.pipeline", stage)
     ops = stage.region.ops
-    for op in ops:
-        if op.name not in TASK_OPS:
-            raise VerifyError(f"'{op.name}' cannot appear in a stage program", op)
+    # This runs after every pass that moves ops (ratc.passes.manager), over every task: each
+    # rule is first checked in bulk, and only a failing one walks the ops for the first culprit.
+    if not {op.name for op in ops} <= TASK_OPS:
+        bad = next(op for op in ops if op.name not in TASK_OPS)
+        raise VerifyError(f"'{bad.name}' cannot appear in a stage program", bad)
     c = _Ctx(pipe, stage)
-    seen: dict = {}
-    for op in ops:
-        tid = task_id(op)
-        if tid in seen:
-            raise VerifyError(f"stage {c.p}: task {tid[0]}{_where(op.attributes)} appears twice", op)
-        seen[tid] = op
+    seen = dict(zip(map(task_id, ops), ops))
+    if len(seen) != len(ops):
+        _first_repeated_task(ops, c)
     missing = required_tasks(c) - seen.keys()
     if missing:
         name, unit, mb, extra = sorted(missing, key=str)[0]
@@ -335,16 +334,11 @@ def _check_stage(stage) -> None:
     if not 0 <= sa.get("peak_at", 0) < len(ops):
         raise VerifyError(f"stage {c.p}: peak_at {sa['peak_at']} is not an op of the stage (0..{len(ops) - 1})", stage)
     if "buffers" in sa:      # memory-plan's slots: 0..buffers-1
-        for op in ops:
-            bad = [b for key in ("buf", "frees") for b in op.attributes.get(key, ()) if b >= sa["buffers"]]
-            if bad:
-                raise VerifyError(f"stage {c.p}: '{op.name}'{_where(op.attributes)} names buffer {bad[0]}, but the "
-                                  f"stage has {sa['buffers']} (0..{sa['buffers'] - 1})", op)
+        limit = sa["buffers"]
+        if [b for op in ops for key in ("buf", "frees") for b in op.attributes.get(key, ()) if b >= limit]:
+            _first_buffer_out_of_range(ops, limit, c)
     _check_corun(ops, c)
-    last_use: dict = {}
-    for pos, op in enumerate(ops):
-        for v in op.operands:
-            last_use[v] = pos
+    last_use = {v: pos for pos, op in enumerate(ops) for v in op.operands}
     for pos, op in enumerate(ops):
         if op.attributes.get("inplace") and op.operands:   # (no operands: the task check reports it)
             v = op.operands[-1]
@@ -352,6 +346,23 @@ def _check_stage(stage) -> None:
                 later = ops[last_use[v]]
                 raise VerifyError(f"stage {c.p}: '{op.name}'{_where(op.attributes)} overwrites a buffer that "
                                   f"'{later.name}'{_where(later.attributes)} still reads later", op)
+
+
+def _first_repeated_task(ops, c: _Ctx) -> None:
+    seen: set = set()
+    for op in ops:
+        tid = task_id(op)
+        if tid in seen:
+            raise VerifyError(f"stage {c.p}: task {tid[0]}{_where(op.attributes)} appears twice", op)
+        seen.add(tid)
+
+
+def _first_buffer_out_of_range(ops, buffers: int, c: _Ctx) -> None:
+    for op in ops:
+        bad = [b for key in ("buf", "frees") for b in op.attributes.get(key, ()) if b >= buffers]
+        if bad:
+            raise VerifyError(f"stage {c.p}: '{op.name}'{_where(op.attributes)} names buffer {bad[0]}, but the "
+                              f"stage has {buffers} (0..{buffers - 1})", op)
 
 
 def _check_corun(ops, c: _Ctx) -> None:
