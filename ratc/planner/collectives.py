@@ -46,23 +46,20 @@ def check_algorithm(platform) -> None:
 
 def reduce_scatter(n: int, nbytes: float, link: Link) -> float:
     """Ring reduce-scatter of an nbytes buffer over n ranks: n-1 steps of nbytes/n (0 if n=1)."""
-    if link.measured:
-        return measured(link.measured, "reduce_scatter", n, nbytes)
-    return _ring(n, nbytes, link)
+    fit = measured(link.measured, "reduce_scatter", n, nbytes)
+    return _ring(n, nbytes, link) if fit is None else fit
 
 
 def all_gather(n: int, nbytes: float, link: Link) -> float:
     """Ring all-gather producing an nbytes buffer on n ranks."""
-    if link.measured:
-        return measured(link.measured, "all_gather", n, nbytes)
-    return _ring(n, nbytes, link)
+    fit = measured(link.measured, "all_gather", n, nbytes)
+    return _ring(n, nbytes, link) if fit is None else fit
 
 
 def all_reduce(n: int, nbytes: float, link: Link) -> float:
     """Ring all-reduce: a reduce-scatter followed by an all-gather."""
-    if link.measured:
-        return measured(link.measured, "all_reduce", n, nbytes)
-    return 2 * _ring(n, nbytes, link)
+    fit = measured(link.measured, "all_reduce", n, nbytes)
+    return 2 * _ring(n, nbytes, link) if fit is None else fit
 
 
 def _ring(n, nbytes, link: Link):
@@ -74,10 +71,11 @@ def measured(rows: tuple, op: str, n, nbytes):
     """A host's collective over n ranks (0 if n=1): latency + nbytes / bandwidth of the
     [[collectives]] fit measured over the nearest group size (the largest at most n, else the
     smallest), its latency scaled by the ring's n - 1 steps and its bandwidth term by the
-    ring's (n - 1) / n share of the buffer against the measured group's."""
+    ring's (n - 1) / n share of the buffer against the measured group's. None where the op was
+    not measured (a hand-written profile): it then runs as a ring over the link."""
     fits = sorted((r, lat, bw) for o, r, lat, bw in rows if o == op)
     if not fits:
-        raise RatcError(f"the host profile measured no {op} ([[collectives]] has no op = {op!r} entry)")
+        return None
     n = np.asarray(n)
     out = np.zeros(np.broadcast_shapes(n.shape, np.shape(nbytes)))
     for i, (r, lat, bw) in enumerate(fits):
