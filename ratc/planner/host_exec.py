@@ -27,9 +27,14 @@ FP32 = 4
 # (ratc.planner.state_chain prices it at the memory bandwidth).
 HOST_RECIPE = TrainingRecipe(param_bytes=FP32, grad_bytes=FP32, optimizer_bytes=3 * FP32,
                              update_traffic_bytes=80)
-# torch operators a traced op of each kind runs forward (its backward runs as many again,
-# autograd's nodes): llama.py's RMSNorm is float, pow, mean, add, rsqrt, mul, mul, type_as.
-OPERATORS = {"norm": 8}
+# Top-level torch operators a traced op of each kind runs (forward, backward), as the profiler
+# counts them in examples/llama.py's decoder layer (50 forward, 124 backward for its 24 ops): a
+# linear layer is linear forward and transposes, matrix products and reshapes backward; an
+# RMSNorm is float, pow, mean, add, rsqrt, mul, mul, type_as. [compute].dispatch is one node of
+# a traced chain of multiplications forward and backward: one operator forward, three backward.
+OPERATORS = {"matmul": (2, 8), "norm": (8, 14), "rope": (1, 2), "attention": (3, 6)}
+DEFAULT_OPERATORS = (1, 3)
+PER_NODE = 4
 # The [[memory]] operator a traced op's kind streams like: a reduction over rows like softmax,
 # a copy for data movement, an add for the other elementwise arithmetic.
 MEMORY_OP = {"softmax": "softmax", "loss": "softmax", "embedding": "copy", "other": "copy"}
@@ -104,15 +109,16 @@ class HostExecProfile(ExecutionProfile):
 
     def unit_overhead(self) -> tuple:
         """(forward, backward) seconds a unit's tasks pay beyond their operators: the measured
-        Forward/Backward pair of a one-op graph, less its operators' dispatch, split evenly."""
-        task = max(0.0, self.platform.compute.task.median - 2 * self.dispatch)
+        Forward/Backward pair of a one-op graph, less its operator's dispatch, split evenly."""
+        task = max(0.0, self.platform.compute.task.median - self.dispatch)
         return task / 2, task / 2
 
     def op_times(self, op, div: int, dtype_bytes: int) -> tuple:
         """(fwd compute, fwd DDR, bwd compute, bwd DDR) seconds of one traced op for one sequence
         (its DDR parts are 0: one thread runs all of it)."""
         scale = FP32 / dtype_bytes              # the trace's bytes are in its dtype; the host runs fp32
-        calls = OPERATORS.get(op.kind, 1) * self.dispatch
+        n_fwd, n_bwd = OPERATORS.get(op.kind, DEFAULT_OPERATORS)
+        call_f, call_b = n_fwd * self.dispatch / PER_NODE, n_bwd * self.dispatch / PER_NODE
         fwd_macs = op.fwd_flops / 2 / div
         if op.gemm is not None:
             m, n, k = op.gemm
@@ -120,7 +126,7 @@ class HostExecProfile(ExecutionProfile):
             fwd = self.gemm_time(m, n, k, FORWARD)
             bwd = (self.gemm_time(m, k, n, INPUT_GRAD) * (op.bwd_input_flops > 0)
                    + self.gemm_time(n, k, m, WEIGHT_GRAD) * (op.bwd_weight_flops > 0))
-            return fwd + calls, 0.0, (bwd + calls) if op.grad else 0.0, 0.0
+            return fwd + call_f, 0.0, (bwd + call_b) if op.grad else 0.0, 0.0
         moved = (op.bytes_read + op.bytes_written) * scale / div
         kind = MEMORY_OP.get(op.kind, "silu" if "silu" in op.name else "add")
         fwd, bwd = self.memory_time(kind, moved), self.memory_time(kind, 2 * moved)
@@ -133,7 +139,7 @@ class HostExecProfile(ExecutionProfile):
             scores = heads // div * seq * seq * FP32
             fwd += self.memory_time("softmax", 2 * scores)
             bwd += self.memory_time("softmax", 4 * scores)
-        return fwd + calls, 0.0, (bwd + calls) if op.grad else 0.0, 0.0
+        return fwd + call_f, 0.0, (bwd + call_b) if op.grad else 0.0, 0.0
 
 
 @functools.lru_cache(maxsize=65536)
