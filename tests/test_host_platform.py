@@ -139,20 +139,6 @@ def test_a_host_platform_costs_a_model_without_generating_kernels():
     assert all(u.fwd > 0 for u in units)
 
 
-def test_planning_or_compiling_for_a_host_profile_is_a_clear_error(tmp_path, capsys):
-    from ratc.cli.main import main
-
-    path = tmp_path / "host.toml"
-    path.write_text(HOST)
-    for argv in (["plan", "--preset", "tiny", "--clusters", "2", "--global-batch", "4"],
-                 ["compile", "--preset", "tiny", "--clusters", "2", "-o", str(tmp_path / "out")]):
-        assert main(argv + ["--platform", str(path)]) == 1
-        err = capsys.readouterr().err
-        assert "is a host profile (kind = \"host\", written by ratc calibrate): the planner does not yet price" in err
-        assert "Traceback" not in err
-    assert not (tmp_path / "out").exists()
-
-
 def test_kernel_timing_of_a_host_platform_is_refused():
     """ratc generates VLIW kernels for DSP machines only: no kernel-vm profile for a host."""
     from ratc.errors import RatcError
