@@ -60,7 +60,7 @@ class Row:
     samples: list = field(default_factory=list)       # measured step seconds, every round
     planners: list = field(default_factory=list)      # the planner's step seconds, per round
     vms: list = field(default_factory=list)           # the system VM's, per round
-    kinds: dict = field(default_factory=dict)         # (kind, stage) -> [measured ms], planner ms, VM ms
+    kinds: dict = field(default_factory=dict)         # (kind, stage) -> [measured s], [planner s], [VM s] per round
     load: list = field(default_factory=list)          # 1-minute load average before each run
 
     @property
@@ -136,8 +136,10 @@ def measure(row: Row, steps: int, scratch: Path) -> None:
     row.vms.append(step["vm"])
     for k in got["kinds"]:
         key = (k["kind"], k["stage"])
-        entry = row.kinds.setdefault(key, [[], k["planner_s"], k["vm_s"]])
+        entry = row.kinds.setdefault(key, [[], [], []])
         entry[0] += k["measured_s"]["samples"]
+        entry[1].append(k["planner_s"])
+        entry[2].append(k["vm_s"])
 
 
 def kendall_tau(pairs: list) -> float | None:
@@ -168,11 +170,18 @@ def agreement(rows: list) -> tuple:
 TIMED = ("forward", "backward", "recover", "update")
 
 
+def _mean(figures: list) -> float | None:
+    """The rounds' mean of a prediction (None where the planner has no figure for the kind)."""
+    known = [f for f in figures if f is not None]
+    return statistics.mean(known) if known else None
+
+
 def worst_kind(row: Row) -> tuple:
     """(kind, stage, measured ms, planner ms) of the timed task kind whose planner figure misses
     the measured median by the most milliseconds."""
     best = None
-    for (kind, stage), (samples, planner_s, _) in sorted(row.kinds.items()):
+    for (kind, stage), (samples, planners, _) in sorted(row.kinds.items()):
+        planner_s = _mean(planners)
         if kind not in TIMED or planner_s is None or not samples:
             continue
         measured = statistics.median(samples) * 1e3
@@ -190,6 +199,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved runs of every configuration")
     ap.add_argument("--only", type=int, nargs="*", help="configuration indices to run (default: all)")
     ap.add_argument("--write-docs", action="store_true", help=f"write {DOC.relative_to(ROOT)}")
+    ap.add_argument("--json", help="also write every configuration's samples, predictions and task kinds here")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ratc-measured-") as tmp:
         scratch = Path(tmp)
@@ -208,11 +218,32 @@ def main(argv=None) -> int:
                 measure(row, args.steps, scratch)
         text = report(rows, args, calib_s, started)
     print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps([as_json(r) for r in rows], indent=1, sort_keys=True) + "\n")
     if args.write_docs:
         from ratc.io import write_atomic
         write_atomic(DOC, text.encode())
         progress(f"wrote {DOC}")
     return 0
+
+
+def as_json(row: Row) -> dict:
+    return {"model": row.model, "config": row.config, "samples": row.samples, "planner": row.planners,
+            "vm": row.vms, "load": row.load,
+            "kinds": [{"kind": k, "stage": s, "measured": m, "planner": p, "vm": v}
+                      for (k, s), (m, p, v) in sorted(row.kinds.items())]}
+
+
+def kind_ratios(rows: list) -> list:
+    """Per timed task kind, the measured median over the planner's figure in each configuration
+    that has the kind: (kind, [(configuration index, ratio)])."""
+    out = {}
+    for i, row in enumerate(rows):
+        for (kind, stage), (samples, planners, _) in sorted(row.kinds.items()):
+            planner_s = _mean(planners)
+            if kind in TIMED and planner_s and samples:
+                out.setdefault(kind, {}).setdefault(i, []).append(statistics.median(samples) / planner_s)
+    return [(k, [(i, statistics.median(v)) for i, v in sorted(out[k].items())]) for k in TIMED if k in out]
 
 
 def report(rows: list, args, calib_s: list, started: str) -> str:
@@ -244,7 +275,15 @@ def report(rows: list, args, calib_s: list, started: str) -> str:
             f"- system VM: mean |error| {statistics.mean(map(abs, vm_errs)) * 100:.1f} %, "
             f"max {max(map(abs, vm_errs)) * 100:.1f} %",
             f"- rank agreement (Kendall tau over the {used} of {total} pairs whose measured medians differ by "
-            f"more than their spreads together): planner {fmt(tau_p)}, VM {fmt(tau_v)}", ""]
+            f"more than their spreads together): planner {fmt(tau_p)}, VM {fmt(tau_v)}", "",
+            "Per timed task kind, the measured median over the planner's figure (median over the "
+            "configuration's stages; 1.00 is exact):", "",
+            "| kind | " + " | ".join(f"#{i}" for i in range(len(rows))) + " |",
+            "|---|" + "---|" * len(rows)]
+    for kind, ratios in kind_ratios(rows):
+        by = dict(ratios)
+        out.append(f"| {kind} | " + " | ".join(f"{by[i]:.2f}" if i in by else "-" for i in range(len(rows))) + " |")
+    out += [""]
     return "\n".join(out) + "\n"
 
 
