@@ -32,7 +32,7 @@ def link_for(platform, span) -> Link:
     net = platform.network
     intra = np.asarray(span) <= net.clusters_per_node
     measured = tuple((r.op, r.ranks, r.latency.median, r.bandwidth.median)
-                     for r in platform.collectives) if platform.kind == "host" else ()
+                     for r in platform.collectives) if getattr(platform, "kind", "dsp") == "host" else ()
     return Link(np.where(intra, net.intra_node_latency, net.inter_node_latency),
                 np.where(intra, net.intra_node_bandwidth, net.inter_node_bandwidth), measured)
 
