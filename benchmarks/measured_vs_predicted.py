@@ -246,6 +246,25 @@ def kind_ratios(rows: list) -> list:
     return [(k, [(i, statistics.median(v)) for i, v in sorted(out[k].items())]) for k in TIMED if k in out]
 
 
+LIMITS = """What the host model leaves out, and where the ratios above show it:
+
+- **The machine's other load.** The medians include every preemption by other processes; the
+  profile calibrated at a round's start sees that minute's load, and `[sharing]` (each rank's
+  time with both ranks busy over one alone) measures two ranks plus whatever else ran then.
+  A configuration whose spread is wide was measured through a change of load.
+- **The executor's own per-task work.** `[compute].task` times a bare one-op unit; a real
+  Forward or Backward handler also gathers its operands and arguments, copies inputs an op
+  writes in place, slices and flattens parameters and gradients, and records the task. A
+  model of many small tasks (tiny: 6 units x many micro-batches, each op a few microseconds of
+  arithmetic) is dominated by that work, so its forward and backward ratios sit well above 1.
+- **Micro-batches of several sequences.** The planner's unit costs are per sequence and a
+  micro-batch of b costs b of them, fixed costs included, where a real task pays them once:
+  a b > 1 configuration's fixed costs are over-counted.
+- **Collectives and transfers** are not in the ratios: `--measure` times them from their last
+  member's issue to their reader's wait, an upper bound of their duration.
+"""
+
+
 def report(rows: list, args, calib_s: list, started: str) -> str:
     """docs/measured.md's text."""
     errs = [(r.planner - r.median) / r.median for r in rows]
@@ -283,7 +302,7 @@ def report(rows: list, args, calib_s: list, started: str) -> str:
     for kind, ratios in kind_ratios(rows):
         by = dict(ratios)
         out.append(f"| {kind} | " + " | ".join(f"{by[i]:.2f}" if i in by else "-" for i in range(len(rows))) + " |")
-    out += [""]
+    out += ["", LIMITS]
     return "\n".join(out) + "\n"
 
 
