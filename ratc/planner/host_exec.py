@@ -57,14 +57,17 @@ class HostExecProfile(ExecutionProfile):
 
     @functools.cached_property
     def _sharing(self) -> tuple:
-        """(GEMM, memory-bound) slow-down at `ranks` ranks: 1 alone, the measured figure at the
-        calibration's ranks, linear in the number of other busy ranks between and beyond."""
-        measured = self.platform.host.ranks
+        """(GEMM, memory-bound) slow-down of a rank of a program of `ranks`: the measured
+        [sharing] figure at the calibration's ranks, linear in the number of other busy ranks
+        (1 alone), and at least [sharing].load, what the machine's other processes take from a
+        long task (the [sharing] figures were measured under that load, so it is in them)."""
+        share, measured = self.platform.sharing, self.platform.host.ranks
+        load = share.load.median
         if self.ranks <= 1 or measured <= 1:
-            return 1.0, 1.0
-        share = self.platform.sharing
+            return load, load
         frac = (self.ranks - 1) / (measured - 1)
-        return 1 + (share.matmul.median - 1) * frac, 1 + (share.memory.median - 1) * frac
+        return (max(load, 1 + (share.matmul.median - 1) * frac),
+                max(load, 1 + (share.memory.median - 1) * frac))
 
     @functools.cached_property
     def _rows(self) -> dict:

@@ -268,6 +268,9 @@ class SharingSpec:
 
     matmul: "Figure" = quantity(FIGURE + "float", "slow-down of a GEMM")
     memory: "Figure" = quantity(FIGURE + "float", "slow-down of a memory-bound operator")
+    load: "Figure" = quantity(FIGURE + "float", "a lone rank's GEMM over one continuous window over its "
+                                                "unpreempted time: what the machine's other processes "
+                                                "take from a task longer than a scheduler slice")
 
 
 @dataclass(frozen=True)
