@@ -37,13 +37,13 @@ DOC = ROOT / "docs" / "measured.md"
 # lengths (`ratc launch` rebuilds the preset), every P x D <= 2, one thread per rank; micro-
 # batch counts chosen so that a step takes well over 200 ms on 2 cores.
 CONFIGS = (
-    ("small", "P=1,D=1,Z=0,b=1,A=2,Full,deadline"),
-    ("small", "P=1,D=2,Z=0,b=1,A=2,Full,deadline"),
-    ("small", "P=1,D=2,Z=1,b=1,A=2,Ckpt,deadline"),
+    ("small", "P=1,D=1,Z=0,b=1,A=4,Full,deadline"),
+    ("small", "P=1,D=2,Z=0,b=1,A=4,Full,deadline"),
+    ("small", "P=1,D=2,Z=1,b=1,A=4,Ckpt,deadline"),
     ("small", "P=2,D=1,Z=0,b=1,A=4,Full,deadline"),
     ("small", "P=2,D=1,Z=0,b=1,A=4,FSR,deadline"),
-    ("tiny", "P=1,D=1,Z=0,b=1,A=8,Full,deadline"),
-    ("tiny", "P=1,D=1,Z=0,b=4,A=2,Full,deadline"),
+    ("tiny", "P=1,D=1,Z=0,b=1,A=16,Full,deadline"),
+    ("tiny", "P=1,D=1,Z=0,b=4,A=8,Full,deadline"),
     ("tiny", "P=1,D=2,Z=2,b=1,A=8,Full,deadline"),
     ("tiny", "P=1,D=2,Z=3,b=1,A=8,FSR,deadline"),
     ("tiny", "P=2,D=1,Z=0,b=1,A=16,Ckpt,deadline"),
