@@ -23,6 +23,8 @@ PRESETS: dict[str, dict] = {
     "qwen2.5-32b": dict(layers=64, hidden=5120, heads=40, kv_heads=8, ffn=27648, vocab=152064,
                         qkv_bias=True, rope_theta=1000000.0, norm_eps=1e-6),
     "tiny": dict(layers=4, hidden=128, heads=4, kv_heads=2, ffn=344, vocab=512, seq_len=64),
+    # a model a 2-core machine trains a step of in a fraction of a second (benchmarks/measured_vs_predicted.py)
+    "small": dict(layers=4, hidden=256, heads=8, kv_heads=4, ffn=688, vocab=2048, seq_len=128),
     # the LM head reads the embedding's weight (GPT-2, Gemma, Llama-3.2-1B do)
     "tiny-tied": dict(layers=4, hidden=128, heads=4, kv_heads=2, ffn=344, vocab=512, seq_len=64,
                       tie_embeddings=True),

@@ -53,7 +53,7 @@ def check_program(program: Program, compiled=None) -> None:
     """Check a loaded program's content; sets its module, profile, kernel_table, own_platform."""
     platform = _platform(program)
     module = _life_module(program) if compiled is None else compiled[0]
-    check_life_module(module, program.path(PROGRAM_IR), platform.dsp.clock)
+    check_life_module(module, program.path(PROGRAM_IR), platform.cycles_per_second)
     _check_meta(program, module)
     profile = None
     if MODEL_IR in program.files:

@@ -65,7 +65,7 @@ def test_quick_calibration_figures_are_physically_sane(calibrated):
     assert all(row.tail.median > 0.5 * row.latency.median for row in p.collectives)
     # another rank cannot make a rank much faster (a ratio under 1 is the load's noise), nor
     # slow it by more than every rank and as much other load again on its core
-    assert all(0.25 < f.median < 4 * p.host.ranks for f in (p.sharing.matmul, p.sharing.memory))
+    assert all(0.25 < f.median < 4 * p.host.ranks for f in (p.sharing.matmul, p.sharing.memory, p.sharing.load))
 
 
 def test_two_quick_calibrations_agree_on_the_efficiency_table(calibrated):

@@ -56,29 +56,45 @@ def memory_op(ops: Operands, op: str, elements: int):
     return (lambda: torch.ops.aten.silu.out(x, out=out)), 2 * FP32 * elements
 
 
-class _OneOp(torch.nn.Module):
+CHAIN = 17      # nodes of the longer traced graph whose extra time per node is `dispatch`
+
+
+class _Chain(torch.nn.Module):
+    """`nodes` multiplications by a parameter in a chain: a traced graph of that many operators."""
+
+    def __init__(self, nodes: int):
+        super().__init__()
+        self.nodes = nodes
+        self.w = torch.nn.Parameter(torch.ones(1))
+
     def forward(self, x):
-        return x * 2.0
+        for _ in range(self.nodes):
+            x = x * self.w
+        return x
 
 
-def task_pair(device: torch.device):
-    """A call that runs a Forward and a Backward of a one-op fx graph, as the executor runs a
-    unit: the graph module on a leaf under autograd, then torch.autograd.grad of its output."""
-    graph = torch.fx.symbolic_trace(_OneOp())
-    leaf = torch.ones(1, device=device, requires_grad=True)
-    seed = torch.ones(1, device=device)
+def unit_call(device: torch.device, nodes: int):
+    """A call that runs a unit of a `nodes`-operator fx graph as the executor runs one: the
+    graph through functional_call with a view of a flat parameter vector, on a leaf input under
+    autograd, then torch.autograd.grad for the input and the parameter, the gradient flattened."""
+    graph = torch.fx.symbolic_trace(_Chain(nodes))
+    flat, x, seed = (torch.ones(1, device=device) for _ in range(3))
 
     def run():
+        leaf = x.detach().requires_grad_(True)
+        w = flat.detach()[:1].requires_grad_(True)
         with torch.enable_grad():
-            out = graph(leaf)
-        return torch.autograd.grad([out], [leaf], [seed])
+            out = torch.func.functional_call(graph, {"w": w}, (leaf,))
+        grads = torch.autograd.grad([out], [leaf, w], [seed])
+        return torch.cat([grads[1].reshape(-1)])
     return run
 
 
-def dispatch(device: torch.device):
-    """A call of one operator on one-element tensors: its fixed cost, nothing else."""
-    x, out = torch.ones(1, device=device), torch.empty(1, device=device)
-    return lambda: torch.add(x, x, out=out)
+def per_node(one: list, chain: list) -> list:
+    """Per repeat, the extra seconds of each further node of the chain: an operator's fixed
+    cost forward and backward in a traced graph (floored at 1 ns: a noisy repeat of a figure
+    that must be positive)."""
+    return [max((c - o) / (CHAIN - 1), 1e-9) for o, c in zip(one, chain)]
 
 
 def run_repeats(calls: dict, settings: Settings, sync, progress) -> dict:
@@ -107,13 +123,13 @@ def measure_compute(settings: Settings, cache_bytes: int, progress) -> dict:
     for op in settings.memory_ops:
         for elements in sizes:
             calls[(op, elements)], moved[(op, elements)] = memory_op(ops, op, elements)
-    calls.update(dispatch=dispatch(device), task=task_pair(device))
+    calls.update(task=unit_call(device, 1), chain=unit_call(device, CHAIN))
     times = run_repeats(calls, settings, synchronizer(device), progress)
     add_small, add_large = ("add", sizes[0]), ("add", sizes[1])
     return {
         "matmul": [(s, figure(s[0] * s[1] * s[2] / t for t in times[s])) for s in shapes],
         "memory": [(key[0], moved[key], figure(times[key])) for key in moved],
-        "dispatch": figure(times["dispatch"]),
+        "dispatch": figure(per_node(times["task"], times["chain"])),
         "task": figure(times["task"]),
         "cache_bandwidth": figure(moved[add_small] / t for t in times[add_small]),
         "memory_bandwidth": figure(moved[add_large] / t for t in times[add_large]),

@@ -107,7 +107,7 @@ class _Rank:
         ops = Operands(self.device)
         n, seconds = self.settings.sharing_shape, self.settings.sharing_seconds
         calls = {"matmul": gemm(ops, n, n, n, "nt"), "memory": memory_op(ops, "add", 1 << 22)[0]}
-        out = {key: [] for key in calls}
+        out = {key: [] for key in [*calls, "load"]}
         for _ in range(self.settings.repeats):
             for key, call in calls.items():
                 before = self._alone(call, seconds)
@@ -115,7 +115,25 @@ class _Rank:
                 self.barrier()
                 after = self._alone(call, seconds)
                 out[key].append(((before + after) / 2 if self.rank == 0 else None, together))
+            # per_call's median loop is the unpreempted speed; a long task is preempted as the
+            # machine's load has it, which one continuous window sees
+            out["load"].append((self._alone(calls["matmul"], seconds), self._window(calls["matmul"])))
         return out
+
+    def _window(self, call) -> float | None:
+        """Rank 0's mean seconds per call over one continuous window while the others wait."""
+        mean = None
+        if self.rank == 0:
+            call()
+            self.sync()
+            calls, start = 0, time.perf_counter()
+            while time.perf_counter() - start < self.settings.load_seconds:
+                call()
+                calls += 1
+            self.sync()
+            mean = (time.perf_counter() - start) / calls
+        self.barrier()
+        return mean
 
     def _alone(self, call, seconds: float) -> float | None:
         """Rank 0's seconds per call while the other ranks wait (at a barrier, asleep)."""

@@ -70,6 +70,11 @@ class Settings:
         return 0.02 if self.quick else 0.05
 
     @property
+    def load_seconds(self) -> float:
+        """One continuous window of the load measurement: many scheduler slices long."""
+        return 0.1 if self.quick else 0.25
+
+    @property
     def sharing_shape(self) -> int:
         """m = n = k of the GEMM whose slow-down under sharing is measured."""
         return 128 if self.quick else 256

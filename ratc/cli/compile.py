@@ -233,7 +233,7 @@ def compile_to_directory(args: argparse.Namespace, profile, command: str):
         from ratc.dist import source
 
         meta = {"command": invocation(args, command), "model": profile.name, "config": cand.label(),
-                "platform": planner.platform.name, "exec_profile": args.exec_profile,
+                "platform": planner.platform.name, "exec_profile": args.exec_profile if planner.platform.has_kernels else "host",
                 "model_source": source.record(model_file(args), profile.name, profile.seq_len, args.hf_config)}
         write_program(outdir, files, meta)
     print(f"compiled {profile.name}: {cand.label()} -> {outdir}", file=sys.stderr)

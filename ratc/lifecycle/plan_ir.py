@@ -20,7 +20,6 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     """A `life.plan @plan` op for one candidate (a ratc.step.config.Candidate) under the
     planner's memory budget."""
     from ratc.planner.collectives import all_reduce, reduce_scatter
-    from ratc.planner.opcost import elem_bytes
     from ratc.planner.search import Planner
     from ratc.planner.state_chain import gather_time, rank_links, state_costs
 
@@ -29,9 +28,9 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     P, D, T, Z, b, M = cand.P, cand.D, cand.T, cand.Z, cand.b, cand.A
     if min(P, D, T, b, M) < 1 or Z not in (0, 1, 2, 3):
         raise RatcError(f"invalid configuration {cand.label()}: P, D, T, b, A must be >= 1 and Z in 0..3")
-    units = planner.units(T).units
-    ranges = planner.stages(P, T, cand.balance).ranges
-    elem = elem_bytes(profile.dtype)
+    units = planner.units(T, P * D * T).units
+    ranges = planner.stages(P, T, cand.balance, P * D * T).ranges
+    elem = planner.elem
     act_bytes = b * profile.seq_len * profile.hidden * elem
     tp_link, dp_link, pp_link = rank_links(platform, D, T)
     tp_ar = float(all_reduce(T, act_bytes, tp_link))

@@ -145,7 +145,7 @@ class Fsr(Pass):
         clock = None
         try:
             if any("cycles" in op.attributes for s in pipe.region.ops for op in s.region.ops):
-                clock = (ctx.platform or load_platform(plan.attributes["platform"])).dsp.clock
+                clock = (ctx.platform or load_platform(plan.attributes["platform"])).cycles_per_second
             _moving(module, lambda pipe: placement.fsr(pipe, plan, self.rec_buffers, clock, stream=self.stream))
         except RatcError as exc:
             raise PassError(str(exc)) from None

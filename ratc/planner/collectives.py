@@ -18,6 +18,9 @@ class Link:
 
     latency: float
     bandwidth: float
+    # a host's measured collectives ([[collectives]]): ((op, ranks, latency, bandwidth), ...),
+    # which price its collectives in place of the ring over this link
+    measured: tuple = ()
 
     def send(self, nbytes: float) -> float:
         """Seconds to move one message."""
@@ -28,8 +31,10 @@ def link_for(platform, span) -> Link:
     """The slowest link a group spanning `span` consecutive clusters uses."""
     net = platform.network
     intra = np.asarray(span) <= net.clusters_per_node
+    measured = tuple((r.op, r.ranks, r.latency.median, r.bandwidth.median)
+                     for r in platform.collectives) if getattr(platform, "kind", "dsp") == "host" else ()
     return Link(np.where(intra, net.intra_node_latency, net.inter_node_latency),
-                np.where(intra, net.intra_node_bandwidth, net.inter_node_bandwidth))
+                np.where(intra, net.intra_node_bandwidth, net.inter_node_bandwidth), measured)
 
 
 def check_algorithm(platform) -> None:
@@ -41,17 +46,45 @@ def check_algorithm(platform) -> None:
 
 def reduce_scatter(n: int, nbytes: float, link: Link) -> float:
     """Ring reduce-scatter of an nbytes buffer over n ranks: n-1 steps of nbytes/n (0 if n=1)."""
-    return (n - 1) * (link.latency + nbytes / (n * link.bandwidth))
+    fit = measured(link.measured, "reduce_scatter", n, nbytes)
+    return _ring(n, nbytes, link) if fit is None else fit
 
 
 def all_gather(n: int, nbytes: float, link: Link) -> float:
     """Ring all-gather producing an nbytes buffer on n ranks."""
-    return reduce_scatter(n, nbytes, link)
+    fit = measured(link.measured, "all_gather", n, nbytes)
+    return _ring(n, nbytes, link) if fit is None else fit
 
 
 def all_reduce(n: int, nbytes: float, link: Link) -> float:
     """Ring all-reduce: a reduce-scatter followed by an all-gather."""
-    return 2 * reduce_scatter(n, nbytes, link)
+    fit = measured(link.measured, "all_reduce", n, nbytes)
+    return 2 * _ring(n, nbytes, link) if fit is None else fit
+
+
+def _ring(n, nbytes, link: Link):
+    """n-1 steps of nbytes/n over the link (0 if n=1)."""
+    return (n - 1) * (link.latency + nbytes / (n * link.bandwidth))
+
+
+def measured(rows: tuple, op: str, n, nbytes):
+    """A host's collective over n ranks (0 if n=1): latency + nbytes / bandwidth of the
+    [[collectives]] fit measured over the nearest group size (the largest at most n, else the
+    smallest), its latency scaled by the ring's n - 1 steps and its bandwidth term by the
+    ring's (n - 1) / n share of the buffer against the measured group's. None where the op was
+    not measured (a hand-written profile): it then runs as a ring over the link."""
+    fits = sorted((r, lat, bw) for o, r, lat, bw in rows if o == op)
+    if not fits:
+        return None
+    n = np.asarray(n)
+    out = np.zeros(np.broadcast_shapes(n.shape, np.shape(nbytes)))
+    for i, (r, lat, bw) in enumerate(fits):
+        upper = fits[i + 1][0] if i + 1 < len(fits) else np.inf
+        use = (n >= r) & (n < upper) if i else (n >= 2) & (n < upper)
+        share = (n - 1) / np.maximum(n, 1) * r / (r - 1)
+        t = (lat * (n - 1) / (r - 1) + nbytes * share / bw) * (n > 1)
+        out = np.where(use, t, out)
+    return out if out.ndim else float(out)
 
 
 def tie_sum(stages, nbytes, link: Link, ddr: float):

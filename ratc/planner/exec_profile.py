@@ -32,6 +32,17 @@ class ExecutionProfile:
     """
 
     runs_kernels = False
+    prices_ops = False      # True: `op_times` prices every traced op itself (a host profile)
+    recipe = None           # the training recipe its backend runs, if not the planner's default
+    element_bytes = None    # bytes per activation element it runs, if not the traced dtype's
+
+    def for_ranks(self, ranks: int) -> "ExecutionProfile":
+        """This profile for a program of `ranks` processes (a host's ranks share its cores)."""
+        return self
+
+    def unit_overhead(self) -> tuple:
+        """(forward, backward) seconds each unit's tasks pay beyond their ops."""
+        return 0.0, 0.0
 
     def kernel(self, kind: str, shape: tuple) -> dict:  # pragma: no cover - interface
         raise NotImplementedError
@@ -114,15 +125,18 @@ class KernelVMExecProfile(ExecutionProfile):
         return m * n * k / (self.platform.cluster.peak_mac_rate * self.gemm_time(m, n, k))
 
 
-EXEC_PROFILES = ("paper-table5", "kernel-vm")
+EXEC_PROFILES = ("paper-table5", "kernel-vm", "host")
 
 
 def load_exec_profile(platform, name: str = "paper-table5") -> ExecutionProfile:
-    """The named execution profile for a platform."""
+    """The named execution profile for a platform; a host platform's is always 'host' (its
+    measured tables), since the DSP profiles price a machine it is not."""
     if not platform.has_kernels:
-        raise RatcError(f"{platform.source}: platform {platform.name!r} is a host profile (kind = \"host\", "
-                        "written by ratc calibrate): the planner does not yet price operators from its measured "
-                        "tables, so ratc cannot plan or compile for it yet; use a DSP profile (mt3000, a800)")
+        from ratc.planner.host_exec import HostExecProfile
+        return HostExecProfile(platform)
+    if name == "host":
+        raise RatcError(f"execution profile 'host' prices a host profile's measured tables (kind = \"host\", "
+                        f"written by ratc calibrate); platform {platform.name!r} is a DSP machine")
     if name == "paper-table5":
         return TableExecProfile(peak_mac_rate=platform.cluster.peak_mac_rate)
     if name == "kernel-vm":

@@ -92,6 +92,8 @@ def op_times(op: OpProfile, exec_profile, platform, tp: int, split: bool, dtype_
     2 * bytes_read + bytes_written; an op whose output needs no gradient has none.
     """
     div = tp if split else 1
+    if exec_profile.prices_ops:
+        return exec_profile.op_times(op, div, dtype_bytes)
     peak = platform.cluster.peak_mac_rate
     ddr = platform.cluster.ddr_bandwidth
     fwd_macs = op.fwd_flops / 2 / div
@@ -175,14 +177,18 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
             # The attention backward keeps its score-gradient tiles in AM/SM (paper Alg. 1),
             # so only other ops need DDR scratch of their output size.
             workspace = max(workspace, op.bytes_written / div)
+    over_f, over_b = exec_profile.unit_overhead()
+    f, fc, b, bc = f + over_f, fc + over_f, b + over_b, bc + over_b
+    # (a host's per-task cost runs in its compute stream, after the ops)
+    tail_f, tail_b = ([(over_f, 0.0)], [(over_b, 0.0)]) if over_f or over_b else ([], [])
     kernels = UnitKernels(merge(kf), merge(kb), other_f, other_b)
     return UnitCost(name=layer.name, decoder=decoder, fwd=f, fwd_compute=fc, fwd_ddr=fd,
                     bwd=b, bwd_compute=bc, bwd_ddr=bd, params=layer.param_count / tp,
                     trainable=layer.trainable_count / tp, tied=layer.tied_count(trainable=True) / tp,
                     saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
                     workspace=workspace, kernels=kernels, backward=any(op.grad for op in layer.ops),
-                    fwd_phases=phases(x for op in ph_f for x in op),
-                    bwd_phases=phases(x for op in reversed(ph_b) for x in op),
+                    fwd_phases=phases([x for op in ph_f for x in op] + tail_f),
+                    bwd_phases=phases([x for op in reversed(ph_b) for x in op] + tail_b),
                     **_stream_ops(layer, ph_f, ph_b, op_saved, op_written))
 
 

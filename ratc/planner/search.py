@@ -103,8 +103,9 @@ class Planner:
         self.platform = platform
         self.exec_profile = exec_profile or load_exec_profile(platform)
         self.budget = float(budget if budget is not None else platform.cluster.memory_budget)
-        self.recipe = recipe
-        self.elem = elem_bytes(model.dtype)
+        # a backend with its own recipe and element size (a host runs fp32) prices its own bytes
+        self.recipe = self.exec_profile.recipe if recipe is RECIPE and self.exec_profile.recipe else recipe
+        self.elem = self.exec_profile.element_bytes or elem_bytes(model.dtype)
         self._units: dict = {}
         self._stages: dict = {}
         self._held: dict = {}       # (clusters, global batch) -> RATrain's P, or None
@@ -119,15 +120,19 @@ class Planner:
     def layers(self) -> int:
         return self.model.num_layers
 
-    def units(self, T: int):
-        if T not in self._units:
-            self._units[T] = UnitTable.of(model_units(self.model, self.exec_profile, self.platform, T))
-        return self._units[T]
+    def units(self, T: int, ranks: int = 1):
+        """The unit table at tensor-parallel degree T of a program of `ranks` processes (a host
+        profile's ranks share its cores; a DSP profile's units do not depend on them)."""
+        profile = self.exec_profile.for_ranks(ranks)
+        key = (T, ranks if profile is not self.exec_profile else None)
+        if key not in self._units:
+            self._units[key] = UnitTable.of(model_units(self.model, profile, self.platform, T))
+        return self._units[key]
 
-    def stages(self, P: int, T: int, balance: str):
-        key = (P, T, balance)
+    def stages(self, P: int, T: int, balance: str, ranks: int = 1):
+        key = (P, T, balance, ranks if self.exec_profile.for_ranks(ranks) is not self.exec_profile else None)
         if key not in self._stages:
-            self._stages[key] = stage_costs(self.units(T), P, T, balance, self.recipe)
+            self._stages[key] = stage_costs(self.units(T, ranks), P, T, balance, self.recipe)
         return self._stages[key]
 
     # -- the search space ------------------------------------------------------------
@@ -185,10 +190,10 @@ class Planner:
 
     # -- costing -------------------------------------------------------------------
     def _stacked(self, cands: list):
-        keys = sorted({(c.T, c.balance) for c in cands})
+        keys = sorted({(c.T, c.balance, c.P * c.D * c.T) for c in cands})
         index = {k: i for i, k in enumerate(keys)}
-        tables = [self.stages(cands[0].P, T, balance) for T, balance in keys]
-        return stack(tables, np.array([index[(c.T, c.balance)] for c in cands]))
+        tables = [self.stages(cands[0].P, T, balance, ranks) for T, balance, ranks in keys]
+        return stack(tables, np.array([index[(c.T, c.balance, c.P * c.D * c.T)] for c in cands]))
 
     def evaluate_group(self, cands: list) -> list:
         """Memory and step time for candidates sharing P, vectorized over all of them.
@@ -225,7 +230,7 @@ class Planner:
     def detail(self, cand: Candidate):
         """(stage costs, per-stage memory, timing pieces) of one candidate, for reports and the VM."""
         from ratc.planner.timing import step_time
-        sc = self.stages(cand.P, cand.T, cand.balance)
+        sc = self.stages(cand.P, cand.T, cand.balance, cand.P * cand.D * cand.T)
         batch = CandidateBatch.of([cand])
         m = self.model
         mem = stage_memory(sc, batch, m.seq_len * m.hidden * self.elem, self.recipe)

@@ -7,6 +7,7 @@ system VM can check them task by task.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -382,7 +383,8 @@ def _makespans(slots, path, fwd, sends, p2p, M, host_f, host_c, slot_rec) -> tup
 
 def _ex(link):
     """A link whose per-candidate arrays broadcast over units."""
-    return type(link)(np.asarray(link.latency)[..., None], np.asarray(link.bandwidth)[..., None])
+    return dataclasses.replace(link, latency=np.asarray(link.latency)[..., None],
+                               bandwidth=np.asarray(link.bandwidth)[..., None])
 
 
 def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe):

@@ -14,6 +14,7 @@ from ratc.platform.schema import (KIND_SECTIONS, KIND_TABLES, OPTIONAL_SECTIONS,
                                   section_bounds, section_fields)
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
+HOST_CLOCK = 1e9        # Hz: the system VM's cycle on a host profile (see Platform.cycles_per_second)
 
 
 
@@ -43,6 +44,12 @@ class Platform:
     def has_kernels(self) -> bool:
         """Whether ratc generates VLIW kernels for this platform (a DSP machine; a host runs torch)."""
         return self.kind == "dsp"
+
+    @property
+    def cycles_per_second(self) -> float:
+        """The clock the system VM counts a task's cycles in: the DSP clock, or for a host (which
+        has none ratc models) a nominal 1 GHz, so that a cycle is one nanosecond."""
+        return self.dsp.clock if self.has_kernels else HOST_CLOCK
 
     def with_overrides(self, **overrides: str) -> "Platform":
         """A copy with 'section.key' (or unique bare key) values replaced, parsed like TOML."""

@@ -242,10 +242,11 @@ class ComputeSpec:
     """One rank's operators: the best GEMM rate, the fixed costs, and memory-bound bandwidth."""
 
     matmul_peak: "Figure" = quantity(FIGURE + "mac_rate", "best GEMM rate of the [[matmul]] grid")
-    dispatch: "Figure" = quantity(FIGURE + "time", "one operator on a one-element tensor: the fixed "
-                                                   "cost every operator pays")
+    dispatch: "Figure" = quantity(FIGURE + "time", "one more operator (on one element) in a traced graph, "
+                                                   "forward and backward: the fixed cost every operator pays")
     task: "Figure" = quantity(FIGURE + "time", "a Forward and a Backward (torch.autograd.grad) of a one-op "
-                                               "fx graph: the fixed cost of a pair of compute tasks")
+                                               "fx graph as the executor runs a unit: the fixed cost of a "
+                                               "pair of compute tasks")
     cache_bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "memory-bound operators on tensors that "
                                                                "fit in the cache")
     memory_bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "memory-bound operators on tensors far "
@@ -267,6 +268,9 @@ class SharingSpec:
 
     matmul: "Figure" = quantity(FIGURE + "float", "slow-down of a GEMM")
     memory: "Figure" = quantity(FIGURE + "float", "slow-down of a memory-bound operator")
+    load: "Figure" = quantity(FIGURE + "float", "a lone rank's GEMM over one continuous window over its "
+                                                "unpreempted time: what the machine's other processes "
+                                                "take from a task longer than a scheduler slice")
 
 
 @dataclass(frozen=True)

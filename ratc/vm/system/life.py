@@ -79,7 +79,7 @@ class _Translation:
         if c.T != 1:
             raise RatcError(f"the system VM runs T = 1 programs only (this plan has T = {c.T})")
         self.D = c.D
-        self.clock = platform.dsp.clock
+        self.clock = platform.cycles_per_second
         self.prog = TaskGraph(
             stages=c.P, replicas=c.D, symmetric=symmetric, steps=steps, clock=self.clock,
             memory_budget=plan.budget if memory_limit else None,

@@ -1,0 +1,310 @@
+"""ratc's predictions against this machine: calibrate, compile for it, run, compare.
+
+    python benchmarks/measured_vs_predicted.py                          # calibrate, then measure
+    python benchmarks/measured_vs_predicted.py --profile host.toml      # reuse a calibration
+    python benchmarks/measured_vs_predicted.py --write-docs             # writes docs/measured.md
+
+`ratc calibrate` measures the machine on microbenchmarks only; then each configuration of
+CONFIGS (two models, P x D <= 2 ranks of one thread each on a 2-core machine) is compiled
+for that host profile and run with `ratc launch --measure K`, in `--rounds` interleaved
+rounds (so that a change of the machine's load falls on every configuration alike). Each
+configuration's measured step time is the median of all its measured steps with their
+quartiles (its spread); the planner's (Eq. 12) and the system VM's predictions come with
+it. The rank agreement is Kendall's tau over the pairs of configurations whose measured
+medians differ by more than their two spreads together (a pair closer than that has no
+measured order to agree with). Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform as pyplatform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = str(ROOT / "examples" / "llama.py")
+DOC = ROOT / "docs" / "measured.md"
+
+# (model preset, configuration): two models of examples/llama.py at their presets' sequence
+# lengths (`ratc launch` rebuilds the preset), every P x D <= 2, one thread per rank; micro-
+# batch counts chosen so that a step takes well over 200 ms on 2 cores.
+CONFIGS = (
+    ("small", "P=1,D=1,Z=0,b=1,A=4,Full,deadline"),
+    ("small", "P=1,D=2,Z=0,b=1,A=4,Full,deadline"),
+    ("small", "P=1,D=2,Z=1,b=1,A=4,Ckpt,deadline"),
+    ("small", "P=2,D=1,Z=0,b=1,A=4,Full,deadline"),
+    ("small", "P=2,D=1,Z=0,b=1,A=4,FSR,deadline"),
+    ("tiny", "P=1,D=1,Z=0,b=1,A=16,Full,deadline"),
+    ("tiny", "P=1,D=1,Z=0,b=4,A=8,Full,deadline"),
+    ("tiny", "P=1,D=2,Z=2,b=1,A=8,Full,deadline"),
+    ("tiny", "P=1,D=2,Z=3,b=1,A=8,FSR,deadline"),
+    ("tiny", "P=2,D=1,Z=0,b=1,A=16,Ckpt,deadline"),
+)
+
+
+@dataclass
+class Row:
+    """One configuration: its program, its measured steps and the predictions of it."""
+
+    model: str
+    config: str
+    outdir: Path
+    samples: list = field(default_factory=list)       # measured step seconds, every round
+    planners: list = field(default_factory=list)      # the planner's step seconds, per round
+    vms: list = field(default_factory=list)           # the system VM's, per round
+    kinds: dict = field(default_factory=dict)         # (kind, stage) -> [measured s], [planner s], [VM s] per round
+    load: list = field(default_factory=list)          # 1-minute load average before each run
+
+    @property
+    def name(self) -> str:
+        return f"{self.model} {self.config}"
+
+    @property
+    def planner(self) -> float:
+        return statistics.mean(self.planners)
+
+    @property
+    def vm(self) -> float:
+        return statistics.mean(self.vms)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def quartiles(self) -> tuple:
+        q = statistics.quantiles(self.samples, n=4, method="inclusive")
+        return q[0], q[2]
+
+    @property
+    def spread(self) -> float:
+        q1, q3 = self.quartiles
+        return q3 - q1
+
+
+def progress(message: str) -> None:
+    print(f"[measured_vs_predicted] {message}", file=sys.stderr, flush=True)
+
+
+def ratc(*argv: str) -> subprocess.CompletedProcess:
+    """Run a ratc command of this checkout, failing loudly with its stderr."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "ratc", *argv], env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"ratc {' '.join(argv)} failed ({done.returncode}):\n{done.stderr}")
+    return done
+
+
+def load_average() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0]) if Path("/proc/loadavg").exists() else float("nan")
+
+
+def calibrate(path: Path, quick: bool) -> float:
+    """Write a host profile of this machine; the seconds it took."""
+    start = time.perf_counter()
+    progress(f"calibrating this machine -> {path}{' (quick)' if quick else ''}")
+    ratc("calibrate", "-o", str(path), "--ranks", "2", "--threads", "1", *(["--quick"] if quick else []))
+    return time.perf_counter() - start
+
+
+def compile_all(rows: list, profile: Path) -> None:
+    for i, row in enumerate(rows):
+        progress(f"compiling {i + 1}/{len(rows)}: {row.name}")
+        ratc("compile", EXAMPLE, "--preset", row.model, "--platform", str(profile),
+             "--plan", row.config, "--no-run", "-o", str(row.outdir))
+
+
+def measure(row: Row, steps: int, scratch: Path) -> None:
+    """One `ratc launch --measure` of the row's program: its steps and the predictions."""
+    out = scratch / "measure.json"
+    row.load.append(load_average())
+    ratc("launch", str(row.outdir), "--measure", str(steps), "--measure-json", str(out), "--threads", "1")
+    got = json.loads(out.read_text())
+    step = got["step_time_s"]
+    if not got["predicts_this_machine"]:
+        raise SystemExit(f"{row.name}: the program's predictions are not for this machine")
+    row.samples += step["measured"]["samples"]
+    row.planners.append(step["planner"])
+    row.vms.append(step["vm"])
+    for k in got["kinds"]:
+        key = (k["kind"], k["stage"])
+        entry = row.kinds.setdefault(key, [[], [], []])
+        entry[0] += k["measured_s"]["samples"]
+        entry[1].append(k["planner_s"])
+        entry[2].append(k["vm_s"])
+
+
+def kendall_tau(pairs: list) -> float | None:
+    """Kendall's tau of (predicted difference, measured difference) pairs: (concordant -
+    discordant) / pairs, ties in the prediction counting neither; None without pairs. (scipy's
+    kendalltau ranks whole vectors; this is over the chosen pairs only.)"""
+    if not pairs:
+        return None
+    score = sum((p > 0) - (p < 0) if m > 0 else (p < 0) - (p > 0) for p, m in pairs)
+    return score / len(pairs)
+
+
+def agreement(rows: list) -> tuple:
+    """(tau of the planner, tau of the VM, pairs used, pairs in all)."""
+    planner, vm, total = [], [], 0
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            total += 1
+            diff = b.median - a.median
+            if abs(diff) > a.spread + b.spread:
+                planner.append((b.planner - a.planner, diff))
+                vm.append((b.vm - a.vm, diff))
+    return kendall_tau(planner), kendall_tau(vm), len(planner), total
+
+
+# Kinds a rank times in their handlers; a transfer's or collective's measured span is an upper
+# bound of its duration (README, `--measure`), so it is not compared here.
+TIMED = ("forward", "backward", "recover", "update")
+
+
+def _mean(figures: list) -> float | None:
+    """The rounds' mean of a prediction (None where the planner has no figure for the kind)."""
+    known = [f for f in figures if f is not None]
+    return statistics.mean(known) if known else None
+
+
+def worst_kind(row: Row) -> tuple:
+    """(kind, stage, measured ms, planner ms) of the timed task kind whose planner figure misses
+    the measured median by the most milliseconds."""
+    best = None
+    for (kind, stage), (samples, planners, _) in sorted(row.kinds.items()):
+        planner_s = _mean(planners)
+        if kind not in TIMED or planner_s is None or not samples:
+            continue
+        measured = statistics.median(samples) * 1e3
+        miss = abs(planner_s * 1e3 - measured)
+        if best is None or miss > best[0]:
+            best = (miss, kind, stage, measured, planner_s * 1e3)
+    return best[1:] if best else ("-", "-", 0.0, 0.0)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", help="a host profile to use instead of calibrating")
+    ap.add_argument("--quick-calibration", action="store_true", help="calibrate with --quick (seconds, rougher)")
+    ap.add_argument("--steps", type=int, default=5, help="measured steps per run (K of --measure K)")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved runs of every configuration")
+    ap.add_argument("--only", type=int, nargs="*", help="configuration indices to run (default: all)")
+    ap.add_argument("--write-docs", action="store_true", help=f"write {DOC.relative_to(ROOT)}")
+    ap.add_argument("--json", help="also write every configuration's samples, predictions and task kinds here")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="ratc-measured-") as tmp:
+        scratch = Path(tmp)
+        chosen = [CONFIGS[i] for i in args.only] if args.only else list(CONFIGS)
+        rows = [Row(m, c, scratch / f"prog{i}") for i, (m, c) in enumerate(chosen)]
+        started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        calib_s = []
+        for r in range(args.rounds):
+            # Each round calibrates anew, so that its predictions are of the machine as loaded then.
+            profile = Path(args.profile) if args.profile else scratch / "host.toml"
+            if not args.profile:
+                calib_s.append(calibrate(profile, args.quick_calibration))
+            compile_all(rows, profile)
+            for i, row in enumerate(rows):
+                progress(f"round {r + 1}/{args.rounds}, {i + 1}/{len(rows)}: {row.name} (load {load_average():.2f})")
+                measure(row, args.steps, scratch)
+        text = report(rows, args, calib_s, started)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps([as_json(r) for r in rows], indent=1, sort_keys=True) + "\n")
+    if args.write_docs:
+        from ratc.io import write_atomic
+        write_atomic(DOC, text.encode())
+        progress(f"wrote {DOC}")
+    return 0
+
+
+def as_json(row: Row) -> dict:
+    return {"model": row.model, "config": row.config, "samples": row.samples, "planner": row.planners,
+            "vm": row.vms, "load": row.load,
+            "kinds": [{"kind": k, "stage": s, "measured": m, "planner": p, "vm": v}
+                      for (k, s), (m, p, v) in sorted(row.kinds.items())]}
+
+
+def kind_ratios(rows: list) -> list:
+    """Per timed task kind, the measured median over the planner's figure in each configuration
+    that has the kind: (kind, [(configuration index, ratio)])."""
+    out = {}
+    for i, row in enumerate(rows):
+        for (kind, stage), (samples, planners, _) in sorted(row.kinds.items()):
+            planner_s = _mean(planners)
+            if kind in TIMED and planner_s and samples:
+                out.setdefault(kind, {}).setdefault(i, []).append(statistics.median(samples) / planner_s)
+    return [(k, [(i, statistics.median(v)) for i, v in sorted(out[k].items())]) for k in TIMED if k in out]
+
+
+LIMITS = """What the host model leaves out, and where the ratios above show it:
+
+- **The machine's other load.** The medians include every preemption by other processes; the
+  profile calibrated at a round's start sees that minute's load, and `[sharing]` (each rank's
+  time with both ranks busy over one alone) measures two ranks plus whatever else ran then.
+  A configuration whose spread is wide was measured through a change of load.
+- **The executor's own per-task work.** `[compute].task` times a bare one-op unit; a real
+  Forward or Backward handler also gathers its operands and arguments, copies inputs an op
+  writes in place, slices and flattens parameters and gradients, and records the task. A
+  model of many small tasks (tiny: 6 units x many micro-batches, each op a few microseconds of
+  arithmetic) is dominated by that work, so its forward and backward ratios sit well above 1.
+- **Micro-batches of several sequences.** The planner's unit costs are per sequence and a
+  micro-batch of b costs b of them, fixed costs included, where a real task pays them once:
+  a b > 1 configuration's fixed costs are over-counted.
+- **Collectives and transfers** are not in the ratios: `--measure` times them from their last
+  member's issue to their reader's wait, an upper bound of their duration.
+"""
+
+
+def report(rows: list, args, calib_s: list, started: str) -> str:
+    """docs/measured.md's text."""
+    errs = [(r.planner - r.median) / r.median for r in rows]
+    vm_errs = [(r.vm - r.median) / r.median for r in rows]
+    tau_p, tau_v, used, total = agreement(rows)
+    loads = [x for r in rows for x in r.load]
+    out = ["# ratc's predictions measured on this machine", "",
+           "Written by `python benchmarks/measured_vs_predicted.py --write-docs` "
+           f"({args.rounds} rounds of {args.steps} measured steps after 2 warm-up steps, started {started}, "
+           f"{os.cpu_count()} CPUs, Python {pyplatform.python_version()}).",
+           (f"Host profile: calibrated at the start of each round ({'quick' if args.quick_calibration else 'full'}, "
+            f"{', '.join(f'{s:.0f}' for s in calib_s)} s); the predictions are the rounds' mean"
+            if calib_s else f"Host profile: {args.profile}") + "; one thread per rank, gloo.",
+           f"Load (1-minute average before each run, other sessions' work included): "
+           f"median {statistics.median(loads):.2f}, range {min(loads):.2f} .. {max(loads):.2f}.", "",
+           "| # | model | configuration | measured s [q1 .. q3] | planner s | error | VM s | error | kind most off (measured / planner ms) |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for i, (r, e, v) in enumerate(zip(rows, errs, vm_errs)):
+        q1, q3 = r.quartiles
+        kind, stage, m_ms, p_ms = worst_kind(r)
+        out.append(f"| {i} | {r.model} | `{r.config}` | {r.median:.3f} [{q1:.3f} .. {q3:.3f}] | "
+                   f"{r.planner:.3f} | {e * 100:+.1f} % | {r.vm:.3f} | {v * 100:+.1f} % | "
+                   f"{kind} s{stage} ({m_ms:.1f} / {p_ms:.1f}) |")
+    fmt = lambda t: "n/a" if t is None else f"{t:.2f}"  # noqa: E731
+    out += ["", f"- planner: mean |error| {statistics.mean(map(abs, errs)) * 100:.1f} %, "
+                f"max {max(map(abs, errs)) * 100:.1f} %",
+            f"- system VM: mean |error| {statistics.mean(map(abs, vm_errs)) * 100:.1f} %, "
+            f"max {max(map(abs, vm_errs)) * 100:.1f} %",
+            f"- rank agreement (Kendall tau over the {used} of {total} pairs whose measured medians differ by "
+            f"more than their spreads together): planner {fmt(tau_p)}, VM {fmt(tau_v)}", "",
+            "Per timed task kind, the measured median over the planner's figure (median over the "
+            "configuration's stages; 1.00 is exact):", "",
+            "| kind | " + " | ".join(f"#{i}" for i in range(len(rows))) + " |",
+            "|---|" + "---|" * len(rows)]
+    for kind, ratios in kind_ratios(rows):
+        by = dict(ratios)
+        out.append(f"| {kind} | " + " | ".join(f"{by[i]:.2f}" if i in by else "-" for i in range(len(rows))) + " |")
+    out += ["", LIMITS]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

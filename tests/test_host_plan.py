@@ -1,0 +1,133 @@
+"""Planning and compiling for a host profile: its tables price the step, the VM runs it, and
+`ratc launch --measure` compares it with this machine.
+
+Oracles: hand-computed times from a hand-written host profile (tests/test_host_platform.py's
+HOST: three GEMM rows, two add rows, one all-reduce fit, sharing 1.5 / 1.8 at 2 ranks).
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from test_host_platform import HOST
+
+from ratc.cli.main import main
+from ratc.planner.collectives import Link, all_reduce, link_for, reduce_scatter
+from ratc.planner.exec_profile import load_exec_profile
+from ratc.planner.host_exec import HostExecProfile
+from ratc.platform import load_platform, parse_platform
+
+EXAMPLE = str(Path(__file__).parents[1] / "examples" / "llama.py")
+
+
+@pytest.fixture(scope="module")
+def host():
+    return parse_platform(HOST, "host.toml")
+
+
+@pytest.fixture
+def host_file(tmp_path):
+    path = tmp_path / "host.toml"
+    path.write_text(HOST)
+    return str(path)
+
+
+def test_a_gemm_is_priced_at_the_rate_of_the_nearest_measured_shape_of_its_layout(host):
+    prof = HostExecProfile(host)
+    load = host.sharing.load.median         # a lone rank's slow-down by the machine's other load
+    # (200, 300, 250) is nearest 256^3 in log space: 40 G MAC/s forward, 30 G MAC/s as a weight gradient
+    assert prof.gemm_time(200, 300, 250, "nt") == pytest.approx(load * 200 * 300 * 250 / 40e9)
+    assert prof.gemm_time(200, 300, 250, "tn") == pytest.approx(load * 200 * 300 * 250 / 30e9)
+    assert prof.gemm_time(70, 60, 64, "nt") == pytest.approx(load * 70 * 60 * 64 / 20e9)
+    # the tn layout was measured at 256^3 only, whatever the shape
+    assert prof.gemm_time(64, 64, 64, "tn") == pytest.approx(load * 64 ** 3 / 30e9)
+    # an unmeasured layout takes the nearest shape of any layout
+    assert prof.gemm_time(64, 64, 64, "nn") == pytest.approx(load * 64 ** 3 / 20e9)
+
+
+def test_two_ranks_sharing_the_cores_slow_a_gemm_by_the_measured_sharing_and_a_lone_one_by_the_load(host):
+    alone, shared = HostExecProfile(host), HostExecProfile(host).for_ranks(2)
+    unloaded = 256 ** 3 / 40e9
+    assert alone.gemm_time(256, 256, 256) == pytest.approx(1.25 * unloaded)     # [sharing].load
+    assert shared.gemm_time(256, 256, 256) == pytest.approx(1.5 * unloaded)
+    assert shared.memory_time("add", 786432) == pytest.approx(1.8 * 25e-6)
+
+
+def test_a_memory_bound_op_is_interpolated_between_its_measured_sizes(host):
+    prof = HostExecProfile(host)
+    small, large, load = 786432, 201326592, host.sharing.load.median
+    assert prof.memory_time("add", small) == pytest.approx(load * 25e-6)
+    assert prof.memory_time("add", (small + large) / 2) == pytest.approx(load * (25e-6 + 0.033) / 2)
+    assert prof.memory_time("add", 2 * large) == pytest.approx(load * 0.066)      # the out-of-cache rate beyond
+    assert prof.memory_time("add", small / 2) == pytest.approx(load * 12.5e-6)    # the in-cache rate below
+    # softmax was not measured in this profile: it streams like the add
+    assert prof.memory_time("softmax", small) == pytest.approx(load * 25e-6)
+
+
+def test_a_host_collective_is_its_measured_fit_and_an_unmeasured_one_a_ring_over_the_link(host):
+    link = link_for(host, 2)
+    assert all_reduce(2, 1e6, link) == pytest.approx(300e-6 + 1e6 / 1e9)
+    assert all_reduce(1, 1e6, link) == 0.0
+    # over 3 ranks the ring's 2 steps and (n-1)/n of the buffer, against 2 ranks' 1 step and 1/2
+    assert all_reduce(3, 1e6, link) == pytest.approx(2 * 300e-6 + 1e6 * (2 / 3) / (1 / 2) / 1e9)
+    # no reduce_scatter row: the ring over the [p2p] link (100 us, 2 GB/s)
+    assert reduce_scatter(2, 1e6, link) == pytest.approx(100e-6 + 1e6 / 2 / 2e9)
+    assert reduce_scatter(2, 1e6, Link(100e-6, 2e9)) == pytest.approx(reduce_scatter(2, 1e6, link))
+
+
+def test_a_host_platform_gets_the_host_profile_and_an_fp32_recipe(host):
+    from ratc.frontend.presets import trace_preset
+    from ratc.planner.search import Planner
+
+    assert isinstance(load_exec_profile(host, "kernel-vm"), HostExecProfile)
+    planner = Planner(trace_preset("tiny", 64), host)
+    assert planner.elem == 4 and planner.recipe.grad_bytes == 4
+
+
+def test_a_host_counts_vm_cycles_at_a_nominal_gigahertz(host):
+    assert host.cycles_per_second == 1e9
+    mt3000 = load_platform("mt3000")
+    assert mt3000.cycles_per_second == mt3000.dsp.clock
+
+
+def test_plan_on_a_host_profile_succeeds_and_is_deterministic(host_file, capsys):
+    argv = ["plan", "--preset", "tiny", "--clusters", "2", "--global-batch", "4", "--platform", host_file]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert main(argv) == 0
+    assert capsys.readouterr().out == first
+    assert "plan for tiny on 2 x made-up clusters" in first
+
+
+def test_compile_on_a_host_profile_writes_the_same_program_twice_and_the_vm_runs_it(host_file, tmp_path, capsys):
+    plan = "P=2,D=1,Z=0,b=1,A=2,FSR,deadline"
+    outs = [tmp_path / "a", tmp_path / "b"]
+    for out in outs:
+        assert main(["compile", EXAMPLE, "--preset", "tiny", "--platform", host_file, "--plan", plan,
+                     "-o", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "Traceback" not in printed.err
+    files = sorted(p.name for p in outs[0].iterdir())
+    for name in files:
+        if name != "manifest.json":         # it names its own directory
+            assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+    assert json.loads((outs[0] / "manifest.json").read_text())["meta"]["exec_profile"] == "host"
+    run = tmp_path / "run.json"
+    assert main(["run", str(outs[0]), "--json", "-o", str(run)]) == 0
+    sim = json.loads(run.read_text())
+    # the VM agrees with the planner (Eq. 12) on a host program, as on a DSP one
+    assert sim["results"]["step_time_s"] == pytest.approx(sim["predicted_step_time_s"], rel=0.05)
+
+
+def test_measure_on_a_host_program_compares_with_this_machine_without_a_note(tmp_path, capfd):
+    profile, out, js = tmp_path / "host.toml", tmp_path / "prog", tmp_path / "m.json"
+    assert main(["calibrate", "-o", str(profile), "--quick", "--ranks", "2", "--threads", "1"]) == 0
+    assert main(["compile", EXAMPLE, "--preset", "tiny", "--platform", str(profile),
+                 "--plan", "P=2,D=1,Z=0,b=1,A=2,Full,deadline", "--no-run", "-o", str(out)]) == 0
+    capfd.readouterr()
+    assert main(["launch", str(out), "--measure", "1", "--measure-json", str(js)]) == 0
+    printed = capfd.readouterr().out
+    assert "step time: measured" in printed and "note:" not in printed
+    got = json.loads(js.read_text())
+    assert got["predicts_this_machine"] and got["platform"] == "host"
+    assert got["step_time_s"]["planner"] > 0 and got["step_time_s"]["vm"] > 0
