@@ -180,7 +180,8 @@ def test_cli_run_json_has_stable_keys_and_trace(program_dir, tmp_path, capsys):
     code, stdout, stderr = _ratc(capsys, "run", str(program_dir), "--json", "--trace", str(trace))
     assert code == 0, stderr
     out = json.loads(stdout)
-    assert set(out) == {"config", "results", "predicted_step_time_s", "prediction_error"}
+    assert set(out) == {"config", "results", "predicted_step_time_s", "prediction_error", "predicted_cost_source",
+                        "plan_default_step_time_s"}
     assert set(out["results"]) == {
         "step_time_s", "step_cycles", "tokens_per_s", "mac_utilization", "bubble_fraction",
         "stage_bubble_fraction", "stage_peak_memory_bytes", "exposed_tail_s", "exposed_s",

@@ -169,6 +169,7 @@ def run(args: RunRequest, compiled=None) -> int:
         import json
 
         out = {"config": run.cand.label(), "results": res.as_dict(), "predicted_step_time_s": predicted,
+               "predicted_cost_source": run.cost_source or None, "plan_default_step_time_s": run.plan_default,
                "prediction_error": None if predicted is None else (predicted - res.step_seconds) / res.step_seconds}
         if chain is not None:
             out["critical_path"] = chain.as_dict()
@@ -179,7 +180,11 @@ def run(args: RunRequest, compiled=None) -> int:
         from ratc.units import format_time
 
         text += (f"planner (Eq. 12) predicted {format_time(predicted)}; error "
-                 f"{100 * (predicted - res.step_seconds) / res.step_seconds:+.2f} % against the VM\n")
+                 f"{100 * (predicted - res.step_seconds) / res.step_seconds:+.2f} % against the VM "
+                 f"(priced with {run.cost_source})\n")
+        if run.plan_default is not None:
+            text += (f"planner priced with the paper's Table 5 GEMM efficiencies (`ratc plan`'s default): "
+                     f"{format_time(run.plan_default)}\n")
     if not run.macs:
         text += "MAC utilization needs the model's graph IR in the program\n"
     table = _kernels_simulated(args, program, run, compiled)

@@ -32,6 +32,7 @@ class ExecutionProfile:
     """
 
     runs_kernels = False
+    cost_source = ""          # where its operator costs come from, said beside every step time
     prices_ops = False      # True: `op_times` prices every traced op itself (a host profile)
     recipe = None           # the training recipe its backend runs, if not the planner's default
     element_bytes = None    # bytes per activation element it runs, if not the traced dtype's
@@ -70,6 +71,7 @@ class TableExecProfile(ExecutionProfile):
 
     peak_mac_rate: float
     points: tuple = PAPER_TABLE5
+    cost_source = "the paper's Table 5 GEMM efficiencies"
 
     def gemm_efficiency(self, m: int, n: int, k: int) -> float:
         return _trend(self.points, m * n * k)
@@ -94,6 +96,7 @@ def _trend(points: tuple, macs: int) -> float:
 class KernelVMExecProfile(ExecutionProfile):
     """GEMM times measured by ratc's kernel VM (ratc.codegen.exec_profile.gemm_time)."""
 
+    cost_source = "generated kernels timed on the kernel VM"
     platform: object
     # ((kind, shape), ((option, value), ...)) of kernels generated with other tiles than the
     # default search picks (a program compiled with --tiles); every other kernel is the default

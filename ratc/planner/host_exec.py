@@ -49,6 +49,7 @@ class HostExecProfile(ExecutionProfile):
     platform: object
     ranks: int = 1             # processes running at once (P x D x T): [sharing] between them
     recipe = HOST_RECIPE
+    cost_source = "this host's measured tables (ratc calibrate)"
     element_bytes = FP32
     prices_ops = True
 

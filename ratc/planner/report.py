@@ -132,13 +132,16 @@ def failure_table(result, failures) -> list[str]:
     return lines
 
 
-def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False, failures=None) -> str:
+def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False, failures=None,
+                cost_source: str = "") -> str:
     """The ranked table with breakdowns, the failure costs (`failures`, a FailureReport of
     the listed candidates) and optionally the explanation (no timings: the same request
-    gives the same text; the CLI reports the search time on stderr)."""
+    gives the same text; the CLI reports the search time on stderr); `cost_source`, where
+    the step times' operator costs come from."""
     head = (f"plan for {result.model} on {result.clusters} x {result.platform} clusters, global batch "
             f"{result.global_batch} x {seq_len} tokens, strategy {result.strategy}, budget {format_bytes(result.budget)}\n"
-            f"evaluated {result.evaluated} candidates: {len(result.feasible)} fit, "
+            + (f"step times priced with {cost_source}\n" if cost_source else "")
+            + f"evaluated {result.evaluated} candidates: {len(result.feasible)} fit, "
             f"{len(result.infeasible)} pruned by memory\n")
     if result.pipeline_source != "searched" or result.pipeline_why:
         head += f"pipeline degree {result.pipeline_note()}\n"
@@ -161,9 +164,12 @@ def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False, 
     return "\n".join(lines) + "\n"
 
 
-def render_json(result, seq_len: int, top: int = 5, with_explain: bool = False, failures=None) -> str:
-    """Machine-readable result (deterministic key order); `failures` as in render_text."""
+def render_json(result, seq_len: int, top: int = 5, with_explain: bool = False, failures=None,
+                cost_source: str = "") -> str:
+    """Machine-readable result (deterministic key order); `failures` and `cost_source` as in
+    render_text."""
     data = {"model": result.model, "platform": result.platform, "clusters": result.clusters,
+            "cost_source": cost_source,
             "global_batch": result.global_batch, "seq_len": seq_len, "strategy": result.strategy,
             "memory_budget_bytes": result.budget, "evaluated": result.evaluated,
             "parameters": {"total": result.params, "trainable": result.trainable},

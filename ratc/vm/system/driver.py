@@ -98,6 +98,10 @@ class ProgramRun:
     results: object
     predicted: float | None     # the planner's Eq. 12 step time (None without the model's graph IR)
     macs: float                 # MACs per step (0 without the model's graph IR)
+    cost_source: str = ""       # where the prediction's operator costs come from
+    # `ratc plan`'s default prediction (the paper's Table 5 GEMM efficiencies) when the
+    # program was priced otherwise (generated kernels): the plan's step time, side by side
+    plan_default: float | None = None
 
 
 def _quiet(text: str):
@@ -113,6 +117,7 @@ def simulate_program(program, platform, exec_profile, *, plan: str | None = None
     `memory_limit`. `phase(text)` is a context manager reporting progress."""
     from ratc.codegen.program_kernels import program_exec_profile
     from ratc.lifecycle.lowering import find_plan
+    from ratc.planner.exec_profile import TableExecProfile
     from ratc.planner.search import Planner
     from ratc.step.config import parse_config
     from ratc.step.plan import Plan
@@ -139,7 +144,7 @@ def simulate_program(program, platform, exec_profile, *, plan: str | None = None
     except OutOfMemory as exc:
         exc.config = cand.label()       # (the configuration that ran out, for the report)
         raise
-    predicted = None
+    predicted = plan_default = None
     if profile is not None:
         # priced with the program's own kernels (re-tiled ones included), unless they are
         # another machine's
@@ -147,4 +152,9 @@ def simulate_program(program, platform, exec_profile, *, plan: str | None = None
         priced = program_exec_profile(exec_profile, module) if kernels_here else exec_profile
         (ev,) = Planner(profile, platform, priced).evaluate_group([cand])
         predicted = ev.t_step
-    return ProgramRun(module, cand, plan_op.attributes["model"], tl, res, predicted, macs)
+        if platform.has_kernels and not isinstance(exec_profile, TableExecProfile):
+            default = TableExecProfile(peak_mac_rate=platform.cluster.peak_mac_rate)
+            (ev,) = Planner(profile, platform, default).evaluate_group([cand])
+            plan_default = ev.t_step
+    return ProgramRun(module, cand, plan_op.attributes["model"], tl, res, predicted, macs,
+                      exec_profile.cost_source if predicted is not None else "", plan_default)
