@@ -183,9 +183,7 @@ def run(args: RunRequest, compiled=None) -> int:
                  f"{100 * (predicted - res.step_seconds) / res.step_seconds:+.2f} % against the VM "
                  f"(priced with {run.cost_source})\n")
         if run.plan_default is not None:
-            from ratc.planner.exec_profile import TableExecProfile
-
-            text += (f"planner priced with {TableExecProfile.cost_source} (`ratc plan`'s default): "
+            text += (f"planner priced with {run.plan_default_source} (`ratc plan`'s default): "
                      f"{format_time(run.plan_default)}\n")
     if not run.macs:
         text += "MAC utilization needs the model's graph IR in the program\n"

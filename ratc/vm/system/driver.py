@@ -102,6 +102,7 @@ class ProgramRun:
     # `ratc plan`'s default prediction (the paper's Table 5 GEMM efficiencies) when the
     # program was priced otherwise (generated kernels): the plan's step time, side by side
     plan_default: float | None = None
+    plan_default_source: str = ""
 
 
 def _quiet(text: str):
@@ -117,7 +118,7 @@ def simulate_program(program, platform, exec_profile, *, plan: str | None = None
     `memory_limit`. `phase(text)` is a context manager reporting progress."""
     from ratc.codegen.program_kernels import program_exec_profile
     from ratc.lifecycle.lowering import find_plan
-    from ratc.planner.exec_profile import TableExecProfile
+    from ratc.planner.exec_profile import load_exec_profile
     from ratc.planner.search import Planner
     from ratc.step.config import parse_config
     from ratc.step.plan import Plan
@@ -145,6 +146,7 @@ def simulate_program(program, platform, exec_profile, *, plan: str | None = None
         exc.config = cand.label()       # (the configuration that ran out, for the report)
         raise
     predicted = plan_default = None
+    default_source = ""
     if profile is not None:
         # priced with the program's own kernels (re-tiled ones included), unless they are
         # another machine's
@@ -152,9 +154,9 @@ def simulate_program(program, platform, exec_profile, *, plan: str | None = None
         priced = program_exec_profile(exec_profile, module) if kernels_here else exec_profile
         (ev,) = Planner(profile, platform, priced).evaluate_group([cand])
         predicted = ev.t_step
-        if platform.has_kernels and not isinstance(exec_profile, TableExecProfile):
-            default = TableExecProfile(peak_mac_rate=platform.cluster.peak_mac_rate)
+        default = load_exec_profile(platform)      # the planner's (and `ratc plan`'s) default pricing
+        if type(default) is not type(exec_profile):
             (ev,) = Planner(profile, platform, default).evaluate_group([cand])
-            plan_default = ev.t_step
+            plan_default, default_source = ev.t_step, default.cost_source
     return ProgramRun(module, cand, plan_op.attributes["model"], tl, res, predicted, macs,
-                      exec_profile.cost_source if predicted is not None else "", plan_default)
+                      exec_profile.cost_source if predicted is not None else "", plan_default, default_source)
