@@ -69,3 +69,30 @@ def content_digest(payload) -> str:
 def warn_damaged(what: str, path: Path, reason: str, action: str = "regenerating") -> None:
     """Say on stderr that a cache entry was found damaged and is being made again."""
     print(f"ratc: warning: {what} {path} is damaged ({reason}); {action}", file=sys.stderr)
+
+
+def read_record(path: Path, key: dict, fields: tuple[str, ...]) -> dict | None:
+    """A JSON cache record {key, *fields, sha256} written by write_record for `key`; None when
+    there is none; Damaged when it cannot be trusted (not JSON, its hash or key wrong)."""
+    text = read_entry(path)
+    if text is None:
+        return None
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError):
+        raise Damaged("not JSON; truncated?") from None
+    if not isinstance(record, dict) or not {"key", *fields, "sha256"} <= record.keys():
+        raise Damaged(f"expected an object with key, {', '.join(fields)} and sha256")
+    if record["sha256"] != content_digest({k: v for k, v in record.items() if k != "sha256"}):
+        raise Damaged("content hash mismatch; edited or truncated?")
+    if record["key"] != json.loads(json.dumps(key)):
+        raise Damaged("it was written for another key")
+    return record
+
+
+def write_record(path: Path | None, record: dict) -> None:
+    """Keep a JSON cache record with the sha256 of all of it (as JSON reads it back: tuples
+    become lists), atomically; a cache that cannot be written is skipped."""
+    record = json.loads(json.dumps(record))
+    record["sha256"] = content_digest(record)
+    write_quietly(path, json.dumps(record) + "\n")

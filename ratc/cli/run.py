@@ -147,13 +147,23 @@ def handler(args: argparse.Namespace) -> int:
 def run(args: RunRequest, compiled=None) -> int:
     """Simulate a program and report it; compiled = (verified module, model profile) when
     `ratc compile` just wrote the program, so the files it holds in memory are not parsed and
-    verified again."""
+    verified again. A plain run of a program run before with the same options reads its
+    report back (ratc.vm.system.run_cache)."""
     from ratc.cli.progress import phase
-    from ratc.program_check import open_program
+    from ratc.program import load_program
+    from ratc.program_check import check_program
+    from ratc.vm.system import run_cache
 
     _check_arguments(args)
     with phase(f"reading and checking {args.outdir}"):
-        program = open_program(args.outdir, compiled)     # every file's meaning checked (ratc.program_check)
+        program = load_program(args.outdir)         # the files against the manifest's hashes
+        key = run_cache.run_key(program, args.steps, not args.explicit_replicas,
+                                not args.no_memory_limit) if _plain(args) else None
+        report = run_cache.load(key) if key is not None and compiled is None else None
+        if report is None:
+            check_program(program, compiled)        # every file's meaning (ratc.program_check)
+    if report is not None:
+        return _print_report(args, report)
     if args.kernel:
         _check_spot_check_alone(args)
         return spot_check(program, args)
@@ -164,32 +174,46 @@ def run(args: RunRequest, compiled=None) -> int:
     if failed is not None:
         return _report_failure(args, run, *failed)
     chain = _write_timeline(args, run.timeline)
-    res, predicted = run.results, run.predicted
+    report = run_cache.RunReport.of(run, _kernels_simulated(args, program, run, compiled))
+    if key is not None:
+        run_cache.store(key, report)
+    return _print_report(args, report, chain)
+
+
+def _plain(args: RunRequest) -> bool:
+    """Whether the run reports the program's own step and nothing else (what run_cache keeps):
+    no other plan or platform, no files beside the report, no kernels, no failure."""
+    return not (args.plan or args.platform or args.trace or args.dag or args.critical_path or args.kernel
+                or args.fail_at)
+
+
+def _print_report(args: RunRequest, report, chain=None) -> int:
+    """The run's report (a RunReport, and the critical chain when asked), as text or JSON."""
+    res, predicted = report.results, report.predicted
     if args.json:
         import json
 
-        out = {"config": run.cand.label(), "results": res.as_dict(), "predicted_step_time_s": predicted,
-               "predicted_cost_source": run.cost_source or None, "plan_default_step_time_s": run.plan_default,
+        out = {"config": report.config, "results": res.as_dict(), "predicted_step_time_s": predicted,
+               "predicted_cost_source": report.cost_source or None, "plan_default_step_time_s": report.plan_default,
                "prediction_error": None if predicted is None else (predicted - res.step_seconds) / res.step_seconds}
         if chain is not None:
             out["critical_path"] = chain.as_dict()
         _write_report(args.output, json.dumps(out, indent=2, sort_keys=True) + "\n", "JSON")
         return 0
-    text = f"{run.model} on {run.cand.clusters} clusters, {run.cand.label()}\n" + res.text()
+    text = f"{report.model} on {report.clusters} clusters, {report.config}\n" + res.text()
     if predicted is not None:
         from ratc.units import format_time
 
         text += (f"planner (Eq. 12) predicted {format_time(predicted)}; error "
                  f"{100 * (predicted - res.step_seconds) / res.step_seconds:+.2f} % against the VM "
-                 f"(priced with {run.cost_source})\n")
-        if run.plan_default is not None:
-            text += (f"planner priced with {run.plan_default_source} (`ratc plan`'s default): "
-                     f"{format_time(run.plan_default)}\n")
-    if not run.macs:
+                 f"(priced with {report.cost_source})\n")
+        if report.plan_default is not None:
+            text += (f"planner priced with {report.plan_default_source} (`ratc plan`'s default): "
+                     f"{format_time(report.plan_default)}\n")
+    if not report.macs:
         text += "MAC utilization needs the model's graph IR in the program\n"
-    table = _kernels_simulated(args, program, run, compiled)
-    if table:
-        text += _kernel_table(table, res.step_seconds)
+    if report.kernel_table:
+        text += _kernel_table(report.kernel_table, res.step_seconds)
     if chain is not None:
         text += chain.text()
     _write_report(args.output, text, "text")

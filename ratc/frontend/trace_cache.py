@@ -38,7 +38,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-from ratc.cache import Damaged, cache_root, content_digest, read_entry, sources_version, warn_damaged, write_quietly
+from ratc.cache import Damaged, cache_root, read_record, sources_version, warn_damaged, write_record
 from ratc.errors import RatcError
 
 # What a profile is made of: the tracer and cost formulas, and the IR that stores it.
@@ -119,19 +119,9 @@ _FIELDS = ("key", "deps", "meta", "graph")
 
 
 def _load(path: Path, key: dict, source: str):
-    text = read_entry(path)
-    if text is None:
+    record = read_record(path, key, _FIELDS[1:])
+    if record is None:
         return None
-    try:
-        record = json.loads(text)
-    except (ValueError, RecursionError):
-        raise Damaged("not JSON; truncated?") from None
-    if not isinstance(record, dict) or not {*_FIELDS, "sha256"} <= record.keys():
-        raise Damaged(f"expected an object with {', '.join(_FIELDS)} and sha256")
-    if record["sha256"] != content_digest({k: v for k, v in record.items() if k != "sha256"}):
-        raise Damaged("content hash mismatch; edited or truncated?")
-    if record["key"] != key:
-        raise Damaged("it was written for another key")
     if not isinstance(record["deps"], dict) or not isinstance(record["meta"], dict) \
             or not isinstance(record["graph"], str) or not isinstance(record.get("cwd", ""), str):
         raise Damaged("'deps' and 'meta' must be objects, 'graph' and 'cwd' text")
@@ -174,10 +164,7 @@ def store(key: dict | None, profile, deps: list, cwd: str | None = None) -> None
     record = {"key": key, "deps": digests, "meta": meta, "graph": print_module(module_from_profile(profile))}
     if cwd is not None:
         record["cwd"] = cwd
-    # The hash of the record as JSON reads it back (tuples in meta become lists).
-    record = json.loads(json.dumps(record))
-    record["sha256"] = content_digest(record)
-    write_quietly(path, json.dumps(record) + "\n")
+    write_record(path, record)
 
 
 def _file_digest(path) -> str | None:
