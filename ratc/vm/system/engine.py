@@ -112,68 +112,24 @@ def _candidate_keys(tasks, prio, res, dur, templated: bool) -> tuple:
     return key0, ready_shift
 
 
-# The event loop stays one function: its three phases (zero-time tasks, candidates, ends)
-# run once per distinct time (~90,000 for the llama2-7b program) on some twenty locals,
-# and handing those to a function per phase costs about a tenth of the simulation.
+# The event loop stays one function over some twenty locals: its three phases (zero-time
+# tasks, candidates, ends) run once per distinct time (~90,000 for the llama2-7b program),
+# and handing those locals to a function per phase costs about a tenth of the simulation.
+# Only rare paths (tasks on several resources, the set-up, the final check) are helpers.
 def _simulate(program: TaskGraph) -> Timeline:
-    tasks = program.tasks
+    tasks, res, succ, ndeps, dur, one, key0, ready_shift, mem, busy, parked, cand, now_ready = _prepare(program)
     n = len(tasks)
-    if n >= 1 << _LOW:
-        raise TaskGraphError(f"program has {n} tasks; the VM handles at most {(1 << _LOW) - 1}")
-    rid, res, succ, ndeps, dur, prio, with_memory, templated = _arrays(tasks)
-    # one[i]: the only resource of a single-resource task (most tasks), else -1
-    one = [rs[0] if len(rs) == 1 else -1 for rs in res]
-    key0, ready_shift = _candidate_keys(tasks, prio, res, dur, templated)
-    mem = MemoryTracker(program, with_memory)
-    m_allocs, m_frees, readers, cluster_of = mem.allocs, mem.frees, mem.readers, mem.cluster_of
-    live, current, peak, peak_time = mem.live, mem.current, mem.peak, mem.peak_time
-    budget = mem.budget if mem.budget is not None else float("inf")
-
-    # busy[r]: the task holding r, or while r is free -2 - the task that last released it
-    # (-1: never held), so a release is one store.
-    busy = [-1] * len(rid)
-    parked = [[] for _ in rid]
-    start = [-1] * n
-    end = [-1] * n
-    ready = [-1] * n
-    binding = [-1] * n
+    m_allocs, m_frees, readers, cluster_of, live, current = (mem.allocs, mem.frees, mem.readers, mem.cluster_of,
+                                                             mem.live, mem.current)
+    start, end, binding = [-1] * n, [-1] * n, [-1] * n
+    ready = [0 if not d else -1 for d in ndeps]
     woke = {}                           # task -> the resource whose release woke it
-    cand = []
     events = [_NO_MORE]
-    now_ready = []
     push, pop = heappush, heappop
-    for i in range(n):
-        if not ndeps[i]:
-            ready[i] = 0
-            k = key0[i]
-            if k is None:
-                now_ready.append(i)
-            else:
-                push(cand, k)
-    now = 0
-    stamp = 0
+    now = stamp = 0
     while True:
-        while now_ready:
-            i = now_ready.pop()
-            start[i] = end[i] = now
-            for c, v, nb in m_allocs[i]:
-                mem.alloc(c, v, nb, now, tasks[i].name)
-            for v in m_frees[i]:
-                left = readers[v] - 1
-                readers[v] = left
-                if not left:
-                    mem.release(v, i)
-            for s in succ[i]:
-                left = ndeps[s] - 1
-                ndeps[s] = left
-                if not left:
-                    ready[s] = now
-                    binding[s] = i
-                    k = key0[s]
-                    if k is None:
-                        now_ready.append(s)
-                    else:
-                        push(cand, k | stamp)
+        if now_ready:
+            _run_zero_time(now_ready, now, stamp, start, end, ready, binding, succ, ndeps, key0, cand, mem)
         # Candidates in key order: a task starts if all its resources are free, else it
         # parks on the first busy one. Only a woken task can have waited (now > ready).
         while cand:
@@ -189,40 +145,13 @@ def _simulate(program: TaskGraph) -> Timeline:
                 if woke and woke.pop(i, -1) >= 0 and now > ready[i]:
                     binding[i] = -2 - busy[r]       # the task that released r let it start
                 busy[r] = i
-            else:
-                rs = res[i]
-                for r in rs:
-                    if busy[r] >= 0:
-                        break
-                else:
-                    r = -1
-                if r >= 0:
-                    if woke:
-                        _woken_but_blocked(i, busy, parked, woke, cand)
-                    push(parked[r], k)
-                    continue
-                if woke and woke.pop(i, -1) >= 0 and now > ready[i]:
-                    # the last of the holders to release one of them let it start
-                    binding[i] = max([-2 - busy[r] for r in rs], key=lambda h: end[h] if h >= 0 else -1)
-                for r in rs:
-                    busy[r] = i
+            elif not _take_all(i, k, res[i], busy, parked, woke, cand, now > ready[i], binding, end):
+                continue
             start[i] = now
             e = now + dur[i]
             end[i] = e
-            for c, v, nb in m_allocs[i]:
-                lv = live[c]
-                if v in lv:
-                    mem.alloc(c, v, nb, now, tasks[i].name)
-                lv[v] = nb
-                cur = current[c] + nb
-                current[c] = cur
-                if cur > peak[c]:
-                    peak[c] = cur
-                    peak_time[c] = now
-                    if cur > budget:
-                        del lv[v]
-                        current[c] -= nb
-                        mem.alloc(c, v, nb, now, tasks[i].name)
+            if m_allocs[i]:
+                mem.allocate(i, now)
             push(events, (e << _LOW) | i)
         ev = pop(events)
         if ev is _NO_MORE:
@@ -232,8 +161,7 @@ def _simulate(program: TaskGraph) -> Timeline:
         later = (now + 1) << _LOW          # events from here on end after now
         while True:
             i = ev & _MASK
-            r = one[i]
-            if r >= 0:
+            for r in ((one[i],) if one[i] >= 0 else res[i]):
                 busy[r] = -2 - i
                 q = parked[r]
                 if q:
@@ -241,14 +169,6 @@ def _simulate(program: TaskGraph) -> Timeline:
                     k = pop(q)
                     woke[k & _MASK] = r
                     push(cand, k)
-            else:
-                for r in res[i]:
-                    busy[r] = -2 - i
-                    q = parked[r]
-                    if q:
-                        k = pop(q)
-                        woke[k & _MASK] = r
-                        push(cand, k)
             for v in m_frees[i]:
                 left = readers[v] - 1
                 readers[v] = left
@@ -272,12 +192,87 @@ def _simulate(program: TaskGraph) -> Timeline:
             if events[0] >= later:
                 break
             ev = pop(events)
-    if -1 in start:
-        _bad_dependency(tasks)
-        stuck = [tasks[i].name for i in range(n) if start[i] < 0][:8]
-        raise TaskGraphError(f"{start.count(-1)} tasks never ran (dependency cycle?): {', '.join(stuck)}")
+    _check_all_ran(tasks, start)
     return Timeline(program=program, start=start, end=end, ready=ready, binding=binding,
                     makespan=max(end, default=0), memory=mem)
+
+
+def _prepare(program: TaskGraph) -> tuple:
+    """The loop's state before time 0: the tasks' arrays, the memory tracker, every
+    resource free (busy[r] = -1) with nothing parked, and the tasks with no dependencies
+    either candidates or, holding nothing for no time, ready to run at once."""
+    tasks = program.tasks
+    n = len(tasks)
+    if n >= 1 << _LOW:
+        raise TaskGraphError(f"program has {n} tasks; the VM handles at most {(1 << _LOW) - 1}")
+    rid, res, succ, ndeps, dur, prio, with_memory, templated = _arrays(tasks)
+    # one[i]: the only resource of a single-resource task (most tasks), else -1
+    one = [rs[0] if len(rs) == 1 else -1 for rs in res]
+    key0, ready_shift = _candidate_keys(tasks, prio, res, dur, templated)
+    # busy[r]: the task holding r, or while r is free -2 - the task that last released it
+    # (-1: never held), so a release is one store.
+    busy = [-1] * len(rid)
+    parked = [[] for _ in rid]
+    cand, now_ready = [], []
+    for i in range(n):
+        if not ndeps[i]:
+            k = key0[i]
+            if k is None:
+                now_ready.append(i)
+            else:
+                heappush(cand, k)
+    return (tasks, res, succ, ndeps, dur, one, key0, ready_shift, MemoryTracker(program, with_memory), busy,
+            parked, cand, now_ready)
+
+
+def _run_zero_time(now_ready, now, stamp, start, end, ready, binding, succ, ndeps, key0, cand, mem) -> None:
+    """Run the ready tasks that hold no resource for no time (message arrivals, markers)
+    at `now`, and those their ends make ready in turn; candidates go on `cand`."""
+    readers = mem.readers
+    while now_ready:
+        i = now_ready.pop()
+        start[i] = end[i] = now
+        for c, v, nb in mem.allocs[i]:
+            mem.alloc(c, v, nb, now, mem.program.tasks[i].name)
+        for v in mem.frees[i]:
+            readers[v] -= 1
+            if not readers[v]:
+                mem.release(v, i)
+        for s in succ[i]:
+            ndeps[s] -= 1
+            if not ndeps[s]:
+                ready[s] = now
+                binding[s] = i
+                k = key0[s]
+                if k is None:
+                    now_ready.append(s)
+                else:
+                    heappush(cand, k | stamp)
+
+
+def _take_all(i, k, rs, busy, parked, woke, cand, waited, binding, end) -> bool:
+    """Candidate i (key k) on several resources takes them all if all are free (and says
+    which release let it start); else it parks on the first busy one. Whether it started."""
+    for r in rs:
+        if busy[r] >= 0:
+            if woke:
+                _woken_but_blocked(i, busy, parked, woke, cand)
+            heappush(parked[r], k)
+            return False
+    if woke and woke.pop(i, -1) >= 0 and waited:
+        # the last of the holders to release one of them let it start
+        binding[i] = max([-2 - busy[r] for r in rs], key=lambda h: end[h] if h >= 0 else -1)
+    for r in rs:
+        busy[r] = i
+    return True
+
+
+def _check_all_ran(tasks, start) -> None:
+    """Raise TaskGraphError when a task never ran (a dependency cycle, or one naming no task)."""
+    if -1 in start:
+        _bad_dependency(tasks)
+        stuck = [tasks[i].name for i in range(len(tasks)) if start[i] < 0][:8]
+        raise TaskGraphError(f"{start.count(-1)} tasks never ran (dependency cycle?): {', '.join(stuck)}")
 
 
 def _woken_but_blocked(i, busy, parked, woke, cand):

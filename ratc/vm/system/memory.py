@@ -150,6 +150,25 @@ class MemoryTracker:
             raise OutOfMemory(s, r, now, self.program.clock, self.budget, task,
                               {self.names[x][1]: b for x, b in live.items()})
 
+    def allocate(self, i: int, now: int) -> None:
+        """Task i starts at `now`: its results become live (the loop's fast path of alloc:
+        the checks run only for a value already live or a peak over the budget)."""
+        live, current, peak = self.live, self.current, self.peak
+        for c, v, nb in self.allocs[i]:
+            lv = live[c]
+            if v in lv:
+                self.alloc(c, v, nb, now, self.program.tasks[i].name)
+            lv[v] = nb
+            cur = current[c] + nb
+            current[c] = cur
+            if cur > peak[c]:
+                peak[c] = cur
+                self.peak_time[c] = now
+                if self.budget is not None and cur > self.budget:
+                    del lv[v]
+                    current[c] -= nb
+                    self.alloc(c, v, nb, now, self.program.tasks[i].name)
+
     def release(self, v: int, task: int) -> None:
         """The last reader of value v ended."""
         c, name = self.names[v]
