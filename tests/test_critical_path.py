@@ -15,9 +15,8 @@ from ratc.vm.system.critical import critical_chain
 from ratc.vm.system.dag import dag_text, task_graph
 from ratc.vm.system.engine import simulate
 from ratc.vm.system.task_graph import TaskGraph
-from tiny_programs import compile_tiny
+from tiny_programs import compile_tiny, compile_tiny_dir
 
-EXAMPLE = str(Path(__file__).parents[1] / "examples" / "llama.py")
 
 
 def two_stage_program() -> TaskGraph:
@@ -136,10 +135,7 @@ def test_dot_of_the_task_dag_has_a_line_per_task_and_dependency_and_is_determini
 
 @pytest.fixture(scope="module")
 def tiny_program(tmp_path_factory):
-    out = tmp_path_factory.mktemp("critpath") / "tiny"
-    assert main(["compile", EXAMPLE, "--preset", "tiny", "--plan", "P=2,D=1,Z=1,b=1,A=4,FSR,deadline",
-                 "--no-run", "-o", str(out)]) == 0
-    return out
+    return compile_tiny_dir(tmp_path_factory.mktemp("critpath") / "tiny", "P=2,D=1,Z=1,b=1,A=4,FSR,deadline")
 
 
 def test_run_critical_path_of_a_compiled_program_sums_to_its_step_time(tiny_program, capsys):

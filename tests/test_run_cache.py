@@ -9,16 +9,12 @@ import pytest
 
 from ratc.cli.main import main
 from ratc.program import MANIFEST
-
-EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "llama.py")
+from tiny_programs import compile_tiny_dir
 
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runcache") / "tiny"
-    assert main(["compile", EXAMPLE, "--preset", "tiny", "--plan", "P=2,D=1,Z=1,b=1,A=4,FSR,deadline",
-                 "--no-run", "-o", str(out)]) == 0
-    return out
+    return compile_tiny_dir(tmp_path_factory.mktemp("runcache") / "tiny", "P=2,D=1,Z=1,b=1,A=4,FSR,deadline")
 
 
 @pytest.fixture

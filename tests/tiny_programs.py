@@ -1,6 +1,7 @@
 """Shared helpers of the lifecycle tests (no tests here): compile the tiny preset."""
 
 import functools
+from pathlib import Path
 
 from ratc.frontend import trace_preset
 from ratc.lifecycle.compile import CompileOptions, compile_program, default_pipeline
@@ -36,3 +37,12 @@ def compile_tiny(pipeline=None, rec_buffers=2, budget="none", verify="each", str
     cand = candidate(**kw)
     pipeline = pipeline or default_pipeline(cand.pref, rec_buffers, budget, stream=stream)
     return compile_program(tiny(), cand, mt3000(), CompileOptions(pipeline=pipeline, verify=verify))
+
+
+def compile_tiny_dir(out: Path, plan: str, *options: str) -> Path:
+    """`ratc compile examples/llama.py --preset tiny --plan PLAN --no-run -o OUT`: a program directory."""
+    from ratc.cli.main import main
+
+    example = str(Path(__file__).resolve().parents[1] / "examples" / "llama.py")
+    assert main(["compile", example, "--preset", "tiny", "--plan", plan, *options, "--no-run", "-o", str(out)]) == 0
+    return out

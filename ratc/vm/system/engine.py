@@ -125,6 +125,7 @@ def _simulate(program: TaskGraph) -> Timeline:
     ready = [0 if not d else -1 for d in ndeps]
     woke = {}                           # task -> the resource whose release woke it
     events = [_NO_MORE]
+    ended = []                          # the tasks that end at `now`
     push, pop = heappush, heappop
     now = stamp = 0
     while True:
@@ -178,20 +179,12 @@ def _simulate(program: TaskGraph) -> Timeline:
                     if nb is None:
                         mem.release(v, i)
                     current[c] -= nb
-            for s in succ[i]:
-                left = ndeps[s] - 1
-                ndeps[s] = left
-                if not left:
-                    ready[s] = now
-                    binding[s] = i
-                    k = key0[s]
-                    if k is None:
-                        now_ready.append(s)
-                    else:
-                        push(cand, k | stamp)
+            ended.append(i)
             if events[0] >= later:
                 break
             ev = pop(events)
+        _make_ready(ended, now, stamp, succ, ndeps, ready, binding, key0, now_ready, cand)
+        ended.clear()
     _check_all_ran(tasks, start)
     return Timeline(program=program, start=start, end=end, ready=ready, binding=binding,
                     makespan=max(end, default=0), memory=mem)
@@ -238,9 +231,18 @@ def _run_zero_time(now_ready, now, stamp, start, end, ready, binding, succ, ndep
             readers[v] -= 1
             if not readers[v]:
                 mem.release(v, i)
+        _make_ready((i,), now, stamp, succ, ndeps, ready, binding, key0, now_ready, cand)
+
+
+def _make_ready(ended, now, stamp, succ, ndeps, ready, binding, key0, now_ready, cand) -> None:
+    """The tasks whose last dependency is among `ended` (in order) are ready at `now`: each a
+    candidate (its key stamped with the ready time) or, holding nothing for no time, ready to
+    run at once (`now_ready`)."""
+    for i in ended:
         for s in succ[i]:
-            ndeps[s] -= 1
-            if not ndeps[s]:
+            left = ndeps[s] - 1
+            ndeps[s] = left
+            if not left:
                 ready[s] = now
                 binding[s] = i
                 k = key0[s]
