@@ -3,7 +3,6 @@ verifier's deadlock check on the stages' sends and receives."""
 
 import json
 import re
-from pathlib import Path
 
 import networkx as nx
 import pytest
