@@ -54,7 +54,25 @@ critical path of the measured step (cycles 0..48): 9 tasks
   0RECV_B0           - send           0             42             0      0.0 ns   0.00 %  dependency on 1SEND_B0
   0B0                0 backward       0             42             6    6.000 ms  12.50 %  dependency on 0RECV_B0
   total                                                           48   48.000 ms 100.00 %
+  by kind: forward 41.67 % (2 tasks), backward 25.00 % (2 tasks), recover 16.67 % (1 task), send 16.67 % (4 tasks)
 """
+
+
+def test_a_long_chain_prints_its_ends_and_each_kinds_share_and_keeps_every_task_in_json():
+    from ratc.vm.system.critical import SHOWN_ENDS, ChainTask, CriticalChain
+
+    n = 2 * SHOWN_ENDS + 11
+    tasks = tuple(ChainTask(i, f"0{'FB'[i % 2]}{i}", ("forward", "backward")[i % 2], 0, 0, 1, 0, 10 * i, 10, 10,
+                            "dependency", i - 1, "x", ()) for i in range(n))
+    chain = CriticalChain((0, 10 * n), 1000.0, True, tasks)
+    lines = chain.text().splitlines()
+    assert len(lines) == 2 + 2 * SHOWN_ENDS + 1 + 2
+    assert lines[2 + SHOWN_ENDS] == f"  ... 11 more tasks, 110.000 ms ({100 * 11 / n:.2f} %; all in --json and --dag) ..."
+    assert lines[2].startswith("  0F0 ") and lines[-3].startswith(f"  0F{n - 1} ")
+    forward = (n + 1) // 2
+    assert lines[-1] == (f"  by kind: forward {100 * forward / n:.2f} % ({forward} tasks), "
+                         f"backward {100 * (n - forward) / n:.2f} % ({n - forward} tasks)")
+    assert len(chain.as_dict()["tasks"]) == n
 
 
 def test_critical_path_of_a_two_stage_program_is_its_known_chain():
@@ -142,10 +160,10 @@ def test_run_critical_path_of_a_compiled_program_sums_to_its_step_time(tiny_prog
     text = capsys.readouterr().out
     cycles = int(re.search(r"^step time .* \((\d+) cycles\)$", text, re.M)[1])
     chain = text[text.index("critical path of the measured step"):].splitlines()
-    total = re.fullmatch(r"  total +(\d+) +\S+ \S+ +100\.00 %", chain[-1])
+    total = re.fullmatch(r"  total +(\d+) +\S+ \S+ +100\.00 %", chain[-2])
     assert total and int(total[1]) == cycles
-    shares = [float(m[1]) for line in chain[2:-1] if (m := re.search(r" (\d+\.\d\d) %  ", line))]
-    assert len(shares) == len(chain) - 3 > 10
+    shares = [float(m[1]) for line in chain[2:-2] if (m := re.search(r" (\d+\.\d\d) %  ", line))]
+    assert len(shares) == len(chain) - 4 > 10
     assert sum(shares) == pytest.approx(100.0, abs=0.01 * len(shares))
 
     assert main(["run", str(tiny_program), "--critical-path", "--json"]) == 0
