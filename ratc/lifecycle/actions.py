@@ -94,8 +94,23 @@ def action(op, p: int) -> Action:
     return Action(p, kind, a["mb"] if has_mb else None, unit, unit, _PHASE[a["phase"]] if kind == "AG" else None)
 
 
+# Kinds written straight from the op's attributes (the system VM names every op of a
+# program: this skips building an Action for the common tasks; the round-trip test
+# checks both paths against parse).
+_MB_UNIT = {op: k for op, k in _KIND_OF_OP.items() if k in ("F", "R", "B", "RS")}
+_UNIT_ONLY = {op: k for op, k in _KIND_OF_OP.items() if k in ("G", "U", "P", "T", "PARAM", "OPT")}
+
+
 def token(op, p: int) -> str:
     """The op's task name on stage p, e.g. '0F3@12', '0G@12', '0SEND_F3'."""
+    name = op.name
+    kind = _MB_UNIT.get(name)
+    if kind is not None:
+        a = op.attributes
+        return f"{p}{kind}{a['mb']}@{a['unit']}"
+    kind = _UNIT_ONLY.get(name)
+    if kind is not None:
+        return f"{p}{kind}@{op.attributes['unit']}"
     return str(action(op, p))
 
 
