@@ -85,7 +85,8 @@ def spot_check(program, args: RunRequest) -> int:
     """`--kernel STAGE:TASK`: execute the kernels that task calls and compare them with numpy."""
     from ratc.io import write_output
     from ratc.codegen.assembler import assemble
-    from ratc.codegen.spot_check import check_kernel, task_ops
+    from ratc.codegen.spot_check import check_kernel
+    from ratc.lifecycle.actions import task_ops
     from ratc.lifecycle.lowering import find_pipeline
     from ratc.program_check import program_platform
 

@@ -223,3 +223,33 @@ def format_pipeline(pipe, comms: bool = False) -> str:
     """The legend, then every stage's order, one line per stage: 'stage 0: 0F0@0-2 0F1@0-2 ...'."""
     return LEGEND + "".join(f"stage {s.attributes['stage']}: {' '.join(stage_actions(s, comms))}\n"
                             for s in pipe.region.ops)
+
+
+# `ratc run --kernel STAGE:TASK`: the tasks whose kernels it runs
+_STAGE = re.compile(r"\s*(\d+)\s*:\s*(\S+)\s*")
+_TASK_OPS = {"F": "life.fwd", "B": "life.bwd", "R": "life.recover"}
+
+
+def task_ops(pipe, spec: str) -> tuple[int, list]:
+    """(stage, ops) of a task named 'STAGE:TASK' in schedule.txt's notation, e.g. '0:F3' (every
+    layer of the stage), '0:F3@12' or '1:1B0@16-9' (those layers)."""
+    m = _STAGE.fullmatch(spec)
+    task = m[2] if m else ""
+    name = task if task[:1].isdigit() else f"{m[1] if m else ''}{task}"
+    a = try_parse(name if "@" in name else f"{name}@0")       # without '@': every layer
+    if a is None or a.kind not in _TASK_OPS or a.ring is not None:
+        raise RatcError(f"--kernel {spec!r}: expected STAGE:TASK such as 0:F3, 1:B0@5 or 0:R2@1-3 "
+                        "(forward, backward or recover of a micro-batch, of every layer of the stage or "
+                        "of those after '@')")
+    stage = int(m[1])
+    if a.stage != stage:
+        raise RatcError(f"--kernel {spec!r}: the task names stage {a.stage}, not {stage}")
+    stages = {s.attributes["stage"]: s for s in pipe.region.ops}
+    if stage not in stages:
+        raise RatcError(f"--kernel {spec!r}: the program has stages 0..{len(stages) - 1}")
+    units = range(min(a.unit, a.last), max(a.unit, a.last) + 1) if "@" in name else None
+    ops = [op for op in stages[stage].region.ops if op.name == _TASK_OPS[a.kind] and op.attributes["mb"] == a.mb
+           and (units is None or op.attributes["unit"] in units)]
+    if not ops:
+        raise RatcError(f"--kernel {spec!r}: stage {stage} runs no task {name} (see schedule.txt for its tasks)")
+    return stage, ops
