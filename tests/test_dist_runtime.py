@@ -216,6 +216,7 @@ def test_the_real_trace_has_the_vms_layout_and_task_names(tmp_path, capfd):
         assert f"on stage {a.stage}" in e["args"]["description"], e
         assert a.mb is None or f"micro-batch {a.mb}" in e["args"]["description"], e
         assert e["args"]["description"] == long.get(e["name"], e["args"]["description"]), e
+        assert e["args"]["description"].startswith("Wait for the ") == e["name"].startswith("wait "), e
     assert any(e["name"] in long for e in slices)
     rows = csv.read_text().splitlines()
     assert rows[0] == "step,loss,seconds,exposed_comm_seconds" and len(rows) == 3

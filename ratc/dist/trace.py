@@ -1,10 +1,10 @@
 """The real timeline of a distributed run, in the system VM's Chrome-trace layout.
 
 Each rank records, in wall-clock microseconds: every task's handler on its `compute`
-track (named as the VM names it, `0F3@2`, `1B0@5`, `0G@5`, ..., with the long form in
-its args), the time its thread blocked
-waiting for a receive or a collective (`waits`), and each transfer and collective from
-issue to the wait that saw it complete (`send`, `receive`, `collectives`). `merge` puts
+track (named as the VM names it, `0F3@2`, `1B0@5`, `0G@5`, ...), the time its thread
+blocked waiting for a receive or a collective (`waits`), and each transfer and collective
+from issue to the wait that saw it complete (`send`, `receive`, `collectives`); each
+slice's args hold its long form. `merge` puts
 the ranks side by side, one process per rank as the VM has one per cluster, so a user
 can open a simulated and a real step in Perfetto together. (Ranks on several machines
 share no clock: their offsets are those of the hosts' clocks.)
@@ -47,9 +47,10 @@ class Recorder:
             args = {"step": step, **{k: a[k] for k in ("unit", "mb") if k in a}}
             out.append(("compute", token(op, p), TASK_KINDS.get(op.name, op.name[5:]), start, end, args))
         described: dict = {}
-        for track, name, kind, start, end, args in out + self.spans:
+        for _, name, _, _, _, args in out + self.spans:
             if name not in described:
-                described[name] = describe(parse(name.removeprefix("wait ")), self.units)
+                long = describe(parse(name.removeprefix("wait ")), self.units)
+                described[name] = f"Wait for the {long}" if name.startswith("wait ") else long
             args["description"] = described[name]
         return out + self.spans
 
