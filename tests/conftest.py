@@ -1,4 +1,5 @@
-"""Shared test setup: put tests/ on the path, register the test dialect once, and a lazier GC."""
+"""Shared test setup: put tests/ on the path, register the test dialect once, a lazier GC, and a
+time estimate beside the progress on a terminal."""
 
 import gc
 import sys
@@ -24,6 +25,13 @@ gc.set_threshold(*LAZY_THRESHOLDS)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+import suite_progress  # noqa: E402
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    suite_progress.install(config)
 
 
 @pytest.fixture(scope="module")

@@ -36,8 +36,9 @@ def test_program_directory_holds_the_whole_program(program):
     assert "life.pipeline" in prog.text("program.ir") and "graph.layer" in prog.text("model.ir")
     plan = json.loads(prog.text("plan.json"))
     assert prog.meta["config"] == plan["top"][0]["label"]
-    # Each stage's order is printed in action notation.
-    assert prog.text("schedule.txt").startswith("stage 0: 0F0")
+    # Each stage's order is printed in action notation, after its legend.
+    schedule = prog.text("schedule.txt")
+    assert schedule.startswith("# ") and "\nstage 0: 0F0@0" in schedule
     # The manifest records the whole command as typed.
     assert prog.meta["command"] == "ratc " + shlex.join(TINY + ["-o", str(program), "--no-run"])
 
@@ -364,8 +365,16 @@ def test_kernel_spot_check_runs_a_task_against_numpy(program, capsys):
     checked = {line.split()[0] for line in out.splitlines() if line.endswith(" ok")}
     assert checked == {e["kernel"] for e in table["kernels"]}
     assert "MISMATCH" not in out
-    assert main(["run", str(program), "--kernel", "0:G1"]) == 1
-    assert "expected STAGE:TASK" in capsys.readouterr().err
+    # a layer or a range of layers as schedule.txt names them
+    assert main(["run", str(program), "--kernel", "0:F0@2"]) == 0
+    assert "task 0:F0@2: stage 0, units [2]" in capsys.readouterr().out
+    assert main(["run", str(program), "--kernel", "0:0B0@3-1"]) == 0
+    assert "stage 0, units [1, 2, 3]" in capsys.readouterr().out
+    for bad in ("0:G1", "0:G@1", "0:F0@1#2", "F0"):
+        assert main(["run", str(program), "--kernel", bad]) == 1
+        assert "expected STAGE:TASK" in capsys.readouterr().err
+    assert main(["run", str(program), "--kernel", "0:1F0"]) == 1
+    assert "names stage 1, not 0" in capsys.readouterr().err
     assert main(["run", str(program), "--kernel", "0:F0", "--json", "--plan", "P=1,D=4,A=1"]) == 1
     assert "--json, --plan apply only to the simulation" in capsys.readouterr().err
     assert main(["run", str(program), "--kernel", "3:F0"]) == 1

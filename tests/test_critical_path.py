@@ -21,40 +21,58 @@ from tiny_programs import compile_tiny, compile_tiny_dir
 def two_stage_program() -> TaskGraph:
     """One micro-batch through two stages at 1000 cycles/s (a cycle is a millisecond).
 
-    On paper: 0F0 0..10, its send 10..14; stage 1 receives at 14, when a Recover of
-    priority 0 takes the compute engine until 22, so 1F0 (ready at 14) waits for it: 22..32;
-    1B0 32..38, its send 38..42, 0B0 42..48. 0U0 (10..15) is off the critical path. Step
-    time 48 cycles; the chain is every task but 0U0, with the shares 10, 4, 0, 8, 10, 6,
+    On paper: 0F0@0 0..10, its send 10..14; stage 1 receives at 14, when a Recover of
+    priority 0 takes the compute engine until 22, so 1F0@1 (ready at 14) waits for it: 22..32;
+    1B0@1 32..38, its send 38..42, 0B0@0 42..48. 0U@0 (10..15) is off the critical path. Step
+    time 48 cycles; the chain is every task but 0U@0, with the shares 10, 4, 0, 8, 10, 6,
     4, 0, 6 (of 48).
     """
     prog = TaskGraph(stages=2, replicas=1, clock=1000.0)
-    f0 = prog.add("0F0", "forward", 0, ("compute",), 10, layer=0, micro_batch=0)
-    u0 = prog.add("0U0", "update", 0, ("ddr",), 5, deps=(f0,), layer=0)
+    f0 = prog.add("0F0@0", "forward", 0, ("compute",), 10, layer=0, micro_batch=0)
+    u0 = prog.add("0U@0", "update", 0, ("ddr",), 5, deps=(f0,), layer=0)
     send_f = prog.add("0SEND_F0", "send", 0, ("tx", (1, 0, "rx")), 4, deps=(f0,), micro_batch=0)
     recv_f = prog.add("1RECV_F0", "send", 1, (), 0, deps=(send_f,), micro_batch=0)
-    prog.add("1R1", "recover", 1, ("compute",), 8, deps=(recv_f,), priority=0, layer=1, micro_batch=1)
-    f1 = prog.add("1F0", "forward", 1, ("compute",), 10, deps=(recv_f,), layer=1, micro_batch=0)
-    b1 = prog.add("1B0", "backward", 1, ("compute",), 6, deps=(f1,), layer=1, micro_batch=0)
+    prog.add("1R1@1", "recover", 1, ("compute",), 8, deps=(recv_f,), priority=0, layer=1, micro_batch=1)
+    f1 = prog.add("1F0@1", "forward", 1, ("compute",), 10, deps=(recv_f,), layer=1, micro_batch=0)
+    b1 = prog.add("1B0@1", "backward", 1, ("compute",), 6, deps=(f1,), layer=1, micro_batch=0)
     send_b = prog.add("1SEND_B0", "send", 1, ("tx", (0, 0, "rx")), 4, deps=(b1,), micro_batch=0)
     recv_b = prog.add("0RECV_B0", "send", 0, (), 0, deps=(send_b,), micro_batch=0)
-    prog.add("0B0", "backward", 0, ("compute",), 6, deps=(recv_b, u0), layer=0, micro_batch=0)
+    prog.add("0B0@0", "backward", 0, ("compute",), 6, deps=(recv_b, u0), layer=0, micro_batch=0)
     return prog
 
 
 EXPECTED_CHAIN = """\
 critical path of the measured step (cycles 0..48): 9 tasks
   task           layer kind       stage          start        cycles        time    share  bound by
-  0F0                0 forward        0              0            10   10.000 ms  20.83 %  starts the run
-  0SEND_F0           - send           0             10             4    4.000 ms   8.33 %  dependency on 0F0
+  0F0@0              0 forward        0              0            10   10.000 ms  20.83 %  starts the run
+  0SEND_F0           - send           0             10             4    4.000 ms   8.33 %  dependency on 0F0@0
   1RECV_F0           - send           1             14             0      0.0 ns   0.00 %  dependency on 0SEND_F0
-  1R1                1 recover        1             14             8    8.000 ms  16.67 %  dependency on 1RECV_F0
-  1F0                1 forward        1             22            10   10.000 ms  20.83 %  resource s1.compute held by 1R1
-  1B0                1 backward       1             32             6    6.000 ms  12.50 %  dependency on 1F0
-  1SEND_B0           - send           1             38             4    4.000 ms   8.33 %  dependency on 1B0
+  1R1@1              1 recover        1             14             8    8.000 ms  16.67 %  dependency on 1RECV_F0
+  1F0@1              1 forward        1             22            10   10.000 ms  20.83 %  resource s1.compute held by 1R1@1
+  1B0@1              1 backward       1             32             6    6.000 ms  12.50 %  dependency on 1F0@1
+  1SEND_B0           - send           1             38             4    4.000 ms   8.33 %  dependency on 1B0@1
   0RECV_B0           - send           0             42             0      0.0 ns   0.00 %  dependency on 1SEND_B0
-  0B0                0 backward       0             42             6    6.000 ms  12.50 %  dependency on 0RECV_B0
+  0B0@0              0 backward       0             42             6    6.000 ms  12.50 %  dependency on 0RECV_B0
   total                                                           48   48.000 ms 100.00 %
+  by kind: forward 41.67 % (2 tasks), backward 25.00 % (2 tasks), recover 16.67 % (1 task), send 16.67 % (4 tasks)
 """
+
+
+def test_a_long_chain_prints_its_ends_and_each_kinds_share_and_keeps_every_task_in_json():
+    from ratc.vm.system.critical import SHOWN_ENDS, ChainTask, CriticalChain
+
+    n = 2 * SHOWN_ENDS + 11
+    tasks = tuple(ChainTask(i, f"0{'FB'[i % 2]}{i}", ("forward", "backward")[i % 2], 0, 0, 1, 0, 10 * i, 10, 10,
+                            "dependency", i - 1, "x", ()) for i in range(n))
+    chain = CriticalChain((0, 10 * n), 1000.0, True, tasks)
+    lines = chain.text().splitlines()
+    assert len(lines) == 2 + 2 * SHOWN_ENDS + 1 + 2
+    assert lines[2 + SHOWN_ENDS] == f"  ... 11 more tasks, 110.000 ms ({100 * 11 / n:.2f} %; all in --json and --dag) ..."
+    assert lines[2].startswith("  0F0 ") and lines[-3].startswith(f"  0F{n - 1} ")
+    forward = (n + 1) // 2
+    assert lines[-1] == (f"  by kind: forward {100 * forward / n:.2f} % ({forward} tasks), "
+                         f"backward {100 * (n - forward) / n:.2f} % ({n - forward} tasks)")
+    assert len(chain.as_dict()["tasks"]) == n
 
 
 def test_critical_path_of_a_two_stage_program_is_its_known_chain():
@@ -66,7 +84,7 @@ def test_critical_path_of_a_two_stage_program_is_its_known_chain():
     assert [t["share_cycles"] for t in d["tasks"]] == [10, 4, 0, 8, 10, 6, 4, 0, 6]
     waited = d["tasks"][4]
     assert (waited["task"], waited["bound_by"], waited["after"], waited["resources"]) == \
-        ("1F0", "resource", "1R1", ["s1.compute"])
+        ("1F0@1", "resource", "1R1@1", ["s1.compute"])
     assert d["tasks"][0]["bound_by"] == "start" and d["tasks"][0]["after"] is None
 
 
@@ -98,7 +116,7 @@ def test_a_critical_chain_that_is_no_path_of_the_dag_is_refused():
     tl = simulate(two_stage_program())
     graph = task_graph(tl)
     graph.remove_edge(5, 6)                     # 1F0 -> 1B0
-    with pytest.raises(RatcError, match="1B0 .* started on the end of 1F0 .* no dependency of it"):
+    with pytest.raises(RatcError, match="1B0@1 .* started on the end of 1F0@1 .* no dependency of it"):
         critical_chain(tl, graph)
 
 
@@ -128,7 +146,7 @@ def test_dot_of_the_task_dag_has_a_line_per_task_and_dependency_and_is_determini
     edges = {(int(m[1]), int(m[2])) for line in lines if (m := re.fullmatch(r"  (\d+) -> (\d+);", line))}
     assert nodes == {i: t.name for i, t in enumerate(prog.tasks)}
     assert edges == {(d, i) for i, t in enumerate(prog.tasks) for d in t.deps}
-    assert '1 [label="0U0", name="0U0", kind="update", stage=0, replica=0, step=0, layer=0, micro_batch=-1, ' \
+    assert '1 [label="0U@0", name="0U@0", kind="update", stage=0, replica=0, step=0, layer=0, micro_batch=-1, ' \
            'resources="s0.ddr", duration=5, start=10, end=15];' in text
 
 
@@ -142,10 +160,10 @@ def test_run_critical_path_of_a_compiled_program_sums_to_its_step_time(tiny_prog
     text = capsys.readouterr().out
     cycles = int(re.search(r"^step time .* \((\d+) cycles\)$", text, re.M)[1])
     chain = text[text.index("critical path of the measured step"):].splitlines()
-    total = re.fullmatch(r"  total +(\d+) +\S+ \S+ +100\.00 %", chain[-1])
+    total = re.fullmatch(r"  total +(\d+) +\S+ \S+ +100\.00 %", chain[-2])
     assert total and int(total[1]) == cycles
-    shares = [float(m[1]) for line in chain[2:-1] if (m := re.search(r" (\d+\.\d\d) %  ", line))]
-    assert len(shares) == len(chain) - 3 > 10
+    shares = [float(m[1]) for line in chain[2:-2] if (m := re.search(r" (\d+\.\d\d) %  ", line))]
+    assert len(shares) == len(chain) - 4 > 10
     assert sum(shares) == pytest.approx(100.0, abs=0.01 * len(shares))
 
     assert main(["run", str(tiny_program), "--critical-path", "--json"]) == 0

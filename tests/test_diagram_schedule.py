@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ratc.lifecycle.actions import parse
 from ratc.report import diagram
 from ratc.report.build import DIAGRAM_POLICIES, policy_diagram
 from ratc.report.from_vm import task_label
@@ -74,10 +75,15 @@ def test_diagram_data_is_the_simulated_schedule(planner, diagrams, policy):
 def test_main_lane_follows_megatron_1f1b(diagrams, policy):
     data, _ = diagrams[policy]
     for stage, order in MEGATRON_1F1B.items():
-        main = sorted((iv for iv in data.intervals if iv.stage == stage and iv.lane == "F/B"),
-                      key=lambda iv: iv.start)
-        labels = [iv.label for k, iv in enumerate(main) if k == 0 or iv.label != main[k - 1].label]
-        assert " ".join(labels) == order
+        (row,) = [r for r in diagram.layout(data) if r.stage == stage and r.lane == "F/B"]
+        # each box is one layer's task ('F3@12'); a micro-batch's run through the stage's
+        # layers is labelled once, with its range in issue order ('F3@9-16', 'B3@16-9')
+        labels = [label for label, _, _ in diagram._label_runs(row)]
+        assert " ".join(label.split("@")[0] for label in labels) == order
+        units = sorted({parse(f"{stage}{iv.label}").unit for iv in row.intervals})
+        assert units == list(range(units[0], units[-1] + 1))
+        ranges = {"F": f"@{units[0]}-{units[-1]}", "B": f"@{units[-1]}-{units[0]}"}
+        assert all(label.endswith(ranges[label[0]]) for label in labels), labels
 
 
 def compute_order(data, stage: int) -> list:

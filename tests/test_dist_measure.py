@@ -22,11 +22,11 @@ EXAMPLE = str(Path(__file__).parents[1] / "examples" / "llama.py")
 
 
 @pytest.mark.parametrize("name,expected", [
-    ("0F3", (0, "forward", "F")), ("12B0", (12, "backward", "B")), ("1R2", (1, "recover", "R")),
-    ("0SEND_F3", (0, "send", "SEND_F")), ("1RECV_B0", (1, "recv", "RECV_B")), ("0G5", (0, "grad_sync", "G")),
-    ("0RS5.1", (0, "reduce", "RS")), ("1AG4.0", (1, "gather", "AG")), ("0U2", (0, "update", "U")),
-    ("0P2", (0, "prefetch", "P")), ("0T0", (0, "tie_sum", "T")), ("0PARAM3", (0, "marker", "PARAM")),
-    ("1F0#2", (1, "forward", "F")),
+    ("0F3@1", (0, "forward")), ("12B0@40", (12, "backward")), ("1R2@3", (1, "recover")),
+    ("0SEND_F3", (0, "send")), ("1RECV_B0", (1, "recv")), ("0G@5", (0, "grad_sync")),
+    ("0RS1@5", (0, "reduce")), ("1AG_F0@4", (1, "gather")), ("0U@2", (0, "update")),
+    ("0P@2", (0, "prefetch")), ("0T@0", (0, "tie_sum")), ("0PARAM@3", (0, "marker")),
+    ("1F0@2#2", (1, "forward")),
 ])
 def test_action_names_give_their_stage_and_task_kind(name, expected):
     assert task_kind(name) == expected
@@ -45,18 +45,18 @@ def _rank_events(p: int, step: int, scale: float) -> list:
     """One step of a stage of a P=2 program: every figure in ms, times `scale`."""
     s = 1000 * step
     if p == 0:
-        return [_event("compute", "0F0", "forward", s, s + 2 * scale, step),
-                _event("compute", "0F1", "forward", s + 2, s + 2 + 3 * scale, step),
+        return [_event("compute", "0F0@0", "forward", s, s + 2 * scale, step),
+                _event("compute", "0F1@0", "forward", s + 2, s + 2 + 3 * scale, step),
                 _event("compute", "0SEND_F0", "send", s + 5, s + 6, step),      # an issue: not counted
                 _event("send", "0SEND_F0", "send", s + 5, s + 900, step),       # waited at the step's end
                 _event("receive", "0RECV_B0", "send", s + 10, s + 10 + 4 * scale, step),
                 _event("waits", "wait 0RECV_B0", "wait", s + 12, s + 14, step),
-                _event("compute", "0B0", "backward", s + 20, s + 20 + 5 * scale, step),
-                _event("collectives", "0G0", "grad_sync", s + 30, s + 30 + 6 * scale, step),
-                _event("compute", "0U0", "update", s + 40, s + 41, step)]
+                _event("compute", "0B0@1", "backward", s + 20, s + 20 + 5 * scale, step),
+                _event("collectives", "0G@0", "grad_sync", s + 30, s + 30 + 6 * scale, step),
+                _event("compute", "0U@0", "update", s + 40, s + 41, step)]
     return [_event("receive", "1RECV_F0", "send", s + 5, s + 5 + 7 * scale, step),
-            _event("compute", "1F0", "forward", s + 12, s + 12 + 8 * scale, step),
-            _event("compute", "1B0", "backward", s + 20, s + 20 + 9 * scale, step)]
+            _event("compute", "1F0@2", "forward", s + 12, s + 12 + 8 * scale, step),
+            _event("compute", "1B0@2", "backward", s + 20, s + 20 + 9 * scale, step)]
 
 
 def _prediction(**kinds) -> Prediction:
@@ -103,10 +103,10 @@ def test_a_transfer_or_collective_is_timed_from_when_its_last_member_issued_it()
     at most 5 ms; an all-reduce issued at 0 and 4 ms by the two replicas, seen complete at 9
     and 6 ms, at most 5 and 2 ms. Waits count from the same instants: a wait from 3 ms for
     that receive blocked on the transfer 5 ms, one from 1 ms for that all-reduce 5 ms."""
-    stage0 = [[_event("send", "0SEND_F0", "send", 10, 30, 1), _event("collectives", "0G0", "grad_sync", 0, 9, 1),
-               _event("waits", "wait 0G0", "wait", 1, 9, 1)],
-              [_event("send", "0SEND_F0", "send", 1, 30, 1), _event("collectives", "0G0", "grad_sync", 4, 6, 1),
-               _event("waits", "wait 0G0", "wait", 5, 6, 1)]]
+    stage0 = [[_event("send", "0SEND_F0", "send", 10, 30, 1), _event("collectives", "0G@0", "grad_sync", 0, 9, 1),
+               _event("waits", "wait 0G@0", "wait", 1, 9, 1)],
+              [_event("send", "0SEND_F0", "send", 1, 30, 1), _event("collectives", "0G@0", "grad_sync", 4, 6, 1),
+               _event("waits", "wait 0G@0", "wait", 5, 6, 1)]]
     stage1 = [[_event("receive", "1RECV_F0", "send", 2, 15, 1), _event("waits", "wait 1RECV_F0", "wait", 3, 15, 1)],
               [_event("receive", "1RECV_F0", "send", 3, 4, 1)]]
     results = [RankResult(0, step_seconds=[1.0, 0.5], trace=stage0 + stage1)] + [RankResult(r) for r in (1, 2, 3)]
@@ -129,8 +129,8 @@ def test_a_tie_sum_waits_for_the_other_stages_copy():
     ties = tie_members(compile_for(TrainConfig(model=EXAMPLE, preset="tiny-tied", P=2, D=1, Z=0, act="full", M=2,
                                                b=1, reference=False)))
     assert ties == {0: ((0, 0), (1, 5)), 5: ((0, 0), (1, 5))}
-    trace = [[_event("collectives", "0T0", "grad_sync", 6, 9.5, 1)],
-             [_event("collectives", "1T5", "grad_sync", 1, 9, 1)]]
+    trace = [[_event("collectives", "0T@0", "grad_sync", 6, 9.5, 1)],
+             [_event("collectives", "1T@5", "grad_sync", 1, 9, 1)]]
     results = [RankResult(0, step_seconds=[1.0, 0.5], trace=trace), RankResult(1)]
     rows = {(r.kind, r.stage): r.measured for r in measure(results, 1, 1, _prediction(), ties).rows}
     assert rows[("tie_sum", 1)].samples == pytest.approx((3e-3,))
@@ -166,15 +166,15 @@ def test_the_vms_per_kind_times_split_a_co_running_recover_from_its_host():
     that adds 30 is 70 of forward and 30 of recover; the Recover task itself (no engine)
     counts nothing, nor do markers, receives, replica 1 and the step before."""
     cpu = ((0, 0, "compute"),)
-    tasks = [Task("0F0", "forward", 0, 0, cpu, 100, step=1, corun=30),
-             Task("0R0", "recover", 0, 0, (), 100, step=1),
-             Task("1B0", "backward", 1, 0, ((1, 0, "compute"),), 40, step=1),
-             Task("1R0", "recover", 1, 0, ((1, 0, "compute"),), 25, step=1),    # a recover of its own
+    tasks = [Task("0F0@0", "forward", 0, 0, cpu, 100, step=1, corun=30),
+             Task("0R0@1", "recover", 0, 0, (), 100, step=1),
+             Task("1B0@2", "backward", 1, 0, ((1, 0, "compute"),), 40, step=1),
+             Task("1R0@2", "recover", 1, 0, ((1, 0, "compute"),), 25, step=1),    # a recover of its own
              Task("0SEND_F0", "send", 0, 0, ((0, 0, "tx"),), 7, step=1),
              Task("1RECV_F0", "send", 1, 0, (), 0, step=1),
-             Task("0PARAM0", "marker", 0, 0, (), 0, step=1),
-             Task("0F0", "forward", 0, 1, cpu, 500, step=1),
-             Task("0F0", "forward", 0, 0, cpu, 900, step=0)]
+             Task("0PARAM@0", "marker", 0, 0, (), 0, step=1),
+             Task("0F0@0", "forward", 0, 1, cpu, 500, step=1),
+             Task("0F0@0", "forward", 0, 0, cpu, 900, step=0)]
     tl = SimpleNamespace(program=SimpleNamespace(tasks=tasks, steps=2, clock=10.0))
     assert vm_kind_seconds(tl) == {("forward", 0): 7.0, ("recover", 0): 3.0, ("backward", 1): 4.0,
                                    ("recover", 1): 2.5, ("send", 0): 0.7}

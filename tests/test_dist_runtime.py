@@ -208,6 +208,16 @@ def test_the_real_trace_has_the_vms_layout_and_task_names(tmp_path, capfd):
     assert named(slices, compute) == named(vm, compute)
     assert named(slices, {"grad_sync", "prefetch"}) == named(vm, {"grad_sync", "prefetch"})
     assert {n for n in named(slices, {"send"}) if "SEND" in n} == named(vm, {"send"})
+    # every slice (a wait too) is a task name; its args hold the long form, the VM's for the same task
+    from ratc.lifecycle.actions import parse
+    long = {e["name"]: e["args"]["description"] for e in vm}
+    for e in slices:
+        a = parse(e["name"].removeprefix("wait "))
+        assert f"on stage {a.stage}" in e["args"]["description"], e
+        assert a.mb is None or f"micro-batch {a.mb}" in e["args"]["description"], e
+        assert e["args"]["description"] == long.get(e["name"], e["args"]["description"]), e
+        assert e["args"]["description"].startswith("Wait for the ") == e["name"].startswith("wait "), e
+    assert any(e["name"] in long for e in slices)
     rows = csv.read_text().splitlines()
     assert rows[0] == "step,loss,seconds,exposed_comm_seconds" and len(rows) == 3
 

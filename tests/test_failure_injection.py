@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ratc.cli.main import main
+from ratc.lifecycle.actions import parse
 from ratc.planner.failures import (checkpoint_cost, daly_interval, failure_spec, steps_between_checkpoints,
                                    system_mtbf)
 from ratc.planner.search import Planner
@@ -132,6 +133,8 @@ def test_fail_at_loses_the_hand_computed_work_of_a_tiny_program(tiny_program, ca
     assert f["lost_work_s"] == pytest.approx(3.5 * step)
     assert f["restart_s"] == pytest.approx(600.0 + read)
     assert f["back_at_s"] == pytest.approx(at + 600.0 + read + 3.5 * step)
+    # what it cut short, by task name (ratc.lifecycle.actions): stage 1's tasks
+    assert f["running"] and {parse(r.split(" (")[0]).stage for r in f["running"]} == {1}, f["running"]
     # during the save after step 10: that checkpoint is lost, so the work since the one after step 5
     at = segment + 5 * step + write / 2
     f = fail_at(capsys, tiny_program, "--fail-at", f"0:{at!r}s", "--checkpoint-every", "5")["failure"]

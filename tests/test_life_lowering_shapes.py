@@ -23,21 +23,21 @@ STATE_CASES = {
     # bulk: every GradSync after the whole backward (latest layer first), then the updates,
     # then the prefetches
     "bulk": """
-        CHECK: stage 0: 0F0 0B0 0F1 0B1 0G3 0G2 0G1 0G0 0U{{[0-3]}}
+        CHECK: stage 0: 0F0@0-3 0B0@3-0 0F1@0-3 0B1@3-0 0G@3-0 0U@{{[0-3]}}
         CHECK-NOT: 0G
-        CHECK-NOT: 0P{{[0-3]}} {{.*}}0U
+        CHECK-NOT: 0P@{{[0-3]}}{{.*}} {{.*}}0U
     """,
     # layerwise: GradSync(l) right after layer l's last Backward, overlapping the backward of
     # the layers below it; update and prefetch stay at the step end
     "layerwise": """
-        CHECK: stage 0: 0F0 0B0 0F1 0B1 0G3 0B1 0G2 0B1 0G1 0B1 0G0 0U{{[0-3]}}
+        CHECK: stage 0: 0F0@0-3 0B0@3-0 0F1@0-3 0B1@3 0G@3 0B1@2 0G@2 0B1@1 0G@1 0B1@0 0G@0 0U@{{[0-3]}}
         CHECK-NOT: 0G
     """,
     # deadline: each layer's UpdateShard and PrefetchW follow its own GradSync, served
     # earliest deadline (next use) first: layer 1's prefetch, released with the free
     # embedding's, goes after it, as the next step's Forward uses the embedding first
     "deadline": """
-        CHECK: stage 0: 0F0 0B0 0F1 0B1 0G3 0U3 0P3 0B1 0G2 0U2 0P2 0B1 0G1 0U1 0B1 0G0 0U0 0P0 0P1{{$}}
+        CHECK: stage 0: 0F0@0-3 0B0@3-0 0F1@0-3 0B1@3 0G@3 0U@3 0P@3 0B1@2 0G@2 0U@2 0P@2 0B1@1 0G@1 0U@1 0B1@0 0G@0 0U@0 0P@0-1{{$}}
     """,
 }
 
@@ -51,8 +51,8 @@ def test_zero2_reduce_scatters_each_bucket_after_its_backward(tmp_path):
     # ZeRO-2: micro-batch m's bucket of layer l is reduce-scattered right after Backward(l, m);
     # the last micro-batch's by GradSync(l) itself, under bulk too
     checks = """
-        CHECK: stage 0: 0F0 0B0 0RS2.0 0B0 0RS1.0 0B0 0RS0.0
-        CHECK-SAME: 0F1 0B1 0G2 0B1 0G1 0B1 0G0 0U
+        CHECK: stage 0: 0F0@0-2 0B0@2 0RS0@2 0B0@1 0RS0@1 0B0@0 0RS0@0
+        CHECK-SAME: 0F1@0-2 0B1@2 0G@2 0B1@1 0G@1 0B1@0 0G@0 0U
         CHECK-NOT: RS
     """
     filecheck(actions(plan_text([[LAYER]], M=2, D=2, Z=2, pref="bulk")), checks, tmp_path)
@@ -64,14 +64,14 @@ RECOVERY_CASES = {
     # backward-time recovery: Recover(l, m) waits for the gradient and runs right before its
     # Backward, on the compute engine
     "ckpt": """
-        CHECK: stage 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0R0 0B0 0F2 0SEND_F2 0RECV_B1 0R1 0B1 0RECV_B2 0R2 0B2
-        CHECK: stage 1: 1RECV_F0 1F0 1B0 1R0 1B0 1SEND_B0
+        CHECK: stage 0: 0F0@0-1 0SEND_F0 0F1@0-1 0SEND_F1 0RECV_B0 0R0@1 0B0@1-0 0F2@0-1 0SEND_F2 0RECV_B1 0R1@1 0B1@1-0 0RECV_B2 0R2@1 0B2@1
+        CHECK: stage 1: 1RECV_F0 1F0@2-3 1B0@3 1R0@2 1B0@2 1SEND_B0
     """,
     # FSR: a Backward's first Recover moves ahead of the wait for its gradient, next to the
     # Forward issued before it (in the cool-down, the previous Backward)
     "fsr": """
-        CHECK: stage 0: 0F0 0SEND_F0 0F1 0R0 0SEND_F1 0RECV_B0 0B0 0F2 0R1 0SEND_F2 0RECV_B1 0B1 0R2 0RECV_B2 0B2
-        CHECK: stage 1: 1RECV_F0 1F0 1B0 1R0 1B0 1SEND_B0
+        CHECK: stage 0: 0F0@0-1 0SEND_F0 0F1@0-1 0R0@1 0SEND_F1 0RECV_B0 0B0@1-0 0F2@0-1 0R1@1 0SEND_F2 0RECV_B1 0B1@1-0 0R2@1 0RECV_B2 0B2@1
+        CHECK: stage 1: 1RECV_F0 1F0@2-3 1B0@3 1R0@2 1B0@2 1SEND_B0
     """,
 }
 

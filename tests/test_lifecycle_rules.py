@@ -357,17 +357,24 @@ def test_lower_to_life_act_policy_overrides_the_plans():
 
 
 def test_over_budget_error_names_the_task_running_at_the_peak():
-    """The over-budget message says which task runs at the peak op (`during 0B1`): the
-    action token of that op's own micro-batch and kind."""
+    """The over-budget message names the op at the peak by its task name (`0B1@2`), which
+    parses back to that op's own kind, micro-batch and layer (the same program compiled
+    without a budget holds the op at that index)."""
     import re
 
+    from ratc.lifecycle.actions import parse
 
     with pytest.raises(PassFailure) as info:
         compile_tiny(P=2, A=4, budget="1MB")
-    m = re.search(r"at op #\d+ \(life\.(fwd|bwd|recover) \(unit \d+, mb (\d+)\) during (\d)([FBR])(\d+)\)", str(info.value))
+    m = re.search(r"stage (\d+) needs .* at op #(\d+) \(life\.(fwd|bwd|recover) (\S+?)(?:, during \S+)?\);",
+                  str(info.value))
     assert m, str(info.value)
-    kind, mb, _, letter, tok_mb = m.groups()
-    assert (letter, tok_mb) == ({"fwd": "F", "bwd": "B", "recover": "R"}[kind], mb)
+    stage, index, kind, name = int(m[1]), int(m[2]), m[3], m[4]
+    op = find_pipeline(compile_tiny(P=2, A=4)).region.ops[stage].region.ops[index]
+    assert op.name == f"life.{kind}"
+    a = parse(name)
+    assert (a.stage, a.kind, a.mb, a.unit) == (stage, {"fwd": "F", "bwd": "B", "recover": "R"}[kind],
+                                               op.attributes["mb"], op.attributes["unit"])
 
 
 def test_tensor_parallel_all_reduces_are_megatrons():

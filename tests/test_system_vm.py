@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ratc.lifecycle.actions import parse
 from ratc.vm.system.collectives import ring
 from ratc.vm.system.driver import run_module
 from ratc.vm.system.engine import simulate
@@ -42,13 +43,12 @@ def issue_order(tl, p):
     """Stage p's Forwards and Backwards as (F|B, micro-batch) in the order the VM started them
     (a micro-batch's tasks of one stage, one per unit, count once)."""
     prog = tl.program
-    k = len(str(p))
     main = sorted((tl.start[i], i) for i, t in enumerate(prog.tasks)
                   if t.stage == p and t.replica == 0 and t.step == 0 and t.kind in ("forward", "backward"))
     out = []
     for _, i in main:
-        name = prog.tasks[i].name
-        task = (name[k], int(name[k + 1:]))
+        a = parse(prog.tasks[i].name)
+        task = (a.kind, a.mb)
         if not out or out[-1] != task:
             out.append(task)
     return out
@@ -224,7 +224,7 @@ def test_over_budget_plan_stops_with_out_of_memory_report():
     # 1F1B: stage 0 holds min(P, M) = 2 micro-batches, 500 + 2 * 1000 > 2400 when layer 1's
     # Forward of micro-batch 1 starts at cycle 3 (the embedding is free); stage 1 never
     # holds more than one (1500).
-    assert (oom.stage, oom.replica, oom.time, oom.task) == (0, 0, 3, "0F1")
+    assert (oom.stage, oom.replica, oom.time, oom.task) == (0, 0, 3, "0F1@1")
     assert oom.live == [("step0.saved1_0", 1000), ("step0.saved1_1", 1000), ("step0.w1", 500)]
     assert "out of memory on stage 0" in str(oom) and "step0.saved1_1" in str(oom)
     assert oom.as_dict()["budget_bytes"] == 2400
@@ -235,12 +235,12 @@ def test_trace_has_one_track_per_resource_and_action_names():
     tl, _ = simulated(plan_text([[layer]] * 2, M=2, p2p=4), steps=1)
     trace = json.loads(json.dumps(chrome_trace(tl)))
     names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
-    assert {"0F0", "0F1", "1F0", "1B0", "0B1", "0SEND_F0", "1SEND_B1"} <= names
+    assert {"0F0@1", "0F1@1", "1F0@2", "1B0@2", "0B1@1", "0SEND_F0", "1SEND_B1"} <= names
     threads = {(e["pid"], e["args"]["name"]) for e in trace["traceEvents"] if e["name"] == "thread_name"}
     assert threads == {(p, r) for p in (0, 1) for r in ("compute", "ddr", "tx", "rx")}
     # the DDR track holds the two layers' UpdateShards: 2 cycles each, in microseconds
     ddr = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["tid"] == 1 and e["dur"] > 0]
-    assert sorted(e["name"] for e in ddr) == ["0U1", "1U2"]
+    assert sorted(e["name"] for e in ddr) == ["0U@1", "1U@2"]
     assert all(e["dur"] == pytest.approx(2e6 / mt3000().dsp.clock) for e in ddr)
 
 

@@ -113,12 +113,32 @@ def test_vm_peak_stays_within_eq9_under_zero2_and_3(tiny, config):
         assert vm <= 1.005 * float(mem.total[0, p]), f"stage {p}: VM {vm} above Eq. 9 {float(mem.total[0, p])}"
 
 
-def test_trace_of_compiled_program_uses_action_notation(tiny):
+def test_trace_slices_are_named_by_parsable_tokens_with_the_long_form_in_their_args(tiny):
+    """Every slice of a compiled program's trace is a token that parses back to its task's
+    stage, micro-batch and layer, and its args describe it in words: the tiny preset's 4
+    decoder layers are units 1..4, unit 0 the embedding and unit 5 the head."""
+    from ratc.lifecycle.actions import parse
     from ratc.vm.system.trace import chrome_trace
     module = compile_candidate(tiny, parse_config("P=2,D=2,Z=2,b=1,A=2,FSR,deadline"), MT3000)
     tl, _ = run_module(module, MT3000, steps=1, memory_limit=False)
-    names = {e["name"] for e in chrome_trace(tl)["traceEvents"] if e["ph"] == "X"}
-    assert {"0F0", "0F1", "1B0", "0B1", "0SEND_F0", "1SEND_B1", "0G1#0", "0U1", "0P1#0"} <= names
+    slices = [e for e in chrome_trace(tl)["traceEvents"] if e["ph"] == "X"]
+    names = {e["name"] for e in slices}
+    assert {"0F0@1", "0F1@2", "1B0@5", "0B1@0", "0SEND_F0", "1SEND_B1", "0G@1#0", "0U@1", "0P@1#0",
+            "0RS0@2#0", "1R0@3"} <= names
+    words = {0: "the embedding", 5: "the head"}
+    for e in slices:
+        a, args = parse(e["name"]), e["args"]
+        assert f"on stage {a.stage}" in args["description"], e
+        assert a.unit == args.get("layer") and a.mb == args.get("micro_batch", a.mb), e
+        if a.unit is not None:
+            assert words.get(a.unit, f"layer {a.unit}") in args["description"], e
+        if a.mb is not None:
+            assert f"micro-batch {a.mb}" in args["description"], e
+    long = {e["name"]: e["args"]["description"] for e in slices}
+    assert long["0F1@2"] == "Forward of micro-batch 1 through layer 2 on stage 0"
+    assert long["1B0@5"] == "Backward of micro-batch 0 through the head on stage 1"
+    assert long["0G@1#0"] == "GradSync of layer 1 on stage 0 (ring step 0)"
+    assert long["1SEND_B1"] == "Send of micro-batch 1's gradient to stage 0 on stage 1"
 
 
 def test_op_without_handler_is_named():

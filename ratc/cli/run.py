@@ -67,7 +67,8 @@ def register(subparsers) -> None:
     p.add_argument("-o", "--output", help="write the report to a file instead of stdout")
     p.add_argument("--kernel", metavar="STAGE:TASK",
                    help="instead of simulating, run the kernels one task calls (GEMM and attention-backward, "
-                        "e.g. 0:F3 or 0:B3) with real numerics on random inputs and check them against numpy")
+                        "e.g. 0:F3, or 0:B3@2 for one layer as schedule.txt names it) with real numerics on random "
+                        "inputs and check them against numpy")
     p.add_argument("--seed", type=int, default=RunRequest.seed, help="seed of the random inputs for --kernel (default 0)")
     p.add_argument("--fail-at", metavar="CLUSTER:TIME",
                    help="inject a failure of cluster CLUSTER (stage x D + replica) at TIME (e.g. 90s, 2h) into a "
@@ -84,7 +85,8 @@ def spot_check(program, args: RunRequest) -> int:
     """`--kernel STAGE:TASK`: execute the kernels that task calls and compare them with numpy."""
     from ratc.io import write_output
     from ratc.codegen.assembler import assemble
-    from ratc.codegen.spot_check import check_kernel, task_ops
+    from ratc.codegen.spot_check import check_kernel
+    from ratc.lifecycle.actions import task_ops
     from ratc.lifecycle.lowering import find_pipeline
     from ratc.program_check import program_platform
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,8 +12,6 @@ from ratc.errors import RatcError
 # MACs a spot check would take minutes, so it asks for a smaller model or timing mode.
 MAX_FULL_EXECUTION_MACS = 2**28
 
-_TASK = re.compile(r"(\d+)\s*:\s*(\d+)?([FBR])(\d+)")
-_TASK_OPS = {"F": "life.fwd", "B": "life.bwd", "R": "life.recover"}
 
 
 @dataclass(frozen=True)
@@ -30,25 +27,6 @@ class KernelCheck:
     @property
     def ok(self) -> bool:
         return self.max_abs_error <= self.tolerance
-
-
-def task_ops(pipe, spec: str) -> tuple[int, list]:
-    """(stage, ops) of a task named 'STAGE:TASK', e.g. '0:F3' or '1:1B0' (one op per unit)."""
-    m = _TASK.fullmatch(spec.strip())
-    if not m:
-        raise RatcError(f"--kernel {spec!r}: expected STAGE:TASK such as 0:F3, 1:B0 or 0:R2 "
-                        "(forward, backward or recover of a micro-batch)")
-    stage, again, kind, mb = int(m.group(1)), m.group(2), m.group(3), int(m.group(4))
-    if again is not None and int(again) != stage:
-        raise RatcError(f"--kernel {spec!r}: the task names stage {again}, not {stage}")
-    stages = {s.attributes["stage"]: s for s in pipe.region.ops}
-    if stage not in stages:
-        raise RatcError(f"--kernel {spec!r}: the program has stages 0..{len(stages) - 1}")
-    ops = [op for op in stages[stage].region.ops if op.name == _TASK_OPS[kind] and op.attributes["mb"] == mb]
-    if not ops:
-        raise RatcError(f"--kernel {spec!r}: stage {stage} runs no task {stage}{kind}{mb} "
-                        "(see schedule.txt for its tasks)")
-    return stage, ops
 
 
 def check_kernel(program, platform, shape: tuple, seed: int, kind: str = "gemm") -> KernelCheck:

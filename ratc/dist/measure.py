@@ -9,31 +9,28 @@ not depend on how finely the runtime and the VM cut the same work into tasks.
 
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import dataclass
 
 from ratc.errors import RatcError
+from ratc.lifecycle.actions import Action, parse
 
 # Rows in this order: compute first, then transfers and collectives, then the state chain.
 KINDS = ("forward", "backward", "recover", "send", "grad_sync", "reduce", "tie_sum", "gather", "update",
          "prefetch")
 COMPUTE = frozenset({"forward", "backward", "recover", "update"})
-# action notation (ratc.vm.system.life.action_name) -> kind; longer prefixes first
-_ACTION = re.compile(r"^(\d+)(SEND_[FB]|RECV_[FB]|RS|AG|PARAM|OPT|STEP_END|F|B|R|G|U|P|T)")
+# action kind (ratc.lifecycle.actions) -> the task kind a row counts it as
 _KIND_OF = {"F": "forward", "B": "backward", "R": "recover", "SEND_F": "send", "SEND_B": "send",
             "RECV_F": "recv", "RECV_B": "recv", "G": "grad_sync", "RS": "reduce", "AG": "gather",
             "U": "update", "P": "prefetch", "T": "tie_sum", "PARAM": "marker", "OPT": "marker",
             "STEP_END": "marker"}
 
 
-def task_kind(name: str) -> tuple[int, str, str]:
-    """(stage, kind, action) of a task named in action notation, e.g. '1RECV_B3' ->
-    (1, 'recv', 'RECV_B'); the VM and the runtime name tasks alike."""
-    m = _ACTION.match(name)
-    if m is None:
-        raise RatcError(f"task {name!r} is not in action notation (stage number, then F, B, R, SEND_F, ...)")
-    return int(m.group(1)), _KIND_OF[m.group(2)], m.group(2)
+def task_kind(name: str) -> tuple[int, str]:
+    """(stage, kind) of a task named in action notation, e.g. '1RECV_B3' -> (1, 'recv'); the
+    VM and the runtime name tasks alike (ratc.lifecycle.actions)."""
+    a = parse(name)
+    return a.stage, _KIND_OF[a.kind]
 
 
 @dataclass(frozen=True)
@@ -111,7 +108,7 @@ def vm_kind_seconds(tl) -> dict:
     for t in prog.tasks:
         if t.step != last or t.replica != 0 or t.kind == "marker" or t.alongside:
             continue
-        _, kind, _ = task_kind(t.name)
+        _, kind = task_kind(t.name)
         if kind == "recv":          # (zero cycles: the transfer is its SEND task)
             continue
         out[(kind, t.stage)] = out.get((kind, t.stage), 0.0) + (t.duration - t.corun) / prog.clock
@@ -182,13 +179,13 @@ class Groups:
         the rank of stage p, replica r recorded as `name`. A receive is its sender's transfer
         (1RECV_F3 is 0SEND_F3's, 0RECV_B3 1SEND_B3's); a TieSum's members are its tie
         group's stages, another collective's the stage's replicas."""
-        stage, kind, action = task_kind(name)
-        rest = name[len(str(stage)) + len(action):]
-        if action in ("RECV_F", "RECV_B"):
-            sender = stage - 1 if action == "RECV_F" else stage + 1
-            return "send", sender, ((sender, r, f"{sender}SEND_{action[-1]}{rest}"),)
-        if kind == "tie_sum" and int(rest) in self.ties:
-            return kind, p, tuple((s, r, f"{s}T{u}") for s, u in self.ties[int(rest)])
+        a = parse(name)
+        kind = _KIND_OF[a.kind]
+        if a.kind in ("RECV_F", "RECV_B"):
+            sender = a.stage - 1 if a.kind == "RECV_F" else a.stage + 1
+            return "send", sender, ((sender, r, str(a._replace(stage=sender, kind="SEND" + a.kind[4:]))),)
+        if kind == "tie_sum" and a.unit in self.ties:
+            return kind, p, tuple((s, r, str(Action(s, "T", None, u, u))) for s, u in self.ties[a.unit])
         return kind, p, tuple((p, other, name) for other in range(self.D))
 
     def seconds(self, out: dict, numbered: list, p: int, r: int) -> dict:
@@ -211,7 +208,7 @@ def measured_kind_seconds(events, p: int, r: int, groups: Groups) -> dict:
     step's end)."""
     out: dict = {}
     for track, name, _, start, end, args in events:
-        stage, kind, _ = task_kind(name) if track == "compute" else (p, "", "")
+        _, kind = task_kind(name) if track == "compute" else (p, "")
         if kind in COMPUTE:
             key = (args["step"], kind, p)
             out[key] = out.get(key, 0.0) + (end - start) / 1e9

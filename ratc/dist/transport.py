@@ -18,9 +18,10 @@ import torch
 import torch.distributed as dist
 
 from ratc.errors import RatcError
+from ratc.lifecycle.actions import token
 from ratc.vm.functional.executor import Pending, describe
 from ratc.vm.functional.transport import step_loss
-from ratc.vm.system.life import TASK_KINDS, action_name
+from ratc.vm.system.life import TASK_KINDS
 
 
 COLLECTIVE_KINDS = ("all-reduce", "reduce-scatter", "all-gather")
@@ -95,7 +96,7 @@ class DistTransport:
                 self.recorder.span("waits", f"wait {name}", "wait", start, end, peer=peer)
 
     def _span(self, track: str, op) -> tuple:
-        return (track, action_name(op, self.mesh.p), TASK_KINDS.get(op.name, op.name[5:]), time.time_ns())
+        return (track, token(op, self.mesh.p), TASK_KINDS.get(op.name, op.name[5:]), time.time_ns())
 
     def _peers(self) -> str:
         return "replicas " + ", ".join(self.mesh.where(self.mesh.rank_of(self.mesh.p, r))

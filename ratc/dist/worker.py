@@ -174,6 +174,7 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
     loss, seconds, exposed seconds)` after each step. `specs`: rehearse()'s, if known."""
     from ratc.dist.trace import Recorder
     from ratc.dist.transport import Mesh
+    from ratc.lifecycle.lowering import find_plan
 
     P, D, M, b = _shape(module)
     if world != P * D:
@@ -187,7 +188,7 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
     try:
         mesh = Mesh(P, D, rank, tie_stages(module))
         executor, transport, data = _executor(module, cfg, mesh, specs or rehearse(module, cfg), device)
-        recorder = Recorder() if cfg.trace else None
+        recorder = Recorder(units=len(find_plan(module).region.ops)) if cfg.trace else None
         identity = None
         if cfg.resume is not None or cfg.checkpoint_dir is not None:
             from ratc.vm.functional.checkpoint import identity_of, restore

@@ -7,6 +7,7 @@ from typing import Literal
 from ratc.errors import RatcError
 from ratc.ir.core import Module
 from ratc.lifecycle import liveness, lowering, placement
+from ratc.lifecycle.actions import token, tokens
 from ratc.lifecycle.schedule import reorder_stage
 from ratc.passes.base import Pass, PassContext, PassError, option, register_pass
 from ratc.step.config import ACT_OPTION_NAMES
@@ -184,27 +185,24 @@ class MemoryPlan(Pass):
             return
         stage = pipe.region.ops[worst.stage]
         op = stage.region.ops[worst.peak_at]
-        at = _moment(stage, worst.peak_at)
+        name, at = token(op, worst.stage), _moment(stage, worst.peak_at)
         live = ", ".join(f"%{b.name} {format_bytes(b.size)} ({b.tier})" for b in worst.live_at_peak[:8])
         more = len(worst.live_at_peak) - 8
         raise PassError(
             f"stage {worst.stage} needs {format_bytes(worst.peak)}, over the {format_bytes(budget)} budget, "
-            f"at op #{worst.peak_at} ({op.name}{_task_label(op)} {at}); live there: {live}"
+            f"at op #{worst.peak_at} ({op.name} {name if at == f'during {name}' else f'{name}, {at}'}); "
+            f"live there: {live}"
             + (f", and {more} more" if more > 0 else ""))
 
 
 def _moment(stage, index: int) -> str:
-    """The action token of the task running at op `index` (e.g. 'during 0B3')."""
-    from ratc.lifecycle.actions import tokens
-    toks = tokens(stage.region.ops[:index + 1], stage.attributes["stage"])
-    return f"during {toks[-1]}" if toks else "before the first task"
-
-
-def _task_label(op) -> str:
-    a = op.attributes
-    parts = [f"unit {a['unit']}" if "unit" in a else "", f"mb {a['mb']}" if "mb" in a else ""]
-    text = ", ".join(p for p in parts if p)
-    return f" ({text})" if text else ""
+    """The task running at op `index`: the last listed task up to it (e.g. 'during 0B3@12')."""
+    p = stage.attributes["stage"]
+    for op in reversed(stage.region.ops[:index + 1]):
+        listed = tokens([op], p)
+        if listed:
+            return f"during {listed[0]}"
+    return "before the first task"
 
 
 @register_pass

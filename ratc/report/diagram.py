@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ratc.lifecycle.actions import extend, try_parse
 from ratc.report.data import LANES, PipelineData
 from ratc.report.style import DPI, KIND_COLOR, KIND_NAME, TAIL_COLOR, save, time_unit
 
@@ -52,14 +53,19 @@ def layout(data: PipelineData) -> list:
 
 
 def _label_runs(row: Row) -> list:
-    """(label, start, end) of consecutive boxes with one label (a task split into parts or units)."""
-    runs = []
+    """(label, start, end) of consecutive boxes of one task: one label (a task split into
+    parts), or consecutive layers of one task, labelled with their range ('F3@1-8')."""
+    runs = []           # [label, start, end, the run's Action or None]
     for iv in row.intervals:
-        if runs and runs[-1][0] == iv.label:
+        a = try_parse(f"{row.stage}{iv.label}")
+        grown = extend(runs[-1][3], a) if runs and runs[-1][3] is not None and a is not None else None
+        if grown is not None:
+            runs[-1][0], runs[-1][2], runs[-1][3] = str(grown)[len(str(row.stage)):], iv.end, grown
+        elif runs and runs[-1][0] == iv.label:
             runs[-1][2] = iv.end
         else:
-            runs.append([iv.label, iv.start, iv.end])
-    return runs
+            runs.append([iv.label, iv.start, iv.end, a])
+    return [run[:3] for run in runs]
 
 
 def figure(data: PipelineData, width: float = 14.0):

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_left, bisect_right
 
+from ratc.lifecycle.actions import try_parse
 from ratc.report.data import KIND_LANE, TIERS, Interval, MemoryData, MemorySeries, PipelineData
-
-# A task name is '<stage><action>[#<ring step>]' (0F3, 1B0, 0G5#2); the picture labels a
-# box with the action alone, so the steps of one ring collective read as one task.
-_NAME = re.compile(r"^(\d+)(.*?)(#\d+)?$")
 
 MAIN_KINDS = ("forward", "backward")
 
 
 def task_label(name: str) -> str:
-    """The action part of a VM task name: '0F3' -> 'F3', '2G5#1' -> 'G5'."""
-    m = _NAME.match(name)
-    return m.group(2) if m and m.group(2) else name
+    """A VM task name without its stage and ring step: '0F3@2' -> 'F3@2', '2G@5#1' -> 'G@5'
+    (the steps of one ring collective read as one task); a name outside action notation as is."""
+    a = try_parse(name)
+    return name if a is None else str(a._replace(ring=None))[len(str(a.stage)):]
 
 
 def drawn(task) -> bool:

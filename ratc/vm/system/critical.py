@@ -16,6 +16,8 @@ if TYPE_CHECKING:       # (a graph is only passed in: `ratc run` without --criti
 
 # what let a task of the chain start
 START, DEPENDENCY, RESOURCE = "start", "dependency", "resource"
+# A longer chain prints this many tasks at each end (llama2-7b on 8 clusters: ~4,900 tasks).
+SHOWN_ENDS = 30
 
 
 @dataclass(frozen=True)
@@ -69,20 +71,39 @@ class CriticalChain:
                 "total_s": self.total_cycles / self.clock, "tasks": [t.as_dict(span) for t in self.tasks]}
 
     def text(self) -> str:
+        """The chain as a table, its middle cut when it is long (the first and last
+        SHOWN_ENDS tasks; `--json` and `--dag` hold every one), then each kind's share."""
         w0, w1 = self.window
         span = self.step_cycles
         lines = [f"critical path of the measured step (cycles {w0}..{w1}): {len(self.tasks)} tasks",
                  f"  {'task':<14} {'layer':>5} {'kind':<10} {'stage':>5} {'start':>14} {'cycles':>13} "
                  f"{'time':>11} {'share':>8}  bound by"]
-        for t in self.tasks:
-            stage = str(t.stage) if self.symmetric else f"{t.stage}r{t.replica}"
-            lines.append(f"  {t.name:<14} {t.layer if t.layer >= 0 else '-':>5} {t.kind:<10} {stage:>5} "
-                         f"{t.start:>14} {t.duration:>13} {format_time(t.duration / self.clock):>11} "
-                         f"{_percent(t.share_cycles, span):>8}  {_bound_text(t)}")
+        shown = self.tasks
+        if len(shown) > 2 * SHOWN_ENDS + 1:
+            cut = shown[SHOWN_ENDS:-SHOWN_ENDS]
+            lines += [self._row(t) for t in shown[:SHOWN_ENDS]]
+            left_out = sum(t.share_cycles for t in cut)
+            lines.append(f"  ... {len(cut)} more tasks, {format_time(left_out / self.clock)} "
+                         f"({_percent(left_out, span)}; all in --json and --dag) ...")
+            shown = shown[-SHOWN_ENDS:]
+        lines += [self._row(t) for t in shown]
         total = self.total_cycles
         lines.append(f"  {'total':<14} {'':>5} {'':<10} {'':>5} {'':>14} {total:>13} "
                      f"{format_time(total / self.clock):>11} {_percent(total, span):>8}")
+        by_kind: dict = {}
+        for t in self.tasks:
+            n, cycles = by_kind.get(t.kind, (0, 0))
+            by_kind[t.kind] = (n + 1, cycles + t.share_cycles)
+        lines.append("  by kind: " + ", ".join(
+            f"{kind} {_percent(cycles, span)} ({n} task{'s' if n > 1 else ''})"
+            for kind, (n, cycles) in sorted(by_kind.items(), key=lambda kv: (-kv[1][1], kv[0]))))
         return "\n".join(lines) + "\n"
+
+    def _row(self, t: ChainTask) -> str:
+        stage = str(t.stage) if self.symmetric else f"{t.stage}r{t.replica}"
+        return (f"  {t.name:<14} {t.layer if t.layer >= 0 else '-':>5} {t.kind:<10} {stage:>5} "
+                f"{t.start:>14} {t.duration:>13} {format_time(t.duration / self.clock):>11} "
+                f"{_percent(t.share_cycles, self.step_cycles):>8}  {_bound_text(t)}")
 
 
 def _percent(part: int, whole: int) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ratc.errors import RatcError
 from ratc.gcpause import gc_paused
+from ratc.lifecycle.actions import token
 from ratc.lifecycle.lowering import find_pipeline, find_plan
 from ratc.step.plan import Plan
 from ratc.vm.system.collectives import ring_of_steps
@@ -49,25 +50,6 @@ def handler(*names):
     return register
 
 
-def action_name(op, p: int) -> str:
-    """The op's task name in action notation (ratc.lifecycle.actions)."""
-    a = op.attributes
-    n = op.name
-    if n in ("life.fwd", "life.bwd", "life.recover"):
-        return f"{p}{'FBR'[('life.fwd', 'life.bwd', 'life.recover').index(n)]}{a['mb']}"
-    if n in ("life.send", "life.recv"):
-        return f"{p}{n[5:].upper()}_{'F' if a['dir'] == 'fwd' else 'B'}{a['mb']}"
-    if n in ("life.grad_sync", "life.update", "life.prefetch"):
-        return f"{p}{'GUP'[('life.grad_sync', 'life.update', 'life.prefetch').index(n)]}{a['unit']}"
-    if n == "life.tie_sum":
-        return f"{p}T{a['unit']}"
-    if n in ("life.reduce", "life.gather"):
-        return f"{p}{'RS' if n == 'life.reduce' else 'AG'}{a['unit']}.{a['mb']}"
-    if n in ("life.param", "life.opt"):
-        return f"{p}{n[5:].upper()}{a['unit']}"
-    return f"{p}{n[5:].upper()}"
-
-
 class _Translation:
     """State while laying out the stages' ops as tasks."""
 
@@ -84,7 +66,7 @@ class _Translation:
             stages=c.P, replicas=c.D, symmetric=symmetric, steps=steps, clock=self.clock,
             memory_budget=plan.budget if memory_limit else None,
             tokens_per_step=c.global_batch * self.plan.attributes["seq_len"], macs_per_step=macs_per_step,
-            peak_mac_rate=platform.cluster.peak_mac_rate)
+            peak_mac_rate=platform.cluster.peak_mac_rate, units=len(self.plan.region.ops))
         self.R = self.prog.simulated_replicas
         self.done: dict = {}         # (step, Value) -> per replica: tasks after which it is available
         self.buffer: dict = {}       # (step, Value) -> buffer name on its stage
@@ -118,7 +100,7 @@ class _Translation:
         named = self.named.get(op)
         if named is None:
             a = op.attributes
-            named = self.named[op] = (action_name(op, p), TASK_KINDS[op.name], (a.get("prio", 0) << _ORDER_BITS) | pos,
+            named = self.named[op] = (token(op, p), TASK_KINDS[op.name], (a.get("prio", 0) << _ORDER_BITS) | pos,
                                       a.get("unit", -1), a.get("mb", -1))
         name, kind, prio, layer, mb = named
         tasks = self.prog.tasks
@@ -347,7 +329,7 @@ def _collective(tr, op, p, k, pos):
     else:
         prio = (a.get("prio", 0) << _ORDER_BITS) | pos
         inputs = [tuple(dict.fromkeys(deps(r))) for r in range(tr.R)]
-        done = ring_of_steps(tr.prog, kind, p, tr.cycles(a["dur"] / n_steps), inputs, action_name(op, p),
+        done = ring_of_steps(tr.prog, kind, p, tr.cycles(a["dur"] / n_steps), inputs, token(op, p),
                              TASK_KINDS[op.name], layer=a.get("unit", -1), step=k, priority=prio)
         ids = [d[0] for d in done]
     tr.queues[tr.queue_key(op, p)] = done

@@ -57,7 +57,7 @@ class CycleLink:
 class Task:
     """One task: it holds `resources` for `duration` cycles once every dep has finished."""
 
-    name: str                       # action notation, e.g. 0F3, 1B0, 0SEND_F3
+    name: str                       # action notation (ratc.lifecycle.actions), e.g. 0F3@2, 1G@5, 0SEND_F3
     kind: str                       # one of KINDS
     stage: int
     replica: int
@@ -99,6 +99,7 @@ class TaskGraph:
     peak_mac_rate: float = 0.0      # per cluster, MAC/s
     tasks: list = field(default_factory=list)
     static: dict = field(default_factory=dict)   # (stage, replica) -> ((value, bytes), ...) live all step
+    units: int | None = None        # the program's units (0 the embedding, the last the head), for task names
 
     @property
     def simulated_replicas(self) -> int:
