@@ -38,15 +38,17 @@ def hiding(planner) -> dict:
 
 
 def main(argv=None) -> int:
-    from markdown_rows import platform_and_models
+    from markdown_rows import platform_and_models, progress
 
     platform, names = platform_and_models(__doc__, MODELS, argv)
     print(f"| model | Backward host hides | Forward host hides | Recover stream, {LEAD} layers "
           "| perfect sharing (Backward host) |")
     print("|---|---|---|---|---|")
-    for name in names:
+    bar = progress(names, "models", "model")
+    for name in bar:
         h = hiding(Planner(trace_preset(name, 2048), platform))
-        print(f"| {name} | {h['bwd']:.0%} | {h['fwd']:.0%} | {h['stream']:.0%} | {h['perfect']:.0%} |")
+        bar.write(f"| {name} | {h['bwd']:.0%} | {h['fwd']:.0%} | {h['stream']:.0%} | {h['perfect']:.0%} |",
+                  file=sys.stdout)
     return 0
 
 

@@ -68,17 +68,18 @@ def hidden(r: dict, seconds: float | None) -> str:
 
 
 def main(argv=None) -> int:
-    from markdown_rows import platform_and_models
+    from markdown_rows import platform_and_models, progress
 
     platform, names = platform_and_models(__doc__, MODELS, argv)
     print("| model | one layer's activations | recovery hidden, two buffers | streaming, delta = 0 "
           "| streaming, the paper's delta | least delta hiding as much as two buffers |")
     print("|---|---|---|---|---|---|")
-    for name in names:
+    bar = progress(names, "models", "model")
+    for name in bar:
         r = row(name, platform)
         paper = "-" if r["paper_gb"] is None else f"{hidden(r, r['paper'])} at {r['paper_gb']:.2f} GB"
-        print(f"| {name} | {r['layer_gb']:.3f} GB | {hidden(r, r['two'])} | {hidden(r, r['zero'])} | {paper} "
-              f"| {r['need_gb']:.3f} GB |")
+        bar.write(f"| {name} | {r['layer_gb']:.3f} GB | {hidden(r, r['two'])} | {hidden(r, r['zero'])} | {paper} "
+                  f"| {r['need_gb']:.3f} GB |", file=sys.stdout)
     return 0
 
 

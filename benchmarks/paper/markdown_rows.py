@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def main(doc: str, run, columns: list[str], cells, add_args=None) -> None:
@@ -35,3 +36,11 @@ def platform_and_models(doc: str, models: tuple, argv=None) -> tuple:
     ap.add_argument("--models", default=",".join(models))
     args = ap.parse_args(argv)
     return load_platform(args.platform), args.models.split(",")
+
+
+def progress(items, desc: str, unit: str):
+    """items with a progress bar and time estimate on a terminal's stderr (nothing elsewhere);
+    a row printed meanwhile goes through `.write(text)` so the bar stays below it."""
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, unit=unit, disable=None, file=sys.stderr, leave=False)

@@ -28,8 +28,10 @@ def run(model_name: str = "llama2-7b", clusters: tuple = CLUSTERS, batch_per_fir
     platform = load_platform("mt3000")
     model = trace_preset(model_name, 2048)
     planner = Planner(model, platform)
+    from markdown_rows import progress
+
     rows = []
-    for n in clusters:
+    for n in progress(clusters, "cluster counts", "setting"):
         batch = batch_per_first * n // clusters[0]
         best = planner.require_feasible(planner.plan(n, batch)).best
         module = compile_candidate(model, best.cand, platform, planner)

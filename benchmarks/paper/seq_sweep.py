@@ -35,16 +35,17 @@ def run(models: tuple = MODELS, lengths: tuple = LENGTHS, clusters: int = CLUSTE
     platform = load_platform("mt3000")
     profile = load_exec_profile(platform, exec_profile)
     rows = []
-    for name in models:
-        for seq in lengths:
-            model = trace_preset(name, seq)
-            planner = Planner(model, platform, exec_profile=profile, micro_batches=(1,))
-            best = planner.require_feasible(planner.plan(clusters, batch)).best
-            tokens = batch * seq
-            rows.append({"model": name, "seq": seq, "config": best.cand.label(), "step_time_s": best.t_step,
-                         "tokens_per_s": tokens / best.t_step, "us_per_token": 1e6 * best.t_step / tokens,
-                         "mac_utilization": model_macs(model) * batch
-                         / (clusters * platform.cluster.peak_mac_rate * best.t_step)})
+    from markdown_rows import progress
+
+    for name, seq in progress([(n, s) for n in models for s in lengths], "settings", "setting"):
+        model = trace_preset(name, seq)
+        planner = Planner(model, platform, exec_profile=profile, micro_batches=(1,))
+        best = planner.require_feasible(planner.plan(clusters, batch)).best
+        tokens = batch * seq
+        rows.append({"model": name, "seq": seq, "config": best.cand.label(), "step_time_s": best.t_step,
+                     "tokens_per_s": tokens / best.t_step, "us_per_token": 1e6 * best.t_step / tokens,
+                     "mac_utilization": model_macs(model) * batch
+                     / (clusters * platform.cluster.peak_mac_rate * best.t_step)})
     return rows
 
 
