@@ -1,0 +1,95 @@
+"""Selective recomputation (issue 31): what a layer keeps and recomputes under each save choice,
+against Korthikanti et al. 2022 (Sec. 4.1, Eq. 2 and the selective term 5as/h)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from ratc.errors import RatcError
+from ratc.frontend.presets import trace_preset
+from ratc.planner.search import Planner
+from ratc.platform import load_platform
+from ratc.step.config import Candidate, keep_text, parse_config, parse_keep
+from ratc.step.rules import kept_bytes, recompute, save_choice
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import llama  # noqa: E402
+
+S = 2048
+
+
+@pytest.fixture(scope="module")
+def planner_7b():
+    return Planner(trace_preset("llama2-7b", S), load_platform("mt3000"))
+
+
+@pytest.mark.parametrize("T", [1, 2])
+def test_selective_drops_exactly_korthikantis_attention_core_term(planner_7b, T):
+    """Korthikanti's layer holds sbh(34 + 5as/h) bytes at 16 bit with dropout; selective keeps
+    sbh * 34 (the 5as/h term is QK^T's softmax 2as^2, its dropout mask as^2 and output 2as^2).
+    ratc's Llama layer has no dropout, so its core is the softmax output alone, 2as^2 / t at
+    tensor-parallel degree t (heads are split); RMSNorm / SwiGLU / rotary change the rest,
+    which tests/test_frontend_costs.py checks, so here: full keeps all, selective all but
+    2as^2 / t, layer its input (2sh)."""
+    cfg = llama.PRESETS["llama2-7b"]
+    h, a = cfg["hidden"], cfg["heads"]
+    u = planner_7b.units(T).units[1]
+    assert u.core_bytes == 2 * a * S * S / T
+    assert u.kept("full") == u.saved_bytes
+    assert u.kept("selective") == u.saved_bytes - 2 * a * S * S / T
+    assert u.kept("layer") == 2 * S * h
+    if T == 1:
+        # the Korthikanti-adapted full-save total (test_frontend_costs) less its s^2 term
+        f, h_kv = cfg["ffn"], h // a * cfg["kv_heads"]
+        assert u.kept("selective") == 12 * S * h + 4 * S * h_kv + 8 * S * f + 2 * 4 * S
+
+
+def test_selective_recomputes_the_attention_core_forward_only(planner_7b):
+    """The selective Recover re-runs QK^T, softmax and PV: 4s^2h FLOPs (Korthikanti Sec. 5,
+    'attention' FLOPs 4bs^2h) plus 5 per score for the softmax, at the platform's peak MAC
+    rate (no GEMM kernel profile prices the fused op), a fifth of the layer's forward or less."""
+    cfg = llama.PRESETS["llama2-7b"]
+    h, a = cfg["hidden"], cfg["heads"]
+    u = planner_7b.units(1).units[1]
+    peak = planner_7b.platform.cluster.peak_mac_rate
+    assert u.core_compute == pytest.approx((4 * S * S * h + 5 * a * S * S) / 2 / peak, rel=1e-12)
+    assert u.recompute_seconds("selective") == u.core_fwd
+    assert u.recompute_seconds("layer") == u.fwd
+    assert u.recompute_seconds("full") == 0.0
+    assert 0 < u.core_fwd < u.fwd / 4
+    # the kernels a selective Recover calls are the core's per-head GEMMs: S = QK^T and O = PV
+    assert dict(u.kernels.core) == {("gemm", (S, 128, S)): a, ("gemm", (S, S, 128)): a}
+
+
+def test_units_without_attention_have_no_selective_choice(planner_7b):
+    units = planner_7b.units(1).units
+    assert units[0].core_bytes == units[-1].core_bytes == 0
+    assert not units[0].selective and units[1].selective
+
+
+def test_save_choice_rule():
+    assert save_choice("full", True, 10, "selective") == "full"
+    assert save_choice("ckpt", True, 10) == "layer"
+    assert save_choice("fsr", True, 10, "selective") == "selective"
+    assert save_choice("fsr", False, 10, "selective") == "full"      # the embedding / head
+    assert save_choice("fsr", True, 0, "selective") == "full"        # nothing saved: no backward
+    import numpy as np
+    choices = np.array([0, 1, 2])
+    assert kept_bytes(choices, 100, 5, 30).tolist() == [100, 70, 5]
+    assert recompute(choices, 9.0, 2.0).tolist() == [0.0, 2.0, 9.0]
+
+
+def test_keep_text_round_trips_and_plan_reads_it():
+    choices = ("selective",) * 24 + ("layer",) * 8
+    assert keep_text(choices) == "24s8l"
+    assert parse_keep("24s8l") == choices
+    c = parse_config("P=4,D=2,Z=2,b=1,A=256,FSR,deadline,keep=24s8l")
+    assert c.keep == "24s8l" and c.label().endswith("keep=24s8l")
+    assert parse_config(c.label()) == c
+    assert parse_config("P=4,D=2,A=256,keep=32l").keep == ""       # the default, written as such
+    assert Candidate(4, 2, 1, 2, 1, 256, "fsr", "deadline").label() == "P=4,D=2,Z=2,b=1,A=256,FSR,deadline"
+    with pytest.raises(RatcError, match="full-save recomputes none"):
+        parse_config("P=4,D=2,A=256,full,keep=32s")
+    with pytest.raises(RatcError, match="expected runs like"):
+        parse_config("P=4,D=2,A=256,keep=32x")
