@@ -12,7 +12,7 @@ import numpy as np
 from ratc.errors import RatcError
 from ratc.planner.collectives import check_algorithm
 from ratc.planner.config import CandidateBatch
-from ratc.step.config import PREF_POLICIES, RECIPE, Candidate
+from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.memory import stage_memory
 from ratc.planner.opcost import elem_bytes, model_units
@@ -129,10 +129,14 @@ class Planner:
             self._units[key] = UnitTable.of(model_units(self.model, profile, self.platform, T))
         return self._units[key]
 
-    def stages(self, P: int, T: int, balance: str, ranks: int = 1):
-        key = (P, T, balance, ranks if self.exec_profile.for_ranks(ranks) is not self.exec_profile else None)
+    def stages(self, P: int, T: int, balance: str, ranks: int = 1, keep: str = ""):
+        """The stage tables of (P, T, balance) with the decoder layers keeping what `keep` says."""
+        key = (P, T, balance, ranks if self.exec_profile.for_ranks(ranks) is not self.exec_profile else None, keep)
         if key not in self._stages:
-            self._stages[key] = stage_costs(self.units(T, ranks), P, T, balance, self.recipe)
+            table = self.units(T, ranks)
+            if keep:
+                table = table.with_choices(unit_choices(table.units, keep))
+            self._stages[key] = stage_costs(table, P, T, balance, self.recipe)
         return self._stages[key]
 
     # -- the search space ------------------------------------------------------------
@@ -190,10 +194,10 @@ class Planner:
 
     # -- costing -------------------------------------------------------------------
     def _stacked(self, cands: list):
-        keys = sorted({(c.T, c.balance, c.P * c.D * c.T) for c in cands})
+        keys = sorted({(c.T, c.balance, c.P * c.D * c.T, c.keep) for c in cands})
         index = {k: i for i, k in enumerate(keys)}
-        tables = [self.stages(cands[0].P, T, balance, ranks) for T, balance, ranks in keys]
-        return stack(tables, np.array([index[(c.T, c.balance, c.P * c.D * c.T)] for c in cands]))
+        tables = [self.stages(cands[0].P, T, balance, ranks, keep) for T, balance, ranks, keep in keys]
+        return stack(tables, np.array([index[(c.T, c.balance, c.P * c.D * c.T, c.keep)] for c in cands]))
 
     def evaluate_group(self, cands: list) -> list:
         """Memory and step time for candidates sharing P, vectorized over all of them.
@@ -230,7 +234,7 @@ class Planner:
     def detail(self, cand: Candidate):
         """(stage costs, per-stage memory, timing pieces) of one candidate, for reports and the VM."""
         from ratc.planner.timing import step_time
-        sc = self.stages(cand.P, cand.T, cand.balance, cand.P * cand.D * cand.T)
+        sc = self.stages(cand.P, cand.T, cand.balance, cand.P * cand.D * cand.T, cand.keep)
         batch = CandidateBatch.of([cand])
         m = self.model
         mem = stage_memory(sc, batch, m.seq_len * m.hidden * self.elem, self.recipe)
@@ -359,6 +363,24 @@ class Planner:
             if res.feasible:
                 return res
         return None
+
+
+def unit_choices(units, keep: str) -> tuple:
+    """Each unit's save choice under a plan's `keep` text (one letter run per decoder layer)."""
+    layers = [i for i, u in enumerate(units) if u.decoder]
+    try:
+        wanted = parse_keep(keep)
+    except ValueError as e:
+        raise RatcError(str(e)) from None
+    if len(wanted) != len(layers):
+        raise RatcError(f"keep={keep} names {len(wanted)} decoder layers; the model has {len(layers)}")
+    out = ["layer" if u.recovers else "full" for u in units]
+    for i, x in zip(layers, wanted):
+        if x == "selective" and not units[i].selective:
+            raise RatcError(f"keep={keep}: decoder layer {i} ({units[i].name}) has no attention core to recompute "
+                            "selectively")
+        out[i] = x if units[i].recovers else "full"
+    return tuple(out)
 
 
 def _check_pipeline(pipeline) -> int:

@@ -61,6 +61,11 @@ def save_choice(act: str, decoder: bool, saved_bytes, keep: str | None = None) -
     return keep or "layer"
 
 
+def unit_save_choice(act: str, unit_attrs: dict) -> str:
+    """save_choice of a plan's life.unit (its attributes) under an activation policy."""
+    return save_choice(act, unit_attrs.get("decoder") is True, int(unit_attrs.get("saved", 0)), unit_attrs.get("keep"))
+
+
 def kept_bytes(choice, saved, checkpoint, core):
     """Bytes a unit holds from its Forward to its Backward under a save choice (a name, or
     SAVE_CHOICES indices as numpy): all it saves, all but the attention core's, or its input."""

@@ -314,6 +314,12 @@ class FunctionalExecutor:
         i, m = op.attributes["unit"], op.attributes["mb"]
         unit = self.units.units[i]
         by = self._operands(op, ins)
+        if "act" not in by:
+            # A selective Recover (keep = selective) reads what its Forward saved. This
+            # interpreter's Forward keeps the layer's whole autograd graph, so there is nothing
+            # to rebuild: the Backward differentiates the graph the Forward built, as plain
+            # PyTorch does (numerically identical; the memory saving is the VMs' to model).
+            return [by["saved"][0]]
         inputs = [(self._weights(by, k), self._args(unit, by["act"][0][k], r, m)) for k, r in enumerate(self.replicas)]
 
         def rebuild():
