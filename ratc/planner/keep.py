@@ -35,27 +35,41 @@ def stage_options(units, ranges) -> list:
 
 
 def choose(units, ranges, slack: np.ndarray, in_flight: np.ndarray, b: np.ndarray) -> list:
-    """The `keep` text of each candidate: per stage the counts that save the most recompute
+    """The `keep` text of each candidate: per stage the choices that save the most recompute
     seconds with in_flight x b x extra bytes within `slack` ([C, P] arrays; b [C, 1])."""
     C = slack.shape[0]
-    choices = np.full((C, len(units)), "", dtype=object)
+    per_stage = []           # per stage: each candidate's choices for the stage's layers (a tuple)
     for p, (idx, opts) in enumerate(stage_options(units, ranges)):
         if not idx:
+            per_stage.append([()] * C)
             continue
-        scale = in_flight[:, p] * b[:, 0]
+        room = slack[:, p] / (in_flight[:, p] * b[:, 0])
         if len(set(opts)) == 1:
-            n_full, n_sel = _uniform(len(idx), opts[0], slack[:, p] / scale)
-            for c, (nf, ns) in enumerate(zip(n_full, n_sel)):
-                choices[c, idx] = ["full"] * nf + ["selective"] * ns + ["layer"] * (len(idx) - nf - ns)
+            n_full, n_sel = _uniform(len(idx), opts[0], room)
+            per_stage.append([(int(nf), int(ns)) for nf, ns in zip(n_full, n_sel)])
         else:
-            for c in range(C):
-                choices[c, idx] = _milp(opts, slack[c, p] / scale[c])
-    decoder = [i for i, u in enumerate(units) if u.decoder]
-    texts = []
-    for row in choices:
-        picked = [row[i] or "layer" for i in decoder]
-        texts.append(keep_text(picked) if any(x != "layer" for x in picked) else "")
+            per_stage.append([tuple(_milp(opts, r)) for r in room])
+    options = stage_options(units, ranges)
+    texts, memo = [], {}
+    for c in range(C):
+        key = tuple(stage[c] for stage in per_stage)
+        if key not in memo:
+            memo[key] = _text(units, options, key)
+        texts.append(memo[key])
     return texts
+
+
+def _text(units, options, picks) -> str:
+    """The keep text of per-stage picks: (full, selective) counts, or each layer's choice."""
+    choice = ["layer" if u.recovers else "full" for u in units]
+    for (idx, _), pick in zip(options, picks):
+        if pick and isinstance(pick[0], int):
+            nf, ns = pick
+            pick = ("full",) * nf + ("selective",) * ns + ("layer",) * (len(idx) - nf - ns)
+        for i, x in zip(idx, pick):
+            choice[i] = x
+    picked = [choice[i] if units[i].recovers else "layer" for i, u in enumerate(units) if u.decoder]
+    return keep_text(picked) if any(x != "layer" for x in picked) else ""
 
 
 def _uniform(n: int, opt: tuple, room: np.ndarray) -> tuple:
@@ -102,3 +116,32 @@ def _milp(opts: list, room: float) -> list:
         return ["layer"] * n
     x = np.round(res.x).reshape(n, 2)
     return ["full" if f else "selective" if s else "layer" for f, s in x]
+
+
+_SAYS = {"full": "keep everything, recompute nothing",
+         "selective": "keep all but the attention core's s x s tensors ({core}), recompute the attention core ({secs})",
+         "layer": "keep the input ({kept}), recompute the whole layer ({secs})"}
+
+
+def describe(units, ranges, choices, b: int) -> list[str]:
+    """Per run of decoder layers with the same stage and choice: what each saves and
+    recomputes per micro-batch of b sequences (`ratc plan --explain`)."""
+    from ratc.units import format_bytes, format_time
+    stage_of = {i: p for p, (s, e) in enumerate(ranges) for i in range(s, e)}
+    runs: list = []
+    for i, u in enumerate(units):
+        if not u.decoder:
+            continue
+        key = (stage_of[i], choices[i])
+        if runs and runs[-1][0] == key and runs[-1][2] == i - 1:
+            runs[-1][2] = i
+        else:
+            runs.append([key, i, i])
+    lines = []
+    for (p, choice), first, last in runs:
+        u = units[first]
+        what = _SAYS[choice].format(core=format_bytes(b * u.core_bytes), kept=format_bytes(b * u.kept(choice)),
+                                    secs=format_time(b * u.recompute_seconds(choice)))
+        name = f"layer {first}" if first == last else f"layers {first}-{last}"
+        lines.append(f"  {name} (stage {p}): {what}; {format_bytes(b * u.kept(choice))} held per micro-batch")
+    return lines
