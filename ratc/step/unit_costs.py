@@ -59,7 +59,8 @@ class UnitCosts:
                          optional=True)
     core_fwd: float = _attr("float", "selective: its Recover (the attention core's forward)", optional=True)
     core_compute: float = _attr("float", "of which the compute engine is busy", optional=True)
-    core_ddr: float = _attr("float", "of which the DDR engine is busy", optional=True)
+    core_ddr: float = _attr("float", "of which the DDR engine is busy (it re-reads Q, K, V and writes the scores "
+                                     "and probabilities)", optional=True)
     core_kernels: list = _attr("list", "[kind, *shape, calls] of that Recover's kernels", optional=True)
     core_other: float = _attr("float", "that Recover's seconds no kernel runs", optional=True)
     core_phases: list = _attr("list<float>", "that Recover's (compute, DDR) seconds per phase, flat", optional=True)
