@@ -230,7 +230,7 @@ def test_plan_explain_says_what_each_layer_saves(capsys):
     lines = [ln for ln in out.splitlines() if ln.startswith("  layer")]
     covered = []
     for ln in lines:
-        span = ln.split()[1]
+        span = ln.split()[1].replace("#", "")
         first, _, last = span.partition("-")
         n = int(last or first) - int(first) + 1
         says = "selective" if "attention core" in ln else "layer" if "whole layer" in ln else "full"

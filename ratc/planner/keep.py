@@ -142,6 +142,6 @@ def describe(units, ranges, choices, b: int) -> list[str]:
         u = units[first]
         what = _SAYS[choice].format(core=format_bytes(b * u.core_bytes), kept=format_bytes(b * u.kept(choice)),
                                     secs=format_time(b * u.recompute_seconds(choice)))
-        name = f"layer {first}" if first == last else f"layers {first}-{last}"
+        name = f"layer #{first}" if first == last else f"layers #{first}-#{last}"
         lines.append(f"  {name} (stage {p}): {what}; {format_bytes(b * u.kept(choice))} held per micro-batch")
     return lines

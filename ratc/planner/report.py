@@ -73,7 +73,7 @@ def explain(result, limit: int = 8, times: Times = SECONDS, saves: list | None =
     best = result.best if result.feasible else None
     if best is not None and saves:
         lines.append(f"what each decoder layer of {best.cand.label()} saves for its Backward and recomputes "
-                     f"(per micro-batch of {best.cand.b}):")
+                     f"(per micro-batch, b={best.cand.b}):")
         lines += saves
     if best is not None:
         lines.append("best per choice (what each alternative costs against the winner):")
