@@ -100,8 +100,8 @@ def test_keep_text_round_trips_and_plan_reads_it():
                                 dict(P=1, D=1, Z=3, act="ckpt", keep="4s")], ids=["fsr-mixed", "ckpt-z3"])
 def test_selective_layers_train_as_pytorch_does(kw):
     """Programs with selective (and full-save) layers among recovered ones train as plain
-    PyTorch does, within 1e-5 over 20 steps (the functional executor's Forward keeps a selective
-    layer's autograd graph, so its Recover has nothing to rebuild: numerically identical)."""
+    PyTorch does, within 1e-5 over 20 steps (a selective layer's attention cores re-run in its
+    Backward: deterministic on the CPU, so the gradients are the same)."""
     from ratc.vm.functional.session import Session, TrainConfig, relative_deviation
     s = Session(TrainConfig(model="examples/llama.py", M=4, b=1, state_pipeline=True, **kw))
     pipe = next(op for op in s.module.body.ops if op.name == "life.pipeline")
@@ -236,3 +236,33 @@ def test_plan_explain_says_what_each_layer_saves(capsys):
         says = "selective" if "attention core" in ln else "layer" if "whole layer" in ln else "full"
         covered += [says] * n
     assert tuple(covered) == keep
+
+
+def test_selective_layers_recompute_their_attention_core_in_the_executor():
+    """The executor runs a selective layer selectively: its Forward's graph keeps the
+    attention core's operands only, and the core's forward runs again during the Backward
+    (torch's checkpoint) -- counted at the dispatcher: tiny (4 layers), 4 micro-batches,
+    keep=2s1l1f: 16 Forwards, 4 whole-layer Recovers, 8 selective recomputes per step."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from ratc.vm.functional.session import Session, TrainConfig
+
+    class Count(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.name()
+            if "scaled_dot_product" in name and "backward" not in name:
+                Count.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    torch.set_num_threads(1)
+    runs = {}
+    for keep in ("2s1l1f", "4f"):
+        s = Session(TrainConfig(model="examples/llama.py", P=2, D=1, Z=2, act="fsr", M=4, b=1, keep=keep,
+                                reference=False))
+        Count.calls = 0
+        with Count():
+            s.step(0)
+        runs[keep] = Count.calls
+    assert runs == {"2s1l1f": 16 + 4 + 8, "4f": 16}
