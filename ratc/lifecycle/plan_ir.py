@@ -11,6 +11,7 @@ from __future__ import annotations
 from ratc.errors import RatcError
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
+from ratc.step.config import parse_keep
 from ratc.step.plan import Plan
 from ratc.step.unit_costs import UnitCosts
 from ratc.step.rules import gathers, reduces_per_micro_batch, shards, syncs_by_reduce_scatter, tp_allreduces
@@ -30,6 +31,8 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
         raise RatcError(f"invalid configuration {cand.label()}: P, D, T, b, A must be >= 1 and Z in 0..3")
     units = planner.units(T, P * D * T).units
     choices = unit_choices(units, cand.keep) if cand.keep else None
+    # (each decoder layer's letter as the plan writes it: what Plan.from_ir reads back)
+    letters = dict(zip([i for i, u in enumerate(units) if u.decoder], parse_keep(cand.keep))) if cand.keep else {}
     ranges = planner.stages(P, T, cand.balance, P * D * T).ranges
     elem = planner.elem
     act_bytes = b * profile.seq_len * profile.hidden * elem
@@ -77,7 +80,7 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             # ... and the headroom a Recover streaming into this unit's Backward needs
             "stream": _b(b * u.stream),
         }
-        if choices is not None and u.decoder and choices[i] != "layer":
+        if choices is not None and u.decoder and letters[i] != "layer":
             attrs.update(_keeps(u, choices[i], b))
         if not sends:
             attrs["frozen"] = True      # nothing trained: no gradient, no state chain

@@ -17,11 +17,6 @@ import numpy as np
 
 from ratc.step.config import keep_text
 
-# In forward order within a stage of identical layers: those that keep everything first, then
-# the selective ones, then those recomputed whole (so the stage's last layer, whose Recover
-# fills the bubble before the next Backward under FSR, is recomputed while any is).
-
-
 def stage_options(units, ranges) -> list:
     """Per stage: (the unit indices of its layers that may choose, their (extra bytes, saved
     seconds) per sequence of 'selective' and of 'full' over 'layer')."""
@@ -38,8 +33,9 @@ def choose(units, ranges, slack: np.ndarray, in_flight: np.ndarray, b: np.ndarra
     """The `keep` text of each candidate: per stage the choices that save the most recompute
     seconds with in_flight x b x extra bytes within `slack` ([C, P] arrays; b [C, 1])."""
     C = slack.shape[0]
+    options = stage_options(units, ranges)
     per_stage = []           # per stage: each candidate's choices for the stage's layers (a tuple)
-    for p, (idx, opts) in enumerate(stage_options(units, ranges)):
+    for p, (idx, opts) in enumerate(options):
         if not idx:
             per_stage.append([()] * C)
             continue
@@ -49,7 +45,6 @@ def choose(units, ranges, slack: np.ndarray, in_flight: np.ndarray, b: np.ndarra
             per_stage.append([(int(nf), int(ns)) for nf, ns in zip(n_full, n_sel)])
         else:
             per_stage.append([tuple(_milp(opts, r)) for r in room])
-    options = stage_options(units, ranges)
     texts, memo = [], {}
     for c in range(C):
         key = tuple(stage[c] for stage in per_stage)
@@ -64,6 +59,9 @@ def _text(units, options, picks) -> str:
     choice = ["layer" if u.recovers else "full" for u in units]
     for (idx, _), pick in zip(options, picks):
         if pick and isinstance(pick[0], int):
+            # identical layers in forward order: those keeping everything first, then the
+            # selective ones, then those recomputed whole (so the stage's last layer, whose
+            # Recover fills the bubble before the next Backward under FSR, is recomputed while any is)
             nf, ns = pick
             pick = ("full",) * nf + ("selective",) * ns + ("layer",) * (len(idx) - nf - ns)
         for i, x in zip(idx, pick):

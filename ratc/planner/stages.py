@@ -30,7 +30,6 @@ class UnitTable:
     # same few units; looking them up here skips corun's re-merging of the phases, which
     # was a third of cold planning time for LLaMA-2-70B.
     corun_cache: dict
-    choices: tuple = ()   # each unit's save choice
 
     @classmethod
     def of(cls, units, choices=None, corun_cache=None) -> "UnitTable":
@@ -51,7 +50,7 @@ class UnitTable:
         cols["rec_extra"] = recompute(pick, cols["stream"], cols["core_bytes"])
         guests = tuple(recompute(x, u.fwd_phases, u.core_phases) if x != "full" else () for u, x in zip(units, choices))
         return cls(tuple(units), cols, np.array([u.decoder for u in units]), pick != 0, pick == SAVE_CHOICES.index("layer"),
-                   guests, {} if corun_cache is None else corun_cache, choices)
+                   guests, {} if corun_cache is None else corun_cache)
 
     def with_choices(self, choices) -> "UnitTable":
         """The same units under other save choices (sharing the co-run cache)."""
