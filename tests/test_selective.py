@@ -118,14 +118,16 @@ def _program(planner, config):
 
 @pytest.mark.parametrize("act", ["ckpt", "fsr"])
 @pytest.mark.parametrize("keep", ["32s", "2s6l2s6l8s8s", "4f4s24l"])
-def test_planner_agrees_with_the_system_vm_on_selective_programs(planner_7b, act, keep):
+@pytest.mark.parametrize("Z", [2, 3])
+def test_planner_agrees_with_the_system_vm_on_selective_programs(planner_7b, act, keep, Z):
     """Oracle: the system VM simulating the compiled program task by task (selective Recovers
-    in the compute stream under ckpt, co-running with their hosts under FSR): the planner's
-    step time within 1 %, its Eq. 9 peak within 1 % of memory-plan's on the decoder-only stages
-    (and never below it by more than 0.1 % on any stage)."""
+    in the compute stream under ckpt, co-running with their hosts under FSR; under ZeRO-3 on
+    two replicas, the gathers): the planner's step time within 1 %, its Eq. 9 peak never below
+    memory-plan's by more than 0.1 % on any stage, and at ZeRO-2 within 1 % of it on the
+    decoder-only stages (ZeRO-3's views under FSR: up to 2 % above)."""
     from ratc.lifecycle.lowering import find_pipeline
     from ratc.vm.system.driver import run_module
-    config = f"P=4,D=1,Z=2,b=1,A=8,{act},deadline,keep={keep}"
+    config = f"P=4,D={Z - 1},Z={Z},b=1,A=8,{act},deadline,keep={keep}"
     ev = planner_7b.evaluate_group([parse_config(config)])[0]
     _, mem, _ = planner_7b.detail(parse_config(config))
     module = _program(planner_7b, config)
@@ -135,7 +137,7 @@ def test_planner_agrees_with_the_system_vm_on_selective_programs(planner_7b, act
     for p, (mine, eq9) in enumerate(zip(plan_peaks, mem.total[0])):
         assert mine <= eq9 * 1.001, p
         if 0 < p < 3:
-            assert mine == pytest.approx(eq9, rel=0.01), p
+            assert mine == pytest.approx(eq9, rel=0.01 if Z == 2 else 0.02), p
 
 
 def test_selective_saves_what_the_lowering_and_the_vm_account(planner_7b):

@@ -170,8 +170,10 @@ class _StageLowering:
             saved = self.recover(i, m, tasks)
             before = []
             phase = backward_view(self.recovers(i))
-            # (a whole-layer Recover's Backward reads the view that Recover gathered)
-            w = self.weights(i, m, phase, before) if phase != "rec" else self.env["rec_w", i, m]
+            # (a whole-layer Recover's Backward reads the view that Recover gathered; a selective
+            # one's view is gathered ahead of its Recover, which needs none, as a whole one's is)
+            ahead = tasks[-1][0] if self.choice(i) == "selective" else before
+            w = self.weights(i, m, phase, ahead) if phase != "rec" else self.env["rec_w", i, m]
             acc = None if reduces_per_micro_batch(self.Z) else self.env.get(("g", i, m - 1))
             holds = holds_bucket(self.Z, u.get("frozen", False) is True)
             reused = bucket_reused(len(self.released))

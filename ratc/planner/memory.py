@@ -170,8 +170,9 @@ def _zero3_views_and_buckets(sc: StageCosts, c: CandidateBatch, recovers, fsr, r
     """
     u = sc.u_params if sc.u_params.ndim == 3 else sc.u_params[None]
     g = sc.u_trainable if sc.u_trainable.ndim == 3 else sc.u_trainable[None]    # bucket sizes
-    # (a Recover reads the unit's parameters, and so gathers its view, when it re-runs the whole layer)
-    recovered = (sc.u_whole if sc.u_whole.ndim == 3 else sc.u_whole[None]) > 0
+    # (a whole-layer Recover gathers the view its Backward reuses; a selective layer's Backward
+    # gathers its own at the same point, ahead of its Recover: the same moments)
+    recovered = (sc.u_recovered if sc.u_recovered.ndim == 3 else sc.u_recovered[None]) > 0
     fsr = np.asarray(fsr)[..., None]
     n = (u > 0).sum(axis=-1)
     zero = np.zeros(u.shape[:-1] + (1,))
