@@ -29,6 +29,8 @@ CASES = [  # (model, clusters, global batch, strategy)
     ("llama2-70b", 1024, 1024, "ratrain"),
     ("llama2-13b", 256, 4096, "any"),
     ("qwen2.5-32b", 512, 4096, "any"),
+    ("llama2-70b", 1024, 1024, "selective"),    # per-layer save choices (issue 31): a second costing pass
+    ("llama2-7b", 8, 512, "selective"),
 ]
 
 
@@ -40,7 +42,7 @@ def main(argv=None) -> int:
     clock = time.perf_counter if args.wall else time.process_time
     platform = load_platform("mt3000")
     profiles = {name: trace_preset(name) for name in {c[0] for c in CASES}}
-    print(f"{'model':12s} {'clusters':>8s} {'batch':>6s} {'strategy':9s} {'candidates':>10s} "
+    print(f"{'model':12s} {'clusters':>8s} {'batch':>6s} {'strategy':10s} {'candidates':>10s} "
           f"{'cold s':>8s} {'cold cand/s':>11s} {'warm s':>8s} {'warm cand/s':>11s}")
     for name, clusters, batch, strategy in CASES:
         cold, warm, n = [], [], 0
@@ -54,7 +56,7 @@ def main(argv=None) -> int:
             warm.append(clock() - start)
             n = res.evaluated
         c, w = statistics.median(cold), statistics.median(warm)
-        print(f"{name:12s} {clusters:8d} {batch:6d} {strategy:9s} {n:10d} {c:8.3f} {n / c:11.0f} {w:8.3f} {n / w:11.0f}")
+        print(f"{name:12s} {clusters:8d} {batch:6d} {strategy:10s} {n:10d} {c:8.3f} {n / c:11.0f} {w:8.3f} {n / w:11.0f}")
     return 0
 
 

@@ -151,11 +151,11 @@ def check_life_module(module, where: str, clock: float | None = None) -> None:
             _check_task(op, units, kernels, clock, where)
 
 
-# Which unit attribute holds the seconds no kernel runs in a costed task (ratc.codegen.program_kernels).
-_OTHER = {"life.fwd": "fwd_other", "life.recover": "fwd_other", "life.bwd": "bwd_other"}
 
 
 def _check_task(op, units, kernels: dict, clock: float | None, where: str) -> None:
+    from ratc.codegen.program_kernels import task_work
+
     a = op.attributes
     if "dur" in a and not in_range(a["dur"], 0.0, MAX_TASK_SECONDS):
         raise _fail(where, op, f"'{op.name}' dur = {a['dur']!r} s is out of range (0..{MAX_TASK_SECONDS:g} s)")
@@ -168,12 +168,13 @@ def _check_task(op, units, kernels: dict, clock: float | None, where: str) -> No
         raise _fail(where, op, f"'{op.name}' dur = {a['dur']!r} s is not its cycles ({a['cycles']}) at the "
                                f"platform's clock ({a['cycles'] / clock!r} s)")
     refs, calls = a.get("kernels", []), a.get("calls", [])
-    if op.name not in _OTHER or len(refs) != len(calls) or not 0 <= a.get("unit", -1) < len(units):
+    work = task_work(op.name, units[a["unit"]].attributes) if 0 <= a.get("unit", -1) < len(units) else None
+    if work is None or len(refs) != len(calls):
         raise _fail(where, op, f"'{op.name}' has cycles but no matching kernels, calls and unit")
     missing = [r.name for r in refs if r.name not in kernels]
     if missing:
         raise _fail(where, op, f"'{op.name}' calls @{missing[0]}, which is no life.kernel of the program")
-    other = units[a["unit"]].attributes.get(_OTHER[op.name], 0.0)
+    other = units[a["unit"]].attributes.get(work[1], 0.0)
     want = (sum(n * kernels[r.name].attributes["cycles"] for r, n in zip(refs, calls))
             + int(round(other * clock)) + int(round(a.get("corun", 0.0) * clock)))
     if a["cycles"] != want:

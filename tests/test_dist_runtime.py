@@ -42,14 +42,15 @@ def assembled(results, unit: int, n: int, Z: int) -> torch.Tensor:
     return torch.cat(shards)[:n] if Z >= 1 else shards[0]
 
 
-@pytest.mark.parametrize("P,D,Z,act,state_pipeline", [
-    (2, 2, 1, "fsr", True),         # 4 ranks: every transfer and collective kind but the all-reduce
-    (2, 2, 3, "ckpt", False),       # ZeRO-3 gathers, bulk state chain
-    (1, 2, 0, "full", True),        # all-reduce GradSync
+@pytest.mark.parametrize("P,D,Z,act,state_pipeline,keep", [
+    (2, 2, 1, "fsr", True, ""),         # 4 ranks: every transfer and collective kind but the all-reduce
+    (2, 2, 3, "ckpt", False, ""),       # ZeRO-3 gathers, bulk state chain
+    (1, 2, 0, "full", True, ""),        # all-reduce GradSync
+    (2, 1, 2, "fsr", True, "2s1l1f"),   # selective, whole-layer and full-save layers (issue 31)
 ])
-def test_launch_equals_the_one_process_executor_bit_for_bit(P, D, Z, act, state_pipeline):
+def test_launch_equals_the_one_process_executor_bit_for_bit(P, D, Z, act, state_pipeline, keep):
     cfg = TrainConfig(model=EXAMPLE, P=P, D=D, Z=Z, act=act, state_pipeline=state_pipeline, M=2, b=1,
-                      reference=False)
+                      reference=False, keep=keep)
     module = compile_for(cfg)
     results = launch(module, RunConfig(model=EXAMPLE, preset="tiny", steps=STEPS, timeout_s=60), P, D,
                      deadline_s=DEADLINE_S)

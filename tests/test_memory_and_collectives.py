@@ -42,13 +42,17 @@ def costs(stages, **per_stage) -> StageCosts:
             continue
         fields[f.name] = np.zeros((P, U)) if f.name.startswith("u_") else np.zeros(P)
     fields.update(u_params=u_params, u_recovered=u_recovered, n_dec=u_recovered.sum(axis=1), params=u_params.sum(axis=1))
-    # every decoder layer has a backward and is recovered (nothing behind frozen inputs)
-    fields.update(n_dec_bwd=u_recovered.sum(axis=1), n_rec=u_recovered.sum(axis=1),
-                  last_rec=np.array([bool(units[-1][1]) for units in stages]))
+    # every decoder layer has a backward and is recovered whole (nothing behind frozen inputs,
+    # no selective layer: its Recover re-runs the layer, TP all-reduces and scratch included)
+    last = np.array([bool(units[-1][1]) for units in stages])
+    fields.update(n_dec_bwd=u_recovered.sum(axis=1), n_rec=u_recovered.sum(axis=1), n_rec_tp=u_recovered.sum(axis=1),
+                  last_rec=last, last_rec_tp=last, u_whole=u_recovered.copy())
     if "trainable" in fields:             # every parameter trainable (no frozen ones)
         fields.update(trainable=u_params.sum(axis=1), u_trainable=u_params.copy())
     for k, v in per_stage.items():
         fields[k] = np.broadcast_to(np.asarray(v, dtype=float), (P,)).copy()
+    if "guest_workspace" not in per_stage:      # a whole-layer Recover's scratch is its layer's
+        fields["guest_workspace"] = fields["rec_workspace"].copy()
     return StageCosts(P=P, T=1, balance="time", ranges=tuple((0, len(s)) for s in stages),
                       names=tuple(tuple(f"u{j}" for j in range(len(s))) for s in stages), **fields)
 

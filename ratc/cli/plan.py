@@ -160,8 +160,9 @@ def handler(args: argparse.Namespace) -> int:
         from ratc.planner.failures import failure_report
         failures = failure_report(planner, result, args.top)
     render = render_json if args.json else render_text
+    saves = planner.saves(result.best.cand) if args.explain and result.feasible else None
     write_output(args.output, render(result, model.seq_len, args.top, args.explain, failures,
-                                     cost_source=planner.exec_profile.cost_source))
+                                     cost_source=planner.exec_profile.cost_source, saves=saves))
     if to_file(args.output):
         report_written(args.output, f"the plan ({'JSON' if args.json else 'text'}, top {args.top})")
     print(f"ratc plan: {result.evaluated} candidates in {result.seconds:.3f} s", file=sys.stderr)

@@ -24,10 +24,19 @@ from ratc.codegen.tiling import OPTION_NAMES
 from ratc.errors import RatcError
 from ratc.ir.attributes import SymbolRef
 from ratc.ir.core import Operation
+from ratc.step.unit_costs import recover_work
 
-# Which unit attributes a task's kernels and the rest of its time come from.
-TASK_WORK = {"life.fwd": ("fwd_kernels", "fwd_other"), "life.recover": ("fwd_kernels", "fwd_other"),
-             "life.bwd": ("bwd_kernels", "bwd_other")}
+# Which unit attributes a task's kernels and the rest of its time come from (a Recover's:
+# ratc.step.unit_costs.recover_work, by what its unit keeps).
+TASK_WORK = {"life.fwd": ("fwd_kernels", "fwd_other"), "life.bwd": ("bwd_kernels", "bwd_other")}
+
+
+def task_work(name: str, unit_attrs: dict) -> tuple | None:
+    """(kernel list, other seconds) unit attributes of a Forward, Recover or Backward, else None."""
+    if name == "life.recover":
+        work = recover_work(unit_attrs)
+        return work["kernels"], work["other"]
+    return TASK_WORK.get(name)
 # Tile options each generator accepts.
 TILE_OPTIONS = {"gemm": OPTION_NAMES, "attn_bwd": ("br", "bc")}
 _TILE = re.compile(r"([a-z]+)=(\d+)")
@@ -60,7 +69,7 @@ def unit_kernels(units) -> dict[str, tuple[str, tuple]]:
         if "fwd_kernels" not in a or "bwd_kernels" not in a:
             raise RatcError(f"life.unit #{a['index']} has no kernel lists (fwd_kernels, bwd_kernels); "
                             "re-plan it with this version of ratc")
-        for kind, *shape, _ in a["fwd_kernels"] + a["bwd_kernels"]:
+        for kind, *shape, _ in a["fwd_kernels"] + a["bwd_kernels"] + a.get("core_kernels", []):
             needed[kernel_symbol(kind, tuple(shape))] = (kind, tuple(shape))
     return needed
 
@@ -106,9 +115,10 @@ def codegen(module, platform, tiles: dict[str, dict[str, int]] | None = None) ->
     charges: dict = {}   # (unit, kernels key) -> (symbol refs, calls, cycles): alike for every micro-batch
     for stage in pipe.region.ops:
         for op in stage.region.ops:
-            if op.name not in TASK_WORK:
+            work = task_work(op.name, units[op.attributes.get("unit", 0)].attributes)
+            if work is None:
                 continue
-            kernels_key, other_key = TASK_WORK[op.name]
+            kernels_key, other_key = work
             key = (op.attributes["unit"], kernels_key)
             if key not in charges:
                 u = units[key[0]].attributes

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from ratc.ir.verifier import VerifyError, prefer_local, verify_op, walk_number
-from ratc.step.rules import (backward_view, bucket_reused, gathers, holds_bucket, prefetches, recovered,
+from ratc.step.rules import (backward_view, bucket_reused, gathers, holds_bucket, prefetches, unit_save_choice,
                              reduces_per_micro_batch, syncs_by_reduce_scatter)
 
 # memory-plan's lifetime tiers (ratc.lifecycle.liveness); "none" for a result that takes no memory
@@ -50,7 +50,7 @@ class _Ctx:
     """What a task's rules need: plan-wide numbers, what the plan says of its units, and its
     stage's units."""
 
-    __slots__ = ("P", "M", "Z", "act", "head", "p", "units", "first", "last", "recovered", "frozen", "ties")
+    __slots__ = ("P", "M", "Z", "act", "head", "p", "units", "first", "last", "choices", "frozen", "ties")
 
     def __init__(self, pipe, stage):
         plan = plan_of(pipe)
@@ -64,9 +64,7 @@ class _Ctx:
         self.p = stage.attributes["stage"]
         self.units = stage.attributes["units"]
         self.first, self.last = self.units[0], self.units[-1]
-        self.recovered = frozenset(u.attributes.get("index") for u in plan_units
-                                   if recovered(self.act, u.attributes.get("decoder") is True,
-                                                int(u.attributes.get("saved", 0))))
+        self.choices = {u.attributes.get("index"): unit_save_choice(self.act, u.attributes) for u in plan_units}
         self.frozen = frozenset(frozen_units(plan_units))
         self.ties = p.get("ties", ())
 
@@ -74,9 +72,13 @@ class _Ctx:
         """The tie group unit i is in, or None."""
         return next((g for g in self.ties if i in g), None)
 
+    def choice(self, i: int) -> str:
+        """What unit i keeps for its Backward (ratc.step.rules.save_choice)."""
+        return self.choices.get(i, "full")
+
     def recovers(self, i: int) -> bool:
-        """Whether unit i is recomputed before its Backward (ratc.step.rules.recovered)."""
-        return i in self.recovered
+        """Whether unit i is recomputed whole before its Backward (ratc.step.rules.recovered)."""
+        return self.choice(i) == "layer"
 
 
 # The contexts of the verify() walk in progress, by stage: the walk changes nothing.
@@ -154,15 +156,18 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
         results = ([ACT] if i != c.head else []) + ([SAVED] if not c.recovers(i) else [])
         return ([x] if x else []) + [_weights(c, i, m, "fwd")], results, False
     if name == "life.recover":
+        if c.choice(i) == "selective":      # the attention core, from what the Forward saved
+            return [("life.fwd", i, m, None, SAVED)], [REC], False
         return [_layer_input(c, i, m), _weights(c, i, m, "rec")], [REC], False
     if name == "life.bwd":
         dy = None if i == c.head else (("life.recv", None, m, "bwd", ACT) if i == c.last
                                        else ("life.bwd", i + 1, m, None, ACT))
-        saved = ("life.recover", i, m, None, REC) if c.recovers(i) else ("life.fwd", i, m, None, SAVED)
+        saved = {"layer": [("life.recover", i, m, None, REC)], "full": [("life.fwd", i, m, None, SAVED)],
+                 "selective": [("life.fwd", i, m, None, SAVED), ("life.recover", i, m, None, REC)]}[c.choice(i)]
         acc = ("life.bwd", i, m - 1, None, GRAD) if not reduces_per_micro_batch(c.Z) and m > 0 else None
         free = bucket_release(c, i, m)
         view = _weights(c, i, m, backward_view(c.recovers(i)))
-        operands = ([dy] if dy else []) + [saved, view] + ([acc] if acc else [])
+        operands = ([dy] if dy else []) + saved + [view] + ([acc] if acc else [])
         return operands + ([free] if free else []), ([ACT] if i != 0 else []) + [GRAD], acc is not None
     if name == "life.reduce":
         prev = [("life.reduce", i, m - 1, None, GRAD)] if m > 0 else []
@@ -217,7 +222,7 @@ def check_task(op) -> None:
                           "gradient to reduce, synchronize or apply", op)
     if op.name == "life.tie_sum" and c.tie_group(i) is None:
         raise VerifyError(f"'{op.name}' of unit {i}: the unit is in none of the plan's tie groups", op)
-    if op.name == "life.recover" and not c.recovers(i):
+    if op.name == "life.recover" and c.choice(i) == "full":
         raise VerifyError(f"'{op.name}' of unit {i}: no recovery under act policy '{c.act}' for this unit", op)
     if op.name == "life.gather" and not gathers(c.Z):
         raise VerifyError(f"'{op.name}': parameter gathers exist only under ZeRO-3 (Z = {c.Z})", op)
@@ -284,7 +289,7 @@ def required_tasks(c: _Ctx) -> set:
             need.add(("life.prefetch", i, None, None))
         for m in range(c.M):
             need |= {("life.fwd", i, m, None), ("life.bwd", i, m, None)}
-            if c.recovers(i):
+            if c.choice(i) != "full":
                 need.add(("life.recover", i, m, None))
             phases = ["fwd", backward_view(c.recovers(i))]      # (a Recover gathers the 'rec' view)
             if gathers(c.Z):

@@ -34,7 +34,7 @@ from ratc.lifecycle import checks
 from ratc.step.config import ACT_POLICIES, ZERO_STAGES
 from ratc.step.plan import Plan
 from ratc.step.rules import syncs_by_reduce_scatter
-from ratc.step.unit_costs import UnitCosts
+from ratc.step.unit_costs import RECOVER_WORK, UnitCosts
 
 LIFE = Dialect("life", "training-state lifecycles: per-stage scheduled programs")
 _ACT = "|".join(ACT_POLICIES)
@@ -74,15 +74,21 @@ def _finite(x) -> bool:
 def _check_unit(op):
     a = op.attributes
     for key in ("fwd", "bwd", "sync", "reduce", "update", "prefetch", "gather", "fwd_compute", "fwd_ddr",
-                "bwd_compute", "bwd_ddr", "fwd_other", "bwd_other", "tie"):
+                "bwd_compute", "bwd_ddr", "fwd_other", "bwd_other", "tie", "core_fwd", "core_compute", "core_ddr",
+                "core_other"):
         if key in a and not _finite(a[key]):
             raise VerifyError(f"'{op.name}' attribute '{key}' must be finite and not negative, got {a[key]}", op)
-    for key in ("fwd_phases", "bwd_phases"):
+    if a.get("keep") == "selective" and a.get("decoder") is True:
+        missing = [k for k in RECOVER_WORK["selective"].values() if k not in a]
+        if missing:
+            raise VerifyError(f"'{op.name}' #{a.get('index')} keeps selectively but has no {missing[0]} "
+                              "(the attention core's costs its Recover runs)", op)
+    for key in ("fwd_phases", "bwd_phases", "core_phases"):
         ph = a.get(key, [])
         if len(ph) % 2 or not all(_finite(x) for x in ph):
             raise VerifyError(f"'{op.name}' attribute '{key}' must list finite, non-negative (compute, DDR) "
                               f"second pairs", op)
-    for key in ("fwd_kernels", "bwd_kernels"):
+    for key in ("fwd_kernels", "bwd_kernels", "core_kernels"):
         for entry in a.get(key, []):
             kind = entry[0] if isinstance(entry, list) and entry else None
             dims = KERNEL_DIMS.get(kind) if isinstance(kind, str) else None
@@ -223,8 +229,9 @@ LIFE.op("gather", "ZeRO-3: all-gather a layer's parameter view for one use",
 LIFE.op("fwd", "Forward(l, m): activation out, and saved activations under full-save",
         operands=["args*"], results=["outs*"], verify=_check,
         attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED})
-LIFE.op("recover", "Recover(l, m): recompute a layer's saved activations from its checkpoint",
-        operands=["ckpt:!life.act", "w"], results=["r:!life.rec"], verify=_check,
+LIFE.op("recover", "Recover(l, m): recompute a layer's saved activations from its checkpoint and "
+                   "parameters, or (keep = selective) its attention core's from what its Forward saved",
+        operands=["args*"], results=["r:!life.rec"], verify=_check,
         attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED, **_PLACED})
 LIFE.op("bwd", "Backward(l, m): input gradient out, and the layer's gradient accumulated",
         operands=["args*"], results=["outs*"], verify=_check,

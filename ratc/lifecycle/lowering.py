@@ -12,13 +12,14 @@ takes (two buffers per stage).
 from __future__ import annotations
 
 from ratc.errors import RatcError
-from ratc.ir.attributes import SymbolRef
+from ratc.ir.attributes import ByteSize, SymbolRef
 from ratc.ir.core import Block, Module, Operation
 from ratc.ir.types import OpaqueType
 from ratc.ir.verifier import verify_op
 from ratc import limits
-from ratc.step.rules import (backward_view, bucket_reused, gathers, holds_bucket, prefetches, recovered,
-                             reduces_per_micro_batch, syncs_by_reduce_scatter)
+from ratc.step.rules import (backward_view, bucket_reused, gathers, holds_bucket, kept_bytes, prefetches,
+                             reduces_per_micro_batch, syncs_by_reduce_scatter, unit_save_choice)
+from ratc.step.unit_costs import recover_work
 
 ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = (
     OpaqueType("life", n) for n in ("act", "saved", "rec", "grad", "param", "opt", "view", "token"))
@@ -77,10 +78,18 @@ class _StageLowering:
         """Unit i's attributes (its costs)."""
         return self.all_units[i].attributes
 
+    def choice(self, i: int) -> str:
+        """What unit i keeps for its Backward (ratc.step.rules.save_choice)."""
+        return unit_save_choice(self.act, self.u(i))
+
     def recovers(self, i: int) -> bool:
-        """Whether unit i keeps only its input (checkpoint) and is recomputed before backward."""
+        """Whether unit i keeps only its input (checkpoint) and is recomputed whole before backward."""
+        return self.choice(i) == "layer"
+
+    def kept(self, i: int) -> int:
+        """Bytes Forward(i) saves for Backward(i) when it saves any."""
         u = self.u(i)
-        return recovered(self.act, u.get("decoder") is True, int(u.get("saved", 0)))
+        return int(kept_bytes(self.choice(i), int(u["saved"]), int(u["input_bytes"]), int(u.get("core", 0))))
 
     def weights(self, i: int, mb: int, phase: str, before: list):
         """The parameter value a task of unit i uses; under ZeRO-3 a fresh gather."""
@@ -133,7 +142,7 @@ class _StageLowering:
             if i != self.head:
                 types.append(ACT), sizes.append(int(self.u(i + 1)["input_bytes"])), names.append(f"x{i + 1}_{m}")
             if not self.recovers(i):
-                types.append(SAVED), sizes.append(int(u["saved"])), names.append(f"saved{i}_{m}")
+                types.append(SAVED), sizes.append(self.kept(i)), names.append(f"saved{i}_{m}")
             op = _task("life.fwd", ([x] if x is not None else []) + [w], types, {
                 "unit": i, "mb": m, "dur": u["fwd"], "compute": u["fwd_compute"], "ddr": u["fwd_ddr"], "workspace": u["workspace"],
                 "res": "compute", "prio": PRIO_MAIN, "sizes": sizes}, names)
@@ -158,21 +167,13 @@ class _StageLowering:
         tasks = []
         for i in range(last, first - 1, -1):
             u = self.u(i)
-            if self.recovers(i):
-                before: list = []
-                w = self.weights(i, m, "rec", before)
-                rec = _task("life.recover", [self.env["x", i, m], w], [REC], {
-                    "unit": i, "mb": m, "dur": u["fwd"], "compute": u["fwd_compute"], "ddr": u["fwd_ddr"], "workspace": u["workspace"],
-                    "res": "compute", "prio": PRIO_MAIN, "sizes": [int(u["saved"])], "placement": "bwd"},
-                    [f"rec{i}_{m}"])
-                tasks.append((before, rec, []))
-                saved = rec.result
-            else:
-                saved = self.env["saved", i, m]
+            saved = self.recover(i, m, tasks)
             before = []
             phase = backward_view(self.recovers(i))
-            if phase != "rec":      # (else the Backward reads the view its Recover gathered)
-                w = self.weights(i, m, phase, before)
+            # (a whole-layer Recover's Backward reads the view that Recover gathered; a selective
+            # one's view is gathered ahead of its Recover, which needs none, as a whole one's is)
+            ahead = tasks[-1][0] if self.choice(i) == "selective" else before
+            w = self.weights(i, m, phase, ahead) if phase != "rec" else self.env["rec_w", i, m]
             acc = None if reduces_per_micro_batch(self.Z) else self.env.get(("g", i, m - 1))
             holds = holds_bucket(self.Z, u.get("frozen", False) is True)
             reused = bucket_reused(len(self.released))
@@ -187,7 +188,7 @@ class _StageLowering:
                      "res": "compute", "prio": PRIO_MAIN, "sizes": sizes}
             if acc is not None:
                 attrs["inplace"] = True
-            op = _task("life.bwd", ([dy] if dy is not None else []) + [saved, w] + ([acc] if acc else [])
+            op = _task("life.bwd", ([dy] if dy is not None else []) + saved + [w] + ([acc] if acc else [])
                        + ([free] if free is not None else []), types, attrs, names)
             self.env["g", i, m] = op.results[-1]
             dy = op.results[0] if i != 0 else None
@@ -201,6 +202,29 @@ class _StageLowering:
             self.emit(_task("life.send", [dy], [TOKEN], {
                 "mb": m, "dir": "bwd", "peer": self.p - 1, "dur": self.p2p, "res": "link", "prio": PRIO_MAIN,
                 "sizes": [0]}, [f"sendb{self.p}_{m}"]))
+
+    def recover(self, i: int, m: int, tasks: list) -> list:
+        """Recover(i, m) before Backward(i, m) when unit i recomputes something (appended to
+        `tasks`); the values that Backward reads for what its Forward saved. A whole-layer
+        Recover re-runs the Forward from its input with its parameters; a selective one the
+        attention core from the saved Q, K, V."""
+        choice = self.choice(i)
+        if choice == "full":
+            return [self.env["saved", i, m]]
+        u, work = self.u(i), recover_work({"keep": choice})
+        before: list = []
+        if choice == "layer":
+            self.env["rec_w", i, m] = self.weights(i, m, "rec", before)
+            operands = [self.env["x", i, m], self.env["rec_w", i, m]]
+        else:
+            operands = [self.env["saved", i, m]]
+        workspace = u["workspace"] if choice == "layer" else ByteSize(0)       # (the core's scores stay in the DSPs)
+        rec = _task("life.recover", operands, [REC], {
+            "unit": i, "mb": m, "dur": u[work["dur"]], "compute": u[work["compute"]], "ddr": u[work["ddr"]],
+            "workspace": workspace, "res": "compute", "prio": PRIO_MAIN, "sizes": [int(u[work["bytes"]])],
+            "placement": "bwd"}, [f"rec{i}_{m}"])
+        tasks.append((before, rec, []))
+        return [rec.result] if choice == "layer" else [self.env["saved", i, m], rec.result]
 
     def reduce(self, i: int, m: int) -> Operation:
         """ZeRO >= 2: micro-batch m's bucket goes into the shard right after Backward(i, m);

@@ -22,6 +22,7 @@ from ratc.lifecycle.schedule import main_task
 from ratc.lifecycle.timeline import estimate
 from ratc.planner.corun import extra, scaled, solo
 from ratc.step.rules import reduces_per_micro_batch
+from ratc.step.unit_costs import recover_work
 
 
 def _by(ops, name: str) -> dict:
@@ -153,7 +154,9 @@ def fsr(pipe, plan, rec_buffers: int, clock: float | None = None, stream: bool =
             elif op.name == "life.recover":
                 if host is not None and (rec_buffers >= 2 or not _reads_recovery(host)):
                     view = _corun(host, op, units, clock)
-                    if stream and _reads_recovery(host):
+                    # (an attention core's Recover makes its probabilities at once: a buffer of its own)
+                    whole = units[op.attributes["unit"]].attributes.get("keep") != "selective"
+                    if stream and whole and _reads_recovery(host):
                         need = units[host.attributes["unit"]].attributes.get("stream", 0)
                         op.attributes["stream"] = ByteSize(int(need))
                     if view is not None:
@@ -244,9 +247,10 @@ def _corun(host, guest, units, clock):
     h, g = host.attributes, guest.attributes
     hu, gu = units[h["unit"]].attributes, units[g["unit"]].attributes
     host_ph = _phases(hu["fwd_phases" if host.name == "life.fwd" else "bwd_phases"])
-    guest_ph = _phases(gu["fwd_phases"])
+    work = recover_work(gu)
+    guest_ph = _phases(gu[work["phases"]])
     tp_h = max(0.0, hu["fwd" if host.name == "life.fwd" else "bwd"] - solo(host_ph))
-    tp_g = max(0.0, gu["fwd"] - solo(guest_ph))
+    tp_g = max(0.0, gu[work["dur"]] - solo(guest_ph))
     own = h["dur"] - h.get("corun", 0.0)
     added = extra(_to(host_ph, own - tp_h), _to(guest_ph, g["dur"] - tp_g)) + tp_g
     _set_corun(host, added, clock)

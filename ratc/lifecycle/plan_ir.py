@@ -11,6 +11,7 @@ from __future__ import annotations
 from ratc.errors import RatcError
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
+from ratc.step.config import parse_keep
 from ratc.step.plan import Plan
 from ratc.step.unit_costs import UnitCosts
 from ratc.step.rules import gathers, reduces_per_micro_batch, shards, syncs_by_reduce_scatter, tp_allreduces
@@ -20,7 +21,7 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     """A `life.plan @plan` op for one candidate (a ratc.step.config.Candidate) under the
     planner's memory budget."""
     from ratc.planner.collectives import all_reduce, reduce_scatter
-    from ratc.planner.search import Planner
+    from ratc.planner.search import Planner, unit_choices
     from ratc.planner.state_chain import gather_time, rank_links, state_costs
 
     planner = planner or Planner(profile, platform)
@@ -29,6 +30,9 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     if min(P, D, T, b, M) < 1 or Z not in (0, 1, 2, 3):
         raise RatcError(f"invalid configuration {cand.label()}: P, D, T, b, A must be >= 1 and Z in 0..3")
     units = planner.units(T, P * D * T).units
+    choices = unit_choices(units, cand.keep) if cand.keep else None
+    # (each decoder layer's letter as the plan writes it: what Plan.from_ir reads back)
+    letters = dict(zip([i for i, u in enumerate(units) if u.decoder], parse_keep(cand.keep))) if cand.keep else {}
     ranges = planner.stages(P, T, cand.balance, P * D * T).ranges
     elem = planner.elem
     act_bytes = b * profile.seq_len * profile.hidden * elem
@@ -76,6 +80,8 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             # ... and the headroom a Recover streaming into this unit's Backward needs
             "stream": _b(b * u.stream),
         }
+        if choices is not None and u.decoder and letters[i] != "layer":
+            attrs.update(_keeps(u, choices[i], b))
         if not sends:
             attrs["frozen"] = True      # nothing trained: no gradient, no state chain
         elif i in tied_in:
@@ -89,6 +95,17 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     if ties:
         attrs["ties"] = ties
     return Operation("life.plan", attributes=attrs, sym_name="plan", region=Block(ops))
+
+
+def _keeps(u, choice: str, b: int) -> dict:
+    """A decoder unit's `keep` (when not its input) and, when selective, its attention core's
+    costs per micro-batch (ratc.planner.opcost.UnitCost.core_*)."""
+    if choice != "selective":
+        return {"keep": choice}
+    return {"keep": choice, "core": _b(b * u.core_bytes), "core_fwd": b * u.core_fwd,
+            "core_compute": b * u.core_compute, "core_ddr": b * u.core_ddr,
+            "core_kernels": _calls(u.kernels.core, b), "core_other": b * u.kernels.core_other,
+            "core_phases": _flat(u.core_phases, b)}
 
 
 def tie_groups(profile, n_units: int) -> list[list[int]]:

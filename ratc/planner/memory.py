@@ -87,7 +87,7 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     middle = (stage > 0) & (stage < sc.P - 1) & (c.M > 1)
     two = np.where(fsr & ((sc.n_rec >= 2) | middle), 2, 1)
     rec = np.where(recovers, b * (sc.rec_buf + (two - 1) * sc.stream_buf), 0.0)
-    rec_edge = np.where(fsr, b * (sc.rec_buf + sc.rec_workspace), 0.0)
+    rec_edge = np.where(fsr, b * (sc.rec_buf + sc.guest_workspace), 0.0)
     z3 = gathers(Z)
     if np.any(z3):
         z3_rec, z3_edge, z3_alone, z3_fwd = (x + zero for x in _zero3_views_and_buckets(sc, c, recovers, fsr, recipe))
@@ -102,7 +102,7 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     alone = vb_alone > rec_edge + vb_host
     vb_edge = np.where(alone, vb_alone, vb_host)
     rec_edge = np.where(alone, 0.0, rec_edge)
-    rec_ws = b * sc.rec_workspace * two
+    rec_ws = b * (sc.rec_workspace + (two - 1) * sc.guest_workspace)
     at_recovered = rec + rec_ws + vb_rec
     edge = head + rec_edge + b * sc.edge_workspace + vb_edge
     # A Forward's moment: under ZeRO-3 its views, and under FSR, on a stage whose last unit is
@@ -110,7 +110,7 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     # first Recover it hosts (its buffer and scratch beside the Forward's).
     hosting = fsr & sc.last_rec
     f_rec = np.where(hosting, b * sc.rec_buf, 0.0)
-    f_ws = b * sc.workspace + np.where(hosting, b * sc.rec_workspace, 0.0)
+    f_ws = b * sc.workspace + np.where(hosting, b * sc.guest_workspace, 0.0)
     vb_fwd = np.where(z3, z3_fwd, pair)
     fwd = np.where(z3 | hosting, head + f_rec + f_ws + vb_fwd, 0.0)
     at_edge = (edge > at_recovered) & (edge >= fwd)
@@ -121,7 +121,7 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     vb = np.where(at_edge, vb_edge, np.where(at_fwd, vb_fwd, vb_rec))
     param_view = np.minimum(param_view, vb)
     grad_bucket = np.where(z3, vb - param_view, pair)
-    workspace = np.where(at_edge, b * sc.edge_workspace + np.where(guest, b * sc.rec_workspace, 0.0),
+    workspace = np.where(at_edge, b * sc.edge_workspace + np.where(guest, b * sc.guest_workspace, 0.0),
                          np.where(at_fwd, f_ws, rec_ws))
     return StageMemory(params=params + zero, grads=grads + zero, optimizer=optimizer + zero,
                        activations=activations, boundary=boundary, grad_bucket=grad_bucket,
@@ -170,6 +170,8 @@ def _zero3_views_and_buckets(sc: StageCosts, c: CandidateBatch, recovers, fsr, r
     """
     u = sc.u_params if sc.u_params.ndim == 3 else sc.u_params[None]
     g = sc.u_trainable if sc.u_trainable.ndim == 3 else sc.u_trainable[None]    # bucket sizes
+    # (a whole-layer Recover gathers the view its Backward reuses; a selective layer's Backward
+    # gathers its own at the same point, ahead of its Recover: the same moments)
     recovered = (sc.u_recovered if sc.u_recovered.ndim == 3 else sc.u_recovered[None]) > 0
     fsr = np.asarray(fsr)[..., None]
     n = (u > 0).sum(axis=-1)

@@ -8,7 +8,7 @@ from ratc.errors import RatcError
 from ratc.frontend.profile import LayerProfile, ModelProfile, OpProfile
 from ratc.ir.types import DTYPE_BYTES
 from ratc.planner.corun import corun_within, least_headroom, merged_runs, phases
-from ratc.step.rules import recoverable
+from ratc.step.rules import kept_bytes, recomputes, recompute, recoverable
 
 
 # Ops Megatron-style tensor parallelism splits across the T ranks (by heads or by the FFN
@@ -42,6 +42,14 @@ class UnitCost:
     stream: float = 0.0     # FSR: headroom over one layer when its Backward hosts a decoder Recover
     backward: bool = True   # some op needs a gradient (behind frozen inputs, with frozen weights, none does)
     tied: float = 0.0       # of the trainable parameters, those tied to another unit's (summed before the update)
+    # Selective recomputation: of saved_bytes, the attention core's s x s tensors (its
+    # probabilities), and the core's forward, which a selective Recover re-runs to rebuild them.
+    core_bytes: float = 0.0
+    core_fwd: float = 0.0
+    core_compute: float = 0.0
+    core_ddr: float = 0.0
+    core_phases: tuple = ()  # ((compute s, DDR s), ...) of that re-run
+    core_ops: tuple = ()     # ... with the bytes each starts to make (ratc.planner.corun)
 
     @property
     def recovers(self) -> bool:
@@ -51,6 +59,19 @@ class UnitCost:
         frozen weights a layer has no backward (autograd builds no graph), so there is
         nothing to recover and no checkpoint to keep."""
         return recoverable(self.decoder, self.saved_bytes)
+
+    @property
+    def selective(self) -> bool:
+        """Whether selective recomputation applies: a recovered layer with an attention core."""
+        return self.recovers and self.core_bytes > 0
+
+    def kept(self, choice: str) -> float:
+        """Bytes its Forward keeps for its Backward per sequence under a save choice."""
+        return float(kept_bytes(choice, self.saved_bytes, self.ckpt_bytes, self.core_bytes))
+
+    def recompute_seconds(self, choice: str) -> float:
+        """Seconds its Recover re-runs per sequence under a save choice."""
+        return float(recompute(choice, self.fwd, self.core_fwd))
 
 
 @dataclass(frozen=True)
@@ -66,6 +87,8 @@ class UnitKernels:
     bwd: tuple
     fwd_other: float
     bwd_other: float
+    core: tuple = ()          # the attention core's forward kernels (a selective Recover's)
+    core_other: float = 0.0   # ... and its seconds no kernel runs
 
 
 def elem_bytes(dtype: str) -> int:
@@ -110,11 +133,19 @@ def op_times(op: OpProfile, exec_profile, platform, tp: int, split: bool, dtype_
     if op.kind == "attention" and op.attention is not None:
         # The paper's attention backward (Alg. 1, line 5) reloads the saved probability
         # tiles P_ij from DDR, so the forward writes heads x s x s of them once.
-        heads, _, seq, _ = op.attention
-        probs = heads * seq * seq * dtype_bytes / div
+        probs = core_bytes(op, dtype_bytes) / div
         fwd_ddr_bytes += probs
         bwd_ddr_bytes += probs if op.grad else 0.0
     return fwd_macs / rate, fwd_ddr_bytes / ddr, bwd_macs / rate, bwd_ddr_bytes / ddr
+
+
+def core_bytes(op: OpProfile, dtype_bytes: int) -> float:
+    """Bytes of an attention op's s x s probabilities for one sequence (heads x s x s), which
+    its forward writes and its backward reloads (0 for any other op)."""
+    if op.kind != "attention" or op.attention is None:
+        return 0.0
+    heads, _, seq, _ = op.attention
+    return float(heads * seq * seq * dtype_bytes)
 
 
 def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, tp: int,
@@ -133,10 +164,12 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     kf, kb, other_f, other_b = [], [], 0.0, 0.0
     ph_f, ph_b = [], []     # per op: [(compute, DDR)] of its kernels and its stream / roofline
     op_saved, op_written = [], []
+    core = _Core()
     for op in layer.ops:
         split = op_split(op, model.hidden)
         div = tp if split else 1
         ks = op_kernels(op, div, eb, align) if kernels else None
+        before = (f, fc, fd, len(kf), other_f)
         if ks is not None:
             kf += ks.fwd
             kb += ks.bwd
@@ -170,6 +203,8 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
             if ks is None:
                 other_f += max(c1, d1)
                 other_b += max(c2, d2)
+        if op.grad and core_bytes(op, eb):
+            core.add(core_bytes(op, eb) / div, (f, fc, fd, other_f), before, kf, ph_f[-1])
         saved += op.saved_bytes / div
         op_saved.append(op.saved_bytes / div)
         op_written.append(op.bytes_written / div)
@@ -181,7 +216,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     f, fc, b, bc = f + over_f, fc + over_f, b + over_b, bc + over_b
     # (a host's per-task cost runs in its compute stream, after the ops)
     tail_f, tail_b = ([(over_f, 0.0)], [(over_b, 0.0)]) if over_f or over_b else ([], [])
-    kernels = UnitKernels(merge(kf), merge(kb), other_f, other_b)
+    kernels = UnitKernels(merge(kf), merge(kb), other_f, other_b, merge(core.kernels), core.other + over_f)
     return UnitCost(name=layer.name, decoder=decoder, fwd=f, fwd_compute=fc, fwd_ddr=fd,
                     bwd=b, bwd_compute=bc, bwd_ddr=bd, params=layer.param_count / tp,
                     trainable=layer.trainable_count / tp, tied=layer.tied_count(trainable=True) / tp,
@@ -189,7 +224,37 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
                     workspace=workspace, kernels=kernels, backward=any(op.grad for op in layer.ops),
                     fwd_phases=phases([x for op in ph_f for x in op] + tail_f),
                     bwd_phases=phases([x for op in reversed(ph_b) for x in op] + tail_b),
-                    **_stream_ops(layer, ph_f, ph_b, op_saved, op_written))
+                    **_stream_ops(layer, ph_f, ph_b, op_saved, op_written), **core.costs(over_f, tail_f))
+
+
+class _Core:
+    """The attention core of a unit as its ops are costed: what selective recomputation drops
+    from the Forward's saved bytes and re-runs (the attention ops' forward) before the Backward."""
+
+    def __init__(self):
+        self.bytes = self.fwd = self.compute = self.ddr = self.other = 0.0
+        self.kernels: list = []
+        self.phases: list = []
+
+    def add(self, nbytes: float, after: tuple, before: tuple, kf: list, phases: list) -> None:
+        """One attention op: its probabilities' bytes, and its forward as the running sums
+        (seconds, compute, DDR, other) and kernel list were before and after it."""
+        self.bytes += nbytes
+        self.fwd += after[0] - before[0]
+        self.compute += after[1] - before[1]
+        self.ddr += after[2] - before[2]
+        self.other += after[3] - before[4]
+        self.kernels += kf[before[3]:]
+        self.phases += phases
+
+    def costs(self, over: float, tail: list) -> dict:
+        """The UnitCost fields (a Recover is a task: a host's per-task cost runs after it too)."""
+        if not self.bytes:
+            return {}
+        made = [(c, d, self.bytes if k == 0 else 0.0) for k, (c, d) in enumerate(self.phases)]
+        return {"core_bytes": self.bytes, "core_fwd": self.fwd + over, "core_compute": self.compute + over,
+                "core_ddr": self.ddr, "core_phases": phases(self.phases + tail),
+                "core_ops": merged_runs(iter(made + [(c, d, 0.0) for c, d in tail]))}
 
 
 def _stream_ops(layer: LayerProfile, ph_f: list, ph_b: list, saved: list, written: list) -> dict:

@@ -66,10 +66,15 @@ def breakdown(ev, times: Times = SECONDS) -> str:
             f"{format_bytes(ev.mem_act)} + buffers {format_bytes(ev.mem_buf)} = {format_bytes(ev.peak_mem)}")
 
 
-def explain(result, limit: int = 8, times: Times = SECONDS) -> list[str]:
-    """Why the runners-up lost (per dimension value) and why pruned candidates did not fit."""
+def explain(result, limit: int = 8, times: Times = SECONDS, saves: list | None = None) -> list[str]:
+    """What the winner's layers save and recompute (`saves`, ratc.planner.keep.describe), why
+    the runners-up lost (per dimension value) and why pruned candidates did not fit."""
     lines = []
     best = result.best if result.feasible else None
+    if best is not None and saves:
+        lines.append(f"what each decoder layer of {best.cand.label()} saves for its Backward and recomputes "
+                     f"(per micro-batch, b={best.cand.b}):")
+        lines += saves
     if best is not None:
         lines.append("best per choice (what each alternative costs against the winner):")
         for dim in ("P", "Z", "T", "b", "act", "pref", "balance"):
@@ -133,7 +138,7 @@ def failure_table(result, failures) -> list[str]:
 
 
 def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False, failures=None,
-                cost_source: str = "") -> str:
+                cost_source: str = "", saves: list | None = None) -> str:
     """The ranked table with breakdowns, the failure costs (`failures`, a FailureReport of
     the listed candidates) and optionally the explanation (no timings: the same request
     gives the same text; the CLI reports the search time on stderr); `cost_source`, where
@@ -160,12 +165,12 @@ def render_text(result, seq_len: int, top: int = 5, with_explain: bool = False, 
         lines += failure_table(result, failures)
     if with_explain:
         lines.append("")
-        lines += explain(result, times=times)
+        lines += explain(result, times=times, saves=saves)
     return "\n".join(lines) + "\n"
 
 
 def render_json(result, seq_len: int, top: int = 5, with_explain: bool = False, failures=None,
-                cost_source: str = "") -> str:
+                cost_source: str = "", saves: list | None = None) -> str:
     """Machine-readable result (deterministic key order); `failures` and `cost_source` as in
     render_text."""
     data = {"model": result.model, "platform": result.platform, "clusters": result.clusters,
@@ -182,5 +187,5 @@ def render_json(result, seq_len: int, top: int = 5, with_explain: bool = False, 
         for entry, est in zip(data["top"], failures.rows):
             entry["failures"] = est.as_dict()
     if with_explain:
-        data["explain"] = explain(result)
+        data["explain"] = explain(result, saves=saves)
     return json.dumps(data, indent=2, sort_keys=True) + "\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from operator import attrgetter
 
 import numpy as np
@@ -12,7 +12,7 @@ import numpy as np
 from ratc.errors import RatcError
 from ratc.planner.collectives import check_algorithm
 from ratc.planner.config import CandidateBatch
-from ratc.step.config import PREF_POLICIES, RECIPE, Candidate
+from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.memory import stage_memory
 from ratc.planner.opcost import elem_bytes, model_units
@@ -129,10 +129,16 @@ class Planner:
             self._units[key] = UnitTable.of(model_units(self.model, profile, self.platform, T))
         return self._units[key]
 
-    def stages(self, P: int, T: int, balance: str, ranks: int = 1):
-        key = (P, T, balance, ranks if self.exec_profile.for_ranks(ranks) is not self.exec_profile else None)
+    def stages(self, P: int, T: int, balance: str, ranks: int = 1, keep: str = ""):
+        """The stage tables of (P, T, balance) with the decoder layers keeping what `keep` says."""
+        key = (P, T, balance, ranks if self.exec_profile.for_ranks(ranks) is not self.exec_profile else None, keep)
         if key not in self._stages:
-            self._stages[key] = stage_costs(self.units(T, ranks), P, T, balance, self.recipe)
+            if keep:        # (what layers keep changes no partition: the default's)
+                table = self.units(T, ranks)
+                self._stages[key] = stage_costs(table.with_choices(unit_choices(table.units, keep)), P, T, balance,
+                                                self.recipe, self.stages(P, T, balance, ranks).ranges)
+            else:
+                self._stages[key] = stage_costs(self.units(T, ranks), P, T, balance, self.recipe)
         return self._stages[key]
 
     # -- the search space ------------------------------------------------------------
@@ -190,13 +196,65 @@ class Planner:
 
     # -- costing -------------------------------------------------------------------
     def _stacked(self, cands: list):
-        keys = sorted({(c.T, c.balance, c.P * c.D * c.T) for c in cands})
+        keys = sorted({(c.T, c.balance, c.P * c.D * c.T, c.keep) for c in cands})
         index = {k: i for i, k in enumerate(keys)}
-        tables = [self.stages(cands[0].P, T, balance, ranks) for T, balance, ranks in keys]
-        return stack(tables, np.array([index[(c.T, c.balance, c.P * c.D * c.T)] for c in cands]))
+        tables = [self.stages(cands[0].P, T, balance, ranks, keep) for T, balance, ranks, keep in keys]
+        return stack(tables, np.array([index[(c.T, c.balance, c.P * c.D * c.T, c.keep)] for c in cands]))
 
-    def evaluate_group(self, cands: list) -> list:
-        """Memory and step time for candidates sharing P, vectorized over all of them.
+    def evaluate_group(self, cands: list, choose_keep: bool = False, best: float = math.inf) -> list:
+        """Memory and step time for candidates sharing P, vectorized over all of them; with
+        `choose_keep`, each recomputing candidate with memory to spare takes the per-layer save
+        choices that recompute least within it (ratc.planner.keep), when that is faster --
+        tried where it can beat `best` (the fastest feasible step so far) and this group's."""
+        evs, total = self._costed(cands)
+        if choose_keep:
+            evs = self._keeps(evs, total, min([best] + [e.t_step for e in evs if e.feasible]))
+        return evs
+
+    def saves(self, cand: Candidate) -> list[str]:
+        """What each decoder layer of a candidate keeps and recomputes, by runs of layers."""
+        from ratc.planner.keep import describe
+        ranks = cand.P * cand.D * cand.T
+        units = self.units(cand.T, ranks).units
+        if cand.act == "full":
+            choices = ["full"] * len(units)
+        else:
+            choices = unit_choices(units, cand.keep) if cand.keep else ["layer" if u.recovers else "full" for u in units]
+        return describe(units, self.stages(cand.P, cand.T, cand.balance, ranks).ranges, choices, cand.b)
+
+    def _keeps(self, evs: list, total: np.ndarray, best: float) -> list:
+        """evs with each recomputing, feasible candidate replaced by its best per-layer save
+        choices under its stages' slack, where that is faster and fits. A candidate whose
+        recovery-free 1F1B makespan (which no save choice changes) is no faster than `best`
+        cannot win with any, so keeps its own."""
+        from ratc.planner.keep import choose
+        from ratc.planner.memory import n_in_flight
+        rows = [k for k, e in enumerate(evs) if e.feasible and e.cand.act != "full" and not e.cand.keep
+                and e.t_1f1b < best]
+        tried = []
+        by_table: dict = {}
+        for k in rows:
+            c = evs[k].cand
+            by_table.setdefault((c.T, c.balance, c.P * c.D * c.T), []).append(k)
+        for (T, balance, ranks), ks in by_table.items():
+            P = evs[ks[0]].cand.P
+            units = self.units(T, ranks).units
+            ranges = self.stages(P, T, balance, ranks).ranges
+            flight = np.stack([n_in_flight(P, evs[k].cand.A) for k in ks]).astype(float)
+            b = np.array([[evs[k].cand.b] for k in ks], dtype=float)
+            texts = choose(units, ranges, self.budget - total[ks], flight, b)
+            tried += [(k, replace(evs[k].cand, keep=t)) for k, t in zip(ks, texts) if t]
+        if not tried:
+            return evs
+        better, _ = self._costed([c for _, c in tried])
+        evs = list(evs)
+        for (k, _), e in zip(tried, better):
+            if e.feasible and e.t_step < evs[k].t_step:
+                evs[k] = e
+        return evs
+
+    def _costed(self, cands: list) -> tuple:
+        """(Evaluated per candidate, [C, P] peak bytes per stage) of candidates sharing P.
 
         Only the state chain's tail depends on the state policy, and step_time returns it for
         every policy, so candidates that differ in nothing else are costed once.
@@ -225,12 +283,12 @@ class Planner:
         buf = mem.buffers[inv, peak_stage]
         columns = (t_step, t_1f1b, e_comm, e_upd, e_pref, e_rec, peak, peak_stage,
                    state, act, buf, peak <= self.budget)
-        return [Evaluated(c, *row) for c, row in zip(cands, zip(*(col.tolist() for col in columns)))]
+        return [Evaluated(c, *row) for c, row in zip(cands, zip(*(col.tolist() for col in columns)))], total
 
     def detail(self, cand: Candidate):
         """(stage costs, per-stage memory, timing pieces) of one candidate, for reports and the VM."""
         from ratc.planner.timing import step_time
-        sc = self.stages(cand.P, cand.T, cand.balance, cand.P * cand.D * cand.T)
+        sc = self.stages(cand.P, cand.T, cand.balance, cand.P * cand.D * cand.T, cand.keep)
         batch = CandidateBatch.of([cand])
         m = self.model
         mem = stage_memory(sc, batch, m.seq_len * m.hidden * self.elem, self.recipe)
@@ -270,8 +328,11 @@ class Planner:
         if progress:
             from tqdm import tqdm
             items = tqdm(items, desc=f"planning {clusters} clusters", unit="group", leave=False, disable=None)
+        fastest = math.inf
         for cands in items:
-            for ev in self.evaluate_group(cands):
+            for ev in self.evaluate_group(cands, strat.keep, fastest):
+                if ev.feasible:
+                    fastest = min(fastest, ev.t_step)
                 (result.feasible if ev.feasible else result.infeasible).append(ev)
                 result.evaluated += 1
         # Equal to the microsecond is a tie (the policies' tails are computed differently and can
@@ -359,6 +420,24 @@ class Planner:
             if res.feasible:
                 return res
         return None
+
+
+def unit_choices(units, keep: str) -> tuple:
+    """Each unit's save choice under a plan's `keep` text (one letter run per decoder layer)."""
+    layers = [i for i, u in enumerate(units) if u.decoder]
+    try:
+        wanted = parse_keep(keep)
+    except ValueError as e:
+        raise RatcError(str(e)) from None
+    if len(wanted) != len(layers):
+        raise RatcError(f"keep={keep} names {len(wanted)} decoder layers; the model has {len(layers)}")
+    out = ["layer" if u.recovers else "full" for u in units]
+    for i, x in zip(layers, wanted):
+        if x == "selective" and not units[i].selective:
+            raise RatcError(f"keep={keep}: decoder layer {i} ({units[i].name}) has no attention core to recompute "
+                            "selectively")
+        out[i] = x if units[i].recovers else "full"
+    return tuple(out)
 
 
 def _check_pipeline(pipeline) -> int:

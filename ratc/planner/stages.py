@@ -8,8 +8,8 @@ import numpy as np
 
 from ratc.planner.corun import extra
 from ratc.planner.partition import partition
-from ratc.step.config import RECIPE
-from ratc.step.rules import tp_allreduces
+from ratc.step.config import RECIPE, SAVE_CHOICES
+from ratc.step.rules import kept_bytes, recompute, tp_allreduces
 
 _SUM_FIELDS = ("fwd", "fwd_compute", "fwd_ddr", "bwd", "bwd_compute", "bwd_ddr", "params", "trainable", "saved_bytes",
                "backward")
@@ -17,23 +17,44 @@ _SUM_FIELDS = ("fwd", "fwd_compute", "fwd_ddr", "bwd", "bwd_compute", "bwd_ddr",
 
 @dataclass(frozen=True)
 class UnitTable:
-    """The model's units (pre, decoder layers, post) as numpy columns, for fast stage sums."""
+    """The model's units (pre, decoder layers, post) as numpy columns, for fast stage sums,
+    under one save choice per unit (ratc.step.rules.save_choice) for recomputing policies."""
 
     units: tuple
     cols: dict            # field -> [n_units] array
     decoder: np.ndarray   # bool [n_units]
-    recovers: np.ndarray  # bool [n_units]: recomputed under ckpt / FSR (UnitCost.recovers)
+    recovers: np.ndarray  # bool [n_units]: has a Recover under ckpt / FSR (its choice is not 'full')
+    whole: np.ndarray     # bool [n_units]: ... which re-runs the whole layer (the choice 'layer')
+    guests: tuple         # per unit: the phases its Recover re-runs (the layer's, or its attention core's)
     # (host phases, guest phases) -> what the co-run adds (FSR). Every partition pairs the
     # same few units; looking them up here skips corun's re-merging of the phases, which
     # was a third of cold planning time for LLaMA-2-70B.
     corun_cache: dict
 
     @classmethod
-    def of(cls, units) -> "UnitTable":
+    def of(cls, units, choices=None, corun_cache=None) -> "UnitTable":
+        """The table of `units` with each unit's choice (default: today's, every recoverable
+        decoder layer whole-layer recomputed)."""
+        choices = tuple(choices or ("layer" if u.recovers else "full" for u in units))
         cols = {f: np.array([getattr(u, f) for u in units], dtype=float)
-                for f in _SUM_FIELDS + ("ckpt_bytes", "workspace", "stream", "tied")}
-        return cls(tuple(units), cols, np.array([u.decoder for u in units]),
-                   np.array([u.recovers for u in units]), {})
+                for f in _SUM_FIELDS + ("ckpt_bytes", "workspace", "stream", "tied", "core_bytes")}
+        pick = np.array([SAVE_CHOICES.index(x) for x in choices])
+        for col, layer, core in (("rec_fwd", "fwd", "core_fwd"), ("rec_c", "fwd_compute", "core_compute"),
+                                 ("rec_d", "fwd_ddr", "core_ddr")):
+            cols[col] = recompute(pick, cols[layer], np.array([getattr(u, core) for u in units], dtype=float))
+        cols["held"] = kept_bytes(pick, cols["saved_bytes"], cols["ckpt_bytes"], cols["core_bytes"])
+        cols["rec_bytes"] = recompute(pick, cols["saved_bytes"], cols["core_bytes"])
+        # the attention core keeps its scores in the DSPs' memories (no DDR scratch: opcost's
+        # workspace leaves attention out), and a core guest streams into no host: its own buffer
+        cols["rec_ws"] = recompute(pick, cols["workspace"], 0.0)
+        cols["rec_extra"] = recompute(pick, cols["stream"], cols["core_bytes"])
+        guests = tuple(recompute(x, u.fwd_phases, u.core_phases) if x != "full" else () for u, x in zip(units, choices))
+        return cls(tuple(units), cols, np.array([u.decoder for u in units]), pick != 0, pick == SAVE_CHOICES.index("layer"),
+                   guests, {} if corun_cache is None else corun_cache)
+
+    def with_choices(self, choices) -> "UnitTable":
+        """The same units under other save choices (sharing the co-run cache)."""
+        return UnitTable.of(self.units, choices, self.corun_cache)
 
 
 @dataclass(frozen=True)
@@ -63,8 +84,10 @@ class StageCosts:
     trainable: np.ndarray          # ... of which get gradients and optimizer state (not frozen)
     n_dec: np.ndarray              # decoder layers on the stage
     n_dec_bwd: np.ndarray          # ... of which have a backward (TP all-reduces in backward)
-    n_rec: np.ndarray              # ... of which recovered under ckpt / FSR (UnitCost.recovers)
+    n_rec: np.ndarray              # ... of which have a Recover under ckpt / FSR (choice selective or layer)
+    n_rec_tp: np.ndarray           # ... of which re-run the whole layer (its TP all-reduces too)
     last_rec: np.ndarray           # bool: the stage's last unit is recovered (its Recover has no Backward host)
+    last_rec_tp: np.ndarray        # bool: ... re-running the whole layer
     view_pair: np.ndarray          # ZeRO-3 views live at once: largest sum of two neighbouring units
     max_rec_params: np.ndarray     # the stage's largest recovered layer (its Recover and Backward views)
     saved_full: np.ndarray         # full-save activation bytes
@@ -72,7 +95,8 @@ class StageCosts:
     rec_buf: np.ndarray            # one recovery buffer: the largest recovered layer's activations
     stream_buf: np.ndarray         # FSR: headroom of a Recover streaming into its host Backward's (largest)
     workspace: np.ndarray          # largest non-attention op output
-    rec_workspace: np.ndarray      # ... of the stage's recovered layers
+    rec_workspace: np.ndarray      # ... of the stage's recovered layers (their Backwards')
+    guest_workspace: np.ndarray    # ... of their Recovers (a whole layer's; none for an attention core)
     edge_workspace: np.ndarray     # ... of its other units: embedding / head, layers not recovered (0: none)
     bucket_pair: np.ndarray        # ZeRO >= 2: largest trainable params of two consecutive Backwards (M > 1)
     bucket_pair1: np.ndarray       # ... within one micro-batch (M = 1)
@@ -83,13 +107,15 @@ class StageCosts:
     u_fwd: np.ndarray
     u_bwd: np.ndarray
     u_recovered: np.ndarray        # 1.0 where the unit is recovered (recomputed by Recover)
+    u_whole: np.ndarray            # 1.0 where that Recover re-runs the whole layer (its view, its TP all-reduces)
+    u_rec: np.ndarray              # [P, U] seconds the unit's Recover re-runs (per sequence)
     u_co: np.ndarray               # what the unit's Backward adds hosting the Recover of the unit before it
     u_tied: np.ndarray             # [P, U] trainable parameters tied to another unit's (tie_sum before the update)
 
 
-def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=RECIPE) -> StageCosts:
-    """Aggregate unit costs into P stages."""
-    ranges = partition(table.units, P, balance, recipe)
+def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=RECIPE, ranges=None) -> StageCosts:
+    """Aggregate unit costs into P stages (`ranges`: the partition, when known)."""
+    ranges = ranges or partition(table.units, P, balance, recipe)
     starts = np.array([s for s, _ in ranges])
     n = len(table.units)
     U = max(e - s for s, e in ranges)
@@ -99,10 +125,9 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
     idx = np.where(valid, idx, n)
     pad = lambda a: np.append(a, 0.0)[idx]  # noqa: E731
     # `rec` marks the recovered units: everything recovery keeps, recomputes or hosts
-    c, rec = table.cols, table.recovers.astype(float)
+    c, rec, whole = table.cols, table.recovers.astype(float), table.whole.astype(float)
     ssum = lambda a: np.add.reduceat(a, starts)  # noqa: E731
-    rec_pad = pad(rec) > 0
-    saved = pad(c["saved_bytes"])
+    rec_pad, whole_pad = pad(rec) > 0, pad(whole) > 0
     u_fwd = pad(c["fwd"])
     co_f, u_co, co_c = _corun_extras(table, ranges, P, U)
     u_params = pad(c["params"])
@@ -130,26 +155,29 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
         names=tuple(tuple(u.name for u in table.units[s:e]) for s, e in ranges),
         fwd=ssum(c["fwd"]), fwd_c=ssum(c["fwd_compute"]), fwd_d=ssum(c["fwd_ddr"]),
         bwd=ssum(c["bwd"]), bwd_c=ssum(c["bwd_compute"]), bwd_d=ssum(c["bwd_ddr"]),
-        rec=ssum(c["fwd"] * rec), rec_c=ssum(c["fwd_compute"] * rec), rec_d=ssum(c["fwd_ddr"] * rec),
+        rec=ssum(c["rec_fwd"]), rec_c=ssum(c["rec_c"]), rec_d=ssum(c["rec_d"]),
         co_f=co_f, co_b=u_co.sum(axis=1), co_c=co_c,
         params=ssum(c["params"]), trainable=ssum(c["trainable"]), n_dec=ssum(table.decoder.astype(float)),
         n_dec_bwd=ssum(table.decoder * c["backward"]),
-        n_rec=ssum(rec), last_rec=table.recovers[[e - 1 for _, e in ranges]],
-        view_pair=(u_params + nxt).max(axis=1), max_rec_params=np.where(rec_pad, u_params, 0.0).max(axis=1),
-        saved_full=ssum(c["saved_bytes"]), ckpt=ssum(np.where(rec > 0, c["ckpt_bytes"], c["saved_bytes"])),
-        rec_buf=np.where(rec_pad, saved, 0.0).max(axis=1), stream_buf=np.where(rec_pad, pad(c["stream"]), 0.0).max(axis=1),
+        n_rec=ssum(rec), n_rec_tp=ssum(whole), last_rec=table.recovers[[e - 1 for _, e in ranges]],
+        last_rec_tp=table.whole[[e - 1 for _, e in ranges]],
+        view_pair=(u_params + nxt).max(axis=1), max_rec_params=np.where(whole_pad, u_params, 0.0).max(axis=1),
+        saved_full=ssum(c["saved_bytes"]), ckpt=ssum(c["held"]),
+        rec_buf=np.where(rec_pad, pad(c["rec_bytes"]), 0.0).max(axis=1),
+        stream_buf=np.where(rec_pad, pad(c["rec_extra"]), 0.0).max(axis=1),
         workspace=ws.max(axis=1),
-        rec_workspace=np.where(rec_pad, ws, 0.0).max(axis=1), edge_workspace=np.where(edge, ws, 0.0).max(axis=1),
+        rec_workspace=np.where(rec_pad, ws, 0.0).max(axis=1),
+        guest_workspace=np.where(rec_pad, pad(c["rec_ws"]), 0.0).max(axis=1), edge_workspace=np.where(edge, ws, 0.0).max(axis=1),
         head_saved=head_saved, head_tp_bwd=head_tp_bwd, bucket_pair=pair, bucket_pair1=pair1,
         u_params=u_params, u_trainable=u_trainable, u_fwd=u_fwd, u_bwd=pad(c["bwd"]), u_recovered=rec_pad.astype(float),
-        u_co=u_co, u_tied=pad(c["tied"]))
+        u_whole=whole_pad.astype(float), u_rec=pad(c["rec_fwd"]), u_co=u_co, u_tied=pad(c["tied"]))
 
 
 _ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "co_f", "co_b", "co_c", "params", "trainable",
-           "n_dec", "n_dec_bwd", "n_rec", "last_rec", "view_pair", "max_rec_params", "saved_full", "ckpt", "rec_buf", "stream_buf",
+           "n_dec", "n_dec_bwd", "n_rec", "n_rec_tp", "last_rec", "last_rec_tp", "view_pair", "max_rec_params", "saved_full", "ckpt", "rec_buf", "stream_buf",
            "workspace",
-           "rec_workspace", "edge_workspace", "bucket_pair", "bucket_pair1", "head_saved", "head_tp_bwd")
-_UNIT_ARRAYS = ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_recovered", "u_co", "u_tied")
+           "rec_workspace", "guest_workspace", "edge_workspace", "bucket_pair", "bucket_pair1", "head_saved", "head_tp_bwd")
+_UNIT_ARRAYS = ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_recovered", "u_whole", "u_rec", "u_co", "u_tied")
 
 
 def _corun_extras(table: UnitTable, ranges, P: int, U: int):
@@ -161,7 +189,7 @@ def _corun_extras(table: UnitTable, ranges, P: int, U: int):
     after the stage's previous compute task -- a Forward's last unit in the 1F1B steady
     state, the previous Backward's first unit in the cool-down.
     """
-    units, rec = table.units, table.recovers
+    units, rec, guests = table.units, table.recovers, table.guests
     pairs = table.corun_cache
 
     def pair(host, guest):
@@ -174,9 +202,9 @@ def _corun_extras(table: UnitTable, ranges, P: int, U: int):
     for p, (s, e) in enumerate(ranges):
         for i in range(s + 1, e):
             if rec[i - 1]:
-                u_co[p, i - s] = pair(units[i].bwd_phases, units[i - 1].fwd_phases)
+                u_co[p, i - s] = pair(units[i].bwd_phases, guests[i - 1])
         if rec[e - 1]:
-            guest = units[e - 1].fwd_phases
+            guest = guests[e - 1]
             co_f[p] = pair(units[e - 1].fwd_phases, guest)
             co_c[p] = pair(units[s].bwd_phases, guest)
     return co_f, u_co, co_c

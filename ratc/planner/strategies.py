@@ -31,6 +31,7 @@ class Strategy:
     pref: tuple = PREF_POLICIES
     balance: tuple = BALANCES
     hold_pipeline: bool = False
+    keep: bool = False      # choose per layer what recomputed layers save (ratc.planner.keep)
 
 
 STRATEGIES = {s.name: s for s in (
@@ -45,6 +46,9 @@ STRATEGIES = {s.name: s for s in (
              hold_pipeline=True),
     Strategy("tuned-pp-dp-zero", "P, D, Z, b, A searched; no FSR, no state pipeline, no update-prefetch",
              act=("full", "ckpt"), pref=("bulk",)),
+    Strategy("selective", "RATrain's space, each recomputed layer choosing under the budget what it saves: "
+                          "everything, all but its attention core (selective recomputation), or its input",
+             keep=True),
     Strategy("any", "every dimension free, including TP and ZeRO-3", tp=(1, 2, 4, 8), zero=ZERO_STAGES),
 )}
 

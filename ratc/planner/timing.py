@@ -252,7 +252,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     tp_link, dp_link, pp_link = rank_links(platform, D, T)
     act_bytes = b * seq_len * hidden * elem          # one micro-batch's hidden stream, [C, 1]
     stage = np.arange(P)[None, :]
-    n_dec, n_rec = sc.n_dec, sc.n_rec
+    n_dec, n_rec = sc.n_dec, sc.n_rec_tp     # (a selective Recover re-runs no TP all-reduce)
     recovers = recomputes(c.act)
     fsr = c.act == FSR
 
@@ -271,7 +271,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
         the last stage, the gradient out but on the first), each unit's view gathered for
         its forward and again for its backward (a recovered layer's Backward reuses its
         Recover's) and, at ZeRO >= 2, the reduce-scatter of the micro-batch's gradients.
-        For recovery: the Recovers' TP all-reduces."""
+        For recovery: the whole-layer Recovers' TP all-reduces."""
         ar = all_reduce(T, act_bytes, tp)
         send = pp.send(act_bytes) if P > 1 else np.zeros_like(act_bytes)
         ag = gather_time(D[:, :, None], Z[:, :, None], sc.u_params, _ex(dp), recipe)
@@ -346,21 +346,22 @@ def _fsr_hosts(sc: StageCosts, b, tp_one, fsr) -> tuple:
     Forward before the Backward, or in the cool-down on the previous Backward's first unit
     (on the last stage the head is last, and its Backward hosts the last decoder layer's).
     A guest's TP all-reduces still run on the link, after its host's."""
-    has = sc.last_rec
-    host_f = np.where(fsr & has, b * sc.co_f + tp_one, 0.0)
-    host_b = np.where(fsr, b * sc.co_b + tp_one * (sc.n_rec - has), 0.0)
-    host_c = np.where(fsr & has, b * sc.co_c + tp_one, 0.0)
+    has = sc.last_rec_tp
+    host_f = np.where(fsr & sc.last_rec, b * sc.co_f + tp_one * has, 0.0)
+    host_b = np.where(fsr, b * sc.co_b + tp_one * (sc.n_rec_tp - has), 0.0)
+    host_c = np.where(fsr & sc.last_rec, b * sc.co_c + tp_one * has, 0.0)
     return host_f, host_b, host_c
 
 
 def _unit_recovery(sc: StageCosts, c: CandidateBatch, b, tp_one, fsr):
     """[C, P, U] what recovery adds to each unit's Backward of the last micro-batch (the state
     pipeline's clock): checkpointing its own Recover, FSR the co-run it hosts."""
-    u_recovered = sc.u_recovered if sc.u_recovered.ndim == 3 else sc.u_recovered[None]
+    u_whole = sc.u_whole if sc.u_whole.ndim == 3 else sc.u_whole[None]
     u_co = sc.u_co if sc.u_co.ndim == 3 else sc.u_co[None]
-    hosts = (np.concatenate([np.zeros_like(u_recovered[..., :1]), u_recovered[..., :-1]], axis=-1) > 0) & (sc.u_params > 0)
+    # (a guest's TP all-reduces follow its host's: whole-layer guests only)
+    hosts = (np.concatenate([np.zeros_like(u_whole[..., :1]), u_whole[..., :-1]], axis=-1) > 0) & (sc.u_params > 0)
     u_host = b[:, :, None] * u_co + tp_one[:, :, None] * hosts
-    return np.where((c.act == CKPT)[:, :, None], b[:, :, None] * sc.u_fwd * u_recovered,
+    return np.where((c.act == CKPT)[:, :, None], b[:, :, None] * sc.u_rec,
                     np.where(fsr[:, :, None], u_host, 0.0))
 
 

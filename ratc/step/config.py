@@ -21,6 +21,10 @@ PREF_POLICIES = ("bulk", "layerwise", "deadline")
 ZERO_STAGES = (0, 1, 2, 3)
 # How layers are split into pipeline stages: equal compute time, or equal training-state bytes.
 BALANCES = ("time", "memory")
+# What a recovered layer keeps for its Backward (ratc.step.rules.save_choice), and the
+# letters a plan's `keep` text writes them with.
+SAVE_CHOICES = ("full", "selective", "layer")
+KEEP_LETTERS = {"f": "full", "s": "selective", "l": "layer"}
 
 
 @dataclass(frozen=True, order=True)
@@ -36,6 +40,10 @@ class Candidate:
     act: str        # activation policy: full | ckpt | fsr
     pref: str       # state/prefetch policy: bulk | layerwise | deadline
     balance: str = "time"   # how layers are split into stages: time | memory
+    # what each decoder layer keeps for its Backward under ckpt / FSR, as run-length text
+    # ('24s8l': 24 selective, then 8 whole-layer recomputed; ratc.step.rules.SAVE_CHOICES);
+    # "" is every layer whole-layer recomputed, as before the choice existed
+    keep: str = ""
 
     @property
     def clusters(self) -> int:
@@ -53,11 +61,16 @@ class Candidate:
         parts += [f"Z={self.Z}", f"b={self.b}", f"A={self.A}", ACT_LABELS[self.act], self.pref]
         if self.balance != "time":
             parts.append(f"balance={self.balance}")
+        if self.keep:
+            parts.append(f"keep={self.keep}")
         return ",".join(parts)
 
     def as_dict(self) -> dict:
-        return {"P": self.P, "D": self.D, "T": self.T, "Z": self.Z, "b": self.b, "A": self.A,
-                "act": self.act, "pref": self.pref, "balance": self.balance}
+        d = {"P": self.P, "D": self.D, "T": self.T, "Z": self.Z, "b": self.b, "A": self.A,
+             "act": self.act, "pref": self.pref, "balance": self.balance}
+        if self.keep:
+            d["keep"] = self.keep
+        return d
 
 
 @dataclass(frozen=True)
@@ -79,6 +92,28 @@ class TrainingRecipe:
 RECIPE = TrainingRecipe()
 
 
+def keep_text(choices) -> str:
+    """Save choices per decoder layer as a run-length text: ('selective',) * 24 + ('layer',) * 8
+    -> '24s8l' (how --plan and labels write a plan's `keep`)."""
+    letter = {v: k for k, v in KEEP_LETTERS.items()}
+    out, prev, n = [], None, 0
+    for c in list(choices) + [None]:
+        if c == prev:
+            n += 1
+            continue
+        if prev is not None:
+            out.append(f"{n}{letter[prev]}")
+        prev, n = c, 1
+    return "".join(out)
+
+
+def parse_keep(text: str) -> tuple:
+    """The save choices per decoder layer of a run-length text ('24s8l'); raises ValueError."""
+    if not re.fullmatch(r"(\d+[fsl])+", text):
+        raise ValueError(f"keep {text!r}: expected runs like '24s8l' (f full, s selective, l layer)")
+    return tuple(KEEP_LETTERS[c] for n, c in re.findall(r"(\d+)([fsl])", text) for _ in range(int(n)))
+
+
 # every name of each activation policy that --plan reads (case aside)
 _ACT_NAMES = {**{a: a for a in ACT_POLICIES}, **ACT_OPTION_NAMES}
 _INT_KEYS = ("P", "D", "T", "Z", "b", "A")
@@ -89,7 +124,7 @@ def parse_config(text: str) -> Candidate:
 
     T, Z, b default to 1, 2, 1; the activation policy to FSR and the state policy to deadline.
     """
-    values = {"T": 1, "Z": 2, "b": 1, "act": "fsr", "pref": "deadline", "balance": "time"}
+    values = {"T": 1, "Z": 2, "b": 1, "act": "fsr", "pref": "deadline", "balance": "time", "keep": ""}
     if not text.strip():
         raise RatcError("--plan is empty (expected e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline')")
     given: set = set()
@@ -105,7 +140,7 @@ def parse_config(text: str) -> Candidate:
             if not re.fullmatch(r"\d+", val):
                 raise RatcError(f"--plan: {key} must be a positive integer, got {val!r}")
             values[key] = int(val)
-        elif eq and key in ("act", "pref", "balance"):
+        elif eq and key in ("act", "pref", "balance", "keep"):
             values[key] = val.lower()
         elif not eq and part.lower() in _ACT_NAMES:
             values["act"] = _ACT_NAMES[part.lower()]
@@ -123,4 +158,14 @@ def parse_config(text: str) -> Candidate:
                         f"policy one of {', '.join(PREF_POLICIES)}")
     if min(values[k] for k in ("P", "D", "T", "b", "A")) < 1 or values["Z"] > 3:
         raise RatcError(f"--plan {text!r}: P, D, T, b, A must be >= 1 and Z in 0..3")
-    return Candidate(**{k: values[k] for k in (*_INT_KEYS, "act", "pref", "balance")})
+    if values["keep"]:
+        try:
+            values["keep"] = keep_text(parse_keep(values["keep"]))
+        except ValueError as e:
+            raise RatcError(f"--plan {text!r}: {e}") from None
+        if values["act"] == "full":
+            raise RatcError(f"--plan {text!r}: keep= chooses what recomputed layers save; full-save recomputes "
+                            "none (use ckpt or fsr)")
+        if set(parse_keep(values["keep"])) == {"layer"}:
+            values["keep"] = ""     # every layer whole-layer recomputed: the default
+    return Candidate(**{k: values[k] for k in (*_INT_KEYS, "act", "pref", "balance", "keep")})

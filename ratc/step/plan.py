@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ratc.ir.attributes import ByteSize
-from ratc.step.config import ACT_POLICIES, BALANCES, PREF_POLICIES, Candidate
+from ratc.step.config import ACT_POLICIES, BALANCES, PREF_POLICIES, Candidate, keep_text
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Plan:
         """The plan a (verified) `life.plan` op holds."""
         a = plan_op.attributes
         return cls(Candidate(a["P"], a["D"], a["T"], a["Z"], a["b"], a["A"], a["act"], a["pref"],
-                             a.get("balance", "time")), int(a["budget"]))
+                             a.get("balance", "time"), _keep(plan_op)), int(a["budget"]))
 
     @staticmethod
     def spec() -> dict:
@@ -46,3 +46,11 @@ class Plan:
     def label(self) -> str:
         """The configuration as `--plan` writes it."""
         return self.config.label()
+
+
+def _keep(plan_op) -> str:
+    """The plan's `keep` text from its decoder units' `keep` attributes ("" when every one
+    keeps its input, the default)."""
+    units = plan_op.region.ops if plan_op.region is not None else ()
+    choices = [u.attributes.get("keep", "layer") for u in units if u.attributes.get("decoder") is True]
+    return keep_text(choices) if any(c != "layer" for c in choices) else ""

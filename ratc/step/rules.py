@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ratc.step.config import ACT_POLICIES
+from ratc.step.config import ACT_POLICIES, SAVE_CHOICES
 
 _FULL = ACT_POLICIES.index("full")
 
@@ -42,6 +42,47 @@ def recovered(act, decoder, saved_bytes):
     if isinstance(act, str) and isinstance(decoder, (bool, np.bool_)):
         return recomputes(act) and recoverable(decoder, saved_bytes)
     return recomputes(act) & recoverable(decoder, saved_bytes)
+
+
+# What a recovered unit keeps from its Forward for its Backward, per layer (issue 31):
+# 'full' everything; 'selective' everything but the attention core's s x s tensors (the
+# probabilities; Korthikanti et al. 2022, Megatron's --recompute-granularity selective),
+# which a Recover re-runs the attention forward for; 'layer' only its input (a checkpoint),
+# the whole layer re-run by a Recover.
+_SELECTIVE, _LAYER = SAVE_CHOICES.index("selective"), SAVE_CHOICES.index("layer")
+
+
+def save_choice(act: str, decoder: bool, saved_bytes, keep: str | None = None) -> str:
+    """What a unit saves for its Backward: nothing is recomputed under full-save or in a unit
+    that is not recoverable; a recoverable one keeps what its plan chose (`keep`, default
+    'layer': today's whole-layer recovery)."""
+    if not recovered(act, decoder, saved_bytes):
+        return "full"
+    return keep or "layer"
+
+
+def unit_save_choice(act: str, unit_attrs: dict) -> str:
+    """save_choice of a plan's life.unit (its attributes) under an activation policy."""
+    return save_choice(act, unit_attrs.get("decoder") is True, int(unit_attrs.get("saved", 0)), unit_attrs.get("keep"))
+
+
+def kept_bytes(choice, saved, checkpoint, core):
+    """Bytes a unit holds from its Forward to its Backward under a save choice (a name, or
+    SAVE_CHOICES indices as numpy): all it saves, all but the attention core's, or its input."""
+    if isinstance(choice, str):
+        return {"full": saved, "selective": saved - core, "layer": checkpoint}[choice]
+    choice = np.asarray(choice)
+    return np.where(choice == _LAYER, checkpoint, np.where(choice == _SELECTIVE, saved - core, saved))
+
+
+def recompute(choice, layer, core):
+    """What a unit's Recover re-runs under a save choice (name or indices): nothing, the
+    attention core's forward, or the layer's; `layer` and `core` are that quantity (seconds,
+    bytes rebuilt, ...) for the whole layer and for the core."""
+    if isinstance(choice, str):
+        return {"full": 0 * layer, "selective": core, "layer": layer}[choice]
+    choice = np.asarray(choice)
+    return np.where(choice == _LAYER, layer, np.where(choice == _SELECTIVE, core, 0 * layer))
 
 
 def shards(Z, D, state: str):
@@ -90,6 +131,12 @@ def bucket_reused(k: int):
     """Of a stage's bucket-holding Backwards in issue order, the one whose buffer the k-th
     takes over (it waits for that bucket's collective to release it), or None."""
     return k - BUCKET_BUFFERS if k >= BUCKET_BUFFERS else None
+
+
+def recover_reads_weights(choice: str) -> bool:
+    """Whether a unit's Recover needs its parameters: a whole-layer one does; the attention
+    core re-runs on the saved Q, K, V alone."""
+    return choice == "layer"
 
 
 def backward_view(recovered: bool) -> str:

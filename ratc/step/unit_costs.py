@@ -53,6 +53,17 @@ class UnitCosts:
     frozen: bool = _attr("bool", "nothing trained: no gradient, no state chain", optional=True)
     tied: object = _attr("bytes", "the tied part of its synchronized gradient", optional=True)
     tie: float = _attr("float", "TieSum over the tied copies' stages", optional=True)
+    keep: str = _attr("full|selective", "what it keeps for its Backward under ckpt / FSR when not its input "
+                      "(the default: a whole-layer Recover)", optional=True)
+    core: object = _attr("bytes", "selective: of `saved`, the attention core's s x s tensors its Recover rebuilds",
+                         optional=True)
+    core_fwd: float = _attr("float", "selective: its Recover (the attention core's forward)", optional=True)
+    core_compute: float = _attr("float", "of which the compute engine is busy", optional=True)
+    core_ddr: float = _attr("float", "of which the DDR engine is busy (it re-reads Q, K, V and writes the scores "
+                                     "and probabilities)", optional=True)
+    core_kernels: list = _attr("list", "[kind, *shape, calls] of that Recover's kernels", optional=True)
+    core_other: float = _attr("float", "that Recover's seconds no kernel runs", optional=True)
+    core_phases: list = _attr("list<float>", "that Recover's (compute, DDR) seconds per phase, flat", optional=True)
 
     def attributes(self) -> dict:
         """The life.unit attributes (the optional ones only when set)."""
@@ -62,3 +73,18 @@ class UnitCosts:
     def spec(cls) -> dict:
         """{attribute: IR kind} of life.unit."""
         return {f.name: f.metadata["kind"] for f in fields(cls)}
+
+
+# The unit attributes a Recover's work comes from, by what the unit keeps: a whole-layer
+# Recover re-runs the Forward; a selective one the attention core.
+RECOVER_WORK = {
+    "layer": {"dur": "fwd", "compute": "fwd_compute", "ddr": "fwd_ddr", "kernels": "fwd_kernels",
+              "other": "fwd_other", "phases": "fwd_phases", "bytes": "saved"},
+    "selective": {"dur": "core_fwd", "compute": "core_compute", "ddr": "core_ddr", "kernels": "core_kernels",
+                  "other": "core_other", "phases": "core_phases", "bytes": "core"},
+}
+
+
+def recover_work(unit_attrs: dict) -> dict:
+    """{role: unit attribute} of a unit's Recover (its `keep`: selective, else whole-layer)."""
+    return RECOVER_WORK["selective" if unit_attrs.get("keep") == "selective" else "layer"]

@@ -22,7 +22,7 @@ import torch
 from ratc.errors import RatcError
 from ratc.ir.core import Module, Operation
 from ratc.step.plan import Plan
-from ratc.step.rules import syncs_by_reduce_scatter
+from ratc.step.rules import syncs_by_reduce_scatter, unit_save_choice
 from ratc.vm.functional.boundary import live_in
 from ratc.vm.functional.shards import AdamW, UnitState, all_gather
 from ratc.vm.functional.streams import RecoveryStream
@@ -61,10 +61,10 @@ def _copies(unit, args: list) -> list:
     return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
 
 
-def _run(unit, params: list, copies: list) -> tuple:
+def _run(unit, params: list, copies: list, selective: bool = False) -> tuple:
     """(outputs, {input name: its copy} for the inputs the unit changed in place)."""
     versions = [a._version if isinstance(a, torch.Tensor) else None for a in copies]
-    outs = unit.run(params, copies)
+    outs = unit.run(params, copies, selective)
     mutated = {name: a for name, a, v in zip(unit.inputs, copies, versions)
                if v is not None and a._version != v}
     return outs, mutated
@@ -125,6 +125,9 @@ class FunctionalExecutor:
         self.replicas = self.transport.replicas
         self.live = live_in(units)
         self.head = len(units.units) - 1
+        # units whose Forward keeps all but the attention core (ratc.step.rules.save_choice)
+        self.selective = {u.attributes["index"] for u in plan.region.ops
+                          if unit_save_choice(pipe.attributes["act"], u.attributes) == "selective"}
         frozen = [u.frozen_mask() for u in units.units]
         # state[r][u] for the replicas and units held here (None elsewhere)
         self.on_stage = stage_units(self.stages)
@@ -275,7 +278,7 @@ class FunctionalExecutor:
         # layer's output) must change neither the leaf autograd differentiates against nor the
         # checkpoint a Recover starts from.
         with torch.enable_grad():
-            outs, mutated = _run(unit, params, _copies(unit, leaves))
+            outs, mutated = _run(unit, params, _copies(unit, leaves), unit.index in self.selective)
         return _Saved(leaves, params, outs, mutated)
 
     # ---- handlers: the main path -------------------------------------------------------------
@@ -314,6 +317,11 @@ class FunctionalExecutor:
         i, m = op.attributes["unit"], op.attributes["mb"]
         unit = self.units.units[i]
         by = self._operands(op, ins)
+        if "act" not in by:
+            # A selective Recover (keep = selective) reads what its Forward saved: that graph
+            # holds each attention core's operands only, and autograd re-runs the core when
+            # the Backward reaches it (torch's checkpoint), so the Recover hands it on.
+            return [by["saved"][0]]
         inputs = [(self._weights(by, k), self._args(unit, by["act"][0][k], r, m)) for k, r in enumerate(self.replicas)]
 
         def rebuild():

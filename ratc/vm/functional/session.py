@@ -31,6 +31,7 @@ class TrainConfig:
     seed: int = 0
     platform: str = "mt3000"            # only task durations (placement) depend on it
     reference: bool = True              # also train the plain-PyTorch reference
+    keep: str = ""                      # what each decoder layer keeps (Candidate.keep; "" every one its input)
     opt: AdamW = field(default_factory=AdamW)
 
     @property
@@ -133,7 +134,7 @@ def compile_for(cfg: TrainConfig):
         raise RatcError(f"activation policy must be one of {', '.join(ACT_POLICIES)}, got '{cfg.act}'")
     profile = trace_model_file(cfg.model, cfg.preset)
     cand = Candidate(P=cfg.P, D=cfg.D, T=1, Z=cfg.Z, b=cfg.b, A=cfg.M, act=cfg.act,
-                     pref="deadline" if cfg.state_pipeline else "bulk")
+                     pref="deadline" if cfg.state_pipeline else "bulk", keep=cfg.keep)
     return compile_program(profile, cand, load_platform(cfg.platform), CompileOptions(memory_limit=False))
 
 

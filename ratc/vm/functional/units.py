@@ -26,6 +26,29 @@ _METADATA_METHODS = frozenset({"size", "dim", "numel", "stride"})
 DATA_INPUTS = ("input_ids", "labels")      # what the batch gives forward (ratc.vm.functional.data)
 
 
+def _recomputed(attention, args, kwargs):
+    """An attention call whose internals autograd does not keep: torch's non-reentrant
+    checkpoint saves its operands (Q, K, V, mask) and re-runs it when the Backward needs them."""
+    from torch.utils.checkpoint import checkpoint
+    return checkpoint(attention, *args, use_reentrant=False, **kwargs)
+
+
+def recomputed_attention(*args, **kwargs):
+    """F.scaled_dot_product_attention, recomputed in backward (_recomputed)."""
+    return _recomputed(torch.nn.functional.scaled_dot_product_attention, args, kwargs)
+
+
+def recomputed_aten_attention(*args, **kwargs):
+    """aten.scaled_dot_product_attention (a torch.export graph's), recomputed in backward."""
+    return _recomputed(torch.ops.aten.scaled_dot_product_attention.default, args, kwargs)
+
+
+# The attention calls a unit's graph may hold (what the frontend costs as its attention
+# core), and what a selective unit calls instead.
+ATTENTION_CALLS = {torch.nn.functional.scaled_dot_product_attention: recomputed_attention,
+                   torch.ops.aten.scaled_dot_product_attention.default: recomputed_aten_attention}
+
+
 @dataclass
 class Unit:
     """One unit: its graph, the names of the values it reads and writes, and its parameters."""
@@ -43,6 +66,7 @@ class Unit:
     trainable: list[bool] = field(default_factory=list)   # False = frozen (requires_grad=False)
     inplace: bool = True              # whether an op may write into an input (then it runs on copies)
     segments: tuple[int, ...] = ()    # (untied, tied) element counts when it holds tied copies
+    _selective: torch.fx.GraphModule | None = field(default=None, repr=False, compare=False)
 
     def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """The unit's parameters as shaped views of one flat vector (no copies)."""
@@ -65,10 +89,25 @@ class Unit:
         return torch.cat([g.reshape(-1) if g is not None else torch.zeros(s.numel())
                           for g, s in zip(grads, self.param_shapes)])
 
-    def run(self, params: list[torch.Tensor], args: list) -> tuple:
-        """Execute the unit with the given parameter tensors; always returns a tuple."""
-        out = torch.func.functional_call(self.module, dict(zip(self.param_names, params)), tuple(args))
+    def run(self, params: list[torch.Tensor], args: list, selective: bool = False) -> tuple:
+        """Execute the unit with the given parameter tensors; always returns a tuple. With
+        `selective`, autograd keeps none of its attention cores' internals (only their
+        operands): the Backward recomputes them (selective recomputation)."""
+        module = self.module if not selective else self.selective_module()
+        out = torch.func.functional_call(module, dict(zip(self.param_names, params)), tuple(args))
         return out if isinstance(out, tuple) else (out,)
+
+    def selective_module(self) -> torch.fx.GraphModule:
+        """The unit's graph with every attention call under torch's non-reentrant checkpoint."""
+        if self._selective is None:
+            graph = torch.fx.Graph()
+            out = graph.graph_copy(self.module.graph, {})
+            graph.output(out)
+            for node in graph.nodes:
+                if node.op == "call_function" and node.target in ATTENTION_CALLS:
+                    node.target = ATTENTION_CALLS[node.target]
+            self._selective = torch.fx.GraphModule(self.module, graph)
+        return self._selective
 
 
 @dataclass
