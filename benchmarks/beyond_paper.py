@@ -61,10 +61,11 @@ def table(rows: list) -> str:
         today = runs[0][1]["step_s"]
         for name, r in runs:
             met = "" if name == SEARCHES[0][0] else ("yes" if r["step_s"] <= target else "**no**")
-            lines.append(f"| {model} | {clusters} | {batch} | {name} | `{r['config']}` | {r['step_s']:.1f} | "
-                         f"{100 * (r['step_s'] / today - 1):+.1f} % | {100 * r['mac']:.1f} % | "
-                         f"{100 * r['idle']:.1f} % | {r['recovery_s']:.1f} | {r['peak_gb']:.2f} | "
-                         f"<= {target:.1f} s (issue's today: {issue_today} s) | {met} |")
+            cells = [model, clusters, batch, name, f"`{r['config']}`", f"{r['step_s']:.1f}",
+                     f"{100 * (r['step_s'] / today - 1):+.1f} %", f"{100 * r['mac']:.1f} %", f"{100 * r['idle']:.1f} %",
+                     f"{r['recovery_s']:.1f}", f"{r['peak_gb']:.2f}",
+                     f"<= {target:.1f} s (issue's today: {issue_today} s)", met]
+            lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines) + "\n"
 
 

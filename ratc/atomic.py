@@ -181,6 +181,20 @@ class Staging:
         os.close(self._fd)
 
 
+@contextmanager
+def staged(target: Path):
+    """A Staging for `target` for the block to fill and swap in: discarded if the block
+    raises (the target keeps what it held), its lock released either way."""
+    staging = Staging(target)
+    try:
+        yield staging
+    except BaseException:
+        staging.discard()
+        raise
+    finally:
+        staging.close()
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
     fn = getattr(_libc(), "renameat2", None)

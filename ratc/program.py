@@ -15,7 +15,7 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from ratc import __version__
-from ratc.atomic import Staging, recover, write_file
+from ratc.atomic import recover, staged, write_file
 from ratc.errors import OutputError, RatcError
 from ratc.input_files import json_value
 
@@ -43,30 +43,21 @@ def write_program(outdir: str | Path, files: dict[str, str | bytes], meta: dict 
     try:
         outdir.parent.mkdir(parents=True, exist_ok=True)
         recover(outdir)
-        staging = Staging(outdir)
+        with staged(outdir) as staging:
+            hashes = {}
+            for rel in sorted(files):
+                if rel == MANIFEST or Path(rel).is_absolute() or ".." in Path(rel).parts:
+                    raise ValueError(f"bad program file name {rel!r}")
+                data = files[rel].encode() if isinstance(files[rel], str) else files[rel]
+                path = staging.path / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+                hashes[rel] = _digest(data)
+            manifest = {"format": FORMAT, "ratc": __version__, "meta": meta or {}, "files": hashes}
+            (staging.path / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+            staging.swap_in(check_replaceable)
     except OSError as exc:
         raise OutputError.refused(outdir, exc) from None
-    try:
-        hashes = {}
-        for rel in sorted(files):
-            if rel == MANIFEST or Path(rel).is_absolute() or ".." in Path(rel).parts:
-                raise ValueError(f"bad program file name {rel!r}")
-            data = files[rel].encode() if isinstance(files[rel], str) else files[rel]
-            path = staging.path / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-            hashes[rel] = _digest(data)
-        manifest = {"format": FORMAT, "ratc": __version__, "meta": meta or {}, "files": hashes}
-        (staging.path / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        staging.swap_in(check_replaceable)
-    except OSError as exc:
-        staging.discard()
-        raise OutputError.refused(outdir, exc) from None
-    except BaseException:
-        staging.discard()
-        raise
-    finally:
-        staging.close()
     return outdir
 
 

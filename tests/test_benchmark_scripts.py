@@ -32,13 +32,18 @@ def test_a_script_that_names_a_tracked_doc_writes_it_only_with_write_docs():
             assert '"--write-docs"' in text, p.name
 
 
-def _readme_commands_module():
+def _script(name: str):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("readme_commands", BENCHMARKS / "readme_commands.py")
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+
+def _readme_commands_module():
+    return _script("readme_commands")
 
 
 def test_the_readme_command_runner_reads_sh_blocks_with_continuations_and_no_comments():
@@ -49,3 +54,13 @@ def test_the_readme_command_runner_reads_sh_blocks_with_continuations_and_no_com
     readme = rc.readme_commands((BENCHMARKS.parent / "README.md").read_text())
     assert len(readme) > 40 and all(c.split()[0] in {"ratc", "python", "pip", "torchrun", "source"} for c in readme)
     assert rc.needs_gpu("ratc calibrate -o gpu.toml --backend nccl") and rc.is_install(readme[0])
+
+
+def test_beyond_paper_marks_a_search_met_only_at_or_under_its_target():
+    bp = _script("beyond_paper")
+    setting = ("llama2-7b", 8, 512, 1320.7, 1155.6)
+    run = {"config": "P=4,D=2", "step_s": 1320.7, "mac": 0.5, "idle": 0.05, "recovery_s": 231.3, "peak_gb": 17.9}
+    rows = bp.table([(setting, [(bp.SEARCHES[0][0], run), ("a", {**run, "step_s": 1155.6}),
+                                ("b", {**run, "step_s": 1155.7})])]).splitlines()[2:]
+    assert [r.rsplit("|", 2)[1].strip() for r in rows] == ["", "yes", "**no**"]
+    assert "| -12.5 % |" in rows[1] and "| +0.0 % |" in rows[0]

@@ -269,20 +269,14 @@ def save_local(executor, root: str | Path, step: int, identity: RunIdentity, con
     """Save the checkpoint after `step` steps of a one-process run under `root`; returns its path."""
     import torch.distributed.checkpoint as dcp
 
-    from ratc.atomic import Staging, recover
+    from ratc.atomic import recover, staged
 
     target = step_dir(prepare_root(root), step)
     recover(target)
-    staging = Staging(target)
-    try:
+    with staged(target) as staging:
         dcp.save(local_state(executor), checkpoint_id=str(staging.path), no_dist=True)
         write_manifest(staging.path, step, step * identity.global_batch, identity, config)
         staging.swap_in(refuse_foreign)
-    except BaseException:
-        staging.discard()
-        raise
-    finally:
-        staging.close()
     return target
 
 
