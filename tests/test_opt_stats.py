@@ -77,9 +77,18 @@ def test_json_without_stats_is_refused(capsys):
     assert "--json applies to --stats" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("readme_line", [
-    line for line in (Path(__file__).parents[1] / "README.md").read_text().splitlines()
-    if line.startswith("ratc opt ")])
+def _readme_opt_commands() -> list:
+    """The README's `ratc opt` commands, continuation lines joined (as benchmarks/readme_commands.py reads them)."""
+    import importlib.util
+
+    root = Path(__file__).parents[1]
+    spec = importlib.util.spec_from_file_location("readme_commands", root / "benchmarks" / "readme_commands.py")
+    rc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rc)
+    return [c for c in rc.readme_commands((root / "README.md").read_text()) if c.startswith("ratc opt ")]
+
+
+@pytest.mark.parametrize("readme_line", _readme_opt_commands())
 def test_readme_opt_examples_write_a_file_or_a_summary(readme_line):
     words = readme_line.split("#")[0].split()
     assert "--stats" in words or "-o" in words, readme_line

@@ -41,6 +41,7 @@ def register(subparsers) -> None:
 
 
 def handler(args: argparse.Namespace) -> int:
+    from ratc.cli.progress import phase
     from ratc.io import write_atomic
     from ratc.planner.search import Planner
     from ratc.platform import load_platform
@@ -56,9 +57,12 @@ def handler(args: argparse.Namespace) -> int:
     if not MIN_WIDTH <= args.width <= MAX_WIDTH:       # (also refuses NaN)
         raise RatcError(f"--width must be {MIN_WIDTH:g}..{MAX_WIDTH:g} inches, got {args.width}")
     planner = Planner(load_model(args, default_preset=DEFAULT_PRESET), load_platform(args.platform))
-    data, res = policy_diagram(planner, args.pp, args.microbatches, args.policy, D=args.dp, Z=args.zero,
-                               b=args.micro_batch, pref=args.state)
-    write_atomic(args.output, diagram.render(data, fmt, width=args.width))
+    with phase(f"compiling and simulating P={args.pp}, M={args.microbatches}, {args.policy}"):
+        data, res = policy_diagram(planner, args.pp, args.microbatches, args.policy, D=args.dp, Z=args.zero,
+                                   b=args.micro_batch, pref=args.state)
+    with phase(f"drawing {args.output}"):
+        image = diagram.render(data, fmt, width=args.width)
+    write_atomic(args.output, image)
     print(f"wrote {args.output}: {len(data.intervals)} tasks, step {format_time(res.step_seconds)}, "
           f"exposed tail {format_time(res.tail_seconds)}", file=sys.stderr)
     return 0

@@ -44,6 +44,7 @@ def refuse_terminal_flood(path: str | None, text: str, what: str, summary_flag: 
 
 
 def run(args: argparse.Namespace) -> int:
+    from ratc.cli.progress import phase
     from ratc.ir import parse_module, print_module
     from ratc.passes import PassManager, parse_pipeline
     from ratc.passes.change_stats import change_stats, snapshot
@@ -56,14 +57,18 @@ def run(args: argparse.Namespace) -> int:
         MAX_IR_BYTES.check_file(args.file)
     name, text = read_input(args.file)
     passes = parse_pipeline(args.pipeline) if args.pipeline.strip() else []
-    module = parse_module(text, name)
+    with phase(f"reading {name}"):
+        module = parse_module(text, name)
     before = snapshot(module) if args.stats else None
     # (stdin cannot be read again: dumps then replay from their own copy of the input)
     source = None if args.file == "-" else name
-    manager = PassManager(passes, verify=verify_mode(args), instrumentation=instrumentation(args, source))
-    module = manager.run(module)
+    inst = instrumentation(args, source)
+    manager = PassManager(passes, verify=verify_mode(args), instrumentation=inst)
+    with phase(f"running -p '{args.pipeline.strip()}'", enabled=not inst.prints()):
+        module = manager.run(module)
     if args.output is not None or not args.stats:
-        result = print_module(module)
+        with phase("printing the module"):
+            result = print_module(module)
         refuse_terminal_flood(args.output, result, "the resulting IR", "--stats")
         write_output(args.output, result)
     if to_file(args.output):
