@@ -28,8 +28,8 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     P, D, T, Z, b, M = cand.P, cand.D, cand.T, cand.Z, cand.b, cand.A
     if min(P, D, T, b, M) < 1 or Z not in (0, 1, 2, 3):
         raise RatcError(f"invalid configuration {cand.label()}: P, D, T, b, A must be >= 1 and Z in 0..3")
-    units = planner.units(T, P * D * T).units
-    ranges = planner.stages(P, T, cand.balance, P * D * T).ranges
+    units = planner.units(T, P * D * T, b).units
+    ranges = planner.stages(P, T, cand.balance, P * D * T, b).ranges
     elem = planner.elem
     act_bytes = b * profile.seq_len * profile.hidden * elem
     tp_link, dp_link, pp_link = rank_links(platform, D, T)

@@ -86,6 +86,11 @@ class PlanResult:
         return self.feasible[0]
 
 
+def _table_key(c: Candidate) -> tuple:
+    """(T, balance, ranks, b): what a candidate's stage table depends on besides P."""
+    return c.T, c.balance, c.P * c.D * c.T, c.b
+
+
 def _one_of(name: str, values) -> str:
     """'T = 1', or 'T in 1, 2' (the allowed values of a request's dimension, for messages)."""
     values = list(values)
@@ -120,19 +125,21 @@ class Planner:
     def layers(self) -> int:
         return self.model.num_layers
 
-    def units(self, T: int, ranks: int = 1):
-        """The unit table at tensor-parallel degree T of a program of `ranks` processes (a host
-        profile's ranks share its cores; a DSP profile's units do not depend on them)."""
-        profile = self.exec_profile.for_ranks(ranks)
-        key = (T, ranks if profile is not self.exec_profile else None)
+    def units(self, T: int, ranks: int = 1, b: int = 1):
+        """The unit table at tensor-parallel degree T of a program of `ranks` processes running
+        micro-batches of `b` sequences, per sequence (a host profile's ranks share its cores and
+        its tasks pay fixed costs once per micro-batch; a DSP profile's units depend on neither)."""
+        profile = self.exec_profile.for_program(ranks, b)
+        key = (T, (ranks, b) if profile is not self.exec_profile else None)
         if key not in self._units:
             self._units[key] = UnitTable.of(model_units(self.model, profile, self.platform, T))
         return self._units[key]
 
-    def stages(self, P: int, T: int, balance: str, ranks: int = 1):
-        key = (P, T, balance, ranks if self.exec_profile.for_ranks(ranks) is not self.exec_profile else None)
+    def stages(self, P: int, T: int, balance: str, ranks: int = 1, b: int = 1):
+        shaped = self.exec_profile.for_program(ranks, b) is not self.exec_profile
+        key = (P, T, balance, (ranks, b) if shaped else None)
         if key not in self._stages:
-            self._stages[key] = stage_costs(self.units(T, ranks), P, T, balance, self.recipe)
+            self._stages[key] = stage_costs(self.units(T, ranks, b), P, T, balance, self.recipe)
         return self._stages[key]
 
     # -- the search space ------------------------------------------------------------
@@ -190,10 +197,10 @@ class Planner:
 
     # -- costing -------------------------------------------------------------------
     def _stacked(self, cands: list):
-        keys = sorted({(c.T, c.balance, c.P * c.D * c.T) for c in cands})
+        keys = sorted({_table_key(c) for c in cands})
         index = {k: i for i, k in enumerate(keys)}
-        tables = [self.stages(cands[0].P, T, balance, ranks) for T, balance, ranks in keys]
-        return stack(tables, np.array([index[(c.T, c.balance, c.P * c.D * c.T)] for c in cands]))
+        tables = [self.stages(cands[0].P, T, balance, ranks, b) for T, balance, ranks, b in keys]
+        return stack(tables, np.array([index[_table_key(c)] for c in cands]))
 
     def evaluate_group(self, cands: list) -> list:
         """Memory and step time for candidates sharing P, vectorized over all of them.
@@ -230,7 +237,7 @@ class Planner:
     def detail(self, cand: Candidate):
         """(stage costs, per-stage memory, timing pieces) of one candidate, for reports and the VM."""
         from ratc.planner.timing import step_time
-        sc = self.stages(cand.P, cand.T, cand.balance, cand.P * cand.D * cand.T)
+        sc = self.stages(cand.P, *_table_key(cand)[:2], cand.P * cand.D * cand.T, cand.b)
         batch = CandidateBatch.of([cand])
         m = self.model
         mem = stage_memory(sc, batch, m.seq_len * m.hidden * self.elem, self.recipe)

@@ -112,3 +112,16 @@ def tp_allreduces(role: str, backward: bool = True) -> tuple[int, int]:
     frozen weights) has none in backward."""
     fwd, bwd = _TP_ALLREDUCES[role]
     return fwd, bwd if backward else 0
+
+
+def streamed_seconds(rows: tuple, nbytes):
+    """Seconds of memory-bound work moving `nbytes` (a number or an array), from measured
+    (bytes, seconds) rows in increasing bytes: linear in bytes between the first row (in
+    cache) and the last (from memory), at the nearest of the two rows' rates outside them."""
+    (b0, t0), (b1, t1) = rows[0], rows[-1]
+    x = np.asarray(nbytes, dtype=float)
+    if b0 == b1:
+        out = x * t0 / b0
+    else:
+        out = np.where(x <= b0, x * t0 / b0, np.where(x >= b1, x * t1 / b1, t0 + (t1 - t0) * (x - b0) / (b1 - b0)))
+    return float(out) if out.ndim == 0 else out
