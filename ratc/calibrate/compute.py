@@ -114,7 +114,7 @@ class _Block(torch.nn.Module):
     OPERATORS of them (a root-mean-square scaling, a projection, a head split, a rotation by
     slices, a softmax, a gated activation, a residual) and PARAMETERS parameters."""
 
-    OPERATORS, PARAMETERS = 19, 2
+    OPERATORS, PARAMETERS = 20, 2
 
     def __init__(self, width: int = 4):
         super().__init__()
@@ -122,7 +122,7 @@ class _Block(torch.nn.Module):
         self.proj = _Projection(width)
 
     def forward(self, x):
-        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.scale      # 5 operators
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.scale      # 6 operators
         y = self.proj(h)                                                               # 1
         b, t, c = y.shape
         y = y.view(b, t, 2, c // 2).transpose(1, 2)                                    # 2
@@ -177,16 +177,17 @@ def unit_calls(module: torch.nn.Module, shape: tuple, device: torch.device) -> t
     return forward, both
 
 
-def update_call(elements: int, device: torch.device):
-    """A call of the executor's UpdateShard on a shard of `elements`: its fp32 AdamW step
-    (ratc.vm.functional.shards) on a copy of the gradient, as the handler makes one."""
+def update_call(elements: int, device: torch.device) -> tuple:
+    """(a call of the executor's UpdateShard on a shard of `elements`: its fp32 AdamW step
+    (ratc.vm.functional.shards) on a copy of the gradient, as the handler makes one; the
+    shard's UnitState; its gradient)."""
     from ratc.vm.functional.shards import AdamW, UnitState
 
     gen = torch.Generator().manual_seed(0)
     # random values: a constant shard runs the step's arithmetic several times slower here
     state = UnitState(torch.randn(elements, generator=gen).to(device), 0, 1, 0, AdamW(), None, ())
     grad = (1e-3 * torch.randn(elements, generator=gen)).to(device)
-    return lambda: state.step(grad.clone())
+    return (lambda: state.step(grad.clone())), state, grad
 
 
 def per_node(one: list, longer: list, nodes: int) -> list:
@@ -201,9 +202,12 @@ def backward_part(forward: list, both: list) -> list:
 
 
 def run_repeats(calls: dict, settings: Settings, sync, progress) -> dict:
-    """{key: [seconds per call, one per repeat]}: every call once per repeat, the repeats
-    outermost, so that each figure's runs spread over the whole measurement and its spread
-    shows the machine's load changing, not only one moment's timer noise."""
+    """{key: [seconds per call, one per repeat]}: every call once unrecorded (a cold first
+    measurement: lazy initialisation, caches, a clock still rising), then once per repeat, the
+    repeats outermost, so that each figure's runs spread over the whole measurement and its
+    spread shows the machine's load changing, not only one moment's timer noise."""
+    for call in calls.values():
+        per_call(call, sync, settings.min_seconds)
     samples = {key: [] for key in calls}
     for r in range(settings.repeats):
         progress(f"operators: run {r + 1} of {settings.repeats} ({len(calls)} benchmarks)")
@@ -256,7 +260,7 @@ def measure_compute(settings: Settings, cache_bytes: int, progress) -> dict:
     # the update of a shard whose AdamW state (master, gradient and its copy, two moments: 20 B
     # an element) stays in cache, and of one twice the last-level cache
     for elements in (64 * ROW, -(-2 * cache_bytes // (5 * FP32))):
-        calls[("update", elements)], moved[("update", elements)] = update_call(elements, device), \
+        calls[("update", elements)], moved[("update", elements)] = update_call(elements, device)[0], \
             UPDATE_TRAFFIC * elements
     calls.update(fixed_cost_calls(device))
     times = run_repeats(calls, settings, synchronizer(device), progress)

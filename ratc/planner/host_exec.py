@@ -114,19 +114,21 @@ class HostExecProfile(ExecutionProfile):
     def unit_overhead(self, layer) -> tuple:
         """(forward, backward) seconds per sequence a unit's tasks pay beyond their operators: a
         one-operator unit's task less its operator, and each parameter tensor's work (the
-        backward's of those that train), once per micro-batch of `batch` sequences."""
+        backward's of those that train), once per micro-batch of `batch` sequences, with the
+        compute slow-down of the ranks sharing the cores and of the machine's other load."""
         c = self.platform.compute
         params = len(layer.params)
         trained = params - len(layer.frozen)
         fwd = max(0.0, c.task_forward.median - c.operator_forward.median) + params * c.parameter_forward.median
         bwd = max(0.0, c.task_backward.median - c.operator_backward.median) + trained * c.parameter_backward.median
-        return fwd / self.batch, bwd / self.batch
+        slow = self._sharing[0] / self.batch        # (interpreter work is slowed as a core's GEMMs are)
+        return fwd * slow, bwd * slow
 
     def op_times(self, op, div: int, dtype_bytes: int) -> tuple:
         """(fwd compute, fwd DDR, bwd compute, bwd DDR) seconds of one traced op per sequence of
         a micro-batch of `batch` (its DDR parts are 0: one thread runs all of it)."""
         b, c = self.batch, self.platform.compute
-        calls = OPERATORS.get(op.kind, DEFAULT_OPERATORS) / b
+        calls = OPERATORS.get(op.kind, DEFAULT_OPERATORS) * self._sharing[0] / b
         call_f, call_b = calls * c.operator_forward.median, calls * c.operator_backward.median
         if op.gemm is not None:
             m, n, k = op.gemm       # m: the rows of one sequence; a micro-batch's GEMM has b times them
