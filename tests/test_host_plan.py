@@ -8,6 +8,7 @@ HOST: three GEMM rows, two add rows, one all-reduce fit, sharing 1.5 / 1.8 at 2 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_host_platform import HOST
 
@@ -195,3 +196,6 @@ def test_the_update_is_priced_from_its_measured_rows_and_streams_like_an_add_whe
     assert streamed_seconds(((100, 1.0), (300, 5.0)), 200) == pytest.approx(3.0)
     assert streamed_seconds(((100, 1.0), (300, 5.0)), 50) == pytest.approx(0.5)
     assert list(streamed_seconds(((100, 1.0), (300, 5.0)), [600, 0])) == pytest.approx([10.0, 0.0])
+    # through every row: numpy's piecewise-linear interpolation between them
+    rows = ((100, 1.0), (200, 1.5), (300, 5.0))
+    assert list(streamed_seconds(rows, [150, 250])) == pytest.approx(list(np.interp([150, 250], *zip(*rows))))

@@ -258,8 +258,10 @@ def measure_compute(settings: Settings, cache_bytes: int, progress) -> dict:
         for elements in sizes:
             calls[(op, elements)], moved[(op, elements)] = memory_op(ops, op, elements)
     # the update of a shard whose AdamW state (master, gradient and its copy, two moments: 20 B
-    # an element) stays in cache, and of one twice the last-level cache
-    for elements in (64 * ROW, -(-2 * cache_bytes // (5 * FP32))):
+    # an element) stays in the core's cache, of one that fills half the last-level cache (each
+    # of the step's passes over two or three of its tensors then stays in it), and of one
+    # twice the last-level cache
+    for elements in (64 * ROW, cache_bytes // (10 * FP32), -(-2 * cache_bytes // (5 * FP32))):
         calls[("update", elements)], moved[("update", elements)] = update_call(elements, device)[0], \
             UPDATE_TRAFFIC * elements
     calls.update(fixed_cost_calls(device))

@@ -116,12 +116,11 @@ def tp_allreduces(role: str, backward: bool = True) -> tuple[int, int]:
 
 def streamed_seconds(rows: tuple, nbytes):
     """Seconds of memory-bound work moving `nbytes` (a number or an array), from measured
-    (bytes, seconds) rows in increasing bytes: linear in bytes between the first row (in
-    cache) and the last (from memory), at the nearest of the two rows' rates outside them."""
-    (b0, t0), (b1, t1) = rows[0], rows[-1]
+    (bytes, seconds) rows in increasing bytes (in cache first, from memory last): linear in
+    bytes between neighbouring rows, at the nearest end row's rate outside them."""
+    xs = np.array([r[0] for r in rows], dtype=float)
+    ts = np.array([r[1] for r in rows], dtype=float)
     x = np.asarray(nbytes, dtype=float)
-    if b0 == b1:
-        out = x * t0 / b0
-    else:
-        out = np.where(x <= b0, x * t0 / b0, np.where(x >= b1, x * t1 / b1, t0 + (t1 - t0) * (x - b0) / (b1 - b0)))
+    out = np.where(x <= xs[0], x * ts[0] / xs[0],
+                   np.where(x >= xs[-1], x * ts[-1] / xs[-1], np.interp(x, xs, ts)))
     return float(out) if out.ndim == 0 else out
