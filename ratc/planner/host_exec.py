@@ -28,9 +28,10 @@ FP32 = 4
 # count these bytes, and its time is interpolated in them as a memory-bound operator's.
 UPDATE_TRAFFIC = 80
 # Top-level torch operators a traced op of each kind runs forward, as the profiler counts them
-# in examples/llama.py's decoder layer (50 for its 24 ops): a linear layer is linear and a
-# reshape; an RMSNorm float, pow, mean, add, rsqrt, mul, mul, type_as; attention its products
-# and softmax. [compute].operator_forward / _backward price one such operator and its autograd.
+# in examples/llama.py's decoder layer (50 for its 24 ops): a linear layer 2 (with the view or
+# transpose of its output), an RMSNorm 8 (float, pow, mean, add, rsqrt, mul, mul, type_as),
+# attention 3, others 1. [compute].operator_forward / _backward price one such operator forward
+# and in its autograd.
 OPERATORS = {"matmul": 2, "norm": 8, "rope": 1, "attention": 3}
 DEFAULT_OPERATORS = 1
 # The [[memory]] operator a traced op's kind streams like: a reduction over rows like softmax,
@@ -42,7 +43,8 @@ FORWARD, INPUT_GRAD, WEIGHT_GRAD = "nt", "nn", "tn"
 
 @dataclass(frozen=True)
 class HostExecProfile(ExecutionProfile):
-    """Operator times of a host profile's measured tables for a program of `ranks` processes."""
+    """Operator times of a host profile's measured tables for a program of `ranks` processes
+    running micro-batches of `batch` sequences."""
 
     platform: object
     ranks: int = 1             # processes running at once (P x D x T): [sharing] between them
