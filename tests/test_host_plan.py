@@ -199,3 +199,20 @@ def test_the_update_is_priced_from_its_measured_rows_and_streams_like_an_add_whe
     # through every row: numpy's piecewise-linear interpolation between them
     rows = ((100, 1.0), (200, 1.5), (300, 5.0))
     assert list(streamed_seconds(rows, [150, 250])) == pytest.approx(list(np.interp([150, 250], *zip(*rows))))
+
+
+def test_the_planner_makes_a_host_unit_table_per_micro_batch_size_and_a_dsp_one_once(host):
+    from ratc.frontend.presets import trace_preset
+    from ratc.planner.search import Planner
+
+    model = trace_preset("tiny", 64)
+    planner = Planner(model, host)
+    one, four = planner.units(1, 1, 1).units, planner.units(1, 1, 4).units
+    layer, load = model.layers[0], host.sharing.load.median
+    # a micro-batch of 4 pays the decoder unit's task and parameter costs once, not 4 times
+    over = HostExecProfile(host).unit_overhead(layer)
+    assert 4 * one[1].fwd - 4 * four[1].fwd > 3 * over[0] * 0.99
+    assert 4 * one[1].bwd - 4 * four[1].bwd > 3 * over[1] * 0.99
+    assert over[0] > 0 and load > 1
+    dsp = Planner(model, load_platform("mt3000"))
+    assert dsp.units(1, 1, 4) is dsp.units(1, 1, 1)
