@@ -53,10 +53,6 @@ class Figure:
         """The interquartile range of the runs."""
         return self.q3 - self.q1
 
-    def scaled(self, factor: float) -> "Figure":
-        """The figure times a positive factor (an efficiency from a rate, a unit change)."""
-        return Figure(self.median * factor, self.q1 * factor, self.q3 * factor)
-
     def agrees(self, other: "Figure") -> bool:
         """Whether two measurements of one figure agree: their medians differ by no more than
         their spreads together (the spread of a difference of two independent measurements)."""
