@@ -252,7 +252,7 @@ process, beside host_exec's prediction per op; 2026-12-04, 1-minute load about 3
 
 | piece | Forward ms | Backward ms | the model before (issue 29's first doc) |
 |---|---|---|---|
-| GEMMs (7 linear layers: 7 mm forward, 14 backward) | 2.13 | 4.2 | 2.10 / 4.19: right (alone, each of the layer's shapes runs 4-14 % faster than its nearest [[matmul]] row) |
+| GEMMs (7 linear layers: 7 mm forward, 14 backward) | 2.13 | ~4.2 (the profiler's 6.3 for both, less the forward's) | 2.10 / 4.19: right (alone, each of the layer's shapes runs 4-14 % faster than its nearest [[matmul]] row) |
 | attention (SDPA) | 0.36 | 0.63 | 0.40 / 0.81 |
 | memory-bound operators | 0.34 | ~0.3 | 0.10 / 0.22 |
 | interpreter and autograd: functional_call's parameter swap, ~66 fx nodes, leaves and views, the gradient flattened (0.22-0.28 ms) | ~0.45 | ~0.5 | 0.11 / 0.24 |
