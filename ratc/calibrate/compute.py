@@ -3,11 +3,13 @@ task, an operator and a parameter, and the optimizer's step, in fp32 as `ratc la
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ratc.calibrate.settings import Settings
-from ratc.planner.host_exec import UPDATE_TRAFFIC
 from ratc.calibrate.stats import figure, per_call
+from ratc.planner.host_exec import UPDATE_TRAFFIC
 
 FP32 = 4
 ROW = 1024      # softmax rows: the attention scores' last dimension at a small model's length
@@ -19,15 +21,17 @@ def synchronizer(device: torch.device):
 
 
 class Operands:
-    """Tensors by shape, made once and reused across the grid (deterministic values)."""
+    """Tensors by shape, made once and reused across the grid (deterministic values), each
+    starting `offset` elements into its own allocation."""
 
-    def __init__(self, device: torch.device):
-        self.device, self.made = device, {}
+    def __init__(self, device: torch.device, offset: int = 0):
+        self.device, self.made, self.offset = device, {}, offset
 
     def __call__(self, *shape: int) -> torch.Tensor:
         if shape not in self.made:
             gen = torch.Generator().manual_seed(len(self.made))
-            self.made[shape] = torch.randn(*shape, generator=gen).to(self.device)
+            n = math.prod(shape)
+            self.made[shape] = torch.randn(n + self.offset, generator=gen).to(self.device)[self.offset:].view(shape)
         return self.made[shape]
 
 
@@ -201,16 +205,21 @@ def backward_part(forward: list, both: list) -> list:
     return [max(b - f, 1e-9) for f, b in zip(forward, both)]
 
 
-def run_repeats(calls: dict, settings: Settings, sync, progress) -> dict:
+def run_repeats(calls: dict, settings: Settings, sync, progress, renew=None) -> dict:
     """{key: [seconds per call, one per repeat]}: every call once unrecorded (a cold first
     measurement: lazy initialisation, caches, a clock still rising), then once per repeat, the
     repeats outermost, so that each figure's runs spread over the whole measurement and its
-    spread shows the machine's load changing, not only one moment's timer noise."""
+    spread shows the machine's load changing, not only one moment's timer noise. `renew(r)`,
+    if given, remakes some calls before repeat r on operands placed otherwise: where a GEMM's
+    operands lie moves its rate by a percent or two, more than a run's fastest loop varies,
+    and two calibrations' operands lie apart; so a figure's runs sample it too."""
     for call in calls.values():
         per_call(call, sync, settings.min_seconds)
     samples = {key: [] for key in calls}
     for r in range(settings.repeats):
         progress(f"operators: run {r + 1} of {settings.repeats} ({len(calls)} benchmarks)")
+        if renew is not None and r:
+            calls.update(renew(r))
         for key, call in calls.items():
             samples[key].append(per_call(call, sync, settings.min_seconds))
     return samples
@@ -249,7 +258,12 @@ def measure_compute(settings: Settings, cache_bytes: int, progress) -> dict:
     ops = Operands(device)
     dims = settings.matmul_dims
     shapes = [(m, n, k, lay) for lay in settings.layouts for m in dims for n in dims for k in dims]
-    calls = {s: gemm(ops, *s) for s in shapes}
+
+    def gemms(r: int = 0) -> dict:
+        # run r's operands start r cache lines (16 fp32) into their allocations
+        fresh = Operands(device, 16 * r)
+        return {s: gemm(fresh, *s) for s in shapes}
+    calls = gemms()
     # 256 KB tensors (an add's three fit a 1 MiB L2, or else the last level), and tensors twice
     # the last-level cache (in whole rows): the first stay in cache, the second stream from memory
     sizes = (64 * ROW, -(-2 * cache_bytes // (FP32 * ROW)) * ROW)
@@ -265,7 +279,7 @@ def measure_compute(settings: Settings, cache_bytes: int, progress) -> dict:
         calls[("update", elements)], moved[("update", elements)] = update_call(elements, device)[0], \
             UPDATE_TRAFFIC * elements
     calls.update(fixed_cost_calls(device))
-    times = run_repeats(calls, settings, synchronizer(device), progress)
+    times = run_repeats(calls, settings, synchronizer(device), progress, renew=gemms)
     add_small, add_large = ("add", sizes[0]), ("add", sizes[1])
     return {
         "matmul": [(s, figure(s[0] * s[1] * s[2] / t for t in times[s])) for s in shapes],
