@@ -82,7 +82,7 @@ def test_two_quick_calibrations_agree_on_the_efficiency_table_and_the_fixed_cost
     this shared machine (see the README's calibration section); efficiencies cancel a common
     slow-down, and their spread carries the peak's and, as each run's operands lie elsewhere,
     where a GEMM's operands lie. Observed at 1-minute loads of 2 to 9 on 2 cores: this test
-    passed 16 times in 16 (it failed 4 times in 6 while the spread left out those two)."""
+    passed 16 times in 16 (it failed 4 times in 6 while every run used the same operands)."""
     first, second = (load_platform(path) for path, _ in calibrated)
     eff1, eff2 = matmul_efficiency(first), matmul_efficiency(second)
     assert eff1.keys() == eff2.keys()
