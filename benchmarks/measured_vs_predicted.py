@@ -272,7 +272,7 @@ a task's fixed costs once per sequence, b times in a micro-batch of b.
 What changed: `ratc calibrate` times synthetic units through the executor's own Unit code
 (a one-operator unit, a stack of blocks of a layer's kinds of operators, a chain of
 parameters each in its own submodule) Forward and Backward apart, and the executor's AdamW
-step on a shard in and out of cache; the planner charges each task its fixed costs once per
+step on a shard streaming from memory; the planner charges each task its fixed costs once per
 micro-batch (its unit table is made per b), prices a micro-batch's GEMMs at b x seq rows, and
 the update from its measured rows.
 

@@ -66,10 +66,10 @@ def test_quick_calibration_figures_are_physically_sane(calibrated):
     # more (autograd, functional_call), a Backward more than its Forward
     assert max(c.operator_forward.median, c.operator_backward.median, c.parameter_forward.median) < 1e-4
     assert c.operator_forward.median < c.task_forward.median < c.task_backward.median
-    # the update in cache and from memory: a shard out of cache streams slower per byte
-    updates = sorted((r.bytes, r.seconds.median) for r in p.memory if r.op == "update")
-    (small, t_small), (large, t_large) = updates[0], updates[-1]
-    assert len(updates) == 3 and t_small / small < t_large / large
+    # the update, from memory: slower per byte than an add streaming from memory (its passes
+    # each read and write a shard-sized tensor, some from cache), faster than 1 GB/s
+    (nbytes, seconds), = [(r.bytes, r.seconds.median) for r in p.memory if r.op == "update"]
+    assert 1e9 < nbytes / seconds < 3 * c.memory_bandwidth.median
     assert all(row.tail.median > 0.5 * row.latency.median for row in p.collectives)
     # another rank cannot make a rank much faster (a ratio under 1 is the load's noise), nor
     # slow it by more than every rank and as much other load again on its core
