@@ -237,7 +237,7 @@ class Planner:
     def detail(self, cand: Candidate):
         """(stage costs, per-stage memory, timing pieces) of one candidate, for reports and the VM."""
         from ratc.planner.timing import step_time
-        sc = self.stages(cand.P, *_table_key(cand)[:2], cand.P * cand.D * cand.T, cand.b)
+        sc = self.stages(cand.P, *_table_key(cand))
         batch = CandidateBatch.of([cand])
         m = self.model
         mem = stage_memory(sc, batch, m.seq_len * m.hidden * self.elem, self.recipe)
