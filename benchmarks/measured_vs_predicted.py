@@ -278,6 +278,16 @@ the update from its measured rows.
 
 What the host model still leaves out:
 
+- **Two ranks on two cores.** Where two ranks run (#1-#4, #7-#9 above), their Forwards and
+  Backwards ran 1.3-1.7x the planner's figure, one rank's (#0, #5, #6) 0.96-1.25x (2026-12-05,
+  loads of 2.3-2.9): `[sharing]` times two ranks' GEMMs and adds at once, not gloo's threads,
+  which the runtime's transfers and collectives keep busy beside the ranks' compute, nor
+  the other sessions' work sharing the same two cores.
+- **The update's cache.** The executor's AdamW step on a shard twice the last-level cache runs
+  up to 2x slower than a training step's update (its ratios of 0.5-1.1): some of a unit's
+  state is still in cache when its update runs. A loop over a shard that fits the cache keeps
+  it there and runs 2-3x faster than a training step's update (ratios of 1.6-5.3 when the
+  planner took that rate for small shards). The update's speed lies between the two.
 - **The machine's other load.** The medians include every preemption by other processes; the
   profile calibrated at a round's start sees that minute's load, and `[sharing]` (each rank's
   time with both ranks busy over one alone) measures two ranks plus whatever else ran then.
