@@ -246,20 +246,57 @@ def kind_ratios(rows: list) -> list:
     return [(k, [(i, statistics.median(v)) for i, v in sorted(out[k].items())]) for k in TIMED if k in out]
 
 
-LIMITS = """What the host model leaves out, and where the ratios above show it:
+LIMITS = """Where the time of a task goes, and what the host model does with it (one decoder
+layer of `small`, configuration #0, its Forward and Backward handler cut into pieces in one
+process, beside host_exec's prediction per op; 2026-12-04, 1-minute load about 3):
 
+| piece | Forward ms | Backward ms | the model before (issue 29's first doc) |
+|---|---|---|---|
+| GEMMs (7 linear layers: 7 mm forward, 14 backward) | 2.13 | ~4.2 (the profiler's 6.3 for both, less the forward's) | 2.10 / 4.19: right (alone, each of the layer's shapes runs 4-14 % faster than its nearest [[matmul]] row) |
+| attention (SDPA) | 0.36 | 0.63 | 0.40 / 0.81 |
+| memory-bound operators | 0.34 | ~0.3 | 0.10 / 0.22 |
+| interpreter and autograd: functional_call's parameter swap, ~66 fx nodes, leaves and views, the gradient flattened (0.22-0.28 ms) | ~0.45 | ~0.5 | 0.11 / 0.24 |
+| the task | 3.3 | 6.0 | 2.72 / 5.46 |
+
+At vanishing size (hidden 8) the same layer's Forward takes 0.45 ms and its Backward 0.48
+ms: that is its fixed cost, which `[compute]`'s one-operator unit and 1-element
+multiplication chain (1.8 us an operator forward, 5.3 backward) priced at 0.11 and 0.24 ms.
+`tiny`'s layers have the same fixed cost for a quarter of the arithmetic (its GEMMs 0.284 ms
+measured, 0.285 predicted), hence its ratios of 2-3. A parameter held by its own submodule
+adds 8-15 us to a Forward (functional_call swaps it through the module tree) and 3 us to a
+Backward; an operator of a layer's kinds 4-6 us forward and 5-7 backward, not 1.8 and 5.3. The
+update ran the executor's AdamW at 4-5 ns an element out of cache on an idle core (8-12 under
+others' memory traffic), where 80 B at the add's bandwidth said 3. And the first model charged
+a task's fixed costs once per sequence, b times in a micro-batch of b.
+
+What changed: `ratc calibrate` times synthetic units through the executor's own Unit code
+(a one-operator unit, a stack of blocks of a layer's kinds of operators, a chain of
+parameters each in its own submodule) Forward and Backward apart, and the executor's AdamW
+step on a shard streaming from memory; the planner charges each task its fixed costs once per
+micro-batch (its unit table is made per b), prices a micro-batch's GEMMs at b x seq rows, and
+the update from its measured rows.
+
+What the host model still leaves out:
+
+- **Two ranks on two cores.** Where two ranks run (#1-#4, #7-#9 above), their Forwards and
+  Backwards ran 1.3-1.7x the planner's figure, one rank's (#0, #5, #6) 0.96-1.25x (2026-12-05,
+  loads of 2.3-2.9): `[sharing]` times two ranks' GEMMs and adds at once, not gloo's threads,
+  which the runtime's transfers and collectives keep busy beside the ranks' compute, nor
+  the other sessions' work sharing the same two cores.
+- **The update's cache.** The executor's AdamW step on a shard twice the last-level cache runs
+  up to 2x slower than a training step's update (its ratios of 0.5-1.1): some of a unit's
+  state is still in cache when its update runs. A loop over a shard that fits the cache keeps
+  it there and runs 2-3x faster than a training step's update (ratios of 1.6-5.3 when the
+  planner took that rate for small shards). The update's speed lies between the two.
 - **The machine's other load.** The medians include every preemption by other processes; the
   profile calibrated at a round's start sees that minute's load, and `[sharing]` (each rank's
   time with both ranks busy over one alone) measures two ranks plus whatever else ran then.
-  A configuration whose spread is wide was measured through a change of load.
-- **The executor's own per-task work.** `[compute].task` times a bare one-op unit; a real
-  Forward or Backward handler also gathers its operands and arguments, copies inputs an op
-  writes in place, slices and flattens parameters and gradients, and records the task. A
-  model of many small tasks (tiny: 6 units x many micro-batches, each op a few microseconds of
-  arithmetic) is dominated by that work, so its forward and backward ratios sit well above 1.
-- **Micro-batches of several sequences.** The planner's unit costs are per sequence and a
-  micro-batch of b costs b of them, fixed costs included, where a real task pays them once:
-  a b > 1 configuration's fixed costs are over-counted.
+  A configuration whose spread is wide was measured through a change of load; a round whose
+  load changed between its calibration and its runs is priced for the wrong machine.
+- **Operators by count, not by kind.** Every torch operator costs the block's mean; a layer's
+  view, transpose and shape reads cost less than its attention's or norm's autograd.
+- **The cache between tasks.** GEMM and memory rows are each measured hot; a Backward whose
+  saved activations were evicted by the micro-batches between runs slower.
 - **Collectives and transfers** are not in the ratios: `--measure` times them from their last
   member's issue to their reader's wait, an upper bound of their duration.
 """

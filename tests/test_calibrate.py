@@ -5,10 +5,12 @@ import time
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
+from ratc.calibrate import compute
 from ratc.calibrate import ranks as rank_module
 from ratc.calibrate.machine import cores
-from ratc.calibrate.profile import check_replaceable, signed
+from ratc.calibrate.profile import FIXED_COSTS, check_replaceable, signed
 from ratc.calibrate.settings import Settings
 from ratc.calibrate.stats import CalibrationError
 from ratc.cli.main import main
@@ -46,7 +48,7 @@ def test_a_quick_calibration_writes_a_host_profile_that_loads(calibrated):
 def test_quick_calibration_figures_are_physically_sane(calibrated):
     p = load_platform(calibrated[0][0])
     c = p.compute
-    figures = [c.matmul_peak, c.dispatch, c.task, c.cache_bandwidth, c.memory_bandwidth, p.p2p.latency,
+    figures = [c.matmul_peak, *(getattr(c, key) for key in FIXED_COSTS), c.cache_bandwidth, c.memory_bandwidth, p.p2p.latency,
                p.p2p.bandwidth, p.sharing.matmul, p.sharing.memory, *(r.rate for r in p.matmul),
                *(r.seconds for r in p.memory), *(f for row in p.collectives for f in (row.latency, row.bandwidth, row.tail))]
     assert all(f.median > 0 for f in figures)
@@ -60,23 +62,35 @@ def test_quick_calibration_figures_are_physically_sane(calibrated):
     assert all(bw.median < c.cache_bandwidth.median for bw in [p.p2p.bandwidth, *(r.bandwidth for r in p.collectives)])
     adds = sorted((r.bytes, r.seconds.median) for r in p.memory if r.op == "add")
     assert adds[0][1] < adds[1][1]
-    # an operator's fixed cost is microseconds; a task pair runs several operators and autograd
-    assert c.dispatch.median < 1e-4 and c.dispatch.median < c.task.median
+    # an operator's and a parameter's fixed costs are microseconds; a task runs one operator and
+    # more (autograd, functional_call), a Backward more than its Forward
+    assert max(c.operator_forward.median, c.operator_backward.median, c.parameter_forward.median) < 1e-4
+    assert c.operator_forward.median < c.task_forward.median < c.task_backward.median
+    # the update, from memory: its 80 B an element counted, at more than 1 GB/s and at most a
+    # few times an add streaming from memory (some of its passes find their tensor in cache)
+    (nbytes, seconds), = [(r.bytes, r.seconds.median) for r in p.memory if r.op == "update"]
+    assert 1e9 < nbytes / seconds < 3 * c.memory_bandwidth.median
     assert all(row.tail.median > 0.5 * row.latency.median for row in p.collectives)
     # another rank cannot make a rank much faster (a ratio under 1 is the load's noise), nor
     # slow it by more than every rank and as much other load again on its core
     assert all(0.25 < f.median < 4 * p.host.ranks for f in (p.sharing.matmul, p.sharing.memory, p.sharing.load))
 
 
-def test_two_quick_calibrations_agree_on_the_efficiency_table(calibrated):
-    """The robust figures: each GEMM's rate as a fraction of the peak. Absolute figures move
-    with the load other processes put on this shared machine (see the README's calibration
-    section); efficiencies cancel a common slow-down. Observed: 7 or 8 of the 8 shapes agree in
-    each of 15 pairs of quick calibrations."""
-    first, second = (matmul_efficiency(load_platform(path)) for path, _ in calibrated)
-    assert first.keys() == second.keys()
-    agree = [shape for shape in first if first[shape].agrees(second[shape])]
-    assert len(agree) >= 0.75 * len(first), {s: (first[s], second[s]) for s in first if s not in agree}
+def test_two_quick_calibrations_agree_on_the_efficiency_table_and_the_fixed_costs(calibrated):
+    """The robust figures: each GEMM's rate as a fraction of the peak, and the fixed costs of a
+    task, an operator and a parameter. Absolute rates move with the load other processes put on
+    this shared machine (see the README's calibration section); efficiencies cancel a common
+    slow-down, and their spread carries the peak's and, as each run's operands lie elsewhere,
+    where a GEMM's operands lie. Observed at 1-minute loads of 2 to 9 on 2 cores: this test
+    passed 16 times in 16 (it failed 4 times in 6 while every run used the same operands)."""
+    first, second = (load_platform(path) for path, _ in calibrated)
+    eff1, eff2 = matmul_efficiency(first), matmul_efficiency(second)
+    assert eff1.keys() == eff2.keys()
+    agree = [shape for shape in eff1 if eff1[shape].agrees(eff2[shape])]
+    assert len(agree) >= 0.75 * len(eff1), {s: (eff1[s], eff2[s]) for s in eff1 if s not in agree}
+    fixed = {key: (getattr(first.compute, key), getattr(second.compute, key)) for key in FIXED_COSTS}
+    differ = {key: pair for key, pair in fixed.items() if not pair[0].agrees(pair[1])}
+    assert len(differ) <= len(fixed) // 3, differ
 
 
 def test_calibrate_refuses_to_overwrite_a_file_it_did_not_write(tmp_path, capsys):
@@ -133,3 +147,69 @@ def test_a_quick_nccl_calibration_measures_the_gpus(tmp_path):
     p = load_platform(path)
     assert (p.host.device, p.host.backend) == ("cuda", "nccl")
     assert p.cluster.dsps == torch.cuda.get_device_properties(0).multi_processor_count
+
+
+class _Calls(TorchFunctionMode):
+    """The torch functions a forward calls (torch's own dispatch of them), attribute reads aside."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") != "__get__":      # x.shape runs no operator
+            self.names.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_operator_block_runs_as_many_operators_as_it_is_counted_for():
+    x = torch.ones(1, 2, 4)
+    block = compute._Block()
+    with _Calls() as calls:
+        block(x)
+    assert len(calls.names) == compute._Block.OPERATORS, calls.names
+    assert sum(p.numel() > 0 for p in block.parameters()) == compute._Block.PARAMETERS
+
+
+def test_a_synthetic_unit_run_as_the_executor_runs_one_gives_torchs_own_gradients():
+    torch.manual_seed(0)
+    stack = compute._Stack(2)
+    with torch.no_grad():
+        for p in stack.parameters():
+            p.add_(0.1 * torch.randn(p.shape))
+    x = torch.ones(1, 2, 4)
+    _, both = compute.unit_calls(stack, x.shape, torch.device("cpu"))
+    flat = both()
+    leaf = x.clone().requires_grad_(True)
+    stack(leaf).backward(torch.ones(1, 2, 4))
+    assert torch.allclose(flat, torch.cat([p.grad.reshape(-1) for p in stack.parameters()]), atol=1e-6)
+
+
+def test_the_update_microbenchmark_is_torchs_adamw_step_on_its_shard():
+    from ratc.vm.functional.shards import AdamW
+
+    step, state, grad = compute.update_call(1000, torch.device("cpu"))
+    ref = torch.nn.Parameter(state.master.detach().clone())
+    opt = AdamW().make([ref])
+    for _ in range(2):
+        step()
+        ref.grad = grad.clone()
+        opt.step()
+    assert torch.equal(state.master.detach(), ref.detach())
+    assert not torch.equal(ref.detach(), torch.randn(1000, generator=torch.Generator().manual_seed(0)))
+
+
+def test_fixed_costs_are_the_synthetic_units_differences_per_node():
+    us = 1e-6
+    # per repeat: a one-operator unit, chains of 17 nodes (one parameter, or one each), stacks of 1 and 5 blocks
+    forward = {"task": 30, "chain": 62, "params": 382, "block": 130, "blocks": 530}
+    backward = {"task": 50, "chain": 130, "params": 162, "block": 150, "blocks": 750}
+    times = {(k, "forward"): [forward[k] * us] * 3 for k in forward}
+    times.update({(k, "both"): [(forward[k] + backward[k]) * us] * 3 for k in forward})
+    got = {k: f.median for k, f in compute.fixed_costs(times).items()}
+    assert got["task_forward"] == pytest.approx(30 * us) and got["task_backward"] == pytest.approx(50 * us)
+    # (382 - 62) / 16 = 20 us a parameter forward, (162 - 130) / 16 = 2 us backward
+    assert got["parameter_forward"] == pytest.approx(20 * us) and got["parameter_backward"] == pytest.approx(2 * us)
+    # (530 - 130) / 4 = 100 us a block, less its 2 parameters, over its 20 operators
+    assert got["operator_forward"] == pytest.approx((100 - 2 * 20) / 20 * us)
+    assert got["operator_backward"] == pytest.approx((150 - 2 * 2) / 20 * us)

@@ -8,6 +8,7 @@ HOST: three GEMM rows, two add rows, one all-reduce fit, sharing 1.5 / 1.8 at 2 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_host_platform import HOST
 
@@ -46,7 +47,7 @@ def test_a_gemm_is_priced_at_the_rate_of_the_nearest_measured_shape_of_its_layou
 
 
 def test_two_ranks_sharing_the_cores_slow_a_gemm_by_the_measured_sharing_and_a_lone_one_by_the_load(host):
-    alone, shared = HostExecProfile(host), HostExecProfile(host).for_ranks(2)
+    alone, shared = HostExecProfile(host), HostExecProfile(host).for_program(2, 1)
     unloaded = 256 ** 3 / 40e9
     assert alone.gemm_time(256, 256, 256) == pytest.approx(1.25 * unloaded)     # [sharing].load
     assert shared.gemm_time(256, 256, 256) == pytest.approx(1.5 * unloaded)
@@ -131,3 +132,87 @@ def test_measure_on_a_host_program_compares_with_this_machine_without_a_note(tmp
     got = json.loads(js.read_text())
     assert got["predicts_this_machine"] and got["platform"] == "host"
     assert got["step_time_s"]["planner"] > 0 and got["step_time_s"]["vm"] > 0
+
+
+def _decoder_layer():
+    from ratc.frontend.presets import trace_preset
+
+    return trace_preset("tiny", 64).layers[0]
+
+
+def test_a_unit_pays_its_task_and_each_parameter_once_per_micro_batch(host):
+    layer = _decoder_layer()
+    params = len(layer.params)
+    assert params == 9 and not layer.frozen     # 7 projections and 2 norm weights
+    # the one-operator task less its operator, and each parameter: 30 - 2 + 9 x 10 us forward,
+    # 60 - 3 + 9 x 4 us backward (tests/test_host_platform.py's FIGURES)
+    load = host.sharing.load.median     # a lone rank's interpreter work is slowed as its GEMMs are
+    fwd, bwd = load * (28e-6 + params * 10e-6), load * (57e-6 + params * 4e-6)
+    assert HostExecProfile(host).unit_overhead(layer) == pytest.approx((fwd, bwd))
+    # a micro-batch of 4 sequences is one task: per sequence, a quarter
+    assert HostExecProfile(host).for_program(1, 4).unit_overhead(layer) == pytest.approx((fwd / 4, bwd / 4))
+
+
+def test_each_operator_pays_the_measured_operator_cost_forward_and_backward(host):
+    prof = HostExecProfile(host)
+    layer = _decoder_layer()
+    norm = next(op for op in layer.ops if op.kind == "norm")
+    add = next(op for op in layer.ops if op.name == "add")
+    load, moved = host.sharing.load.median, lambda op: (op.bytes_read + op.bytes_written) * 4 / 2   # f16 trace
+    for op, operators in ((norm, 8), (add, 1)):
+        fwd, _, bwd, _ = prof.op_times(op, 1, 2)
+        # its bytes as an add's streaming (in cache: 25 us per 786432 B), and its operators
+        assert fwd == pytest.approx(load * (moved(op) * 25e-6 / 786432 + operators * 2e-6))
+        assert bwd == pytest.approx(load * (2 * moved(op) * 25e-6 / 786432 + operators * 3e-6))
+
+
+def test_a_micro_batch_of_b_runs_b_times_the_work_but_its_fixed_costs_once(host):
+    layer = _decoder_layer()
+    q = next(op for op in layer.ops if op.name == "self_attn.q_proj")
+    one, four = HostExecProfile(host), HostExecProfile(host).for_program(1, 4)
+    (m, n, k), load = q.gemm, host.sharing.load.median
+    # per sequence: the micro-batch's GEMM of 4 x m rows over 4, and a quarter of its 2 operators
+    assert four.op_times(q, 1, 2)[0] == pytest.approx(one.gemm_time(4 * m, n, k) / 4 + load * 2 * 2e-6 / 4)
+    assert one.op_times(q, 1, 2)[0] == pytest.approx(load * (m * n * k / 20e9 + 2 * 2e-6))   # nearest 64^3
+    total = lambda prof, b: b * sum(prof.op_times(op, 1, 2)[0] for op in layer.ops)       # noqa: E731
+    fixed = sum(load * 2e-6 * {"matmul": 2, "norm": 8, "rope": 1, "attention": 3}.get(op.kind, 1) for op in layer.ops)
+    # b = 4 saves three of the four fixed costs (its GEMMs also run at the larger shapes' rates)
+    assert total(one, 4) - total(four, 4) >= 3 * fixed * 0.99
+
+
+def test_the_update_is_priced_from_its_measured_rows_and_streams_like_an_add_where_not_measured(host):
+    from ratc.planner.state_chain import state_costs
+    from ratc.step.rules import streamed_seconds
+
+    recipe = HostExecProfile(host).recipe
+    load = host.sharing.load.median
+    # HOST measured no update: its rows are the add's, slowed by the load
+    assert recipe.update_rows == ((786432, load * 25e-6), (201326592, load * 0.033))
+    link = Link(1e-4, 1e9)
+    for elements in (1000, 2e6, 1e8):
+        cost = state_costs(1, 0, elements, 0, 1, link, link, 6e9, recipe)
+        assert cost.update == pytest.approx(streamed_seconds(recipe.update_rows, 80 * elements))
+    # between the rows, linear in bytes; beyond them at the nearer row's rate
+    assert streamed_seconds(((100, 1.0), (300, 5.0)), 200) == pytest.approx(3.0)
+    assert streamed_seconds(((100, 1.0), (300, 5.0)), 50) == pytest.approx(0.5)
+    assert list(streamed_seconds(((100, 1.0), (300, 5.0)), [600, 0])) == pytest.approx([10.0, 0.0])
+    # through every row: numpy's piecewise-linear interpolation between them
+    rows = ((100, 1.0), (200, 1.5), (300, 5.0))
+    assert list(streamed_seconds(rows, [150, 250])) == pytest.approx(list(np.interp([150, 250], *zip(*rows))))
+
+
+def test_the_planner_makes_a_host_unit_table_per_micro_batch_size_and_a_dsp_one_once(host):
+    from ratc.frontend.presets import trace_preset
+    from ratc.planner.search import Planner
+
+    model = trace_preset("tiny", 64)
+    planner = Planner(model, host)
+    one, four = planner.units(1, 1, 1).units, planner.units(1, 1, 4).units
+    layer, load = model.layers[0], host.sharing.load.median
+    # a micro-batch of 4 pays the decoder unit's task and parameter costs once, not 4 times
+    over = HostExecProfile(host).unit_overhead(layer)
+    assert 4 * one[1].fwd - 4 * four[1].fwd > 3 * over[0] * 0.99
+    assert 4 * one[1].bwd - 4 * four[1].bwd > 3 * over[1] * 0.99
+    assert over[0] > 0 and load > 1
+    dsp = Planner(model, load_platform("mt3000"))
+    assert dsp.units(1, 1, 4) is dsp.units(1, 1, 1)

@@ -19,7 +19,9 @@ FACTS = {"description": "a made-up 2-core host", "dsps": 1, "dsps_source": "torc
          "ranks": 2, "host": {"device": '"cpu"', "backend": '"gloo"', "cores": 2, "ranks": 2, "threads": 1,
                               "dtype": '"float32"', "repeats": 5, "torch": '"2.13.0"'}}
 FIGURES = {
-    "compute": {"matmul_peak": fig(40e9), "dispatch": fig(2e-6), "task": fig(90e-6),
+    "compute": {"matmul_peak": fig(40e9), "task_forward": fig(30e-6), "task_backward": fig(60e-6),
+                "operator_forward": fig(2e-6), "operator_backward": fig(3e-6), "parameter_forward": fig(10e-6),
+                "parameter_backward": fig(4e-6),
                 "cache_bandwidth": fig(30e9), "memory_bandwidth": fig(6e9),
                 "matmul": [((64, 64, 64, "nt"), fig(20e9)), ((256, 256, 256, "nt"), fig(40e9)),
                            ((256, 256, 256, "tn"), fig(30e9))],
@@ -34,14 +36,16 @@ HOST = render("made-up", "ratc calibrate -o made-up.toml", FACTS, FIGURES)
 def test_a_host_profile_holds_its_measured_figures_and_tables():
     p = parse_platform(HOST, "host.toml")
     assert (p.kind, p.has_kernels) == ("host", False)
-    assert p.compute.dispatch == Figure(2e-6, 1.8e-6, 2.2e-6)
+    assert p.compute.operator_forward == Figure(2e-6, 1.8e-6, 2.2e-6)
     assert [(r.m, r.n, r.k, r.layout) for r in p.matmul] == [(64, 64, 64, "nt"), (256, 256, 256, "nt"),
                                                                (256, 256, 256, "tn")]
     assert p.memory[1].bytes == 201326592 and p.collectives[0].tail.median == 4e-3
     # the planner's summary repeats the measured medians
     assert p.cluster.peak_mac_rate == 40e9 and p.network.intra_node_latency == pytest.approx(100e-6)
     assert p.cluster.gsm_size == 32 * 2**20
-    assert matmul_efficiency(p)[(64, 64, 64, "nt")].median == pytest.approx(0.5)
+    eff = matmul_efficiency(p)[(64, 64, 64, "nt")]
+    # 20 G MAC/s [18 .. 22] over the peak's 40 [36 .. 44]: its spread carries the peak's too
+    assert (eff.median, eff.q1, eff.q3) == pytest.approx((0.5, 18 / 44, 22 / 36))
 
 
 def test_todays_dsp_profiles_load_unchanged_as_dsp_platforms():
@@ -86,8 +90,8 @@ RATE_2 = 'rate = { median = "40G MAC/s", q1 = "36G MAC/s", q3 = "44G MAC/s" }'
     (lambda t: t.replace("ranks = 2\nlatency", "ranks = 3\nlatency"),
      "[[collectives]] entry 1: ranks: must be 2 to [host].ranks = 2, got 3", lambda t: _line_of(t, "ranks = 3")),
     (lambda t: t.replace("[[memory]]", "[[mem]]"), "unknown section [mem]", lambda t: 1),
-    (lambda t: t.replace('dispatch = { median = "2us"', 'dispatch = { median = "2 parsecs"'),
-     "[compute].dispatch: expected a time in h, min, s, ms, us or ns", lambda t: _line_of(t, "dispatch = ")),
+    (lambda t: t.replace('operator_forward = { median = "2us"', 'operator_forward = { median = "2 parsecs"'),
+     "[compute].operator_forward: expected a time in h, min, s, ms, us or ns", lambda t: _line_of(t, "operator_forward = ")),
     (lambda t: t.replace('peak_mac_rate = "40G MAC/s"', 'peak_mac_rate = "50G MAC/s"'),
      "[cluster].peak_mac_rate is 5e+10 but [compute].matmul_peak's median is 4e+10", lambda t: _line_of(t, "peak_mac_rate")),
     (lambda t: t.replace('backend = "gloo"', 'backend = "mpi"'),
@@ -114,7 +118,7 @@ def test_a_dsp_profile_with_host_sections_or_an_unknown_kind_is_refused():
     mt3000 = (PROFILE_DIR / "mt3000.toml").read_text()
     with pytest.raises(PlatformError, match="custom.toml: section \\[compute\\] belongs to host platforms, but this "
                                             "profile is kind = 'dsp' \\(write kind = \"host\" in \\[platform\\]\\)"):
-        parse_platform(mt3000 + '\n[compute]\ndispatch = "1us"\n', "custom.toml")
+        parse_platform(mt3000 + '\n[compute]\noperator_forward = "1us"\n', "custom.toml")
     with pytest.raises(PlatformError, match="custom.toml: \\[platform\\].kind must be one of 'dsp', 'host', got 'gpu'"):
         parse_platform(mt3000.replace('name = "mt3000"', 'name = "mt3000"\nkind = "gpu"'), "custom.toml")
     with pytest.raises(PlatformError, match="custom.toml: missing section \\[vliw\\]"):

@@ -10,6 +10,8 @@ from ratc.platform.schema import Figure
 
 HEADER = "# Written by ratc calibrate; sha256 of the lines below: "
 MAX_OWN_BYTES = 1 << 20     # a file larger than this is not a host profile ratc wrote
+FIXED_COSTS = ("task_forward", "task_backward", "operator_forward", "operator_backward", "parameter_forward",
+               "parameter_backward")     # [compute]'s fixed costs, in the order written
 MEMORY_SHARE = 0.9          # of the machine's memory, for the ranks' training state
 
 _SCALES = {
@@ -113,8 +115,7 @@ def _host_sections(facts: dict, figures: dict) -> list[str]:
     lines = ["[host]", *(f"{key} = {value}" for key, value in facts["host"].items()), "",
              "[compute]",
              f"matmul_peak = {measured(comp['matmul_peak'], 'mac_rate')}",
-             f"dispatch = {measured(comp['dispatch'], 'time')}",
-             f"task = {measured(comp['task'], 'time')}",
+             *(f"{key} = {measured(comp[key], 'time')}" for key in FIXED_COSTS),
              f"cache_bandwidth = {measured(comp['cache_bandwidth'], 'bandwidth')}",
              f"memory_bandwidth = {measured(comp['memory_bandwidth'], 'bandwidth')}", "",
              "[p2p]",

@@ -115,7 +115,7 @@ class _Rank:
                 self.barrier()
                 after = self._alone(call, seconds)
                 out[key].append(((before + after) / 2 if self.rank == 0 else None, together))
-            # per_call's median loop is the unpreempted speed; a long task is preempted as the
+            # per_call's fastest loop is the unpreempted speed; a long task is preempted as the
             # machine's load has it, which one continuous window sees
             out["load"].append((self._alone(calls["matmul"], seconds), self._window(calls["matmul"])))
         return out

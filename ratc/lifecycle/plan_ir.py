@@ -29,11 +29,11 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     P, D, T, Z, b, M = cand.P, cand.D, cand.T, cand.Z, cand.b, cand.A
     if min(P, D, T, b, M) < 1 or Z not in (0, 1, 2, 3):
         raise RatcError(f"invalid configuration {cand.label()}: P, D, T, b, A must be >= 1 and Z in 0..3")
-    units = planner.units(T, P * D * T).units
+    units = planner.units(T, P * D * T, b).units
     choices = unit_choices(units, cand.keep) if cand.keep else None
     # (each decoder layer's letter as the plan writes it: what Plan.from_ir reads back)
     letters = dict(zip([i for i, u in enumerate(units) if u.decoder], parse_keep(cand.keep))) if cand.keep else {}
-    ranges = planner.stages(P, T, cand.balance, P * D * T).ranges
+    ranges = planner.stages(P, T, cand.balance, P * D * T, b).ranges
     elem = planner.elem
     act_bytes = b * profile.seq_len * profile.hidden * elem
     tp_link, dp_link, pp_link = rank_links(platform, D, T)

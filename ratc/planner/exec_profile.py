@@ -37,12 +37,13 @@ class ExecutionProfile:
     recipe = None           # the training recipe its backend runs, if not the planner's default
     element_bytes = None    # bytes per activation element it runs, if not the traced dtype's
 
-    def for_ranks(self, ranks: int) -> "ExecutionProfile":
-        """This profile for a program of `ranks` processes (a host's ranks share its cores)."""
+    def for_program(self, ranks: int, b: int) -> "ExecutionProfile":
+        """This profile for a program of `ranks` processes running micro-batches of `b`
+        sequences (a host's ranks share its cores, and its tasks' fixed costs are per task)."""
         return self
 
-    def unit_overhead(self) -> tuple:
-        """(forward, backward) seconds each unit's tasks pay beyond their ops."""
+    def unit_overhead(self, layer) -> tuple:
+        """(forward, backward) seconds per sequence a layer's unit's tasks pay beyond their ops."""
         return 0.0, 0.0
 
     def kernel(self, kind: str, shape: tuple) -> dict:  # pragma: no cover - interface

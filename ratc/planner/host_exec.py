@@ -2,10 +2,11 @@
 
 A host (kind = "host", written by `ratc calibrate`) runs every traced op as torch operators
 in fp32 on one thread per rank: GEMMs at the rate of the nearest measured shape of their
-operand layout, every other op as memory-bound work from [[memory]], each operator paying
-the fixed dispatch cost and each unit's Forward/Backward pair the fixed task cost. One
-thread does all of it, so a host op has no separate DDR phase: its whole time is compute
-(a Recover co-run with a Backward on a CPU rank runs whole, one after the other).
+operand layout, every other op as memory-bound work from [[memory]]. Each task pays fixed
+costs once for its whole micro-batch: the task's own, each operator's and each parameter
+tensor's (a micro-batch of b sequences is one task, not b). One thread does all of it, so a
+host op has no separate DDR phase: its whole time is compute (a Recover co-run with a
+Backward on a CPU rank runs whole, one after the other).
 """
 
 from __future__ import annotations
@@ -17,24 +18,22 @@ from dataclasses import dataclass
 
 from ratc.planner.exec_profile import ExecutionProfile
 from ratc.step.config import TrainingRecipe
+from ratc.step.rules import streamed_seconds
 
 FP32 = 4
-# The functional executor trains in fp32 with torch's single-tensor AdamW (foreach=False,
-# ratc.vm.functional.shards): a view and an fp32 master copy of each parameter (4 + 4 B), an
-# fp32 gradient (4 B) and two moments (8 B). Its step reads and writes per element: the weight
-# decay (param 8 B), exp_avg.lerp_ (grad 4, exp_avg 8), exp_avg_sq.mul_ and addcmul_ (8, 12),
-# sqrt, divide and add_ of the denominator (8 each), param.addcdiv_ (16): 80 B, memory-bound
-# (ratc.planner.state_chain prices it at the memory bandwidth).
-HOST_RECIPE = TrainingRecipe(param_bytes=FP32, grad_bytes=FP32, optimizer_bytes=3 * FP32,
-                             update_traffic_bytes=80)
-# Top-level torch operators a traced op of each kind runs (forward, backward), as the profiler
-# counts them in examples/llama.py's decoder layer (50 forward, 124 backward for its 24 ops): a
-# linear layer is linear forward and transposes, matrix products and reshapes backward; an
-# RMSNorm is float, pow, mean, add, rsqrt, mul, mul, type_as. [compute].dispatch is one node of
-# a traced chain of multiplications forward and backward: one operator forward, three backward.
-OPERATORS = {"matmul": (2, 8), "norm": (8, 14), "rope": (1, 2), "attention": (3, 6)}
-DEFAULT_OPERATORS = (1, 3)
-PER_NODE = 4
+# What the functional executor's fp32 AdamW step (torch's single-tensor AdamW, foreach=False,
+# ratc.vm.functional.shards) reads and writes per element: the weight decay (param 8 B),
+# exp_avg.lerp_ (grad 4, exp_avg 8), exp_avg_sq.mul_ and addcmul_ (8, 12), sqrt, divide and
+# add_ of the denominator (8 each), param.addcdiv_ (16): 80 B. The update's [[memory]] rows
+# count these bytes, and its time is interpolated in them as a memory-bound operator's.
+UPDATE_TRAFFIC = 80
+# Top-level torch operators a traced op of each kind runs forward, as the profiler counts them
+# in examples/llama.py's decoder layer (50 for its 24 ops): a linear layer 2 (with the view or
+# transpose of its output), an RMSNorm 8 (float, pow, mean, add, rsqrt, mul, mul, type_as),
+# attention 3, others 1. [compute].operator_forward / _backward price one such operator forward
+# and in its autograd.
+OPERATORS = {"matmul": 2, "norm": 8, "rope": 1, "attention": 3}
+DEFAULT_OPERATORS = 1
 # The [[memory]] operator a traced op's kind streams like: a reduction over rows like softmax,
 # a copy for data movement, an add for the other elementwise arithmetic.
 MEMORY_OP = {"softmax": "softmax", "loss": "softmax", "embedding": "copy", "other": "copy"}
@@ -44,17 +43,28 @@ FORWARD, INPUT_GRAD, WEIGHT_GRAD = "nt", "nn", "tn"
 
 @dataclass(frozen=True)
 class HostExecProfile(ExecutionProfile):
-    """Operator times of a host profile's measured tables for a program of `ranks` processes."""
+    """Operator times of a host profile's measured tables for a program of `ranks` processes
+    running micro-batches of `batch` sequences."""
 
     platform: object
     ranks: int = 1             # processes running at once (P x D x T): [sharing] between them
-    recipe = HOST_RECIPE
+    batch: int = 1             # sequences per micro-batch: a task of them pays its fixed costs once
     cost_source = "this host's measured tables (ratc calibrate)"
     element_bytes = FP32
     prices_ops = True
 
-    def for_ranks(self, ranks: int) -> "HostExecProfile":
-        return self if ranks == self.ranks else dataclasses.replace(self, ranks=ranks)
+    def for_program(self, ranks: int, b: int) -> "HostExecProfile":
+        same = (ranks, b) == (self.ranks, self.batch)
+        return self if same else dataclasses.replace(self, ranks=ranks, batch=b)
+
+    @functools.cached_property
+    def recipe(self) -> TrainingRecipe:
+        """The executor's fp32 training: a view and an fp32 master copy of each parameter (4 + 4 B),
+        an fp32 gradient (4 B), two AdamW moments (8 B), and its measured update (the [[memory]]
+        rows of `update`, slowed as this profile's memory-bound work is)."""
+        rows = tuple((nbytes, t * self._sharing[1]) for nbytes, t in self._memory_rows("update"))
+        return TrainingRecipe(param_bytes=FP32, grad_bytes=FP32, optimizer_bytes=3 * FP32,
+                              update_traffic_bytes=UPDATE_TRAFFIC, update_rows=rows)
 
     @functools.cached_property
     def _sharing(self) -> tuple:
@@ -90,60 +100,67 @@ class HostExecProfile(ExecutionProfile):
     def gemm_efficiency(self, m: int, n: int, k: int) -> float:
         return self.matmul_rate(m, n, k) / self.platform.compute.matmul_peak.median
 
+    def _memory_rows(self, op: str) -> list:
+        """(bytes, seconds) of an operator's [[memory]] rows in increasing bytes (the add's where
+        the op was not measured)."""
+        return sorted((r.bytes, r.seconds.median) for r in self.platform.memory if r.op == op) or \
+            sorted((r.bytes, r.seconds.median) for r in self.platform.memory if r.op == "add")
+
     def memory_time(self, op: str, nbytes: float) -> float:
         """Seconds of a memory-bound operator moving nbytes: interpolated in bytes between its
-        [[memory]] rows (the add's where the op was not measured), at the nearest row's rate
-        outside them."""
-        rows = sorted((r.bytes, r.seconds.median) for r in self.platform.memory if r.op == op) or \
-            sorted((r.bytes, r.seconds.median) for r in self.platform.memory if r.op == "add")
+        [[memory]] rows (ratc.step.rules.streamed_seconds), with the sharing slow-down."""
         if nbytes <= 0:
             return 0.0
-        (b0, t0), (b1, t1) = rows[0], rows[-1]
-        if nbytes <= b0 or b0 == b1:
-            t = nbytes * t0 / b0
-        elif nbytes >= b1:
-            t = nbytes * t1 / b1
-        else:
-            t = t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
-        return t * self._sharing[1]
+        return streamed_seconds(self._memory_rows(op), nbytes) * self._sharing[1]
 
-    @property
-    def dispatch(self) -> float:
-        return self.platform.compute.dispatch.median
-
-    def unit_overhead(self) -> tuple:
-        """(forward, backward) seconds a unit's tasks pay beyond their operators: the measured
-        Forward/Backward pair of a one-op graph, less its operator's dispatch, split evenly."""
-        task = max(0.0, self.platform.compute.task.median - self.dispatch)
-        return task / 2, task / 2
+    def unit_overhead(self, layer) -> tuple:
+        """(forward, backward) seconds per sequence a unit's tasks pay beyond their operators: a
+        one-operator unit's task less its operator, and each parameter tensor's work (the
+        backward's of those that train), once per micro-batch of `batch` sequences, with the
+        compute slow-down of the ranks sharing the cores and of the machine's other load."""
+        c = self.platform.compute
+        params = len(layer.params)
+        trained = params - len(layer.frozen)
+        fwd = max(0.0, c.task_forward.median - c.operator_forward.median) + params * c.parameter_forward.median
+        bwd = max(0.0, c.task_backward.median - c.operator_backward.median) + trained * c.parameter_backward.median
+        slow = self._sharing[0] / self.batch        # (interpreter work is slowed as a core's GEMMs are)
+        return fwd * slow, bwd * slow
 
     def op_times(self, op, div: int, dtype_bytes: int) -> tuple:
-        """(fwd compute, fwd DDR, bwd compute, bwd DDR) seconds of one traced op for one sequence
-        (its DDR parts are 0: one thread runs all of it)."""
-        scale = FP32 / dtype_bytes              # the trace's bytes are in its dtype; the host runs fp32
-        n_fwd, n_bwd = OPERATORS.get(op.kind, DEFAULT_OPERATORS)
-        call_f, call_b = n_fwd * self.dispatch / PER_NODE, n_bwd * self.dispatch / PER_NODE
-        fwd_macs = op.fwd_flops / 2 / div
+        """(fwd compute, fwd DDR, bwd compute, bwd DDR) seconds of one traced op per sequence of
+        a micro-batch of `batch` (its DDR parts are 0: one thread runs all of it)."""
+        b, c = self.batch, self.platform.compute
+        calls = OPERATORS.get(op.kind, DEFAULT_OPERATORS) * self._sharing[0] / b
+        call_f, call_b = calls * c.operator_forward.median, calls * c.operator_backward.median
         if op.gemm is not None:
-            m, n, k = op.gemm
-            n = max(1, n // div)
+            m, n, k = op.gemm       # m: the rows of one sequence; a micro-batch's GEMM has b times them
+            m, n = m * b, max(1, n // div)
             fwd = self.gemm_time(m, n, k, FORWARD)
             bwd = (self.gemm_time(m, k, n, INPUT_GRAD) * (op.bwd_input_flops > 0)
                    + self.gemm_time(n, k, m, WEIGHT_GRAD) * (op.bwd_weight_flops > 0))
-            return fwd + call_f, 0.0, (bwd + call_b) if op.grad else 0.0, 0.0
-        moved = (op.bytes_read + op.bytes_written) * scale / div
+            return fwd / b + call_f, 0.0, (bwd / b + call_b) if op.grad else 0.0, 0.0
+        fwd, bwd = self._streamed(op, div, dtype_bytes)
+        return fwd + call_f, 0.0, (bwd + call_b) if op.grad else 0.0, 0.0
+
+    def _streamed(self, op, div: int, dtype_bytes: int) -> tuple:
+        """(forward, backward) seconds per sequence of a non-GEMM op: its bytes as memory-bound
+        work over the whole micro-batch, and attention's products and scores."""
+        b = self.batch
+        scale = FP32 / dtype_bytes              # the trace's bytes are in its dtype; the host runs fp32
+        moved = (op.bytes_read + op.bytes_written) * scale / div * b
         kind = MEMORY_OP.get(op.kind, "silu" if "silu" in op.name else "add")
         fwd, bwd = self.memory_time(kind, moved), self.memory_time(kind, 2 * moved)
         if op.kind == "attention" and op.attention is not None:
             heads, _, seq, head_dim = op.attention
-            bwd_macs = (op.bwd_input_flops + op.bwd_weight_flops) / 2 / div
+            fwd_macs = op.fwd_flops / 2 / div * b
+            bwd_macs = (op.bwd_input_flops + op.bwd_weight_flops) / 2 / div * b
             fwd += fwd_macs / self.matmul_rate(seq, seq, head_dim, FORWARD) * self._sharing[0]
             bwd += bwd_macs / self.matmul_rate(seq, head_dim, seq, INPUT_GRAD) * self._sharing[0]
             # the scores and their softmax, heads x seq x seq, are written and read again
-            scores = heads // div * seq * seq * FP32
+            scores = heads // div * seq * seq * FP32 * b
             fwd += self.memory_time("softmax", 2 * scores)
             bwd += self.memory_time("softmax", 4 * scores)
-        return fwd + call_f, 0.0, (bwd + call_b) if op.grad else 0.0, 0.0
+        return fwd / b, bwd / b
 
 
 @functools.lru_cache(maxsize=65536)

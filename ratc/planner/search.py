@@ -86,6 +86,11 @@ class PlanResult:
         return self.feasible[0]
 
 
+def _table_key(c: Candidate) -> tuple:
+    """(T, balance, ranks, b, keep): what a candidate's stage table depends on besides P."""
+    return c.T, c.balance, c.P * c.D * c.T, c.b, c.keep
+
+
 def _one_of(name: str, values) -> str:
     """'T = 1', or 'T in 1, 2' (the allowed values of a request's dimension, for messages)."""
     values = list(values)
@@ -120,25 +125,28 @@ class Planner:
     def layers(self) -> int:
         return self.model.num_layers
 
-    def units(self, T: int, ranks: int = 1):
-        """The unit table at tensor-parallel degree T of a program of `ranks` processes (a host
-        profile's ranks share its cores; a DSP profile's units do not depend on them)."""
-        profile = self.exec_profile.for_ranks(ranks)
-        key = (T, ranks if profile is not self.exec_profile else None)
+    def units(self, T: int, ranks: int = 1, b: int = 1):
+        """The unit table at tensor-parallel degree T of a program of `ranks` processes running
+        micro-batches of `b` sequences, per sequence (a host profile's ranks share its cores and
+        its tasks pay fixed costs once per micro-batch; a DSP profile's units depend on neither)."""
+        profile = self.exec_profile.for_program(ranks, b)
+        key = (T, (ranks, b) if profile is not self.exec_profile else None)
         if key not in self._units:
             self._units[key] = UnitTable.of(model_units(self.model, profile, self.platform, T))
         return self._units[key]
 
-    def stages(self, P: int, T: int, balance: str, ranks: int = 1, keep: str = ""):
-        """The stage tables of (P, T, balance) with the decoder layers keeping what `keep` says."""
-        key = (P, T, balance, ranks if self.exec_profile.for_ranks(ranks) is not self.exec_profile else None, keep)
+    def stages(self, P: int, T: int, balance: str, ranks: int = 1, b: int = 1, keep: str = ""):
+        """The stage tables of (P, T, balance) of a program of `ranks` processes running
+        micro-batches of `b` sequences, the decoder layers keeping what `keep` says."""
+        shaped = self.exec_profile.for_program(ranks, b) is not self.exec_profile
+        key = (P, T, balance, (ranks, b) if shaped else None, keep)
         if key not in self._stages:
             if keep:        # (what layers keep changes no partition: the default's)
-                table = self.units(T, ranks)
+                table = self.units(T, ranks, b)
                 self._stages[key] = stage_costs(table.with_choices(unit_choices(table.units, keep)), P, T, balance,
-                                                self.recipe, self.stages(P, T, balance, ranks).ranges)
+                                                self.recipe, self.stages(P, T, balance, ranks, b).ranges)
             else:
-                self._stages[key] = stage_costs(self.units(T, ranks), P, T, balance, self.recipe)
+                self._stages[key] = stage_costs(self.units(T, ranks, b), P, T, balance, self.recipe)
         return self._stages[key]
 
     # -- the search space ------------------------------------------------------------
@@ -196,10 +204,10 @@ class Planner:
 
     # -- costing -------------------------------------------------------------------
     def _stacked(self, cands: list):
-        keys = sorted({(c.T, c.balance, c.P * c.D * c.T, c.keep) for c in cands})
+        keys = sorted({_table_key(c) for c in cands})
         index = {k: i for i, k in enumerate(keys)}
-        tables = [self.stages(cands[0].P, T, balance, ranks, keep) for T, balance, ranks, keep in keys]
-        return stack(tables, np.array([index[(c.T, c.balance, c.P * c.D * c.T, c.keep)] for c in cands]))
+        tables = [self.stages(cands[0].P, *key) for key in keys]
+        return stack(tables, np.array([index[_table_key(c)] for c in cands]))
 
     def evaluate_group(self, cands: list, choose_keep: bool = False, best: float = math.inf) -> list:
         """Memory and step time for candidates sharing P, vectorized over all of them; with
@@ -215,12 +223,12 @@ class Planner:
         """What each decoder layer of a candidate keeps and recomputes, by runs of layers."""
         from ratc.planner.keep import describe
         ranks = cand.P * cand.D * cand.T
-        units = self.units(cand.T, ranks).units
+        units = self.units(cand.T, ranks, cand.b).units
         if cand.act == "full":
             choices = ["full"] * len(units)
         else:
             choices = unit_choices(units, cand.keep) if cand.keep else ["layer" if u.recovers else "full" for u in units]
-        return describe(units, self.stages(cand.P, cand.T, cand.balance, ranks).ranges, choices, cand.b)
+        return describe(units, self.stages(cand.P, cand.T, cand.balance, ranks, cand.b).ranges, choices, cand.b)
 
     def _keeps(self, evs: list, total: np.ndarray, best: float) -> list:
         """evs with each recomputing, feasible candidate replaced by its best per-layer save
@@ -235,11 +243,11 @@ class Planner:
         by_table: dict = {}
         for k in rows:
             c = evs[k].cand
-            by_table.setdefault((c.T, c.balance, c.P * c.D * c.T), []).append(k)
-        for (T, balance, ranks), ks in by_table.items():
+            by_table.setdefault(_table_key(c)[:4], []).append(k)
+        for (T, balance, ranks, size), ks in by_table.items():
             P = evs[ks[0]].cand.P
-            units = self.units(T, ranks).units
-            ranges = self.stages(P, T, balance, ranks).ranges
+            units = self.units(T, ranks, size).units
+            ranges = self.stages(P, T, balance, ranks, size).ranges
             flight = np.stack([n_in_flight(P, evs[k].cand.A) for k in ks]).astype(float)
             b = np.array([[evs[k].cand.b] for k in ks], dtype=float)
             texts = choose(units, ranges, self.budget - total[ks], flight, b)
@@ -288,7 +296,7 @@ class Planner:
     def detail(self, cand: Candidate):
         """(stage costs, per-stage memory, timing pieces) of one candidate, for reports and the VM."""
         from ratc.planner.timing import step_time
-        sc = self.stages(cand.P, cand.T, cand.balance, cand.P * cand.D * cand.T, cand.keep)
+        sc = self.stages(cand.P, *_table_key(cand))
         batch = CandidateBatch.of([cand])
         m = self.model
         mem = stage_memory(sc, batch, m.seq_len * m.hidden * self.elem, self.recipe)

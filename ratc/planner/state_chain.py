@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ratc.planner.collectives import all_gather, all_reduce, link_for, reduce_scatter, tie_sum
-from ratc.step.rules import gathers, prefetches, shards, syncs_by_reduce_scatter
+from ratc.step.rules import gathers, prefetches, shards, streamed_seconds, syncs_by_reduce_scatter
 
 
 def rank_links(platform, D, T) -> tuple:
@@ -43,8 +43,9 @@ def state_costs(D, Z, trainable, tied, tie_stages, dp_link, pp_link, ddr: float,
     # the tied part of the synchronized gradient (its shard under ZeRO >= 1, aligned across
     # the copies), summed over the copies' stages before the update
     tie = tie_sum(tie_stages, tied * recipe.grad_bytes / shards(Z, D, "optimizer"), pp_link, ddr)
-    return StateCosts(sync=sync * real, update=trainable / shards(Z, D, "optimizer") * recipe.update_traffic_bytes / ddr,
-                      prefetch=prefetch * real, tie=tie)
+    traffic = trainable / shards(Z, D, "optimizer") * recipe.update_traffic_bytes
+    update = streamed_seconds(recipe.update_rows, traffic) if recipe.update_rows else traffic / ddr
+    return StateCosts(sync=sync * real, update=update, prefetch=prefetch * real, tie=tie)
 
 
 def gather_time(D, Z, params, dp_link, recipe):

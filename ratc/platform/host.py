@@ -6,6 +6,7 @@ import re
 
 from ratc.errors import SourceLocation
 from ratc.platform.errors import LocatedPlatformError
+from ratc.platform.schema import Figure
 
 # How far a summary figure may sit from the measured one it repeats (both are written rounded).
 TOLERANCE = 0.005
@@ -86,8 +87,11 @@ def _unique(fail, table: str, keys: list, names: str) -> None:
 
 
 def matmul_efficiency(platform) -> dict:
-    """{(m, n, k, layout): the GEMM's rate as a fraction of [compute].matmul_peak's median} of a
-    host profile: the efficiency table by shape (as the paper's Table 5 is for its machine),
-    which a common slow-down of the whole machine (other load) leaves unchanged."""
-    peak = platform.compute.matmul_peak.median
-    return {(r.m, r.n, r.k, r.layout): r.rate.scaled(1 / peak) for r in platform.matmul}
+    """{(m, n, k, layout): the GEMM's rate as a fraction of [compute].matmul_peak} of a host
+    profile: the efficiency table by shape (as the paper's Table 5 is for its machine), which a
+    common slow-down of the whole machine (other load) leaves unchanged. Its median is the
+    medians' ratio; its spread the rate's and the peak's together (the ratio of the rate's
+    quartiles over the peak's other ones): the peak is a measured figure too."""
+    peak = platform.compute.matmul_peak
+    return {(r.m, r.n, r.k, r.layout): Figure(r.rate.median / peak.median, r.rate.q1 / peak.q3, r.rate.q3 / peak.q1)
+            for r in platform.matmul}

@@ -53,10 +53,6 @@ class Figure:
         """The interquartile range of the runs."""
         return self.q3 - self.q1
 
-    def scaled(self, factor: float) -> "Figure":
-        """The figure times a positive factor (an efficiency from a rate, a unit change)."""
-        return Figure(self.median * factor, self.q1 * factor, self.q3 * factor)
-
     def agrees(self, other: "Figure") -> bool:
         """Whether two measurements of one figure agree: their medians differ by no more than
         their spreads together (the spread of a difference of two independent measurements)."""
@@ -242,11 +238,17 @@ class ComputeSpec:
     """One rank's operators: the best GEMM rate, the fixed costs, and memory-bound bandwidth."""
 
     matmul_peak: "Figure" = quantity(FIGURE + "mac_rate", "best GEMM rate of the [[matmul]] grid")
-    dispatch: "Figure" = quantity(FIGURE + "time", "one more operator (on one element) in a traced graph, "
-                                                   "forward and backward: the fixed cost every operator pays")
-    task: "Figure" = quantity(FIGURE + "time", "a Forward and a Backward (torch.autograd.grad) of a one-op "
-                                               "fx graph as the executor runs a unit: the fixed cost of a "
-                                               "pair of compute tasks")
+    task_forward: "Figure" = quantity(FIGURE + "time", "a Forward of a one-operator fx graph as the executor "
+                                                       "runs a unit: the fixed cost of a Forward task")
+    task_backward: "Figure" = quantity(FIGURE + "time", "its Backward (torch.autograd.grad, the gradient "
+                                                        "flattened): the fixed cost of a Backward task")
+    operator_forward: "Figure" = quantity(FIGURE + "time", "one more torch operator (on a few elements) in a traced "
+                                                           "graph's Forward, over a block of a layer's kinds of "
+                                                           "operators: the fixed cost every operator pays")
+    operator_backward: "Figure" = quantity(FIGURE + "time", "... in its Backward (the operator's autograd)")
+    parameter_forward: "Figure" = quantity(FIGURE + "time", "one more parameter tensor, held by its own submodule, "
+                                                            "in a unit's Forward: its view, leaf and module call")
+    parameter_backward: "Figure" = quantity(FIGURE + "time", "... in its Backward: its gradient, flattened")
     cache_bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "memory-bound operators on tensors that "
                                                                "fit in the cache")
     memory_bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "memory-bound operators on tensors far "
@@ -289,7 +291,8 @@ class MatmulRow:
 class MemoryRow:
     """One [[memory]] entry: a memory-bound operator over a given number of bytes."""
 
-    op: str = quantity("str", "the operator", choices=("add", "copy", "softmax", "silu"))
+    op: str = quantity("str", "the operator (update: the executor's AdamW step of a shard)",
+                       choices=("add", "copy", "softmax", "silu", "update"))
     bytes: int = quantity("bytes", "bytes it reads and writes")
     seconds: "Figure" = quantity(FIGURE + "time", "time of one call")
 

@@ -87,6 +87,9 @@ class TrainingRecipe:
     # One Adam step per parameter shard: read the fp16 gradient (2), read and write the fp32
     # master weight, momentum and variance (2 x 12), write the fp16 parameter (2).
     update_traffic_bytes: int = 28
+    # A host's measured update ((traffic bytes, seconds) rows, priced by
+    # ratc.step.rules.streamed_seconds); without them the traffic streams at the DDR bandwidth.
+    update_rows: tuple = ()
 
 
 RECIPE = TrainingRecipe()

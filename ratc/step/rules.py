@@ -159,3 +159,15 @@ def tp_allreduces(role: str, backward: bool = True) -> tuple[int, int]:
     frozen weights) has none in backward."""
     fwd, bwd = _TP_ALLREDUCES[role]
     return fwd, bwd if backward else 0
+
+
+def streamed_seconds(rows: tuple, nbytes):
+    """Seconds of memory-bound work moving `nbytes` (a number or an array), from measured
+    (bytes, seconds) rows in increasing bytes (in cache first, from memory last): linear in
+    bytes between neighbouring rows, at the nearest end row's rate outside them."""
+    xs = np.array([r[0] for r in rows], dtype=float)
+    ts = np.array([r[1] for r in rows], dtype=float)
+    x = np.asarray(nbytes, dtype=float)
+    out = np.where(x <= xs[0], x * ts[0] / xs[0],
+                   np.where(x >= xs[-1], x * ts[-1] / xs[-1], np.interp(x, xs, ts)))
+    return float(out) if out.ndim == 0 else out
