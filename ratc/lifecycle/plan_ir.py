@@ -36,6 +36,10 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
         raise RatcError(f"{cand.label()}: FSR's co-run placement assumes non-interleaved 1F1B; with v = {v} "
                         "virtual stages per rank use ckpt (or full)")
     units = planner.units(T, P * D * T).units
+    decoders = sum(u.decoder for u in units)
+    if v > 1 and P * v > decoders:
+        raise RatcError(f"{cand.label()}: P * v = {P * v} virtual stages need at least as many decoder layers, "
+                        f"the model has {decoders}")
     choices = unit_choices(units, cand.keep) if cand.keep else None
     # (each decoder layer's letter as the plan writes it: what Plan.from_ir reads back)
     letters = dict(zip([i for i, u in enumerate(units) if u.decoder], parse_keep(cand.keep))) if cand.keep else {}
