@@ -160,3 +160,13 @@ def test_a_small_interleaved_step_takes_the_makespan_worked_out_by_hand():
     PassManager(parse_pipeline(text), verify="each", ctx=PassContext(platform=mt3000())).run(module)
     _, res = run_module(module, mt3000(), steps=1, memory_limit=False)
     assert res.step_seconds == pytest.approx(15e-3, rel=1e-6)
+
+
+def test_ratc_diagram_draws_an_interleaved_step():
+    from ratc.planner.search import Planner
+    from ratc.report.build import policy_diagram
+
+    data, res = policy_diagram(Planner(tiny(), mt3000()), 2, 4, "standard", v=2)
+    assert "interleaved 1F1B (v=2)" in data.title and res.step_seconds > 0
+    with pytest.raises(RatcError, match="--policy standard"):
+        policy_diagram(Planner(tiny(), mt3000()), 2, 4, "fsr", v=2)
