@@ -170,3 +170,33 @@ def test_ratc_diagram_draws_an_interleaved_step():
     assert "interleaved 1F1B (v=2)" in data.title and res.step_seconds > 0
     with pytest.raises(RatcError, match="--policy standard"):
         policy_diagram(Planner(tiny(), mt3000()), 2, 4, "fsr", v=2)
+
+
+def test_ratc_compile_writes_the_interleaved_order_to_schedule_txt_and_ratc_run_has_no_prediction(tmp_path, capsys):
+    from ratc.cli.main import main
+    from ratc.lifecycle.actions import parse
+    from tiny_programs import compile_tiny_dir
+
+    text = "P=2,D=1,Z=1,b=1,A=4,Full,deadline,v=2"
+    out = compile_tiny_dir(tmp_path / "prog", text)
+    chunk_of = _chunks(plan_module(tiny(), parse_config(text), mt3000()))
+    lines = [ln for ln in (out / "schedule.txt").read_text().splitlines() if ln.startswith("stage ")]
+    for rank, line in enumerate(lines):
+        order: list[Action] = []
+        for a in map(parse, line.split(": ", 1)[1].split()):
+            act = Action(chunk_of[a.unit] * 2 + rank, a.kind, a.mb) if a.kind in ("F", "B") else None
+            if act is not None and (not order or order[-1] != act):
+                order.append(act)
+        assert order == interleaved_1f1b(2, 2, 4, rank)
+    capsys.readouterr()
+    assert main(["run", str(out)]) == 0
+    report = capsys.readouterr().out
+    assert "no prediction (the planner does not model interleaved schedules yet)" in report
+    assert "step time" in report
+
+
+def test_the_functional_executor_refuses_an_interleaved_program():
+    from ratc.vm.functional.executor import FunctionalExecutor
+
+    with pytest.raises(RatcError, match="v = 2 virtual stages per rank"):
+        FunctionalExecutor(_compile(act="full", D=1), None, [])

@@ -309,7 +309,6 @@ def _recv(tr, op, p, k, pos):
     """The arrival of a peer's send, awaited in the compute stream's order: compute ops
     scheduled after it start only once the message is here (so a Recover placed after
     the gradient's recv is backward-time, one placed before it can fill the wait)."""
-    a = op.attributes
     chain = tr.chains[p]
     ids = tr.add(op, p, k, (), 0, lambda r: (chain[r],) if chain[r] is not None else (), pos)
     tr.chains[p] = list(ids)
