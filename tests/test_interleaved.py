@@ -200,3 +200,17 @@ def test_the_functional_executor_refuses_an_interleaved_program():
 
     with pytest.raises(RatcError, match="v = 2 virtual stages per rank"):
         FunctionalExecutor(_compile(act="full", D=1), None, [])
+
+
+def test_the_plan_verifier_holds_units_to_virtual_stages_in_order():
+    plan = plan_module(tiny(), parse_config("P=2,D=1,A=4,Ckpt,v=2"), mt3000()).body.ops[0]
+    verify_op(plan)
+    units = plan.region.ops
+    last = units[-1].attributes
+    last["chunk"], last["stage"] = 0, 1          # the head back on virtual stage 1, after stage 2
+    with pytest.raises(VerifyError, match=r"units go on virtual stages 0..3 in order"):
+        verify_op(plan)
+    last["chunk"], last["stage"] = 1, 1
+    del units[0].attributes["chunk"]
+    with pytest.raises(VerifyError, match="every unit names its chunk"):
+        verify_op(plan)

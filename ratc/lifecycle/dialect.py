@@ -108,7 +108,7 @@ def _check_counts(op, keys, low: int = 1):
 
 
 def _check_plan(op):
-    _check_counts(op, ("P", "D", "T", "b", "A", "seq_len"))
+    _check_counts(op, ("P", "D", "T", "b", "A", "seq_len", "v"))
     _check_counts(op, ("Z",), 0)
     a = op.attributes
     if a["Z"] not in ZERO_STAGES:
