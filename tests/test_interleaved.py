@@ -69,7 +69,8 @@ def test_a_v_1_plan_lowers_as_before_with_no_chunk_or_boundary_unit():
     module = _compile(v=1)
     plan = next(op for op in module.body.ops if op.name == "life.plan")
     assert "v" not in plan.attributes and not any("chunk" in u.attributes for u in plan.region.ops)
-    comm = [op for s in find_pipeline(module).region.ops for op in s.region.ops if op.name in ("life.send", "life.recv")]
+    comm = [op for s in find_pipeline(module).region.ops for op in s.region.ops
+            if op.name in ("life.send", "life.recv")]
     assert comm and not any("unit" in op.attributes for op in comm)
 
 
@@ -193,6 +194,16 @@ def test_ratc_compile_writes_the_interleaved_order_to_schedule_txt_and_ratc_run_
     report = capsys.readouterr().out
     assert "no prediction (the planner does not model interleaved schedules yet)" in report
     assert "step time" in report
+
+
+def test_an_interleaved_transfer_s_name_carries_its_boundary_unit_and_reads_back():
+    from ratc.lifecycle.actions import describe, parse, token
+
+    module = _compile(pipeline="lower-to-life")
+    send = _first(find_pipeline(module).region.ops, 1, "life.send", "fwd")
+    name = token(send, 1)
+    assert name == f"1SEND_F0@{send.attributes['unit']}" and str(parse(name)) == name
+    assert "to the next virtual stage (the boundary before layer 3)" in describe(parse(name), 6)
 
 
 def test_the_functional_executor_refuses_an_interleaved_program():

@@ -191,9 +191,10 @@ def describe(a: Action, units: int | None = None) -> str:
         peer = a.stage + (1 if a.kind in ("SEND_F", "RECV_B") else -1)
         what = "activation" if a.kind[-1] == "F" else "gradient"
         way = "to" if a.kind.startswith("SEND") else "from"
-        # (interleaved, the peer is the stage holding the boundary unit's neighbour, wrapping around)
-        peer_text = f"stage {peer}" if a.unit is None else f"the next virtual stage (into {_unit_name(a.unit, units)})" \
-            if a.kind in ("SEND_F", "RECV_B") else f"the previous virtual stage (into {_unit_name(a.unit, units)})"
+        peer_text = f"stage {peer}"
+        if a.unit is not None:      # interleaved: the peer holds the adjacent virtual stage
+            side = "next" if a.kind in ("SEND_F", "RECV_B") else "previous"
+            peer_text = f"the {side} virtual stage (the boundary before {_unit_name(a.unit, units)})"
         text = f"{name} of micro-batch {a.mb}'s {what} {way} {peer_text} on stage {a.stage}"
     elif a.kind == "STEP_END":
         text = f"{name} on stage {a.stage}"

@@ -85,15 +85,16 @@ class _Ctx:
         """The unit a stage-boundary transfer of unit i names (None unless interleaved)."""
         return i if self.v > 1 else None
 
-    def buckets(self) -> list:
-        """ZeRO >= 2: the stage's bucket-holding Backwards as (unit, mb) in issue order: the
+    def buckets(self) -> tuple[list, dict]:
+        """ZeRO >= 2: the stage's bucket-holding Backwards as (unit, mb) in issue order -- the
         schedule's backwards (ratc.lifecycle.schedules.chunk_orders, as the lowering emits
-        them), each chunk's units last first."""
+        them), each chunk's units last first -- and each one's position in it."""
         if self._buckets is None:
             _, backwards = chunk_orders(self.P, self.v, self.M, self.p)
             held = [[i for i in reversed(self.units) if self.chunk.get(i) == c and i not in self.frozen]
                     for c in range(self.v)]
-            self._buckets = [(i, m) for c, m in backwards for i in held[c]]
+            order = [(i, m) for c, m in backwards for i in held[c]]
+            self._buckets = order, {task: k for k, task in enumerate(order)}
         return self._buckets
 
     def tie_group(self, i: int) -> list | None:
@@ -172,8 +173,8 @@ def bucket_release(c: _Ctx, i: int, m: int):
     takes over (ratc.step.rules.bucket_reused over the stage's Backwards in issue order), or None."""
     if not holds_bucket(c.Z, i in c.frozen):
         return None
-    order = c.buckets()
-    k = bucket_reused(order.index((i, m)))
+    order, position = c.buckets()
+    k = bucket_reused(position[i, m])
     if k is None:
         return None
     unit, mb = order[k]
@@ -311,13 +312,14 @@ def _check_transfer(op, c: _Ctx) -> None:
     a = op.attributes
     i, upstream = a.get("unit"), (a["dir"] == "fwd") == (op.name == "life.recv")
     if (i is not None) != (c.v > 1):
-        raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p}: "
-                          f"{'an interleaved transfer names its boundary unit' if c.v > 1 else 'unit is only for interleaved plans (v > 1)'}",
-                          op)
+        why = "an interleaved transfer names its boundary unit" if c.v > 1 else \
+            "unit is only for interleaved plans (v > 1)"
+        raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p}: {why}", op)
     own = own_unit(op)
     if c.v > 1 and own not in (c.firsts if upstream else c.lasts):
         raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p}: unit {i} is no boundary of the stage's chunks "
-                          f"(first units {sorted(c.firsts)}, the units after the last {sorted(j + 1 for j in c.lasts)})", op)
+                          f"(first units {sorted(c.firsts)}, the units after the last "
+                          f"{sorted(j + 1 for j in c.lasts)})", op)
     vs = (c.vs(own) if c.v > 1 else c.p) + (-1 if upstream else 1)
     if not 0 <= vs < c.P * c.v:
         raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p} has no peer stage", op)
@@ -543,7 +545,6 @@ def simulate_issue(stages) -> None:
         for op in s.region.ops:
             name = op.name
             if name in COMM_OPS:
-                a = op.attributes
                 try:
                     k = message(op, p)
                 except KeyError:
@@ -583,7 +584,7 @@ def _at(unit) -> str:
 
 def _out_of_order(stages) -> None:
     """Raise for the first message a stage receives in another position than it was sent."""
-    order: dict = {}        # (src, dst, 'life.send' | 'life.recv') -> [(mb, dir, op)] in issue order
+    order: dict = {}        # (src, dst, 'life.send' | 'life.recv') -> [(mb, dir, unit, op)] in issue order
     for p, s in enumerate(stages):
         for op in s.region.ops:
             if op.name in ("life.send", "life.recv"):

@@ -1,7 +1,8 @@
 """Lower a `life.plan` into a `life.pipeline`: one stage program of per-layer tasks each.
 
 The lowered program is in GPipe order (every forward, then every backward, then the state
-chain at the step end; interleaved, v > 1, each kind in the order interleaved 1F1B runs it): a valid, deadlock-free issue order that `schedule-1f1b` reorders.
+chain at the step end; interleaved, v > 1, each kind in the order interleaved 1F1B runs it):
+a valid, deadlock-free issue order that `schedule-1f1b` reorders.
 Recover(l, m) sits right before Backward(l, m) (backward-time recovery) until `fsr`
 co-schedules it; under ZeRO-3 the Backward reuses the view its Recover gathered. Under
 ZeRO >= 2 each bucket's collective (the reduce, or GradSync for the last micro-batch)
