@@ -74,7 +74,7 @@ def test_a_range_token_round_trips(stage, kind, mb, first, last):
 
 @pytest.mark.parametrize("name,why", [
     ("0F3", "a F task names a micro-batch and a unit"), ("0G3@1", "a G task names a unit"),
-    ("0SEND_F3@2", "a SEND_F task names a micro-batch"), ("0STEP_END@1", "neither"),
+    ("0SEND_F3@2-4", "a SEND_F task names a micro-batch"), ("0STEP_END@1", "neither"),
     ("F3@1", "not in action notation"), ("0X1@2", "not in action notation"), ("0F3@", "not in action notation"),
     ("0AG3@1", "not in action notation"), ("0F3@1-", "not in action notation"), ("wait 0G@1", "not in action"),
 ])

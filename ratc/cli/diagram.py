@@ -22,13 +22,16 @@ def register(subparsers) -> None:
                     "(recomputation at backward time) or FSR (forward-side recovery). The memory budget is "
                     "not enforced here; `ratc run` does that.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  ratc diagram --pp 4 --microbatches 8 --policy fsr -o fsr.svg")
+        epilog="examples:\n  ratc diagram --pp 4 --microbatches 8 --policy fsr -o fsr.svg\n"
+               "  ratc diagram --pp 2 --microbatches 4 --policy standard --virtual-stages 2 -o inter.svg")
     p.add_argument("--pp", type=int, required=True, metavar="P", help="pipeline stages")
     p.add_argument("--microbatches", type=int, required=True, metavar="M", help="micro-batches per step")
     p.add_argument("--policy", choices=("standard", "fsr"), default="fsr",
                    help="standard: recompute at backward time; fsr: forward-side recovery (default)")
     add_model_arguments(p, f"model file (default: examples/llama.py with --preset, else {DEFAULT_PRESET})")
     p.add_argument("--platform", default="mt3000", help="platform profile name or TOML file (default mt3000)")
+    p.add_argument("--virtual-stages", type=int, default=1, metavar="V",
+                   help="model chunks per stage: interleaved 1F1B when > 1 (with --policy standard; default 1)")
     p.add_argument("--dp", type=int, default=2, help="data-parallel replicas D (default 2: shows GradSync)")
     p.add_argument("--zero", type=int, choices=(0, 1, 2), default=2, help="ZeRO stage (default 2)")
     p.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
@@ -59,7 +62,7 @@ def handler(args: argparse.Namespace) -> int:
     planner = Planner(load_model(args, default_preset=DEFAULT_PRESET), load_platform(args.platform))
     with phase(f"compiling and simulating P={args.pp}, M={args.microbatches}, {args.policy}"):
         data, res = policy_diagram(planner, args.pp, args.microbatches, args.policy, D=args.dp, Z=args.zero,
-                                   b=args.micro_batch, pref=args.state)
+                                   b=args.micro_batch, pref=args.state, v=args.virtual_stages)
     with phase(f"drawing {args.output}"):
         image = diagram.render(data, fmt, width=args.width)
     write_atomic(args.output, image)

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ratc.errors import RatcError
+from ratc.step.config import parse_config
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,8 @@ def _print_report(args: RunRequest, report, chain=None) -> int:
         if report.plan_default is not None:
             text += (f"planner priced with {report.plan_default_source} (`ratc plan`'s default): "
                      f"{format_time(report.plan_default)}\n")
+    elif parse_config(report.config).v > 1:
+        text += "no prediction (the planner does not model interleaved schedules yet)\n"
     if not report.macs:
         text += "MAC utilization needs the model's graph IR in the program\n"
     if report.kernel_table:
@@ -353,7 +356,6 @@ def _failure_target(args: RunRequest, program) -> tuple:
     from ratc.lifecycle.lowering import find_plan
     from ratc.planner.failures import failure_spec
     from ratc.program_check import program_platform
-    from ratc.step.config import parse_config
     from ratc.step.plan import Plan
     from ratc.units import UnitError, parse_time
     from ratc.vm.system.failure import check_cluster

@@ -3,7 +3,8 @@
 A task is named `<stage><kind>[<micro-batch>][@<unit>]`: the micro-batch before `@`, the
 unit after it (0 the embedding, 1..L the decoder layers, L+1 the head). torch's own
 `0F3` (Forward of micro-batch 3 on stage 0) becomes `0F3@12` with the layer; a state task
-has no micro-batch (`0G@12`), a stage-boundary transfer no unit (`0SEND_F3`). In a
+has no micro-batch (`0G@12`), a stage-boundary transfer no unit (`0SEND_F3`; interleaved,
+v > 1, the boundary's: the later virtual stage's first unit, `0SEND_F3@5`). In a
 listing, consecutive per-layer tokens of one task collapse into a range in issue order
 (`0F3@0-4`, `0B3@4-0`); a ring collective's steps on the system VM carry `#<step>`
 (`0G@12#1`). This module is the one definition: the VM, the distributed runtime, the
@@ -39,6 +40,7 @@ KINDS = {
     "STEP_END": ("End of the step", "life.step_end", False, False),
 }
 _KIND_OF_OP = {op: k for k, (_, op, _, _) in KINDS.items() if op not in ("life.send", "life.recv")}
+_TRANSFERS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
 _PHASE = {"fwd": "F", "rec": "R", "bwd": "B"}         # a ZeRO-3 gather's phase -> letter
 _PHASE_NAME = {"F": "forward", "R": "recovery", "B": "backward"}
 # Longer kinds first, so `0PARAM@3` is not read as `0P`, nor `0RS0@8` as `0R`.
@@ -85,7 +87,8 @@ def action(op, p: int) -> Action:
     a = op.attributes
     n = op.name
     if n in ("life.send", "life.recv"):
-        return Action(p, f"{n[5:].upper()}_{'F' if a['dir'] == 'fwd' else 'B'}", a["mb"])
+        # (interleaved, the boundary unit: two stages then exchange several per micro-batch)
+        return Action(p, f"{n[5:].upper()}_{'F' if a['dir'] == 'fwd' else 'B'}", a["mb"], a.get("unit"), a.get("unit"))
     kind = _KIND_OF_OP.get(n)
     if kind is None:
         raise RatcError(f"{n} has no task name (not a task of a stage program)")
@@ -122,7 +125,9 @@ def parse(name: str) -> Action:
                         "SEND_F, ...; see `ratc.lifecycle.actions`)")
     kind = m["kind"][:2] if m["phase"] else m["kind"]
     _, _, has_mb, has_unit = KINDS[kind]
-    if (m["mb"] is not None) != has_mb or (m["unit"] is not None) != has_unit:
+    # (an interleaved transfer names its boundary unit: `0SEND_F3@5`)
+    unit_ok = m["unit"] is None or m["last"] is None if kind in _TRANSFERS else (m["unit"] is not None) == has_unit
+    if (m["mb"] is not None) != has_mb or not unit_ok:
         parts = " and ".join(w for w, has in (("a micro-batch", has_mb), ("a unit after '@'", has_unit)) if has)
         raise RatcError(f"task {name!r}: a {m['kind']} task names {parts or 'neither micro-batch nor unit'}")
     num = (lambda g: None if m[g] is None else int(m[g]))  # noqa: E731
@@ -181,12 +186,16 @@ def describe(a: Action, units: int | None = None) -> str:
     """The long form, e.g. 'Forward of micro-batch 3 through layer 12 on stage 0'; `units`
     (the program's unit count) names unit 0 the embedding and the last the head."""
     name = KINDS[a.kind][0]
-    if a.kind in ("SEND_F", "RECV_F", "SEND_B", "RECV_B"):
+    if a.kind in _TRANSFERS:
         # activations go down the pipeline (stage p to p + 1), their gradients back up
         peer = a.stage + (1 if a.kind in ("SEND_F", "RECV_B") else -1)
         what = "activation" if a.kind[-1] == "F" else "gradient"
         way = "to" if a.kind.startswith("SEND") else "from"
-        text = f"{name} of micro-batch {a.mb}'s {what} {way} stage {peer} on stage {a.stage}"
+        peer_text = f"stage {peer}"
+        if a.unit is not None:      # interleaved: the peer holds the adjacent virtual stage
+            side = "next" if a.kind in ("SEND_F", "RECV_B") else "previous"
+            peer_text = f"the {side} virtual stage (the boundary before {_unit_name(a.unit, units)})"
+        text = f"{name} of micro-batch {a.mb}'s {what} {way} {peer_text} on stage {a.stage}"
     elif a.kind == "STEP_END":
         text = f"{name} on stage {a.stage}"
     else:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from ratc.ir.verifier import VerifyError, prefer_local, verify_op, walk_number
+from ratc.lifecycle.schedules import chunk_orders
 from ratc.step.rules import (backward_view, bucket_reused, gathers, holds_bucket, prefetches, unit_save_choice,
                              reduces_per_micro_batch, syncs_by_reduce_scatter)
 
@@ -50,7 +51,8 @@ class _Ctx:
     """What a task's rules need: plan-wide numbers, what the plan says of its units, and its
     stage's units."""
 
-    __slots__ = ("P", "M", "Z", "act", "head", "p", "units", "first", "last", "choices", "frozen", "ties")
+    __slots__ = ("P", "M", "Z", "v", "act", "head", "p", "units", "first", "last", "choices", "frozen", "ties",
+                 "chunk", "firsts", "lasts", "_buckets")
 
     def __init__(self, pipe, stage):
         plan = plan_of(pipe)
@@ -64,9 +66,36 @@ class _Ctx:
         self.p = stage.attributes["stage"]
         self.units = stage.attributes["units"]
         self.first, self.last = self.units[0], self.units[-1]
+        self.v = p.get("v", 1)
+        # interleaved: each unit's chunk, and the first and last unit of each of the rank's chunks
+        self.chunk = {u.attributes.get("index"): u.attributes.get("chunk", 0) for u in plan_units}
+        runs = [[i for i in self.units if self.chunk.get(i) == c] for c in range(self.v)]
+        self.firsts = {r[0]: c for c, r in enumerate(runs) if r}
+        self.lasts = {r[-1]: c for c, r in enumerate(runs) if r}
+        self._buckets = None
         self.choices = {u.attributes.get("index"): unit_save_choice(self.act, u.attributes) for u in plan_units}
         self.frozen = frozenset(frozen_units(plan_units))
         self.ties = p.get("ties", ())
+
+    def vs(self, i: int) -> int:
+        """The virtual stage of unit i on this rank (the rank itself unless interleaved)."""
+        return self.chunk.get(i, 0) * self.P + self.p
+
+    def boundary(self, i: int) -> int | None:
+        """The unit a stage-boundary transfer of unit i names (None unless interleaved)."""
+        return i if self.v > 1 else None
+
+    def buckets(self) -> tuple[list, dict]:
+        """ZeRO >= 2: the stage's bucket-holding Backwards as (unit, mb) in issue order -- the
+        schedule's backwards (ratc.lifecycle.schedules.chunk_orders, as the lowering emits
+        them), each chunk's units last first -- and each one's position in it."""
+        if self._buckets is None:
+            _, backwards = chunk_orders(self.P, self.v, self.M, self.p)
+            held = [[i for i in reversed(self.units) if self.chunk.get(i) == c and i not in self.frozen]
+                    for c in range(self.v)]
+            order = [(i, m) for c, m in backwards for i in held[c]]
+            self._buckets = order, {task: k for k, task in enumerate(order)}
+        return self._buckets
 
     def tie_group(self, i: int) -> list | None:
         """The tie group unit i is in, or None."""
@@ -113,28 +142,45 @@ def _weights(c: _Ctx, i: int, m: int, phase: str) -> tuple:
     return ("life.gather", i, m, phase, VIEW) if gathers(c.Z) else ("life.param", i, None, None, PARAM)
 
 
+def message(op, p: int) -> tuple:
+    """The message a send or receive on stage p carries: (source stage, destination stage,
+    micro-batch, direction, boundary unit; None unless interleaved)."""
+    a = op.attributes
+    src, dst = (p, a["peer"]) if op.name == "life.send" else (a["peer"], p)
+    return src, dst, a["mb"], a["dir"], a.get("unit")
+
+
+def own_unit(op) -> int | None:
+    """The unit on the op's own stage a task belongs to: a transfer's boundary unit when it
+    is this stage's first (a forward receive, a backward send), else the unit before it."""
+    a = op.attributes
+    i = a.get("unit")
+    if op.name in COMM_OPS and i is not None and (a["dir"] == "fwd") != (op.name == "life.recv"):
+        return i - 1
+    return i
+
+
 def _layer_input(c: _Ctx, i: int, m: int):
     if i == 0:
         return None
-    if i == c.first:
-        return ("life.recv", None, m, "fwd", ACT)
+    if i in c.firsts:
+        return ("life.recv", c.boundary(i), m, "fwd", ACT)
     return ("life.fwd", i - 1, m, None, ACT)
 
 
 def bucket_release(c: _Ctx, i: int, m: int):
     """ZeRO >= 2: the token of the collective that frees the bucket buffer Backward(i, m)
-    takes over (ratc.step.rules.bucket_reused; Backwards issue micro-batch by micro-batch,
-    last unit first, in every schedule), or None."""
+    takes over (ratc.step.rules.bucket_reused over the stage's Backwards in issue order), or None."""
     if not holds_bucket(c.Z, i in c.frozen):
         return None
-    held = [u for u in reversed(c.units) if u not in c.frozen]
-    k = bucket_reused(m * len(held) + held.index(i))
+    order, position = c.buckets()
+    k = bucket_reused(position[i, m])
     if k is None:
         return None
-    mb, back = divmod(k, len(held))
+    unit, mb = order[k]
     if mb < c.M - 1:
-        return ("life.reduce", held[back], mb, None, TOKEN)
-    return ("life.grad_sync", held[back], None, None, TOKEN)
+        return ("life.reduce", unit, mb, None, TOKEN)
+    return ("life.grad_sync", unit, None, None, TOKEN)
 
 
 def expected(op, c: _Ctx) -> tuple[list, list, bool]:
@@ -147,8 +193,8 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
         return [], [ACT], False
     if name == "life.send":
         if a["dir"] == "fwd":
-            return [("life.fwd", c.last, m, None, ACT)], ["!life.token"], False
-        return [("life.bwd", c.first, m, None, ACT)], ["!life.token"], False
+            return [("life.fwd", c.last if c.v == 1 else own_unit(op), m, None, ACT)], ["!life.token"], False
+        return [("life.bwd", c.first if c.v == 1 else i, m, None, ACT)], ["!life.token"], False
     if name == "life.gather":
         return [("life.param", i, None, None, PARAM)], [VIEW], False
     if name == "life.fwd":
@@ -160,7 +206,7 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
             return [("life.fwd", i, m, None, SAVED)], [REC], False
         return [_layer_input(c, i, m), _weights(c, i, m, "rec")], [REC], False
     if name == "life.bwd":
-        dy = None if i == c.head else (("life.recv", None, m, "bwd", ACT) if i == c.last
+        dy = None if i == c.head else (("life.recv", c.boundary(i + 1), m, "bwd", ACT) if i in c.lasts
                                        else ("life.bwd", i + 1, m, None, ACT))
         saved = {"layer": [("life.recover", i, m, None, REC)], "full": [("life.fwd", i, m, None, SAVED)],
                  "selective": [("life.fwd", i, m, None, SAVED), ("life.recover", i, m, None, REC)]}[c.choice(i)]
@@ -207,16 +253,12 @@ def check_task(op) -> None:
     c = _context(op)
     a = op.attributes
     i, m = a.get("unit"), a.get("mb")
-    if i is not None and i not in c.units:
+    if op.name in COMM_OPS:
+        _check_transfer(op, c)
+    elif i is not None and i not in c.units:
         raise VerifyError(f"'{op.name}' unit {i} is not on stage {c.p} (units {c.units})", op)
     if m is not None and not 0 <= m < c.M:
         raise VerifyError(f"'{op.name}' micro-batch {m} is outside 0..{c.M - 1}", op)
-    if op.name == "life.recv" or op.name == "life.send":
-        peer = c.p - 1 if (a["dir"] == "fwd") == (op.name == "life.recv") else c.p + 1
-        if not 0 <= peer < c.P:
-            raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p} has no peer stage", op)
-        if a["peer"] != peer:
-            raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p} must have peer {peer}, got {a['peer']}", op)
     if op.name in STATE_TASKS and i in c.frozen:
         raise VerifyError(f"'{op.name}' of unit {i}: the unit is frozen (nothing trained), so it has no "
                           "gradient to reduce, synchronize or apply", op)
@@ -263,6 +305,28 @@ def check_task(op) -> None:
                               "(-1: no buffer)", op)
 
 
+def _check_transfer(op, c: _Ctx) -> None:
+    """A send or receive goes to the rank of the adjacent virtual stage (p +- 1 unless
+    interleaved, where rank P-1 passes on to rank 0) and, interleaved, names its boundary:
+    the first unit of the later virtual stage, this stage's first or the one after its last."""
+    a = op.attributes
+    i, upstream = a.get("unit"), (a["dir"] == "fwd") == (op.name == "life.recv")
+    if (i is not None) != (c.v > 1):
+        why = "an interleaved transfer names its boundary unit" if c.v > 1 else \
+            "unit is only for interleaved plans (v > 1)"
+        raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p}: {why}", op)
+    own = own_unit(op)
+    if c.v > 1 and own not in (c.firsts if upstream else c.lasts):
+        raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p}: unit {i} is no boundary of the stage's chunks "
+                          f"(first units {sorted(c.firsts)}, the units after the last "
+                          f"{sorted(j + 1 for j in c.lasts)})", op)
+    vs = (c.vs(own) if c.v > 1 else c.p) + (-1 if upstream else 1)
+    if not 0 <= vs < c.P * c.v:
+        raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p} has no peer stage", op)
+    if a["peer"] != vs % c.P:
+        raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p} must have peer {vs % c.P}, got {a['peer']}", op)
+
+
 def _where(a: dict) -> str:
     parts = [f"unit {a['unit']}" if "unit" in a else "", f"mb {a['mb']}" if "mb" in a else ""]
     text = ", ".join(p for p in parts if p)
@@ -297,10 +361,12 @@ def required_tasks(c: _Ctx) -> set:
             if trained and reduces_per_micro_batch(c.Z) and m < c.M - 1:
                 need.add(("life.reduce", i, m, None))
     for m in range(c.M):
-        if c.p > 0:
-            need |= {("life.recv", None, m, "fwd"), ("life.send", None, m, "bwd")}
-        if c.p < c.P - 1:
-            need |= {("life.send", None, m, "fwd"), ("life.recv", None, m, "bwd")}
+        for i in c.firsts:
+            if c.vs(i) > 0:
+                need |= {("life.recv", c.boundary(i), m, "fwd"), ("life.send", c.boundary(i), m, "bwd")}
+        for i in c.lasts:
+            if c.vs(i) < c.P * c.v - 1:
+                need |= {("life.send", c.boundary(i + 1), m, "fwd"), ("life.recv", c.boundary(i + 1), m, "bwd")}
     need.add(("life.step_end", None, None, None))
     return need
 
@@ -415,13 +481,21 @@ def _check_pipeline(pipe) -> None:
     # (compare the count first: P comes from the text and may be huge)
     if len(stages) != P or any(s.name != "life.stage" for s in stages):
         raise VerifyError(f"'life.pipeline' must hold exactly P = {P} life.stage ops, its plan's", pipe)
-    units = []
+    v = plan.attributes.get("v", 1)
+    chunk = {u.attributes.get("index"): u.attributes.get("chunk", 0) for u in plan.region.ops}
+    runs: list = [[] for _ in range(P * v)]      # per virtual stage, its units as the stages list them
     for p, s in enumerate(stages):
         if s.attributes.get("stage") != p:
             raise VerifyError(f"stage #{p} is numbered {s.attributes.get('stage')}", s)
-        units += s.attributes.get("units", [])
+        listed = s.attributes.get("units", [])
+        if [chunk.get(i, 0) for i in listed] != sorted(chunk.get(i, 0) for i in listed):
+            raise VerifyError(f"stage {p} must list its units in chunk order, got {listed}", s)
+        for i in listed:
+            runs[min(chunk.get(i, 0), v - 1) * P + p].append(i)
+    units = [i for run in runs for i in run]
     if units != list(range(n_units)):
-        raise VerifyError(f"the stages' units must be its plan's 0..{n_units - 1} in order, got {units}", pipe)
+        raise VerifyError(f"the stages' units must be its plan's 0..{n_units - 1} in order"
+                          f"{' of virtual stages' if v > 1 else ''}, got {units}", pipe)
     _check_tie_sums(pipe)
     simulate_issue(stages)
 
@@ -471,18 +545,15 @@ def simulate_issue(stages) -> None:
         for op in s.region.ops:
             name = op.name
             if name in COMM_OPS:
-                a = op.attributes
                 try:
-                    peer, mb, d = a["peer"], a["mb"], a["dir"]
+                    k = message(op, p)
                 except KeyError:
                     verify_op(op)   # reports the missing attribute
                     raise
-                if name == "life.send":
-                    k, table = (p, peer, mb, d), sends
-                else:
-                    k, table = (peer, p, mb, d), recvs
+                table = sends if name == "life.send" else recvs
                 if k in table:
-                    raise VerifyError(f"duplicate {name} {d} mb {mb} between stages {k[0]} and {k[1]}", op)
+                    raise VerifyError(f"duplicate {name} {k[3]} mb {k[2]}{_at(k[4])} between stages {k[0]} and "
+                                      f"{k[1]}", op)
                 n = table[k] = len(comm)
                 comm.append((p, op))
                 if prev >= 0:
@@ -490,12 +561,12 @@ def simulate_issue(stages) -> None:
                 prev = n
     for k, n in sends.items():
         if k not in recvs:
-            raise VerifyError(f"send {k[3]} mb {k[2]} from stage {k[0]} has no matching recv on stage {k[1]}",
-                              comm[n][1])
+            raise VerifyError(f"send {k[3]} mb {k[2]}{_at(k[4])} from stage {k[0]} has no matching recv on "
+                              f"stage {k[1]}", comm[n][1])
     for k, n in recvs.items():
         if k not in sends:
-            raise VerifyError(f"recv {k[3]} mb {k[2]} on stage {k[1]} has no matching send on stage {k[0]}",
-                              comm[n][1])
+            raise VerifyError(f"recv {k[3]} mb {k[2]}{_at(k[4])} on stage {k[1]} has no matching send on "
+                              f"stage {k[0]}", comm[n][1])
     last: dict = {}         # (src, dst) -> where dst receives src's latest send (in issue order)
     for k, n in sends.items():
         r = recvs[k]
@@ -506,23 +577,27 @@ def simulate_issue(stages) -> None:
     _check_no_deadlock(stages, comm, edges)
 
 
+def _at(unit) -> str:
+    """An interleaved transfer's boundary unit in a message."""
+    return "" if unit is None else f" @{unit}"
+
+
 def _out_of_order(stages) -> None:
     """Raise for the first message a stage receives in another position than it was sent."""
-    order: dict = {}        # (src, dst, 'life.send' | 'life.recv') -> [(mb, dir, op)] in issue order
+    order: dict = {}        # (src, dst, 'life.send' | 'life.recv') -> [(mb, dir, unit, op)] in issue order
     for p, s in enumerate(stages):
         for op in s.region.ops:
             if op.name in ("life.send", "life.recv"):
-                a = op.attributes
-                src, dst = (p, a["peer"]) if op.name == "life.send" else (a["peer"], p)
-                order.setdefault((src, dst, op.name), []).append((a["mb"], a["dir"], op))
+                src, dst, mb, d, u = message(op, p)
+                order.setdefault((src, dst, op.name), []).append((mb, d, u, op))
     for (src, dst, kind), issued in order.items():
         if kind != "life.recv":
             continue
-        for k, ((mb, d, op), (smb, sd, _)) in enumerate(zip(issued, order[(src, dst, "life.send")])):
-            if (mb, d) != (smb, sd):
-                raise VerifyError(f"stage {dst} receives {d} mb {mb} as message #{k} from stage {src}, which sends "
-                                  f"{sd} mb {smb} as its #{k}: messages between two stages must arrive in the "
-                                  "order they are sent", op)
+        for k, ((mb, d, u, op), (smb, sd, su, _)) in enumerate(zip(issued, order[(src, dst, "life.send")])):
+            if (mb, d, u) != (smb, sd, su):
+                raise VerifyError(f"stage {dst} receives {d} mb {mb}{_at(u)} as message #{k} from stage {src}, which "
+                                  f"sends {sd} mb {smb}{_at(su)} as its #{k}: messages between two stages must arrive "
+                                  "in the order they are sent", op)
 
 
 def _acyclic(n: int, edges: list) -> bool:

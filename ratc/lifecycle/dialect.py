@@ -108,22 +108,24 @@ def _check_counts(op, keys, low: int = 1):
 
 
 def _check_plan(op):
-    _check_counts(op, ("P", "D", "T", "b", "A", "seq_len"))
+    _check_counts(op, ("P", "D", "T", "b", "A", "seq_len", "v"))
     _check_counts(op, ("Z",), 0)
     a = op.attributes
     if a["Z"] not in ZERO_STAGES:
         raise VerifyError(f"'{op.name}' Z must be a ZeRO stage 0-3, got {a['Z']}", op)
     if not _finite(a["p2p"]):
         raise VerifyError(f"'{op.name}' p2p must be finite and not negative, got {a['p2p']}", op)
-    # What lowering reads across units: embedding, decoder layers, head in order, on stages
-    # 0..P-1 in order (each holding one), each layer's GradSync the collective its ZeRO stage uses.
+    # What lowering reads across units: embedding, decoder layers, head in order, on virtual
+    # stages 0..P*v-1 in order (each holding one; virtual stage chunk * P + stage, v = 1
+    # unless interleaved), each layer's GradSync the collective its ZeRO stage uses.
     units = [u for u in op.region.ops if u.name == "life.unit"] if op.region is not None else []
     if len(units) < 3:
         raise VerifyError(f"'{op.name}' needs at least three units (embedding, a decoder layer, head), "
                           f"got {len(units)}", op)
     sync = "reduce-scatter" if syncs_by_reduce_scatter(a["Z"]) else "all-reduce"
     last = len(units) - 1
-    stage = None            # the previous unit's
+    P, v = a["P"], a.get("v", 1)
+    vs = None               # the previous unit's virtual stage
     for pos, u in enumerate(units):
         ua = u.attributes
         if ua.get("index") != pos:
@@ -135,16 +137,24 @@ def _check_plan(op):
         if ua.get("sync_kind") not in (None, sync):
             raise VerifyError(f"life.unit #{pos}: sync_kind must be '{sync}' under ZeRO-{a['Z']}, "
                               f"got '{ua['sync_kind']}'", u)
-        s = ua.get("stage")
-        if type(s) is not int:
+        s, chunk = ua.get("stage"), ua.get("chunk", 0)
+        if type(s) is not int or type(chunk) is not int:
             continue        # (the attribute check reports it)
-        allowed = (0,) if stage is None else (stage, stage + 1)
-        if s not in allowed or s >= a["P"]:
-            raise VerifyError(f"life.unit #{pos} is on stage {s}: units go on stages 0..{a['P'] - 1} in order, "
-                              f"every stage holding at least one (so here stage {' or '.join(map(str, allowed))})", u)
-        stage = s
-    if stage is not None and stage != a["P"] - 1:
-        raise VerifyError(f"'{op.name}': P = {a['P']}, but its units are on stages 0..{stage} only", op)
+        if ("chunk" in ua) != (v > 1) or not 0 <= chunk < v:
+            raise VerifyError(f"life.unit #{pos}: chunk {ua.get('chunk')}: with v = {v} virtual stages per rank "
+                              f"{'every unit names its chunk 0..' + str(v - 1) if v > 1 else 'units have no chunk'}",
+                              u)
+        allowed = (0,) if vs is None else (vs, vs + 1)
+        if s >= P or chunk * P + s not in allowed:
+            here = " or ".join(f"stage {x % P} chunk {x // P}" for x in allowed) if v > 1 else \
+                f"stage {' or '.join(map(str, allowed))}"
+            raise VerifyError(f"life.unit #{pos} is on stage {s}{f' chunk {chunk}' if v > 1 else ''}: units go on "
+                              f"{'virtual ' if v > 1 else ''}stages 0..{P * v - 1} in order, every "
+                              f"{'one' if v > 1 else 'stage'} holding at least one (so here {here})", u)
+        vs = chunk * P + s
+    if vs is not None and vs != P * v - 1:
+        raise VerifyError(f"'{op.name}': P = {P}{f', v = {v}' if v > 1 else ''}, but its units are on "
+                          f"{'virtual ' if v > 1 else ''}stages 0..{vs} only", op)
     _check_ties(op, units)
 
 
@@ -216,13 +226,15 @@ LIFE.op("param", "a layer's parameters held by this rank (ZeRO-3: its shard)", r
 LIFE.op("opt", "a layer's optimizer-state shard (fp32 master, Adam moments)", results=["s:!life.opt"],
         attrs={"unit": "int", **_TASK}, verify=_check)
 
-# The main path.
+# The main path. Interleaved (v > 1), a transfer names its boundary: the first unit of the
+# later virtual stage.
+_BOUNDARY = {"unit": "int?"}
 LIFE.op("recv", "receive a boundary activation (fwd) or its gradient (bwd) from a peer stage",
         results=["x:!life.act"], verify=_check,
-        attrs={"mb": "int", "dir": "fwd|bwd", "peer": "int", **_TASK})
+        attrs={"mb": "int", "dir": "fwd|bwd", "peer": "int", **_BOUNDARY, **_TASK})
 LIFE.op("send", "send a boundary activation (fwd) or its gradient (bwd) to a peer stage",
         operands=["x:!life.act"], results=["t:!life.token"], verify=_check,
-        attrs={"mb": "int", "dir": "fwd|bwd", "peer": "int", **_TASK})
+        attrs={"mb": "int", "dir": "fwd|bwd", "peer": "int", **_BOUNDARY, **_TASK})
 LIFE.op("gather", "ZeRO-3: all-gather a layer's parameter view for one use",
         operands=["w:!life.param"], results=["v:!life.view"], verify=_check,
         attrs={"unit": "int", "mb": "int", "phase": "fwd|rec|bwd", **_TASK})

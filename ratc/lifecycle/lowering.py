@@ -1,7 +1,8 @@
 """Lower a `life.plan` into a `life.pipeline`: one stage program of per-layer tasks each.
 
 The lowered program is in GPipe order (every forward, then every backward, then the state
-chain at the step end): a valid, deadlock-free issue order that `schedule-1f1b` reorders.
+chain at the step end; interleaved, v > 1, each kind in the order interleaved 1F1B runs it):
+a valid, deadlock-free issue order that `schedule-1f1b` reorders.
 Recover(l, m) sits right before Backward(l, m) (backward-time recovery) until `fsr`
 co-schedules it; under ZeRO-3 the Backward reuses the view its Recover gathered. Under
 ZeRO >= 2 each bucket's collective (the reduce, or GradSync for the last micro-batch)
@@ -16,6 +17,7 @@ from ratc.ir.attributes import ByteSize, SymbolRef
 from ratc.ir.core import Block, Module, Operation
 from ratc.ir.types import OpaqueType
 from ratc.ir.verifier import verify_op
+from ratc.lifecycle.schedules import chunk_orders
 from ratc import limits
 from ratc.step.rules import (backward_view, bucket_reused, gathers, holds_bucket, kept_bytes, prefetches,
                              reduces_per_micro_batch, syncs_by_reduce_scatter, unit_save_choice)
@@ -57,8 +59,11 @@ class _StageLowering:
     def __init__(self, plan: Operation, p: int, units: list[Operation], act: str):
         a = plan.attributes
         self.P, self.M, self.Z, self.p, self.act = a["P"], a["A"], a["Z"], p, act
+        self.v = a.get("v", 1)
         self.p2p = a["p2p"]
         self.units = units
+        # the rank's chunks: chunk c is virtual stage c * P + p, a run of consecutive units
+        self.chunks = [[u for u in units if u.attributes.get("chunk", 0) == c] for c in range(self.v)]
         self.head = len(plan.region.ops) - 1
         self.all_units = plan.region.ops
         self.env: dict = {}
@@ -124,14 +129,28 @@ class _StageLowering:
                 self.ops[-1:-1] = tasks[k + 1][0]
             self.ops += followers
 
-    def forward(self, m: int) -> None:
-        """Forward(l, m) of every unit of the stage, with the boundary receive and send."""
-        first, last = self.units[0].attributes["index"], self.units[-1].attributes["index"]
+    def transfer(self, name: str, m: int, d: str, vs: int, unit: int, operands: list, name_of: str) -> Operation:
+        """The send or receive of micro-batch m's boundary value (activation for `fwd`, its
+        gradient for `bwd`) with the rank of virtual stage vs; interleaved, it names the
+        boundary by its `unit` (the later virtual stage's first), as two ranks then exchange
+        several per micro-batch and direction."""
+        attrs = {"mb": m, "dir": d, "peer": vs % self.P}
+        if self.v > 1:
+            attrs["unit"] = unit
+        if name == "life.recv":
+            attrs.update(dur=0.0, res="link", prio=PRIO_MAIN, sizes=[int(self.u(unit)["input_bytes"])])
+            return self.emit(_task(name, [], [ACT], attrs, [name_of]))
+        attrs.update(dur=self.p2p, res="link", prio=PRIO_MAIN, sizes=[0])
+        return self.emit(_task(name, operands, [TOKEN], attrs, [name_of + (f"_u{unit}" if self.v > 1 else "")]))
+
+    def forward(self, m: int, chunk: int = 0) -> None:
+        """Forward(l, m) of every unit of one of the stage's chunks, with the boundary receive and send."""
+        units = self.chunks[chunk]
+        first, last = units[0].attributes["index"], units[-1].attributes["index"]
+        vs = chunk * self.P + self.p
         x = None
-        if self.p > 0:
-            x = self.emit(_task("life.recv", [], [ACT], {
-                "mb": m, "dir": "fwd", "peer": self.p - 1, "dur": 0.0, "res": "link", "prio": PRIO_MAIN,
-                "sizes": [int(self.u(first)["input_bytes"])]}, [f"x{first}_{m}"])).result
+        if vs > 0:
+            x = self.transfer("life.recv", m, "fwd", vs - 1, first, [], f"x{first}_{m}").result
         tasks = []
         for i in range(first, last + 1):
             u = self.u(i)
@@ -151,19 +170,17 @@ class _StageLowering:
             if not self.recovers(i):
                 self.env["saved", i, m] = op.results[-1]
         self.interleave(tasks)
-        if self.p < self.P - 1:
-            self.emit(_task("life.send", [x], [TOKEN], {
-                "mb": m, "dir": "fwd", "peer": self.p + 1, "dur": self.p2p, "res": "link", "prio": PRIO_MAIN,
-                "sizes": [0]}, [f"sendf{self.p}_{m}"]))
+        if vs < self.P * self.v - 1:
+            self.transfer("life.send", m, "fwd", vs + 1, last + 1, [x], f"sendf{self.p}_{m}")
 
-    def backward(self, m: int) -> None:
-        """Backward(l, m) in reverse unit order, each preceded by its Recover when checkpointed."""
-        first, last = self.units[0].attributes["index"], self.units[-1].attributes["index"]
+    def backward(self, m: int, chunk: int = 0) -> None:
+        """Backward(l, m) of one chunk in reverse unit order, each preceded by its Recover when checkpointed."""
+        units = self.chunks[chunk]
+        first, last = units[0].attributes["index"], units[-1].attributes["index"]
+        vs = chunk * self.P + self.p
         dy = None
-        if self.p < self.P - 1:
-            dy = self.emit(_task("life.recv", [], [ACT], {
-                "mb": m, "dir": "bwd", "peer": self.p + 1, "dur": 0.0, "res": "link", "prio": PRIO_MAIN,
-                "sizes": [int(self.u(last + 1)["input_bytes"])]}, [f"dy{last + 1}_{m}"])).result
+        if vs < self.P * self.v - 1:
+            dy = self.transfer("life.recv", m, "bwd", vs + 1, last + 1, [], f"dy{last + 1}_{m}").result
         tasks = []
         for i in range(last, first - 1, -1):
             u = self.u(i)
@@ -198,10 +215,8 @@ class _StageLowering:
                 self.released.append(follow[0].results[0])
             tasks.append((before, op, follow))
         self.interleave(tasks)
-        if self.p > 0:
-            self.emit(_task("life.send", [dy], [TOKEN], {
-                "mb": m, "dir": "bwd", "peer": self.p - 1, "dur": self.p2p, "res": "link", "prio": PRIO_MAIN,
-                "sizes": [0]}, [f"sendb{self.p}_{m}"]))
+        if vs > 0:
+            self.transfer("life.send", m, "bwd", vs - 1, first, [dy], f"sendb{self.p}_{m}")
 
     def recover(self, i: int, m: int, tasks: list) -> list:
         """Recover(i, m) before Backward(i, m) when unit i recomputes something (appended to
@@ -322,15 +337,25 @@ def lower(module: Module, act_policy: str | None = None) -> Operation:
     # the plan's own rules (units numbered 0.. in order, each stage a non-empty run of them)
     # are what the loops below rely on, also when the pass manager does not verify
     verify_op(plan)
-    by_stage = [[u for u in units if u.attributes["stage"] == p] for p in range(P)]
+    v = a.get("v", 1)
+    if v > 1 and act == "fsr":
+        raise RatcError(f"life.plan: FSR's co-run placement assumes non-interleaved 1F1B; with v = {v} virtual "
+                        "stages per rank lower ckpt (or full-save)")
+    # (each rank's units in chunk order)
+    by_stage = [sorted((u for u in units if u.attributes["stage"] == p), key=lambda u: u.attributes.get("chunk", 0))
+                for p in range(P)]
     stages = []
     for p, us in enumerate(by_stage):
         low = _StageLowering(plan, p, us, act)
         low.state()
-        for m in range(M):
-            low.forward(m)
-        for m in range(M):
-            low.backward(m)
+        # every rank issues its Forwards (then its Backwards) in the schedule's order of each
+        # kind: one global order whose dependencies point backwards, so no deadlock, and the
+        # ZeRO >= 2 bucket chain built here holds after schedule-1f1b's reorder
+        forwards, backwards = chunk_orders(P, v, M, p)
+        for chunk, m in forwards:
+            low.forward(m, chunk)
+        for chunk, m in backwards:
+            low.backward(m, chunk)
         low.state_chain()
         stages.append(Operation("life.stage", attributes={"stage": p, "units": [u.attributes["index"] for u in us]},
                                 sym_name=f"s{p}", region=Block(low.ops)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ratc.errors import RatcError
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
+from ratc.lifecycle.schedules import check_interleaved
 from ratc.step.config import parse_keep
 from ratc.step.plan import Plan
 from ratc.step.unit_costs import UnitCosts
@@ -30,17 +31,16 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     if min(P, D, T, b, M) < 1 or Z not in (0, 1, 2, 3):
         raise RatcError(f"invalid configuration {cand.label()}: P, D, T, b, A must be >= 1 and Z in 0..3")
     units = planner.units(T, P * D * T, b).units
+    stage_of, chunk_of = _virtual_stages(planner, cand, units)
     choices = unit_choices(units, cand.keep) if cand.keep else None
     # (each decoder layer's letter as the plan writes it: what Plan.from_ir reads back)
     letters = dict(zip([i for i, u in enumerate(units) if u.decoder], parse_keep(cand.keep))) if cand.keep else {}
-    ranges = planner.stages(P, T, cand.balance, P * D * T, b).ranges
     elem = planner.elem
     act_bytes = b * profile.seq_len * profile.hidden * elem
     tp_link, dp_link, pp_link = rank_links(platform, D, T)
     tp_ar = float(all_reduce(T, act_bytes, tp_link))
     p2p = float(pp_link.send(act_bytes)) if P > 1 else 0.0
     ddr = platform.cluster.ddr_bandwidth
-    stage_of = [p for p, (s, e) in enumerate(ranges) for _ in range(s, e)]
     ties = tie_groups(profile, len(units))
     tied_in = {i for g in ties for i in g}
 
@@ -80,6 +80,7 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             # ... and the headroom a Recover streaming into this unit's Backward needs
             "stream": _b(b * u.stream),
         }
+        attrs.update(chunk_of[i])
         if choices is not None and u.decoder and letters[i] != "layer":
             attrs.update(_keeps(u, choices[i], b))
         if not sends:
@@ -95,6 +96,24 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     if ties:
         attrs["ties"] = ties
     return Operation("life.plan", attributes=attrs, sym_name="plan", region=Block(ops))
+
+
+def _virtual_stages(planner, cand, units) -> tuple[list, list]:
+    """Per unit, its stage (rank) and {"chunk": c} when interleaved (v > 1; else {}): the
+    planner's own partition into P * v virtual stages, virtual stage vs on rank vs % P as
+    chunk vs // P. Refuses an interleaved candidate no program can run."""
+    P, v = cand.P, cand.v
+    decoders = sum(u.decoder for u in units)
+    check_interleaved(P, v, cand.A)
+    if v > 1 and cand.act == "fsr":
+        raise RatcError(f"{cand.label()}: FSR's co-run placement assumes non-interleaved 1F1B; with v = {v} "
+                        "virtual stages per rank use ckpt (or full)")
+    if v > 1 and P * v > decoders:
+        raise RatcError(f"{cand.label()}: P * v = {P * v} virtual stages need at least as many decoder "
+                        f"layers, the model has {decoders}")
+    ranges = planner.stages(P * v, cand.T, cand.balance, P * cand.D * cand.T, cand.b).ranges
+    virtual_of = [vs for vs, (s, e) in enumerate(ranges) for _ in range(s, e)]
+    return [vs % P for vs in virtual_of], [{"chunk": vs // P} if v > 1 else {} for vs in virtual_of]
 
 
 def _keeps(u, choice: str, b: int) -> dict:

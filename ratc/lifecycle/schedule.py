@@ -1,54 +1,64 @@
-"""Reorder stage programs into the 1F1B main-path order, and find main tasks in an order."""
+"""Reorder stage programs into the 1F1B main-path order (interleaved 1F1B when the plan has
+v > 1 virtual stages per rank), and find main tasks in an order."""
 
 from __future__ import annotations
 
 from ratc.errors import RatcError
-from ratc.lifecycle.checks import plan_of
+from ratc.lifecycle.checks import own_unit, plan_of
 from ratc.lifecycle.onefoneb import stage_order
+from ratc.lifecycle.schedules import interleaved_1f1b
 from ratc.step.rules import reduces_per_micro_batch
 
 HEADER_OPS = frozenset({"life.param", "life.opt"})
 STATE_OPS = frozenset({"life.grad_sync", "life.update", "life.prefetch"})
 
 
-def main_task(op) -> tuple[str, int] | None:
-    """The main-path task an op belongs to: ("F", m), ("B", m), or None for state ops."""
+def main_task(op, chunk_of: dict | None = None) -> tuple | None:
+    """The main-path task an op belongs to: ("F", m), ("B", m), or None for state ops; with
+    `chunk_of` ({unit: chunk}, interleaved) ("F", m, chunk) and ("B", m, chunk)."""
     a = op.attributes
     name = op.name
     if name == "life.fwd":
-        return ("F", a["mb"])
-    if name in ("life.bwd", "life.recover", "life.reduce"):
-        return ("B", a["mb"])
-    if name in ("life.recv", "life.send"):
-        return ("F" if a["dir"] == "fwd" else "B", a["mb"])
-    if name == "life.gather":
-        return ("F" if a["phase"] == "fwd" else "B", a["mb"])
-    return None
+        task = ("F", a["mb"])
+    elif name in ("life.bwd", "life.recover", "life.reduce"):
+        task = ("B", a["mb"])
+    elif name in ("life.recv", "life.send"):
+        task = ("F" if a["dir"] == "fwd" else "B", a["mb"])
+    elif name == "life.gather":
+        task = ("F" if a["phase"] == "fwd" else "B", a["mb"])
+    else:
+        return None
+    return task if chunk_of is None else (*task, chunk_of[own_unit(op)])
 
 
 def reorder_stage(stage, P: int, M: int) -> None:
     """Issue the stage's ops as: state allocations, 1F1B main tasks, the state chain, step_end."""
     ops = stage.region.ops
+    plan = plan_of(stage.block.parent)
+    v, p = plan.attributes.get("v", 1), stage.attributes["stage"]
+    chunk_of = {u.attributes["index"]: u.attributes["chunk"] for u in plan.region.ops} if v > 1 else None
+    order = stage_order(P, M, p) if v == 1 else \
+        [(a.kind, a.mb, a.stage // P) for a in interleaved_1f1b(P, v, M, p)]
     header = [op for op in ops if op.name in HEADER_OPS]
     groups: dict = {}
     rest = []
     for op in ops:
         if op.name in HEADER_OPS:
             continue
-        task = main_task(op)
+        task = main_task(op, chunk_of)
         if task is None:
             rest.append(op)
         else:
             groups.setdefault(task, []).append(op)
     body = header
-    for task in stage_order(P, M, stage.attributes["stage"]):
+    for task in order:
         body += groups.pop(task, [])
     if groups:
-        raise RatcError(f"stage {stage.attributes['stage']}: tasks outside micro-batches 0..{M - 1}: "
-                        f"{', '.join(f'{k}{m}' for k, m in sorted(groups))}")
+        raise RatcError(f"stage {p}: tasks outside micro-batches 0..{M - 1}: "
+                        f"{', '.join(''.join(map(str, t)) for t in sorted(groups))}")
     ends = [op for op in rest if op.name == "life.step_end"]
     ops[:] = body + [op for op in rest if op.name != "life.step_end"] + ends
-    if reduces_per_micro_batch(plan_of(stage.block.parent).attributes["Z"]):
+    if reduces_per_micro_batch(plan.attributes["Z"]):
         # A ZeRO >= 2 GradSync frees the last bucket's buffer, which later Backwards wait for:
         # it stays right after its Backward(l, M-1), as the lowering emitted it.
         syncs = [op for op in ops if op.name == "life.grad_sync"]

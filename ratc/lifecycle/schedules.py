@@ -139,3 +139,21 @@ def zbv(P: int, M: int, rank: int) -> list[Action]:
         while take.next.get((stage, "W"), 0) < take.next.get((stage, "I"), 0):
             run((stage, "W"))
     return [a for a in order if a.mb < M]
+
+
+def check_interleaved(P: int, v: int, M: int) -> None:
+    """Refuse a shape interleaved 1F1B cannot run: v > 1 needs P >= 2 and M whole rounds."""
+    if v > 1 and P < 2:
+        raise RatcError(f"interleaved 1F1B: v = {v} virtual stages per rank need P >= 2 ranks, got P = {P}")
+    if v > 1:
+        _rounds(P, M, f"interleaved 1F1B (P = {P}, v = {v})")
+
+
+def chunk_orders(P: int, v: int, M: int, rank: int) -> tuple[list, list]:
+    """(forwards, backwards) of `rank` as (chunk, micro-batch) in the order interleaved 1F1B
+    issues each kind; at v = 1 micro-batches 0..M-1 (every schedule's, `_rounds` aside)."""
+    if v == 1:
+        return [(0, m) for m in range(M)], [(0, m) for m in range(M)]
+    order = interleaved_1f1b(P, v, M, rank)
+    return ([(a.stage // P, a.mb) for a in order if a.kind == "F"],
+            [(a.stage // P, a.mb) for a in order if a.kind == "B"])

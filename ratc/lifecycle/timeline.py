@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ratc.errors import RatcError
+from ratc.lifecycle.checks import message
 
 
 @dataclass
@@ -44,7 +45,7 @@ def estimate(pipe) -> IssueTimeline:
             a = op.attributes
             t = max((end[v.owner] for v in op.operands), default=0.0)
             if op.name == "life.recv":
-                k = (a["peer"], p, a["mb"], a["dir"])
+                k = message(op, p)
                 if k not in send_end:
                     waiting[k] = p
                     break
@@ -64,7 +65,7 @@ def estimate(pipe) -> IssueTimeline:
             if r == "compute":
                 host[p] = (t, t + dur)
             if op.name == "life.send":
-                k = (p, a["peer"], a["mb"], a["dir"])
+                k = message(op, p)
                 send_end[k] = t + dur
                 if k in waiting:
                     ready.append(waiting.pop(k))

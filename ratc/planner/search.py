@@ -268,6 +268,7 @@ class Planner:
         every policy, so candidates that differ in nothing else are costed once.
         """
         from ratc.planner.timing import step_time
+        _refuse_interleaved(cands)
         reps, inv = {}, []
         for c in cands:
             inv.append(reps.setdefault(_BUT_PREF(c), (len(reps), c))[0])
@@ -296,6 +297,7 @@ class Planner:
     def detail(self, cand: Candidate):
         """(stage costs, per-stage memory, timing pieces) of one candidate, for reports and the VM."""
         from ratc.planner.timing import step_time
+        _refuse_interleaved([cand])
         sc = self.stages(cand.P, *_table_key(cand))
         batch = CandidateBatch.of([cand])
         m = self.model
@@ -453,3 +455,10 @@ def _check_pipeline(pipeline) -> int:
     if isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 1:
         raise RatcError(f"pipeline degree must be a positive integer or 'any', got {pipeline!r}")
     return pipeline
+
+
+def _refuse_interleaved(cands) -> None:
+    """The step model (ratc.planner.timing) is non-interleaved 1F1B's: refuse v > 1."""
+    bad = next((c for c in cands if c.v > 1), None)
+    if bad is not None:
+        raise RatcError(f"{bad.label()}: the planner does not model interleaved schedules (v = {bad.v}) yet")

@@ -130,7 +130,7 @@ def build_report(planner, result, module=None, top: int = 10, simulate_top: int 
 
 
 def policy_diagram(planner, P: int, M: int, policy: str, D: int = 2, Z: int = 2, b: int = 1,
-                   pref: str = "deadline") -> tuple:
+                   pref: str = "deadline", v: int = 1) -> tuple:
     """(PipelineData, VM results) of one configuration compiled through the lifecycle passes,
     simulated without the memory stop (a diagram shows the schedule; `ratc run` enforces
     the budget)."""
@@ -140,13 +140,17 @@ def policy_diagram(planner, P: int, M: int, policy: str, D: int = 2, Z: int = 2,
 
     if policy not in DIAGRAM_POLICIES:
         raise RatcError(f"unknown policy {policy!r} (known: {', '.join(DIAGRAM_POLICIES)})")
-    if min(P, M, D, b) < 1:
-        raise RatcError(f"--pp, --microbatches, --dp and --micro-batch must be at least 1 (got P={P}, M={M}, "
-                        f"D={D}, b={b})")
-    cand = Candidate(P=P, D=D, T=1, Z=Z, b=b, A=M, act=DIAGRAM_POLICIES[policy], pref=pref)
+    if min(P, M, D, b, v) < 1:
+        raise RatcError(f"--pp, --microbatches, --dp, --micro-batch and --virtual-stages must be at least 1 (got "
+                        f"P={P}, M={M}, D={D}, b={b}, V={v})")
+    if v > 1 and (policy == "fsr" or P < 2):
+        raise RatcError(f"--virtual-stages {v}: interleaved 1F1B needs --pp of at least 2 and --policy standard "
+                        "(FSR's co-run placement assumes non-interleaved 1F1B)")
+    cand = Candidate(P=P, D=D, T=1, Z=Z, b=b, A=M, act=DIAGRAM_POLICIES[policy], pref=pref, v=v)
     module = compile_candidate(planner.model, cand, planner.platform, planner)
     tl, res = run_module(module, planner.platform, memory_limit=False)
-    title = f"{planner.model.name}: {policy} 1F1B, P={P}, M={M} ({cand.label()})"
+    kind = f"interleaved 1F1B (v={v})" if v > 1 else "1F1B"
+    title = f"{planner.model.name}: {policy} {kind}, P={P}, M={M} ({cand.label()})"
     return pipeline_from_timeline(tl, title), res
 
 

@@ -44,6 +44,9 @@ class Candidate:
     # ('24s8l': 24 selective, then 8 whole-layer recomputed; ratc.step.rules.SAVE_CHOICES);
     # "" is every layer whole-layer recomputed, as before the choice existed
     keep: str = ""
+    # virtual stages (model chunks) per pipeline rank: interleaved 1F1B when > 1
+    # (ratc.lifecycle.schedules.interleaved_1f1b)
+    v: int = 1
 
     @property
     def clusters(self) -> int:
@@ -63,6 +66,8 @@ class Candidate:
             parts.append(f"balance={self.balance}")
         if self.keep:
             parts.append(f"keep={self.keep}")
+        if self.v > 1:
+            parts.append(f"v={self.v}")
         return ",".join(parts)
 
     def as_dict(self) -> dict:
@@ -70,6 +75,8 @@ class Candidate:
              "act": self.act, "pref": self.pref, "balance": self.balance}
         if self.keep:
             d["keep"] = self.keep
+        if self.v > 1:
+            d["v"] = self.v
         return d
 
 
@@ -119,7 +126,7 @@ def parse_keep(text: str) -> tuple:
 
 # every name of each activation policy that --plan reads (case aside)
 _ACT_NAMES = {**{a: a for a in ACT_POLICIES}, **ACT_OPTION_NAMES}
-_INT_KEYS = ("P", "D", "T", "Z", "b", "A")
+_INT_KEYS = ("P", "D", "T", "Z", "b", "A", "v")
 
 
 def parse_config(text: str) -> Candidate:
@@ -127,7 +134,7 @@ def parse_config(text: str) -> Candidate:
 
     T, Z, b default to 1, 2, 1; the activation policy to FSR and the state policy to deadline.
     """
-    values = {"T": 1, "Z": 2, "b": 1, "act": "fsr", "pref": "deadline", "balance": "time", "keep": ""}
+    values = {"T": 1, "Z": 2, "b": 1, "v": 1, "act": "fsr", "pref": "deadline", "balance": "time", "keep": ""}
     if not text.strip():
         raise RatcError("--plan is empty (expected e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline')")
     given: set = set()
@@ -159,8 +166,11 @@ def parse_config(text: str) -> Candidate:
     if values["act"] not in ACT_POLICIES or values["pref"] not in PREF_POLICIES:
         raise RatcError(f"--plan {text!r}: activation policy must be one of {', '.join(ACT_POLICIES)} and state "
                         f"policy one of {', '.join(PREF_POLICIES)}")
-    if min(values[k] for k in ("P", "D", "T", "b", "A")) < 1 or values["Z"] > 3:
-        raise RatcError(f"--plan {text!r}: P, D, T, b, A must be >= 1 and Z in 0..3")
+    if min(values[k] for k in ("P", "D", "T", "b", "A", "v")) < 1 or values["Z"] > 3:
+        raise RatcError(f"--plan {text!r}: P, D, T, b, A, v must be >= 1 and Z in 0..3")
+    if values["v"] > 1 and values["P"] < 2:
+        raise RatcError(f"--plan {text!r}: v = {values['v']} virtual stages per rank interleave a pipeline of "
+                        "P >= 2 ranks")
     if values["keep"]:
         try:
             values["keep"] = keep_text(parse_keep(values["keep"]))

@@ -21,13 +21,15 @@ class Plan:
     budget: int
 
     def attributes(self) -> dict:
-        """The configuration's `life.plan` attributes (the layer balance only when not `time`,
-        the default, so programs planned by time read as before it was recorded)."""
+        """The configuration's `life.plan` attributes (the layer balance only when not `time`
+        and v only when interleaved, the defaults, so other programs read as before)."""
         c = self.config
         attrs = {"P": c.P, "D": c.D, "T": c.T, "Z": c.Z, "b": c.b, "A": c.A, "act": c.act, "pref": c.pref,
                  "budget": ByteSize(int(self.budget))}
         if c.balance != "time":
             attrs["balance"] = c.balance
+        if c.v > 1:
+            attrs["v"] = c.v
         return attrs
 
     @classmethod
@@ -35,13 +37,14 @@ class Plan:
         """The plan a (verified) `life.plan` op holds."""
         a = plan_op.attributes
         return cls(Candidate(a["P"], a["D"], a["T"], a["Z"], a["b"], a["A"], a["act"], a["pref"],
-                             a.get("balance", "time"), _keep(plan_op)), int(a["budget"]))
+                             a.get("balance", "time"), _keep(plan_op), a.get("v", 1)), int(a["budget"]))
 
     @staticmethod
     def spec() -> dict:
         """{attribute: IR kind} of the plan's part of `life.plan`."""
         return {"P": "int", "D": "int", "T": "int", "Z": "int", "b": "int", "A": "int", "act": "|".join(ACT_POLICIES),
-                "pref": "|".join(PREF_POLICIES), "balance": "|".join(BALANCES) + "?", "budget": "bytes"}
+                "pref": "|".join(PREF_POLICIES), "balance": "|".join(BALANCES) + "?", "budget": "bytes",
+                "v": "int?"}
 
     def label(self) -> str:
         """The configuration as `--plan` writes it."""

@@ -20,7 +20,7 @@ class UnitCosts:
 
     index: int = _attr("int", "0 the embedding, 1..L the decoder layers, L+1 the head")
     name: str = _attr("str", "the layer's name in the model")
-    stage: int = _attr("int", "the pipeline stage holding it")
+    stage: int = _attr("int", "the pipeline stage (rank) holding it")
     decoder: bool = _attr("bool", "a decoder layer (recomputed under checkpointing and FSR)")
     fwd: float = _attr("float", "a Forward, TP all-reduces included")
     fwd_compute: float = _attr("float", "of which the compute engine is busy")
@@ -50,6 +50,8 @@ class UnitCosts:
     fwd_phases: list = _attr("list<float>", "the Forward's (compute, DDR) seconds per phase, flat", optional=True)
     bwd_phases: list = _attr("list<float>", "the Backward's (compute, DDR) seconds per phase, flat", optional=True)
     stream: object = _attr("bytes", "headroom a Recover streaming into its Backward needs", optional=True)
+    chunk: int = _attr("int", "interleaved (v > 1): the rank's model chunk holding it, virtual stage "
+                       "chunk * P + stage", optional=True)
     frozen: bool = _attr("bool", "nothing trained: no gradient, no state chain", optional=True)
     tied: object = _attr("bytes", "the tied part of its synchronized gradient", optional=True)
     tie: float = _attr("float", "TieSum over the tied copies' stages", optional=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from ratc.errors import RatcError
 from ratc.gcpause import gc_paused
 from ratc.lifecycle.actions import token
+from ratc.lifecycle.checks import message
 from ratc.lifecycle.lowering import find_pipeline, find_plan
 from ratc.step.plan import Plan
 from ratc.vm.system.collectives import ring_of_steps
@@ -72,7 +73,7 @@ class _Translation:
         self.buffer: dict = {}       # (step, Value) -> buffer name on its stage
         self.pinned: set = set()     # buffers that live across the step boundary
         self.views: dict = {}        # (step, stage, unit) -> the Value handed to the next step
-        self.sends: dict = {}        # (src, dst, mb, dir, step) -> per replica send task
+        self.sends: dict = {}        # (src, dst, mb, dir, unit, step) -> per replica send task
         self.recvs: list = []        # (key, per replica recv task)
         self.producer: dict = {}     # buffer -> per replica producing task
         self.allocs: list = []       # (buffer, bytes, per replica producing task), in creation order
@@ -141,7 +142,8 @@ class _Translation:
                 self.stage(stage, k)
         for key, recv in self.recvs:
             if key not in self.sends:
-                raise TaskGraphError(f"life.recv on stage {key[1]} (micro-batch {key[2]}, {key[3]}) has no matching "
+                raise TaskGraphError(f"life.recv on stage {key[1]} (micro-batch {key[2]}, {key[3]}"
+                                      f"{'' if key[4] is None else f', unit {key[4]}'}) has no matching "
                                       f"life.send on stage {key[0]}")
             for r in range(self.R):
                 t = self.prog.tasks[recv[r]]
@@ -297,7 +299,7 @@ def _send(tr, op, p, k, pos):
     a = op.attributes
     ids = tr.add(op, p, k, [(p, "tx"), (a["peer"], "rx")], tr.cycles(a["dur"]), tr.background(op, p, k), pos)
     tr.queues[tr.queue_key(op, p)] = [(i,) for i in ids]
-    tr.sends[(p, a["peer"], a["mb"], a["dir"], k)] = [(i,) for i in ids]
+    tr.sends[(*message(op, p), k)] = [(i,) for i in ids]
     tr.produce(op, k, ids)
     _buffers(tr, op, p, k, ids)
 
@@ -307,11 +309,10 @@ def _recv(tr, op, p, k, pos):
     """The arrival of a peer's send, awaited in the compute stream's order: compute ops
     scheduled after it start only once the message is here (so a Recover placed after
     the gradient's recv is backward-time, one placed before it can fill the wait)."""
-    a = op.attributes
     chain = tr.chains[p]
     ids = tr.add(op, p, k, (), 0, lambda r: (chain[r],) if chain[r] is not None else (), pos)
     tr.chains[p] = list(ids)
-    tr.recvs.append(((a["peer"], p, a["mb"], a["dir"], k), ids))
+    tr.recvs.append(((*message(op, p), k), ids))
     tr.produce(op, k, ids)
     _buffers(tr, op, p, k, ids)
 
