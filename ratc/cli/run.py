@@ -91,7 +91,7 @@ def spot_check(program, args: RunRequest) -> int:
     from ratc.lifecycle.lowering import find_pipeline
     from ratc.program_check import program_platform
 
-    module = program.module         # (open_program verified it and timed its kernels)
+    module = program.module         # (check_program verified it and timed its kernels)
     kernels = {op.sym_name: op.attributes for op in module.body.ops if op.name == "life.kernel"}
     if not kernels:
         raise RatcError(f"{args.outdir}: the program has no kernels (compile with the default "
