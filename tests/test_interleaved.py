@@ -14,7 +14,7 @@ from ratc.ir.verifier import VerifyError, verify, verify_op
 from ratc.lifecycle.compile import CompileOptions, compile_program, default_pipeline
 from ratc.lifecycle.lowering import find_pipeline
 from ratc.lifecycle.plan_ir import plan_module
-from ratc.lifecycle.schedules import Action, interleaved_1f1b
+from ratc.step.schedules import Action, interleaved_1f1b
 from ratc.passes import PassContext, PassManager, parse_pipeline
 from ratc.step.config import Candidate, parse_config
 from ratc.step.plan import Plan
