@@ -173,7 +173,7 @@ def test_ratc_diagram_draws_an_interleaved_step():
         policy_diagram(Planner(tiny(), mt3000()), 2, 4, "fsr", v=2)
 
 
-def test_ratc_compile_writes_the_interleaved_order_to_schedule_txt_and_ratc_run_has_no_prediction(tmp_path, capsys):
+def test_ratc_compile_writes_the_interleaved_order_to_schedule_txt_and_ratc_run_predicts_it(tmp_path, capsys):
     from ratc.cli.main import main
     from ratc.lifecycle.actions import parse
     from tiny_programs import compile_tiny_dir
@@ -192,7 +192,7 @@ def test_ratc_compile_writes_the_interleaved_order_to_schedule_txt_and_ratc_run_
     capsys.readouterr()
     assert main(["run", str(out)]) == 0
     report = capsys.readouterr().out
-    assert "no prediction (the planner does not model interleaved schedules yet)" in report
+    assert "planner (Eq. 12) predicted" in report and "against the VM" in report
     assert "step time" in report
 
 

@@ -13,6 +13,7 @@ from ratc.errors import RatcError
 from ratc.planner.collectives import check_algorithm
 from ratc.planner.config import CandidateBatch
 from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep
+from ratc.step.schedules import check_interleaved
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.memory import stage_memory
 from ratc.planner.opcost import elem_bytes, model_units
@@ -206,7 +207,7 @@ class Planner:
     def _stacked(self, cands: list):
         keys = sorted({_table_key(c) for c in cands})
         index = {k: i for i, k in enumerate(keys)}
-        tables = [self.stages(cands[0].P, *key) for key in keys]
+        tables = [self.stages(cands[0].P * cands[0].v, *key) for key in keys]
         return stack(tables, np.array([index[_table_key(c)] for c in cands]))
 
     def evaluate_group(self, cands: list, choose_keep: bool = False, best: float = math.inf) -> list:
@@ -238,7 +239,7 @@ class Planner:
         from ratc.planner.keep import choose
         from ratc.planner.memory import n_in_flight
         rows = [k for k, e in enumerate(evs) if e.feasible and e.cand.act != "full" and not e.cand.keep
-                and e.t_1f1b < best]
+                and e.t_1f1b < best and e.cand.v == 1]     # (keep's in-flight counts are 1F1B's)
         tried = []
         by_table: dict = {}
         for k in rows:
@@ -261,6 +262,17 @@ class Planner:
                 evs[k] = e
         return evs
 
+    def _by_v(self, cands: list) -> tuple:
+        """_costed over candidates of several v, a batch per v, in the candidates' order."""
+        evs, total = [None] * len(cands), np.zeros((len(cands), cands[0].P))
+        for v in sorted({c.v for c in cands}):
+            ks = [k for k, c in enumerate(cands) if c.v == v]
+            part, part_total = self._costed([cands[k] for k in ks])
+            for k, e in zip(ks, part):
+                evs[k] = e
+            total[ks] = part_total
+        return evs, total
+
     def _costed(self, cands: list) -> tuple:
         """(Evaluated per candidate, [C, P] peak bytes per stage) of candidates sharing P.
 
@@ -268,7 +280,9 @@ class Planner:
         every policy, so candidates that differ in nothing else are costed once.
         """
         from ratc.planner.timing import step_time
-        _refuse_interleaved(cands)
+        _check_interleaved(cands)
+        if len({c.v for c in cands}) > 1:      # (a batch shares v: its stage tables are P*v stages)
+            return self._by_v(cands)
         reps, inv = {}, []
         for c in cands:
             inv.append(reps.setdefault(_BUT_PREF(c), (len(reps), c))[0])
@@ -297,8 +311,8 @@ class Planner:
     def detail(self, cand: Candidate):
         """(stage costs, per-stage memory, timing pieces) of one candidate, for reports and the VM."""
         from ratc.planner.timing import step_time
-        _refuse_interleaved([cand])
-        sc = self.stages(cand.P, *_table_key(cand))
+        _check_interleaved([cand])
+        sc = self.stages(cand.P * cand.v, *_table_key(cand))
         batch = CandidateBatch.of([cand])
         m = self.model
         mem = stage_memory(sc, batch, m.seq_len * m.hidden * self.elem, self.recipe)
@@ -457,8 +471,12 @@ def _check_pipeline(pipeline) -> int:
     return pipeline
 
 
-def _refuse_interleaved(cands) -> None:
-    """The step model (ratc.planner.timing) is non-interleaved 1F1B's: refuse v > 1."""
-    bad = next((c for c in cands if c.v > 1), None)
-    if bad is not None:
-        raise RatcError(f"{bad.label()}: the planner does not model interleaved schedules (v = {bad.v}) yet")
+def _check_interleaved(cands) -> None:
+    """Refuse v > 1 where interleaved 1F1B cannot run or the planner cannot price it (FSR,
+    whose co-run placement assumes non-interleaved 1F1B)."""
+    for c in cands:
+        if c.v > 1:
+            if c.act == "fsr":
+                raise RatcError(f"{c.label()}: FSR is not modelled with interleaved 1F1B (v = {c.v}); "
+                                "use act ckpt or full")
+            check_interleaved(c.P, c.v, c.A)

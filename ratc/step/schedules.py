@@ -141,6 +141,18 @@ def zbv(P: int, M: int, rank: int) -> list[Action]:
     return [a for a in order if a.mb < M]
 
 
+def chunk_in_flight(P: int, v: int, M: int) -> list[int]:
+    """Per virtual stage s (chunk s // P of rank s % P): the most micro-batches whose Forward
+    has run and Backward not yet, over interleaved 1F1B's order on that rank."""
+    peak = [0] * (P * v)
+    for rank in range(P):
+        live = [0] * (P * v)
+        for a in interleaved_1f1b(P, v, M, rank):
+            live[a.stage] += 1 if a.kind == "F" else -1
+            peak[a.stage] = max(peak[a.stage], live[a.stage])
+    return peak
+
+
 def check_interleaved(P: int, v: int, M: int) -> None:
     """Refuse a shape interleaved 1F1B cannot run: v > 1 needs P >= 2 and M whole rounds."""
     if v > 1 and P < 2:
