@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 
 from ratc.errors import RatcError
-from ratc.step.schedules import interleaved_1f1b
+from ratc.step.schedules import interleaved_orders
 
 
 @dataclass(frozen=True)
@@ -32,54 +32,62 @@ class ActionGraph:
 def action_graph(orders: tuple, stages: int) -> ActionGraph:
     """The level structure of per-rank orders: `orders[r]` is rank r's (stage, kind, mb) tuples,
     kind "F" or "B"; stage s runs on the rank whose order holds it."""
-    where = {}
+    n = sum(map(len, orders))
+    M = 1 + max(mb for order in orders for _, _, mb in order)
+    code = lambda s, kind, mb: ((s + (stages if kind == "B" else 0)) * M) + mb  # noqa: E731
+    idx = [-1] * (2 * stages * M)             # an action's index by its code, -1 until placed
+    level = [0] * (n + 1)                     # by index; the sentinel n is level -1 (below)
+    level[n] = -1
+    rank_of = [0] * (2 * stages)
     for r, order in enumerate(orders):
-        for i, (s, kind, mb) in enumerate(order):
-            where[(s, kind, mb)] = (r, i)
-    n = len(where)
-    index = {a: k for k, a in enumerate(where)}
-    level = {}
+        for s, kind, _ in order:
+            rank_of[s + (stages if kind == "B" else 0)] = r
+    coded = [[code(*a) for a in order] for order in orders]
     rows = []
     pos = [0] * len(orders)
-    while len(level) < n:
+    k = 0
+    while k < n:
         moved = False
-        for r, order in enumerate(orders):
-            while pos[r] < len(order):
-                a = order[pos[r]]
-                dep = _dependency(a, stages)
-                if dep is not None and dep not in level:
+        for r, order in enumerate(coded):
+            i = pos[r]
+            while i < len(order):
+                a = order[i]
+                col, mb = divmod(a, M)
+                dep = _dependency(col, stages)
+                d = n if dep is None else idx[dep * M + mb]
+                if d < 0:
                     break
-                prev = order[pos[r] - 1] if pos[r] else None
-                level[a] = 1 + max(level.get(prev, -1), level.get(dep, -1))
-                cross = dep is not None and where[dep][0] != r
-                s, kind, _ = a
-                rows.append((level[a], index[a], index.get(prev, n), index.get(dep, n), cross,
-                             s + (stages if kind == "B" else 0)))
-                pos[r] += 1
+                p = idx[order[i - 1]] if i else n
+                idx[a] = k
+                level[k] = 1 + max(level[p], level[d])
+                rows.append((level[k], k, p, d, dep is not None and rank_of[dep] != r, col))
+                k += 1
+                i += 1
                 moved = True
+            pos[r] = i
         if not moved:
-            stuck = ", ".join(f"rank {r}: {order[pos[r]]}" for r, order in enumerate(orders) if pos[r] < len(order))
+            stuck = ", ".join(f"rank {r}: {orders[r][pos[r]]}" for r in range(len(orders)) if pos[r] < len(orders[r]))
             raise RatcError(f"the action order deadlocks ({stuck})")
     rows.sort()
     cols = np.array([r[1:] for r in rows], dtype=np.int64).reshape(-1, 5)
-    bounds = np.searchsorted([r[0] for r in rows], np.arange(max(level.values()) + 2))
+    bounds = np.searchsorted(np.array([r[0] for r in rows]), np.arange(max(level[:n]) + 2))
     levels = tuple(tuple(cols[a:b, j] for j in range(5)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a)
     return ActionGraph(n, stages, tuple((i, p, d, c.astype(float), col) for i, p, d, c, col in levels))
 
 
-def _dependency(action: tuple, stages: int):
-    """The action whose end (and send, across ranks) this one waits for, or None."""
-    s, kind, mb = action
-    if kind == "F":
-        return (s - 1, "F", mb) if s > 0 else None
-    return (s + 1, "B", mb) if s < stages - 1 else (s, "F", mb)
+def _dependency(col: int, stages: int):
+    """The duration column (F of s: s, B of s: S + s) of the action this one waits for, or None:
+    a Forward its stage's predecessor's, a Backward its successor's (the last stage's, its Forward)."""
+    if col < stages:
+        return col - 1 if col > 0 else None
+    s = col - stages
+    return col + 1 if s < stages - 1 else s
 
 
 @lru_cache(maxsize=64)
 def interleaved_graph(P: int, v: int, M: int) -> ActionGraph:
     """The action graph of interleaved 1F1B (ratc.step.schedules.interleaved_1f1b)."""
-    orders = tuple(tuple((a.stage, a.kind, a.mb) for a in interleaved_1f1b(P, v, M, r)) for r in range(P))
-    return action_graph(orders, P * v)
+    return action_graph(interleaved_orders(P, v, M), P * v)
 
 
 def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send) -> np.ndarray:

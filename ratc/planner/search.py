@@ -13,7 +13,7 @@ from ratc.errors import RatcError
 from ratc.planner.collectives import check_algorithm
 from ratc.planner.config import CandidateBatch
 from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep
-from ratc.step.schedules import check_interleaved
+from ratc.step.schedules import check_interleaved, whole_rounds
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.memory import stage_memory
 from ratc.planner.opcost import elem_bytes, model_units
@@ -22,6 +22,7 @@ from ratc.planner.strategies import Strategy, get_strategy
 from ratc.units import format_bytes
 
 MAX_MICRO_BATCH = 16   # largest micro-batch (sequences) enumerated
+INTERLEAVE_ROUNDS = 4  # most rounds (of P micro-batches) the search interleaves (Planner._interleaves)
 # A candidate's every dimension but its state policy (costed once for all policies).
 _BUT_PREF = attrgetter(*(f.name for f in fields(Candidate) if f.name != "pref"))
 
@@ -167,12 +168,21 @@ class Planner:
                 for balance in strategy.balance:
                     if balance != strategy.balance[0] and self._same_partition(P, T, strategy.balance[0], balance):
                         continue
-                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance)
+                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance, v=v)
                              for b in micro if b <= per_replica and per_replica % b == 0
-                             for Z in zeros for act in strategy.act for pref in strategy.pref]
+                             for Z in zeros for act in strategy.act for pref in strategy.pref
+                             for v in strategy.v if v == 1 or self._interleaves(P, v, per_replica // b, act)]
                     if cands:
                         groups.setdefault(P, []).extend(cands)
         return groups
+
+    def _interleaves(self, P: int, v: int, M: int, act: str) -> bool:
+        """Whether the search proposes a candidate with v > 1 chunks per rank: one the planner
+        prices, with at most INTERLEAVE_ROUNDS rounds of P micro-batches (beyond them 1F1B's
+        bubble, (P-1)/(M+P-1), all interleaving can shrink, is under a fifth of the step, and
+        pricing the long interleaved orders costs the search its speed)."""
+        return (P >= 2 and P * v <= self.layers and act != "fsr" and whole_rounds(P, M)
+                and M <= INTERLEAVE_ROUNDS * P)
 
     def _same_partition(self, P: int, T: int, a: str, b: str) -> bool:
         return self.stages(P, T, a).ranges == self.stages(P, T, b).ranges

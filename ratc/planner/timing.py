@@ -410,10 +410,14 @@ def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, slot
     S = path.shape[1]
     fc = fwd - p2p * (np.arange(S) < S - 1)
     works = [path - sends, slots(-sends, 0.0, 0.0, 0.0), slot_rec]
-    three = interleaved_makespan(np.concatenate([fc] * 3), np.concatenate([w - fc for w in works]),
-                                 np.concatenate([p2p + np.zeros((len(fc), 1))] * 3), c.P, c.v,
-                                 np.concatenate([c.M] * 3))
-    return _three(three)
+    C = len(fc)
+    rows = np.concatenate([np.concatenate([c.M + np.zeros((C, 1)), p2p + np.zeros((C, 1))], axis=1)] * 3)
+    rows = np.concatenate([rows, np.concatenate([fc] * 3), np.concatenate([w - fc for w in works])], axis=1)
+    # rows that differ only where the main path does not look (state policy, ZeRO, ...) are one
+    key, inverse = _distinct_rows(rows)
+    S = fc.shape[1]
+    three = interleaved_makespan(key[:, 2:2 + S], key[:, 2 + S:], key[:, 1:2], c.P, c.v, key[:, :1])
+    return _three(three[inverse])
 
 
 def _per_rank_units(sc: StageCosts, v: int, u_rec) -> tuple:
