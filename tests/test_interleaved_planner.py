@@ -10,6 +10,7 @@ from ratc.errors import RatcError
 from ratc.frontend import trace_preset
 from ratc.planner.memory import n_in_flight
 from ratc.planner.search import Planner
+from ratc.planner.strategies import get_strategy
 from ratc.step.config import Candidate
 from ratc.step.schedules import interleaved_1f1b
 from ratc.vm.system.driver import compile_candidate, run_module
@@ -55,6 +56,24 @@ def test_fsr_with_interleaving_is_refused_by_the_planner():
     cand = Candidate(P=2, D=1, T=1, Z=1, b=1, A=4, act="fsr", pref="deadline", v=2)
     with pytest.raises(RatcError, match="FSR is not modelled with interleaved"):
         _planner("tiny").evaluate_group([cand])
+
+
+def test_more_virtual_stages_than_decoder_layers_are_refused_by_name():
+    cand = Candidate(P=4, D=1, T=1, Z=1, b=1, A=4, act="ckpt", pref="deadline", v=2)
+    with pytest.raises(RatcError, match="P x v = 8 virtual stages exceed the model's 4 decoder layers"):
+        _planner("tiny").evaluate_group([cand])
+
+
+def test_the_interleaved_search_proposes_v_above_1_only_where_it_runs():
+    planner = _planner("llama2-7b")
+    groups = planner.space(8, 64, get_strategy("interleaved"))
+    cands = [c for cs in groups.values() for c in cs]
+    inter = [c for c in cands if c.v > 1]
+    assert inter and {c.v for c in inter} == {2, 4}
+    for c in inter:
+        assert c.P >= 2 and c.P * c.v <= 32 and c.act in ("full", "ckpt") and c.A <= 4 * c.P
+        assert c.A % max(1, c.A // c.P) == 0
+    assert not any(c.v > 1 for cs in planner.space(8, 64, get_strategy("ratrain")).values() for c in cs)
 
 
 def test_a_batch_of_mixed_v_is_costed_as_each_alone():

@@ -290,7 +290,7 @@ class Planner:
         every policy, so candidates that differ in nothing else are costed once.
         """
         from ratc.planner.timing import step_time
-        _check_interleaved(cands)
+        _check_interleaved(cands, self.layers)
         if len({c.v for c in cands}) > 1:      # (a batch shares v: its stage tables are P*v stages)
             return self._by_v(cands)
         reps, inv = {}, []
@@ -319,9 +319,10 @@ class Planner:
         return [Evaluated(c, *row) for c, row in zip(cands, zip(*(col.tolist() for col in columns)))], total
 
     def detail(self, cand: Candidate):
-        """(stage costs, per-stage memory, timing pieces) of one candidate, for reports and the VM."""
+        """(stage costs, per-stage memory, timing pieces) of one candidate, for reports and the VM
+        (with v > 1: costs and task times per virtual stage, memory and state chain per rank)."""
         from ratc.planner.timing import step_time
-        _check_interleaved([cand])
+        _check_interleaved([cand], self.layers)
         sc = self.stages(cand.P * cand.v, *_table_key(cand))
         batch = CandidateBatch.of([cand])
         m = self.model
@@ -481,11 +482,14 @@ def _check_pipeline(pipeline) -> int:
     return pipeline
 
 
-def _check_interleaved(cands) -> None:
+def _check_interleaved(cands, layers: int) -> None:
     """Refuse v > 1 where interleaved 1F1B cannot run or the planner cannot price it (FSR,
     whose co-run placement assumes non-interleaved 1F1B)."""
     for c in cands:
         if c.v > 1:
+            if c.P * c.v > layers:
+                raise RatcError(f"{c.label()}: P x v = {c.P * c.v} virtual stages exceed the model's "
+                                f"{layers} decoder layers (at most one virtual stage per layer)")
             if c.act == "fsr":
                 raise RatcError(f"{c.label()}: FSR is not modelled with interleaved 1F1B (v = {c.v}); "
                                 "use act ckpt or full")

@@ -1,7 +1,8 @@
 """Step time by exposed latency (paper Eq. 11, 12) over the 1F1B schedule (interleaved when v > 1).
 
 All arrays are [C, P] (candidates x stages) or [C, P, U] (x units of a stage, forward
-order); the pieces (per-stage task times, collectives, windows) stay available so the
+order); with v > 1 (interleaved) stages are the P*v virtual stages, but for the state
+chain's pieces (sync, update, prefetch, window), which are per rank; the pieces (per-stage task times, collectives, windows) stay available so the
 system VM can check them task by task.
 """
 
