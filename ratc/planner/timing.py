@@ -306,15 +306,8 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     rec_on = np.where(recovers, rec, 0.0)
     rec_c, rec_d = np.where(recovers, b * sc.rec_c, 0.0), np.where(recovers, b * sc.rec_d, 0.0)
     u_rec = _unit_recovery(sc, c, b, tp_one, fsr)
-    if c.v == 1:
-        sync, update, prefetch, window, e_comm, e_upd, e_pref, by_pref = _state_pipeline(
-            sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe)
-    else:
-        # (sync, update, prefetch and window are then per rank, [C, P])
-        view, rank_rec = _per_rank_units(sc, c.v, u_rec)
-        sync, update, prefetch, window, e_comm, e_upd, e_pref, by_pref = _state_pipeline(
-            view, c, fwd[:, :c.P], bwd[:, :c.P], rank_rec, dp_link, pp_link, ddr, recipe)
-
+    sync, update, prefetch, window, e_comm, e_upd, e_pref, by_pref = _state_chain(
+        sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe)
 
     def slots(on_path, c_rec, d_rec, l_rec):
         """A stage's slot by its busiest resource: the compute stream's path and each engine."""
@@ -323,11 +316,8 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     on_slot = np.where(fsr, host_f + host_b, rec_on)
     rec_exposed = slots(on_slot, rec_c, rec_d, link_rec) - slots(0.0, 0.0, 0.0, 0.0)
     slot_rec = slots(on_slot - _sends(P, p2p), rec_c, rec_d, link_rec)
-    if c.v == 1:
-        t_1f1b, e_link, e_rec = _makespans(slots, path, fwd, _sends(P, p2p), p2p, M, host_f, host_c, slot_rec)
-    else:
-        t_1f1b, e_link, e_rec = _interleaved_makespans(slots, path, fwd, _sends(P, p2p), p2p, c, slot_rec)
-
+    t_1f1b, e_link, e_rec = (_makespans(slots, path, fwd, _sends(P, p2p), p2p, M, host_f, host_c, slot_rec)
+                             if c.v == 1 else _interleaved_makespans(slots, path, fwd, _sends(P, p2p), p2p, c, slot_rec))
     return StepTime(fwd=fwd, bwd=bwd, rec=rec, rec_exposed=rec_exposed, host_f=host_f, host_b=host_b,
                     host_c=host_c, tp_allreduce=tp_ar, p2p=p2p,
                     link_busy=link_busy, sync=sync, update=update, prefetch=prefetch, window=window,
@@ -419,6 +409,15 @@ def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, slot
     S = fc.shape[1]
     three = interleaved_makespan(key[:, 2:2 + S], key[:, 2 + S:], key[:, 1:2], c.P, c.v, key[:, :1])
     return _three(three[inverse])
+
+
+def _state_chain(sc: StageCosts, c: CandidateBatch, fwd, bwd, u_rec, *links_ddr_recipe) -> tuple:
+    """_state_pipeline per stage; with v > 1 per rank, its chunks' units in one row (the
+    sync, update, prefetch and window it returns are then [C, P])."""
+    if c.v == 1:
+        return _state_pipeline(sc, c, fwd, bwd, u_rec, *links_ddr_recipe)
+    view, rank_rec = _per_rank_units(sc, c.v, u_rec)
+    return _state_pipeline(view, c, fwd[:, :c.P], bwd[:, :c.P], rank_rec, *links_ddr_recipe)
 
 
 def _per_rank_units(sc: StageCosts, v: int, u_rec) -> tuple:
