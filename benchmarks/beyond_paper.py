@@ -7,8 +7,8 @@ For each setting (LLaMA-2-7B on 8 clusters, 13B on 16, 70B on 1024, at the platf
 default budget) `ratc compile` plans, compiles (generated kernels, timed on the kernel VM)
 and simulates the step twice in one sitting: with the default strategy (`ratrain`, the
 paper's search: today's best plan) and with each new search (`--strategy selective`: every
-recomputed layer choosing what it keeps), plus plans the planner cannot choose yet, forced
-with `--plan` (interleaved 1F1B, which the VM runs but the planner does not price). The table gives each run's step time, MAC
+recomputed layer choosing what it keeps; `--strategy interleaved`: RATrain's space plus
+interleaved 1F1B with v = 2, 4). The table gives each run's step time, MAC
 utilization, compute idle (bubble fraction), exposed recovery and largest stage peak, all
 as the VM measures them, beside the issue's target. Progress goes to stderr.
 """
@@ -35,10 +35,8 @@ SETTINGS = (
     ("llama2-13b", 16, 512, 1287.9, 1287.9),         # faster
     ("llama2-70b", 1024, 1024, 350.6, 0.75 * 350.6),  # at least 25 % faster
 )
-SEARCHES = (("today (ratrain)", []), ("selective", ["--strategy", "selective"]))
-# Plans the planner cannot choose yet, forced with --plan: interleaved 1F1B runs on the VM,
-# but the planner's step model does not price it, so its search never proposes v > 1.
-FORCED = {"llama2-70b": (("interleaved v=4, forced", "P=16,D=64,Z=2,b=1,A=16,Ckpt,deadline,v=4"),)}
+SEARCHES = (("today (ratrain)", []), ("selective", ["--strategy", "selective"]),
+            ("interleaved", ["--strategy", "interleaved"]))
 
 
 def compile_and_run(model: str, clusters: int, batch: int, extra: list, outdir: str) -> dict:
@@ -65,8 +63,6 @@ def table(rows: list) -> str:
         today = runs[0][1]["step_s"]
         for name, r in runs:
             met = "" if name == SEARCHES[0][0] else ("yes" if r["step_s"] <= target else "**no**")
-            if name.endswith("forced") and met:
-                met += " (a forced plan, not the search's)"
             cells = [model, clusters, batch, name, f"`{r['config']}`", f"{r['step_s']:.1f}",
                      f"{100 * (r['step_s'] / today - 1):+.1f} %", f"{100 * r['mac']:.1f} %", f"{100 * r['idle']:.1f} %",
                      f"{r['recovery_s']:.1f}", f"{r['peak_gb']:.2f}",
@@ -86,7 +82,6 @@ def main() -> int:
     if not settings:
         raise SystemExit(f"--only {args.only}: not one of {', '.join(s[0] for s in SETTINGS)}")
     jobs = [(s, name, extra) for s in settings for name, extra in SEARCHES]
-    jobs += [(s, name, ["--plan", plan]) for s in settings for name, plan in FORCED.get(s[0], ())]
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for k, (s, name, extra) in enumerate(tqdm(jobs, desc="compiling and simulating", unit="run", disable=None,
@@ -102,8 +97,7 @@ def main() -> int:
                 f"Written by `python benchmarks/beyond_paper.py --write-docs` ({stamp}, {os.cpu_count()} CPUs; "
                 "each pair from one sitting). Every figure is the system VM's, for the plan `ratc compile` "
                 "chooses at the platform's default budget with generated kernels; *today* is the default "
-                "strategy (`ratrain`, the paper's search), the others `--strategy NAME` or, marked forced, a "
-                "`--plan` the search cannot choose yet. Compute idle is the "
+                "strategy (`ratrain`, the paper's search), the others `--strategy NAME`. Compute idle is the "
                 "mean over stages of the compute engine's idle share; exposed recovery the recomputation on "
                 "the critical path.\n\n")
         write_atomic(str(DOC), head + text)

@@ -74,7 +74,7 @@ def test_the_term_finder_sees_symbols_keys_and_abbreviations():
 # Units a figure may carry (after it), and what in a line is a name rather than a figure
 UNIT = re.compile(r"\s?(s|ms|us|ns|h|min|%|B|KB|MB|GB|TB|GB/s|TB/s|tok/s|tokens/s|cycles|x|tasks?|candidates|"
                   r"stages?|replicas?|clusters|steps|layers|sequences|tokens|fit|pruned|bytes)(?!\w)")
-NAMES = re.compile(r"(?:\b[A-Za-z]+=\w+,)+[A-Za-z]+=\w+(?:,[A-Za-z]+)*|\b[A-Za-z]+=\w+:?|\b1F1B\b|^\s*\d+\.\s|\b\d+\. (?=P=)|"
+NAMES = re.compile(r"(?:\b[A-Za-z]+=\w+,)+[A-Za-z]+=\w+(?:,[A-Za-z]+(?:=\w+)?)*|\b[A-Za-z]+=\w+:?|\b1F1B\b|^\s*\d+\.\s|\b\d+\. (?=P=)|"
                    r"\bstage \d+|\bEq\. \d+|\bTable \d+|\bs\d+\b|cycles \d+\.\.\d+|#\d+|(?<!\w)(?:/[\w.-]+){2,}")
 
 

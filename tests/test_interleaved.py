@@ -14,7 +14,7 @@ from ratc.ir.verifier import VerifyError, verify, verify_op
 from ratc.lifecycle.compile import CompileOptions, compile_program, default_pipeline
 from ratc.lifecycle.lowering import find_pipeline
 from ratc.lifecycle.plan_ir import plan_module
-from ratc.lifecycle.schedules import Action, interleaved_1f1b
+from ratc.step.schedules import Action, interleaved_1f1b
 from ratc.passes import PassContext, PassManager, parse_pipeline
 from ratc.step.config import Candidate, parse_config
 from ratc.step.plan import Plan
@@ -173,7 +173,7 @@ def test_ratc_diagram_draws_an_interleaved_step():
         policy_diagram(Planner(tiny(), mt3000()), 2, 4, "fsr", v=2)
 
 
-def test_ratc_compile_writes_the_interleaved_order_to_schedule_txt_and_ratc_run_has_no_prediction(tmp_path, capsys):
+def test_ratc_compile_writes_the_interleaved_order_to_schedule_txt_and_ratc_run_predicts_it(tmp_path, capsys):
     from ratc.cli.main import main
     from ratc.lifecycle.actions import parse
     from tiny_programs import compile_tiny_dir
@@ -192,7 +192,7 @@ def test_ratc_compile_writes_the_interleaved_order_to_schedule_txt_and_ratc_run_
     capsys.readouterr()
     assert main(["run", str(out)]) == 0
     report = capsys.readouterr().out
-    assert "no prediction (the planner does not model interleaved schedules yet)" in report
+    assert "planner (Eq. 12) predicted" in report and "against the VM" in report
     assert "step time" in report
 
 

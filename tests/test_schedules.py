@@ -8,7 +8,7 @@ from torch.distributed.pipelining.schedules import (ScheduleInterleaved1F1B, Sch
                                                     ScheduleZBVZeroBubble)
 
 from ratc.errors import RatcError
-from ratc.lifecycle.schedules import Action, interleaved_1f1b, interleaved_zero_bubble, zbv
+from ratc.step.schedules import Action, interleaved_1f1b, interleaved_zero_bubble, zbv
 
 class _StandInStage:
     """What a torch schedule reads of a PipelineStage to lay out its order."""

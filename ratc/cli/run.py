@@ -213,8 +213,6 @@ def _print_report(args: RunRequest, report, chain=None) -> int:
         if report.plan_default is not None:
             text += (f"planner priced with {report.plan_default_source} (`ratc plan`'s default): "
                      f"{format_time(report.plan_default)}\n")
-    elif parse_config(report.config).v > 1:
-        text += "no prediction (the planner does not model interleaved schedules yet)\n"
     if not report.macs:
         text += "MAC utilization needs the model's graph IR in the program\n"
     if report.kernel_table:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from ratc.ir.verifier import VerifyError, prefer_local, verify_op, walk_number
-from ratc.lifecycle.schedules import chunk_orders
+from ratc.step.schedules import chunk_orders
 from ratc.step.rules import (backward_view, bucket_reused, gathers, holds_bucket, prefetches, unit_save_choice,
                              reduces_per_micro_batch, syncs_by_reduce_scatter)
 
@@ -87,7 +87,7 @@ class _Ctx:
 
     def buckets(self) -> tuple[list, dict]:
         """ZeRO >= 2: the stage's bucket-holding Backwards as (unit, mb) in issue order -- the
-        schedule's backwards (ratc.lifecycle.schedules.chunk_orders, as the lowering emits
+        schedule's backwards (ratc.step.schedules.chunk_orders, as the lowering emits
         them), each chunk's units last first -- and each one's position in it."""
         if self._buckets is None:
             _, backwards = chunk_orders(self.P, self.v, self.M, self.p)

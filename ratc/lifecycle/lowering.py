@@ -17,7 +17,7 @@ from ratc.ir.attributes import ByteSize, SymbolRef
 from ratc.ir.core import Block, Module, Operation
 from ratc.ir.types import OpaqueType
 from ratc.ir.verifier import verify_op
-from ratc.lifecycle.schedules import chunk_orders
+from ratc.step.schedules import chunk_orders
 from ratc import limits
 from ratc.step.rules import (backward_view, bucket_reused, gathers, holds_bucket, kept_bytes, prefetches,
                              reduces_per_micro_batch, syncs_by_reduce_scatter, unit_save_choice)

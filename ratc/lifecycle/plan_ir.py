@@ -11,7 +11,7 @@ from __future__ import annotations
 from ratc.errors import RatcError
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
-from ratc.lifecycle.schedules import check_interleaved
+from ratc.step.schedules import check_interleaved
 from ratc.step.config import parse_keep
 from ratc.step.plan import Plan
 from ratc.step.unit_costs import UnitCosts

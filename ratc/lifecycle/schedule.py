@@ -6,7 +6,7 @@ from __future__ import annotations
 from ratc.errors import RatcError
 from ratc.lifecycle.checks import own_unit, plan_of
 from ratc.lifecycle.onefoneb import stage_order
-from ratc.lifecycle.schedules import interleaved_1f1b
+from ratc.step.schedules import interleaved_1f1b
 from ratc.step.rules import reduces_per_micro_batch
 
 HEADER_OPS = frozenset({"life.param", "life.opt"})

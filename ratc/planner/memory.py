@@ -9,6 +9,7 @@ import numpy as np
 from ratc.planner.config import CandidateBatch
 from ratc.step.rules import gathers, recomputes, reduces_per_micro_batch, shards
 from ratc.step.config import ACT_POLICIES, RECIPE
+from ratc.step.schedules import chunk_in_flight
 from ratc.planner.stages import StageCosts
 
 FSR = ACT_POLICIES.index("fsr")
@@ -45,16 +46,23 @@ class StageMemory:
         return self.state + self.activations + self.buffers
 
 
-def n_in_flight(P: int, M) -> np.ndarray:
-    """N_act(p): micro-batches whose activations stage p holds under 1F1B (0-indexed p)."""
-    return np.minimum(P - np.arange(P), M)
+def n_in_flight(P: int, M, v: int = 1) -> np.ndarray:
+    """N_act(s): micro-batches whose activations virtual stage s holds (0-indexed; chunk
+    s // P of rank s % P): under 1F1B min(P - s, M); interleaved, counted from its order."""
+    if v == 1:
+        return np.minimum(P - np.arange(P), M)
+    M = np.broadcast_to(np.asarray(M), np.shape(M) or (1, 1))
+    out = np.zeros(M.shape[:-1] + (P * v,))
+    for m in np.unique(M):
+        out[M[..., 0] == m] = chunk_in_flight(P, v, int(m))
+    return out
 
 
 def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recipe=RECIPE) -> StageMemory:
     """Eq. 9 per stage: state (ZeRO-sharded over D), activations (Eq. 5 / 6) and buffers."""
     D, Z, b = c.D, c.Z, c.b
     params, grads, optimizer = _state_bytes(sc, c, recipe)
-    n = n_in_flight(sc.P, c.M)
+    n = n_in_flight(c.P, c.M, c.v)
     recovers = recomputes(c.act)
     held = np.where(recovers, n * b * sc.ckpt, n * b * sc.saved_full)
     zero = np.zeros_like(held)
@@ -123,9 +131,25 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     grad_bucket = np.where(z3, vb - param_view, pair)
     workspace = np.where(at_edge, b * sc.edge_workspace + np.where(guest, b * sc.guest_workspace, 0.0),
                          np.where(at_fwd, f_ws, rec_ws))
-    return StageMemory(params=params + zero, grads=grads + zero, optimizer=optimizer + zero,
-                       activations=activations, boundary=boundary, grad_bucket=grad_bucket,
-                       param_view=param_view, workspace=workspace, at_edge=at_edge)
+    mem = StageMemory(params=params + zero, grads=grads + zero, optimizer=optimizer + zero,
+                      activations=activations, boundary=boundary, grad_bucket=grad_bucket,
+                      param_view=param_view, workspace=workspace, at_edge=at_edge)
+    return mem if c.v == 1 else _per_rank(mem, held, c.P, c.v)
+
+
+def _per_rank(mem: StageMemory, held: np.ndarray, P: int, v: int) -> StageMemory:
+    """[C, P] per rank from [C, P*v] per virtual stage: a rank holds its chunks' state and
+    stored activations together, and the transient terms (a Backward's buffers, recovery,
+    workspace) of one chunk's task at a time: those of the chunk where they are largest."""
+    fold = lambda a: a.reshape(a.shape[0], v, P)  # noqa: E731
+    transient = fold(mem.activations - held + mem.buffers)
+    worst = transient.argmax(axis=1)[:, None]
+    pick = lambda a: np.take_along_axis(fold(a), worst, axis=1)[:, 0]  # noqa: E731
+    total = lambda a: fold(a).sum(axis=1)  # noqa: E731
+    return StageMemory(params=total(mem.params), grads=total(mem.grads), optimizer=total(mem.optimizer),
+                       activations=total(held) + pick(mem.activations - held), boundary=pick(mem.boundary),
+                       grad_bucket=pick(mem.grad_bucket), param_view=pick(mem.param_view),
+                       workspace=pick(mem.workspace), at_edge=pick(mem.at_edge))
 
 
 

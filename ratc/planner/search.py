@@ -13,6 +13,7 @@ from ratc.errors import RatcError
 from ratc.planner.collectives import check_algorithm
 from ratc.planner.config import CandidateBatch
 from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep
+from ratc.step.schedules import check_interleaved, whole_rounds
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.memory import stage_memory
 from ratc.planner.opcost import elem_bytes, model_units
@@ -21,6 +22,7 @@ from ratc.planner.strategies import Strategy, get_strategy
 from ratc.units import format_bytes
 
 MAX_MICRO_BATCH = 16   # largest micro-batch (sequences) enumerated
+INTERLEAVE_ROUNDS = 4  # most rounds (of P micro-batches) the search interleaves (Planner._interleaves)
 # A candidate's every dimension but its state policy (costed once for all policies).
 _BUT_PREF = attrgetter(*(f.name for f in fields(Candidate) if f.name != "pref"))
 
@@ -166,12 +168,21 @@ class Planner:
                 for balance in strategy.balance:
                     if balance != strategy.balance[0] and self._same_partition(P, T, strategy.balance[0], balance):
                         continue
-                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance)
+                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance, v=v)
                              for b in micro if b <= per_replica and per_replica % b == 0
-                             for Z in zeros for act in strategy.act for pref in strategy.pref]
+                             for Z in zeros for act in strategy.act for pref in strategy.pref
+                             for v in strategy.v if v == 1 or self._interleaves(P, v, per_replica // b, act)]
                     if cands:
                         groups.setdefault(P, []).extend(cands)
         return groups
+
+    def _interleaves(self, P: int, v: int, M: int, act: str) -> bool:
+        """Whether the search proposes a candidate with v > 1 chunks per rank: one the planner
+        prices, with at most INTERLEAVE_ROUNDS rounds of P micro-batches (beyond them 1F1B's
+        bubble, (P-1)/(M+P-1), all interleaving can shrink, is under a fifth of the step, and
+        pricing the long interleaved orders costs the search its speed)."""
+        return (P >= 2 and P * v <= self.layers and act != "fsr" and whole_rounds(P, M)
+                and M <= INTERLEAVE_ROUNDS * P)
 
     def _same_partition(self, P: int, T: int, a: str, b: str) -> bool:
         return self.stages(P, T, a).ranges == self.stages(P, T, b).ranges
@@ -206,7 +217,7 @@ class Planner:
     def _stacked(self, cands: list):
         keys = sorted({_table_key(c) for c in cands})
         index = {k: i for i, k in enumerate(keys)}
-        tables = [self.stages(cands[0].P, *key) for key in keys]
+        tables = [self.stages(cands[0].P * cands[0].v, *key) for key in keys]
         return stack(tables, np.array([index[_table_key(c)] for c in cands]))
 
     def evaluate_group(self, cands: list, choose_keep: bool = False, best: float = math.inf) -> list:
@@ -238,7 +249,7 @@ class Planner:
         from ratc.planner.keep import choose
         from ratc.planner.memory import n_in_flight
         rows = [k for k, e in enumerate(evs) if e.feasible and e.cand.act != "full" and not e.cand.keep
-                and e.t_1f1b < best]
+                and e.t_1f1b < best and e.cand.v == 1]     # (keep's in-flight counts are 1F1B's)
         tried = []
         by_table: dict = {}
         for k in rows:
@@ -261,6 +272,17 @@ class Planner:
                 evs[k] = e
         return evs
 
+    def _by_v(self, cands: list) -> tuple:
+        """_costed over candidates of several v, a batch per v, in the candidates' order."""
+        evs, total = [None] * len(cands), np.zeros((len(cands), cands[0].P))
+        for v in sorted({c.v for c in cands}):
+            ks = [k for k, c in enumerate(cands) if c.v == v]
+            part, part_total = self._costed([cands[k] for k in ks])
+            for k, e in zip(ks, part):
+                evs[k] = e
+            total[ks] = part_total
+        return evs, total
+
     def _costed(self, cands: list) -> tuple:
         """(Evaluated per candidate, [C, P] peak bytes per stage) of candidates sharing P.
 
@@ -268,7 +290,9 @@ class Planner:
         every policy, so candidates that differ in nothing else are costed once.
         """
         from ratc.planner.timing import step_time
-        _refuse_interleaved(cands)
+        _check_interleaved(cands, self.layers)
+        if len({c.v for c in cands}) > 1:      # (a batch shares v: its stage tables are P*v stages)
+            return self._by_v(cands)
         reps, inv = {}, []
         for c in cands:
             inv.append(reps.setdefault(_BUT_PREF(c), (len(reps), c))[0])
@@ -295,10 +319,11 @@ class Planner:
         return [Evaluated(c, *row) for c, row in zip(cands, zip(*(col.tolist() for col in columns)))], total
 
     def detail(self, cand: Candidate):
-        """(stage costs, per-stage memory, timing pieces) of one candidate, for reports and the VM."""
+        """(stage costs, per-stage memory, timing pieces) of one candidate, for reports and the VM
+        (with v > 1: costs and task times per virtual stage, memory and state chain per rank)."""
         from ratc.planner.timing import step_time
-        _refuse_interleaved([cand])
-        sc = self.stages(cand.P, *_table_key(cand))
+        _check_interleaved([cand], self.layers)
+        sc = self.stages(cand.P * cand.v, *_table_key(cand))
         batch = CandidateBatch.of([cand])
         m = self.model
         mem = stage_memory(sc, batch, m.seq_len * m.hidden * self.elem, self.recipe)
@@ -457,8 +482,15 @@ def _check_pipeline(pipeline) -> int:
     return pipeline
 
 
-def _refuse_interleaved(cands) -> None:
-    """The step model (ratc.planner.timing) is non-interleaved 1F1B's: refuse v > 1."""
-    bad = next((c for c in cands if c.v > 1), None)
-    if bad is not None:
-        raise RatcError(f"{bad.label()}: the planner does not model interleaved schedules (v = {bad.v}) yet")
+def _check_interleaved(cands, layers: int) -> None:
+    """Refuse v > 1 where interleaved 1F1B cannot run or the planner cannot price it (FSR,
+    whose co-run placement assumes non-interleaved 1F1B)."""
+    for c in cands:
+        if c.v > 1:
+            if c.P * c.v > layers:
+                raise RatcError(f"{c.label()}: P x v = {c.P * c.v} virtual stages exceed the model's "
+                                f"{layers} decoder layers (at most one virtual stage per layer)")
+            if c.act == "fsr":
+                raise RatcError(f"{c.label()}: FSR is not modelled with interleaved 1F1B (v = {c.v}); "
+                                "use act ckpt or full")
+            check_interleaved(c.P, c.v, c.A)

@@ -32,6 +32,9 @@ class Strategy:
     balance: tuple = BALANCES
     hold_pipeline: bool = False
     keep: bool = False      # choose per layer what recomputed layers save (ratc.planner.keep)
+    # virtual stages per rank: values > 1 add interleaved 1F1B candidates where it runs (P >= 2,
+    # M whole rounds, P * v <= decoder layers) with act full or ckpt
+    v: tuple = (1,)
 
 
 STRATEGIES = {s.name: s for s in (
@@ -49,7 +52,10 @@ STRATEGIES = {s.name: s for s in (
     Strategy("selective", "RATrain's space, each recomputed layer choosing under the budget what it saves: "
                           "everything, all but its attention core (selective recomputation), or its input",
              keep=True),
-    Strategy("any", "every dimension free, including TP and ZeRO-3", tp=(1, 2, 4, 8), zero=ZERO_STAGES),
+    Strategy("interleaved", "RATrain's space plus interleaved 1F1B (v = 2, 4 model chunks per rank; "
+                            "Full or Ckpt)", v=(1, 2, 4)),
+    Strategy("any", "every dimension free, including TP, ZeRO-3 and interleaved 1F1B (v = 2, 4)",
+             tp=(1, 2, 4, 8), zero=ZERO_STAGES, v=(1, 2, 4)),
 )}
 
 

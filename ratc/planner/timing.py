@@ -1,7 +1,8 @@
-"""Step time by exposed latency (paper Eq. 11, 12) over the non-interleaved 1F1B schedule.
+"""Step time by exposed latency (paper Eq. 11, 12) over the 1F1B schedule (interleaved when v > 1).
 
 All arrays are [C, P] (candidates x stages) or [C, P, U] (x units of a stage, forward
-order); the pieces (per-stage task times, collectives, windows) stay available so the
+order); with v > 1 (interleaved) stages are the P*v virtual stages, but for the state
+chain's pieces (sync, update, prefetch, window), which are per rank; the pieces (per-stage task times, collectives, windows) stay available so the
 system VM can check them task by task.
 """
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from ratc.planner.collectives import Link, all_reduce, reduce_scatter
 from ratc.planner.config import CandidateBatch
+from ratc.planner.order_makespan import interleaved_makespan
 from ratc.planner.stages import StageCosts
 from ratc.planner.state_chain import gather_time, rank_links, state_costs
 from ratc.step.config import ACT_POLICIES, PREF_POLICIES, RECIPE
@@ -304,9 +306,8 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     rec_on = np.where(recovers, rec, 0.0)
     rec_c, rec_d = np.where(recovers, b * sc.rec_c, 0.0), np.where(recovers, b * sc.rec_d, 0.0)
     u_rec = _unit_recovery(sc, c, b, tp_one, fsr)
-    sync, update, prefetch, window, e_comm, e_upd, e_pref, by_pref = _state_pipeline(
+    sync, update, prefetch, window, e_comm, e_upd, e_pref, by_pref = _state_chain(
         sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe)
-
 
     def slots(on_path, c_rec, d_rec, l_rec):
         """A stage's slot by its busiest resource: the compute stream's path and each engine."""
@@ -314,9 +315,9 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
 
     on_slot = np.where(fsr, host_f + host_b, rec_on)
     rec_exposed = slots(on_slot, rec_c, rec_d, link_rec) - slots(0.0, 0.0, 0.0, 0.0)
-    t_1f1b, e_link, e_rec = _makespans(slots, path, fwd, _sends(P, p2p), p2p, M, host_f, host_c,
-                                       slots(on_slot - _sends(P, p2p), rec_c, rec_d, link_rec))
-
+    slot_rec = slots(on_slot - _sends(P, p2p), rec_c, rec_d, link_rec)
+    t_1f1b, e_link, e_rec = (_makespans(slots, path, fwd, _sends(P, p2p), p2p, M, host_f, host_c, slot_rec)
+                             if c.v == 1 else _interleaved_makespans(slots, path, fwd, _sends(P, p2p), p2p, c, slot_rec))
     return StepTime(fwd=fwd, bwd=bwd, rec=rec, rec_exposed=rec_exposed, host_f=host_f, host_b=host_b,
                     host_c=host_c, tp_allreduce=tp_ar, p2p=p2p,
                     link_busy=link_busy, sync=sync, update=update, prefetch=prefetch, window=window,
@@ -376,10 +377,68 @@ def _makespans(slots, path, fwd, sends, p2p, M, host_f, host_c, slot_rec) -> tup
                      fwd=np.concatenate([fwd] * 3), host_f=np.concatenate([zero, zero, host_f + zero]),
                      host_c=np.concatenate([zero, zero, host_c + zero]),
                      plain=np.concatenate([path - sends, bound, bound]))
-    C = path.shape[0]
+    return _three(three)
+
+
+def _three(three: np.ndarray) -> tuple:
+    """(T_1F1B, E_link, E_rec) from the stacked makespans: main path, with the resource
+    bounds, with recovery."""
+    C = len(three) // 3
     t_1f1b = three[:C]
     e_link = three[C:2 * C] - t_1f1b
     return t_1f1b, e_link, three[2 * C:] - t_1f1b - e_link
+
+
+def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, slot_rec) -> tuple:
+    """(T_1F1B, E_link, E_rec) [C] of interleaved 1F1B: _makespans' three slots (the arrays
+    are per virtual stage, [C, P*v]) over its order, each Forward its compute-stream part,
+    each Backward the rest of its slot (so recovery, under Ckpt, is on the Backward).
+
+    The state chain (GradSync, UpdateShard, PrefetchW) is still costed per virtual stage as
+    if it were a stage of a P*v pipeline (_state_pipeline): an approximation, since a rank's
+    v chunks share its link and DDR engine, and a chunk's window before the next step is
+    set by the interleaved drain, not by the virtual stages after it."""
+    S = path.shape[1]
+    fc = fwd - p2p * (np.arange(S) < S - 1)
+    works = [path - sends, slots(-sends, 0.0, 0.0, 0.0), slot_rec]
+    C = len(fc)
+    rows = np.concatenate([np.concatenate([c.M + np.zeros((C, 1)), p2p + np.zeros((C, 1))], axis=1)] * 3)
+    rows = np.concatenate([rows, np.concatenate([fc] * 3), np.concatenate([w - fc for w in works])], axis=1)
+    # rows that differ only where the main path does not look (state policy, ZeRO, ...) are one
+    key, inverse = _distinct_rows(rows)
+    S = fc.shape[1]
+    three = interleaved_makespan(key[:, 2:2 + S], key[:, 2 + S:], key[:, 1:2], c.P, c.v, key[:, :1])
+    return _three(three[inverse])
+
+
+def _state_chain(sc: StageCosts, c: CandidateBatch, fwd, bwd, u_rec, *links_ddr_recipe) -> tuple:
+    """_state_pipeline per stage; with v > 1 per rank, its chunks' units in one row (the
+    sync, update, prefetch and window it returns are then [C, P])."""
+    if c.v == 1:
+        return _state_pipeline(sc, c, fwd, bwd, u_rec, *links_ddr_recipe)
+    view, rank_rec = _per_rank_units(sc, c.v, u_rec)
+    return _state_pipeline(view, c, fwd[:, :c.P], bwd[:, :c.P], rank_rec, *links_ddr_recipe)
+
+
+def _per_rank_units(sc: StageCosts, v: int, u_rec) -> tuple:
+    """(stage table, unit recovery) with each rank's units in one row, chunk 0's first: a
+    rank's v chunks share its link and DDR engine, so their state chains run as one.
+
+    An approximation of interleaved 1F1B's tail: the chain releases a rank's units as if the
+    last micro-batch's Backwards ran back to back (chunk v-1's down to chunk 0's; the order
+    puts other micro-batches' between chunks), and each unit is due a chunk 0's window (the
+    next step's Forwards reach rank p after chunk 0 of the ranks before it) plus the
+    Forwards of the units before it on the rank."""
+    P = sc.P // v
+
+    def fold(a):
+        """[..., P*v, U] -> [..., P, v*U]."""
+        lead, U = a.shape[:-2], a.shape[-1]
+        return np.swapaxes(a.reshape(*lead, v, P, U), -3, -2).reshape(*lead, P, v * U)
+
+    view = dataclasses.replace(sc, P=P, **{k: fold(getattr(sc, k)) for k in
+                                           ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_tied")})
+    return view, fold(u_rec)
 
 
 def _ex(link):

@@ -45,7 +45,7 @@ class Candidate:
     # "" is every layer whole-layer recomputed, as before the choice existed
     keep: str = ""
     # virtual stages (model chunks) per pipeline rank: interleaved 1F1B when > 1
-    # (ratc.lifecycle.schedules.interleaved_1f1b)
+    # (ratc.step.schedules.interleaved_1f1b)
     v: int = 1
 
     @property

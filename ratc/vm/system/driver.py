@@ -147,7 +147,7 @@ def simulate_program(program, platform, exec_profile, *, plan: str | None = None
         raise
     predicted = plan_default = None
     default_source = ""
-    if profile is not None and cand.v == 1:      # (the planner does not model interleaving yet)
+    if profile is not None:
         # priced with the program's own kernels (re-tiled ones included), unless they are
         # another machine's
         kernels_here = not other_platform or plan is not None or compiled is not None

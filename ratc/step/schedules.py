@@ -23,6 +23,7 @@ ScheduleZBVZeroBubble).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
 from ratc.errors import RatcError
@@ -51,10 +52,15 @@ class _Counter:
         return Action(stage, kind, mb)
 
 
+def whole_rounds(P: int, M: int) -> bool:
+    """Whether M micro-batches make whole rounds of at least P (or one round, when M < P)."""
+    return M % max(1, M // P) == 0
+
+
 def _rounds(P: int, M: int, name: str) -> int:
     """Micro-batches per round: as many as ranks, or M when fewer; M must be whole rounds."""
     rounds = max(1, M // P)
-    if M % rounds:
+    if not whole_rounds(P, M):
         raise RatcError(f"{name}: M = {M} micro-batches must be a multiple of the {rounds} rounds of "
                         f"{M // rounds} (M // P rounds of at least P = {P})")
     return M // rounds
@@ -139,6 +145,25 @@ def zbv(P: int, M: int, rank: int) -> list[Action]:
         while take.next.get((stage, "W"), 0) < take.next.get((stage, "I"), 0):
             run((stage, "W"))
     return [a for a in order if a.mb < M]
+
+
+@lru_cache(maxsize=64)
+def interleaved_orders(P: int, v: int, M: int) -> tuple:
+    """Every rank's interleaved 1F1B order as (stage, kind, mb) tuples (for the planner)."""
+    return tuple(tuple(interleaved_1f1b(P, v, M, rank)) for rank in range(P))
+
+
+@lru_cache(maxsize=256)
+def chunk_in_flight(P: int, v: int, M: int) -> tuple[int, ...]:
+    """Per virtual stage s (chunk s // P of rank s % P): the most micro-batches whose Forward
+    has run and Backward not yet, over interleaved 1F1B's order on that rank."""
+    peak = [0] * (P * v)
+    live = [0] * (P * v)
+    for order in interleaved_orders(P, v, M):
+        for s, kind, _ in order:
+            live[s] += 1 if kind == "F" else -1
+            peak[s] = max(peak[s], live[s])
+    return tuple(peak)
 
 
 def check_interleaved(P: int, v: int, M: int) -> None:

@@ -1,0 +1,113 @@
+"""Makespan of any per-rank order of Forwards and Backwards over virtual stages.
+
+A rank runs its actions (virtual stage, kind, micro-batch) one after another in its
+order; Forward(s, m) waits for Forward(s-1, m)'s end and the boundary send, Backward(s, m)
+for Backward(s+1, m)'s (the last stage's for its own Forward). Every action ends at
+max(end of the rank's previous action, end of its data dependency + send) + its duration.
+The actions are grouped into levels (all of a level's inputs end at earlier levels) once
+per order and cached, so the candidates' ends are computed a level at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ratc.errors import RatcError
+from ratc.step.schedules import interleaved_orders
+
+
+@dataclass(frozen=True)
+class ActionGraph:
+    """The actions of an order by level: per level (indices, rank predecessor, data
+    dependency, whether that dependency crosses ranks, duration column)."""
+
+    n: int                  # actions; index n is a sentinel that ends at 0
+    stages: int             # virtual stages S (duration columns: F of s is s, B of s is S + s)
+    levels: tuple
+
+
+def action_graph(orders: tuple, stages: int) -> ActionGraph:
+    """The level structure of per-rank orders: `orders[r]` is rank r's (stage, kind, mb) tuples,
+    kind "F" or "B"; stage s runs on the rank whose order holds it."""
+    n = sum(map(len, orders))
+    M = 1 + max(mb for order in orders for _, _, mb in order)
+    code = lambda s, kind, mb: ((s + (stages if kind == "B" else 0)) * M) + mb  # noqa: E731
+    idx = [-1] * (2 * stages * M)             # an action's index by its code, -1 until placed
+    level = [0] * (n + 1)                     # by index; the sentinel n is level -1 (below)
+    level[n] = -1
+    rank_of = [0] * (2 * stages)
+    for r, order in enumerate(orders):
+        for s, kind, _ in order:
+            rank_of[s + (stages if kind == "B" else 0)] = r
+    coded = [[code(*a) for a in order] for order in orders]
+    rows = []
+    pos = [0] * len(orders)
+    k = 0
+    while k < n:
+        moved = False
+        for r, order in enumerate(coded):
+            i = pos[r]
+            while i < len(order):
+                a = order[i]
+                col, mb = divmod(a, M)
+                dep = _dependency(col, stages)
+                d = n if dep is None else idx[dep * M + mb]
+                if d < 0:
+                    break
+                p = idx[order[i - 1]] if i else n
+                idx[a] = k
+                level[k] = 1 + max(level[p], level[d])
+                rows.append((level[k], k, p, d, dep is not None and rank_of[dep] != r, col))
+                k += 1
+                i += 1
+                moved = True
+            pos[r] = i
+        if not moved:
+            stuck = ", ".join(f"rank {r}: {orders[r][pos[r]]}" for r in range(len(orders)) if pos[r] < len(orders[r]))
+            raise RatcError(f"the action order deadlocks ({stuck})")
+    rows.sort()
+    cols = np.array([r[1:] for r in rows], dtype=np.int64).reshape(-1, 5)
+    bounds = np.searchsorted(np.array([r[0] for r in rows]), np.arange(max(level[:n]) + 2))
+    levels = tuple(tuple(cols[a:b, j] for j in range(5)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a)
+    return ActionGraph(n, stages, tuple((i, p, d, c.astype(float), col) for i, p, d, c, col in levels))
+
+
+def _dependency(col: int, stages: int):
+    """The duration column (F of s: s, B of s: S + s) of the action this one waits for, or None:
+    a Forward its stage's predecessor's, a Backward its successor's (the last stage's, its Forward)."""
+    if col < stages:
+        return col - 1 if col > 0 else None
+    s = col - stages
+    return col + 1 if s < stages - 1 else s
+
+
+@lru_cache(maxsize=64)
+def interleaved_graph(P: int, v: int, M: int) -> ActionGraph:
+    """The action graph of interleaved 1F1B (ratc.step.schedules.interleaved_1f1b)."""
+    return action_graph(interleaved_orders(P, v, M), P * v)
+
+
+def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send) -> np.ndarray:
+    """[C] end of the last action: fc, bc [C, S] each virtual stage's Forward and Backward
+    compute-stream time, send [C, 1] one boundary transfer (on the link, between ranks)."""
+    C = fc.shape[0]
+    dur = np.concatenate([fc, bc], axis=1)
+    send = np.broadcast_to(np.asarray(send, dtype=float), (C, 1))
+    end = np.zeros((C, graph.n + 1))
+    for idx, prev, dep, cross, col in graph.levels:
+        end[:, idx] = np.maximum(end[:, prev], end[:, dep] + send * cross) + dur[:, col]
+    return end[:, :graph.n].max(axis=1)
+
+
+def interleaved_makespan(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, M) -> np.ndarray:
+    """[C] makespan of interleaved 1F1B with v chunks on P ranks (fc, bc [C, P*v]; M [C, 1])."""
+    M = np.broadcast_to(np.asarray(M), (fc.shape[0], 1))[:, 0].astype(int)
+    send = np.broadcast_to(np.asarray(send, dtype=float), (fc.shape[0], 1))
+    out = np.empty(fc.shape[0])
+    for m in np.unique(M):
+        rows = M == m
+        out[rows] = graph_makespan(interleaved_graph(P, v, int(m)), fc[rows], bc[rows], send[rows])
+    return out
