@@ -29,11 +29,11 @@ DOC = ROOT / "docs" / "beyond_paper.md"
 EXAMPLE = str(ROOT / "examples" / "llama.py")
 
 # (model, clusters, global batch, today's VM step time as the issue measured it, the target:
-# the largest step time that meets it)
+# the largest step time that meets it, and the target as the issue words it)
 SETTINGS = (
-    ("llama2-7b", 8, 512, 1320.7, 1155.6),           # at least 12.5 % faster
-    ("llama2-13b", 16, 512, 1287.9, 1287.9),         # faster
-    ("llama2-70b", 1024, 1024, 350.6, 0.75 * 350.6),  # at least 25 % faster
+    ("llama2-7b", 8, 512, 1320.7, 1155.6, "<= 1155.6 s (12.5 % faster)"),
+    ("llama2-13b", 16, 512, 1287.9, 1287.85, "< 1287.9 s (faster)"),       # (at the table's 0.1 s)
+    ("llama2-70b", 1024, 1024, 350.6, 0.75 * 350.6, "<= 263.0 s (25 % faster)"),
 )
 SEARCHES = (("today (ratrain)", []), ("selective", ["--strategy", "selective"]),
             ("interleaved", ["--strategy", "interleaved"]))
@@ -59,14 +59,14 @@ def table(rows: list) -> str:
     lines = ["| model | clusters | batch | search | plan | step s | vs today | MAC util | compute idle | "
              "exposed recovery s | peak GB | target | met |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for (model, clusters, batch, issue_today, target), runs in rows:
+    for (model, clusters, batch, issue_today, target, wording), runs in rows:
         today = runs[0][1]["step_s"]
         for name, r in runs:
             met = "" if name == SEARCHES[0][0] else ("yes" if r["step_s"] <= target else "**no**")
             cells = [model, clusters, batch, name, f"`{r['config']}`", f"{r['step_s']:.1f}",
                      f"{100 * (r['step_s'] / today - 1):+.1f} %", f"{100 * r['mac']:.1f} %", f"{100 * r['idle']:.1f} %",
                      f"{r['recovery_s']:.1f}", f"{r['peak_gb']:.2f}",
-                     f"<= {target:.1f} s (issue's today: {issue_today} s)", met]
+                     f"{wording}; issue's today {issue_today} s", met]
             lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines) + "\n"
 

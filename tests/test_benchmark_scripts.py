@@ -58,7 +58,7 @@ def test_the_readme_command_runner_reads_sh_blocks_with_continuations_and_no_com
 
 def test_beyond_paper_marks_a_search_met_only_at_or_under_its_target():
     bp = _script("beyond_paper")
-    setting = ("llama2-7b", 8, 512, 1320.7, 1155.6)
+    setting = ("llama2-7b", 8, 512, 1320.7, 1155.6, "<= 1155.6 s")
     run = {"config": "P=4,D=2", "step_s": 1320.7, "mac": 0.5, "idle": 0.05, "recovery_s": 231.3, "peak_gb": 17.9}
     rows = bp.table([(setting, [(bp.SEARCHES[0][0], run), ("a", {**run, "step_s": 1155.6}),
                                 ("b", {**run, "step_s": 1155.7})])]).splitlines()[2:]
