@@ -1,9 +1,9 @@
 """Step time by exposed latency (paper Eq. 11, 12) over the 1F1B schedule (interleaved when v > 1).
 
 All arrays are [C, P] (candidates x stages) or [C, P, U] (x units of a stage, forward
-order); with v > 1 (interleaved) stages are the P*v virtual stages, but for the state
-chain's pieces (sync, update, prefetch, window), which are per rank; the pieces (per-stage task times, collectives, windows) stay available so the
-system VM can check them task by task.
+order); with v > 1 (interleaved) the stages are the P*v virtual stages, except the state
+chain's pieces (sync, update, prefetch, window), which are per rank. The pieces (per-stage
+task times, collectives, windows) stay available so the system VM can check them task by task.
 """
 
 from __future__ import annotations
@@ -392,12 +392,8 @@ def _three(three: np.ndarray) -> tuple:
 def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, slot_rec) -> tuple:
     """(T_1F1B, E_link, E_rec) [C] of interleaved 1F1B: _makespans' three slots (the arrays
     are per virtual stage, [C, P*v]) over its order, each Forward its compute-stream part,
-    each Backward the rest of its slot (so recovery, under Ckpt, is on the Backward).
-
-    The state chain (GradSync, UpdateShard, PrefetchW) is still costed per virtual stage as
-    if it were a stage of a P*v pipeline (_state_pipeline): an approximation, since a rank's
-    v chunks share its link and DDR engine, and a chunk's window before the next step is
-    set by the interleaved drain, not by the virtual stages after it."""
+    each Backward the rest of its slot (so recovery, under Ckpt, is on the Backward). The
+    state chain is costed per rank (_state_chain, _per_rank_units, and its approximation)."""
     S = path.shape[1]
     fc = fwd - p2p * (np.arange(S) < S - 1)
     works = [path - sends, slots(-sends, 0.0, 0.0, 0.0), slot_rec]
