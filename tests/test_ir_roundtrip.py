@@ -2,7 +2,7 @@
 
 import math
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ratc.ir import (REGISTRY, ByteSize, Module, OpaqueType, Operation, SymbolRef, TensorType,
@@ -175,3 +175,32 @@ def test_strings_and_int_lists_print_as_json_does(text, ints):
     assert format_attr(text) == json.dumps(text, ensure_ascii=False)
     assert format_attr(ints) == json.dumps(ints)
     assert format_attr(["x", True, 1, 2.5]) == '["x", true, 1, 2.5]'
+
+
+# Values that compare (and hash) equal but print apart: the printer's per-run memo of
+# attribute texts must keep each pair apart.
+_LOOKALIKES = [0.0, -0.0, 1, True, 0, False, 1.0, [1], [True], [1.0], [1, True], [1, 1], [], ["1"], "1",
+               ByteSize(1), [SymbolRef("a")], [SymbolRef("a"), "a"], math.nan, [0.0], [-0.0]]
+
+
+@settings(max_examples=200, deadline=None)
+@example([0.0, -0.0, 0, False, 1, True, 1.0, [1], 1, [1, 1], [1, True], [1.0], [], "1", ["1"], ByteSize(1)])
+@given(st.lists(st.sampled_from(_LOOKALIKES) | st.lists(st.sampled_from(_LOOKALIKES[:12]), max_size=3),
+                min_size=1, max_size=12))
+def test_repeated_attribute_values_print_as_each_alone(values):
+    """Each op of a module prints as it does alone (the memo holds nothing for it), and
+    every value as json.dumps does (floats as repr)."""
+    import json
+
+    from ratc.ir.printer import print_op
+
+    ops = [Operation("test.attrs", attributes={"a": v}) for v in values]
+    m = Module(None, {})
+    for op in ops:
+        m.body.append(op)
+    lines = print_module(m).splitlines()[1:-1]
+    assert lines == ["  " + print_op(op) for op in ops]
+    for v, line in zip(values, lines):
+        if isinstance(v, list) and all(type(x) in (int, bool, str) for x in v):
+            assert line == f"  test.attrs {{a = {json.dumps(v)}}}"
+    assert print_module(Module(None, {"x": 0.0, "y": -0.0})).startswith("module {x = 0.0, y = -0.0}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ratc.ir.attributes import format_attr
+from ratc.ir.attributes import ByteSize, SymbolRef, format_attr
 from ratc.ir.core import Module, Operation, Value
 
 
@@ -43,11 +43,47 @@ class _Namer:
         return self.names.get(v) or self.name(v)
 
 
-def _attr_dict(attrs: dict) -> str:
-    return "{" + ", ".join([f"{k} = {format_attr(attrs[k])}" for k in sorted(attrs)]) + "}"
+# Attribute values whose text the printer keeps for its run (keyed by kind and value): a
+# program's tasks repeat a few sizes, durations, kernel lists and tiers tens of thousands of times.
+_MEMO_SCALARS = frozenset({int, str, bool, ByteSize})
 
 
-def _print_ops(ops, namer: _Namer, indent: str, out: list[str]) -> None:
+def _memo_key(k: str, v):
+    """A key under which `k = v` prints the same text for every equal key, or None."""
+    t = type(v)
+    if t is float:
+        return (k, v) if v else None        # (0.0 and -0.0 are equal keys but print apart)
+    if t in _MEMO_SCALARS:
+        return (k, t, v)
+    if t is not list:
+        return None
+    types = set(map(type, v))
+    if len(types) != 1:
+        return (k, list) if not v else None
+    e = types.pop()
+    if e is int or e is str:
+        return (k, list, e, *v)
+    if e is SymbolRef:
+        return (k, list, e, *[r.name for r in v])
+    return None
+
+
+def _attr_dict(attrs: dict, memo: dict) -> str:
+    parts = []
+    for k in sorted(attrs):
+        v = attrs[k]
+        key = _memo_key(k, v)
+        if key is None:
+            parts.append(f"{k} = {format_attr(v)}")
+            continue
+        text = memo.get(key)
+        if text is None:
+            text = memo[key] = f"{k} = {format_attr(v)}"
+        parts.append(text)
+    return "{" + ", ".join(parts) + "}"
+
+
+def _print_ops(ops, namer: _Namer, indent: str, out: list[str], memo: dict) -> None:
     for op in ops:
         parts = [indent]
         if op.results:
@@ -59,7 +95,7 @@ def _print_ops(ops, namer: _Namer, indent: str, out: list[str]) -> None:
         if op.operands:
             parts.append("(" + ", ".join("%" + namer.use(v) for v in op.operands) + ")")
         if op.attributes:
-            parts.append(" " + _attr_dict(op.attributes))
+            parts.append(" " + _attr_dict(op.attributes, memo))
         if op.results:
             if len(op.results) == 1:
                 parts.append(f" : {op.results[0].type}")
@@ -68,7 +104,7 @@ def _print_ops(ops, namer: _Namer, indent: str, out: list[str]) -> None:
         if op.region is not None:
             parts.append(" {")
             out.append("".join(parts))
-            _print_ops(op.region.ops, namer, indent + "  ", out)
+            _print_ops(op.region.ops, namer, indent + "  ", out, memo)
             out.append(indent + "}")
         else:
             out.append("".join(parts))
@@ -79,10 +115,11 @@ def print_module(module: Module) -> str:
     head = "module"
     if module.name is not None:
         head += " @" + module.name
+    memo: dict = {}
     if module.attributes:
-        head += " " + _attr_dict(module.attributes)
+        head += " " + _attr_dict(module.attributes, memo)
     out = [head + " {"]
-    _print_ops(module.body.ops, _Namer(), "  ", out)
+    _print_ops(module.body.ops, _Namer(), "  ", out, memo)
     out.append("}")
     return "\n".join(out) + "\n"
 
@@ -90,5 +127,5 @@ def print_module(module: Module) -> str:
 def print_op(op: Operation) -> str:
     """One op (and its region) in text form, for messages and debugging."""
     out: list[str] = []
-    _print_ops([op], _Namer(), "", out)
+    _print_ops([op], _Namer(), "", out, {})
     return "\n".join(out)

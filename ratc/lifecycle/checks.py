@@ -21,6 +21,7 @@ from ratc.step.rules import (backward_view, bucket_reused, gathers, holds_bucket
 
 # memory-plan's lifetime tiers (ratc.lifecycle.liveness); "none" for a result that takes no memory
 TIERS = ("long", "medium", "short", "none")
+_TIER_SET = frozenset(TIERS)
 
 ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = ("!life.act", "!life.saved", "!life.rec", "!life.grad",
                                                  "!life.param", "!life.opt", "!life.view", "!life.token")
@@ -290,7 +291,8 @@ def check_task(op) -> None:
     if op.name != "life.step_end":
         if a.get("inplace", False) != inplace:
             raise VerifyError(f"'{op.name}'{_where(a)}: inplace must be {str(inplace).lower()}", op)
-        if len(a["sizes"]) != len(op.results) or any(s < 0 for s in a["sizes"]):
+        # (the attributes' kinds are checked first: these lists hold ints, `tier` strings)
+        if len(a["sizes"]) != len(op.results) or min(a["sizes"], default=0) < 0:
             raise VerifyError(f"'{op.name}'{_where(a)}: sizes needs one non-negative byte count per result", op)
         if not 0 <= a["dur"] < math.inf:       # (also false for NaN)
             raise VerifyError(f"'{op.name}'{_where(a)}: duration must be finite and not negative, "
@@ -298,9 +300,9 @@ def check_task(op) -> None:
         if a.get("cycles", 0) < 0:
             raise VerifyError(f"'{op.name}'{_where(a)}: cycles must not be negative, got {a['cycles']}", op)
         if len(a.get("calls", a.get("kernels", []))) != len(a.get("kernels", [])) or \
-                any(c < 1 for c in a.get("calls", [])):
+                min(a.get("calls", ()), default=1) < 1:
             raise VerifyError(f"'{op.name}'{_where(a)}: calls needs one positive count per kernel", op)
-        if any(t not in TIERS for t in a.get("tier", [])) or any(b < -1 for b in a.get("buf", [])):
+        if not _TIER_SET.issuperset(a.get("tier", ())) or min(a.get("buf", ()), default=-1) < -1:
             raise VerifyError(f"'{op.name}'{_where(a)}: tier must name {', '.join(TIERS)} and buf be a buffer id "
                               "(-1: no buffer)", op)
 

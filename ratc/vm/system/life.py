@@ -106,6 +106,11 @@ class _Translation:
         name, kind, prio, layer, mb = named
         tasks = self.prog.tasks
         first = len(tasks)
+        if self.R == 1:         # one replica stands for all (the usual, symmetric form)
+            d = deps(0)
+            tasks.append(Task(name, kind, p, 0, tuple([(s, 0, x) for s, x in resources]), duration,
+                              d if len(d) < 2 else tuple(dict.fromkeys(d)), prio, (), (), layer, mb, -1, k, corun))
+            return [first]
         ids = []
         for r in range(self.R):
             d = deps(r)
@@ -170,7 +175,7 @@ class _Translation:
 
     def produce(self, op, k, ids):
         """Record the op's results as available after `ids` (per replica)."""
-        after = [(i,) if isinstance(i, int) else tuple(i) for i in ids]
+        after = [(i,) if type(i) is int else tuple(i) for i in ids]
         for v in op.results:
             self.done[(k, v)] = after
 
