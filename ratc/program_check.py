@@ -13,6 +13,7 @@ the file and the field or line.
 from __future__ import annotations
 
 import math
+import operator
 
 from ratc.errors import LocatedError, RatcError
 from ratc.input_files import json_value
@@ -146,16 +147,16 @@ def check_life_module(module, where: str, clock: float | None = None) -> None:
         if not 1 <= op.attributes["cycles"] <= MAX_KERNEL_CYCLES:
             raise _fail(where, op, f"life.kernel @{sym} cycles = {op.attributes['cycles']} is out of range "
                                    f"(1..{MAX_KERNEL_CYCLES})")
+    cycles = {sym: op.attributes["cycles"] for sym, op in kernels.items()}
+    work: dict = {}     # (task name, unit) -> the unit's work of that task (most tasks repeat one)
     for stage in find_pipeline(module).region.ops:
         for op in stage.region.ops:
-            _check_task(op, units, kernels, clock, where)
+            _check_task(op, units, cycles, clock, where, work)
 
 
 
 
-def _check_task(op, units, kernels: dict, clock: float | None, where: str) -> None:
-    from ratc.codegen.program_kernels import task_work
-
+def _check_task(op, units, kernel_cycles: dict, clock: float | None, where: str, work: dict) -> None:
     a = op.attributes
     if "dur" in a and not in_range(a["dur"], 0.0, MAX_TASK_SECONDS):
         raise _fail(where, op, f"'{op.name}' dur = {a['dur']!r} s is out of range (0..{MAX_TASK_SECONDS:g} s)")
@@ -168,18 +169,29 @@ def _check_task(op, units, kernels: dict, clock: float | None, where: str) -> No
         raise _fail(where, op, f"'{op.name}' dur = {a['dur']!r} s is not its cycles ({a['cycles']}) at the "
                                f"platform's clock ({a['cycles'] / clock!r} s)")
     refs, calls = a.get("kernels", []), a.get("calls", [])
-    work = task_work(op.name, units[a["unit"]].attributes) if 0 <= a.get("unit", -1) < len(units) else None
-    if work is None or len(refs) != len(calls):
+    i = a.get("unit", -1)
+    done = work.get((op.name, i), work)         # (the dict itself: not looked up yet)
+    if done is work:
+        done = work[op.name, i] = _unit_work(op.name, units, i)
+    if done is None or len(refs) != len(calls):
         raise _fail(where, op, f"'{op.name}' has cycles but no matching kernels, calls and unit")
-    missing = [r.name for r in refs if r.name not in kernels]
+    names = [r.name for r in refs]
+    missing = [n for n in names if n not in kernel_cycles]
     if missing:
         raise _fail(where, op, f"'{op.name}' calls @{missing[0]}, which is no life.kernel of the program")
-    other = units[a["unit"]].attributes.get(work[1], 0.0)
-    want = (sum(n * kernels[r.name].attributes["cycles"] for r, n in zip(refs, calls))
+    other = units[i].attributes.get(done[1], 0.0)
+    want = (sum(map(operator.mul, calls, map(kernel_cycles.__getitem__, names)))
             + int(round(other * clock)) + int(round(a.get("corun", 0.0) * clock)))
     if a["cycles"] != want:
         raise _fail(where, op, f"'{op.name}' cycles = {a['cycles']}, but its kernel calls and other work "
                                f"take {want}")
+
+
+def _unit_work(task: str, units: list, i) -> tuple | None:
+    """(kernel list, other seconds) attributes of unit i for a task of that name, or None."""
+    from ratc.codegen.program_kernels import task_work
+
+    return task_work(task, units[i].attributes) if 0 <= i < len(units) else None
 
 
 def _check_meta(program: Program, module) -> None:

@@ -155,10 +155,10 @@ def _verify(module: Module, check_symbols: bool, each_op: bool = True) -> None:
     def walk(ops, scope_values: list) -> None:
         sym_here: set[str] = set()
         for op in ops:
-            for i, v in enumerate(op.operands):
-                if v not in defined:
-                    raise VerifyError(f"'{op.name}' operand #{i} is used before its definition "
-                                      f"or outside its region", op)
+            if not defined.issuperset(op.operands):
+                i = next(i for i, v in enumerate(op.operands) if v not in defined)
+                raise VerifyError(f"'{op.name}' operand #{i} is used before its definition "
+                                  f"or outside its region", op)
             if op.sym_name is not None:
                 if op.sym_name in sym_here:
                     raise VerifyError(f"redefinition of symbol '@{op.sym_name}'", op)
@@ -178,11 +178,11 @@ def _verify(module: Module, check_symbols: bool, each_op: bool = True) -> None:
                 inner: list = []
                 walk(op.region.ops, inner)
                 defined.difference_update(inner)
-            for v in op.results:
-                if v in defined:
-                    raise VerifyError(f"'{op.name}' redefines a value", op)
-                defined.add(v)
-                scope_values.append(v)
+            results = op.results
+            if not defined.isdisjoint(results) or (len(results) > 1 and len(set(results)) != len(results)):
+                raise VerifyError(f"'{op.name}' redefines a value", op)
+            defined.update(results)
+            scope_values += results
 
     walk(module.body.ops, [])
     if check_symbols and not referenced <= symbols.keys():

@@ -392,10 +392,10 @@ def _check_stage(stage) -> None:
         bad = next(op for op in ops if op.name not in TASK_OPS)
         raise VerifyError(f"'{bad.name}' cannot appear in a stage program", bad)
     c = _Ctx(pipe, stage)
-    seen = dict(zip(map(task_id, ops), ops))
+    seen = set(map(task_id, ops))
     if len(seen) != len(ops):
         _first_repeated_task(ops, c)
-    missing = required_tasks(c) - seen.keys()
+    missing = required_tasks(c) - seen
     if missing:
         name, unit, mb, extra = sorted(missing, key=str)[0]
         where = _where({k: v for k, v in (("unit", unit), ("mb", mb)) if v is not None})
@@ -412,13 +412,14 @@ def _check_stage(stage) -> None:
             _first_buffer_out_of_range(ops, limit, c)
     _check_corun(ops, c)
     last_use = {v: pos for pos, op in enumerate(ops) for v in op.operands}
-    for pos, op in enumerate(ops):
-        if op.attributes.get("inplace") and op.operands:   # (no operands: the task check reports it)
-            v = op.operands[-1]
-            if last_use[v] != pos:
-                later = ops[last_use[v]]
-                raise VerifyError(f"stage {c.p}: '{op.name}'{_where(op.attributes)} overwrites a buffer that "
-                                  f"'{later.name}'{_where(later.attributes)} still reads later", op)
+    # (an in-place op without operands is the task check's to report)
+    early = [pos for pos, op in enumerate(ops)
+             if op.attributes.get("inplace") and op.operands and last_use[op.operands[-1]] != pos]
+    if early:
+        op = ops[early[0]]
+        later = ops[last_use[op.operands[-1]]]
+        raise VerifyError(f"stage {c.p}: '{op.name}'{_where(op.attributes)} overwrites a buffer that "
+                          f"'{later.name}'{_where(later.attributes)} still reads later", op)
 
 
 def _first_repeated_task(ops, c: _Ctx) -> None:

@@ -141,6 +141,7 @@ def fsr(pipe, plan, rec_buffers: int, clock: float | None = None, stream: bool =
         if "fwd_phases" not in u.attributes or "bwd_phases" not in u.attributes:
             raise RatcError(f"fsr: life.unit #{u.attributes['index']} has no phases (fwd_phases, bwd_phases) to co-schedule "
                             "its recovery with; re-plan it with this version of ratc")
+    added: dict = {}      # (host name, host unit, guest unit, host's own s, guest's s) -> added s
     for stage in pipe.region.ops:
         ops = stage.region.ops
         _move_first_recovers(ops, rec_buffers)
@@ -153,7 +154,7 @@ def fsr(pipe, plan, rec_buffers: int, clock: float | None = None, stream: bool =
                 host = None          # a wait point: what follows starts after the message
             elif op.name == "life.recover":
                 if host is not None and (rec_buffers >= 2 or not _reads_recovery(host)):
-                    view = _corun(host, op, units, clock)
+                    view = _corun(host, op, units, clock, added)
                     # (an attention core's Recover makes its probabilities at once: a buffer of its own)
                     whole = units[op.attributes["unit"]].attributes.get("keep") != "selective"
                     if stream and whole and _reads_recovery(host):
@@ -235,7 +236,7 @@ def _phases(flat) -> tuple:
     return tuple(zip(flat[0::2], flat[1::2]))
 
 
-def _corun(host, guest, units, clock):
+def _corun(host, guest, units, clock, memo: dict):
     """Make `guest` co-run with `host` (the pair's duration, the attributes); returns the
     guest's ZeRO-3 view gather, which the caller moves one compute task earlier, or None.
 
@@ -245,18 +246,30 @@ def _corun(host, guest, units, clock):
     on the link: the guest's after its host's.
     """
     h, g = host.attributes, guest.attributes
-    hu, gu = units[h["unit"]].attributes, units[g["unit"]].attributes
-    host_ph = _phases(hu["fwd_phases" if host.name == "life.fwd" else "bwd_phases"])
-    work = recover_work(gu)
-    guest_ph = _phases(gu[work["phases"]])
-    tp_h = max(0.0, hu["fwd" if host.name == "life.fwd" else "bwd"] - solo(host_ph))
-    tp_g = max(0.0, gu[work["dur"]] - solo(guest_ph))
     own = h["dur"] - h.get("corun", 0.0)
-    added = extra(_to(host_ph, own - tp_h), _to(guest_ph, g["dur"] - tp_g)) + tp_g
+    # (what a pair adds depends on these alone, and a stage repeats a few pairs per micro-batch;
+    # zero times are not kept: 0.0 and -0.0 are one key)
+    key = (host.name, h["unit"], g["unit"], own, g["dur"]) if own and g["dur"] else None
+    added = memo.get(key) if key is not None else None
+    if added is None:
+        added = _added(host.name, units[h["unit"]].attributes, units[g["unit"]].attributes, own, g["dur"])
+        if key is not None:
+            memo[key] = added
     _set_corun(host, added, clock)
     g.update(placement="corun", window=own, exposed=added)
     view = guest.operands[-1].owner if guest.operands else None
     return view if view is not None and view.name == "life.gather" else None
+
+
+def _added(host: str, hu: dict, gu: dict, own: float, dur: float) -> float:
+    """Seconds a Recover of `dur` (unit attributes `gu`) adds to a `host` task of `own`
+    seconds alone (unit attributes `hu`)."""
+    host_ph = _phases(hu["fwd_phases" if host == "life.fwd" else "bwd_phases"])
+    work = recover_work(gu)
+    guest_ph = _phases(gu[work["phases"]])
+    tp_h = max(0.0, hu["fwd" if host == "life.fwd" else "bwd"] - solo(host_ph))
+    tp_g = max(0.0, gu[work["dur"]] - solo(guest_ph))
+    return extra(_to(host_ph, own - tp_h), _to(guest_ph, dur - tp_g)) + tp_g
 
 
 def _to(ph, seconds: float) -> tuple:

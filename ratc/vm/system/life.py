@@ -69,8 +69,9 @@ class _Translation:
             tokens_per_step=c.global_batch * self.plan.attributes["seq_len"], macs_per_step=macs_per_step,
             peak_mac_rate=platform.cluster.peak_mac_rate, units=len(self.plan.region.ops))
         self.R = self.prog.simulated_replicas
-        self.done: dict = {}         # (step, Value) -> per replica: tasks after which it is available
-        self.buffer: dict = {}       # (step, Value) -> buffer name on its stage
+        # per step (a dict each: no (step, Value) key to make per look-up, and they are many)
+        self.done = [{} for _ in range(steps)]      # Value -> per replica: tasks after which it is available
+        self.buffer = [{} for _ in range(steps)]    # Value -> buffer name on its stage
         self.pinned: set = set()     # buffers that live across the step boundary
         self.views: dict = {}        # (step, stage, unit) -> the Value handed to the next step
         self.sends: dict = {}        # (src, dst, mb, dir, unit, step) -> per replica send task
@@ -89,12 +90,14 @@ class _Translation:
         self.step_ends: dict = {}    # (step, stage) -> per replica, the step_end task
         self.tie_sums: dict = {}     # (step, tie group) -> [per replica tie_sum task, ...] over its stages
         self.named: dict = {}        # op -> its tasks' (name, kind, priority, layer, micro-batch), every step
+        self.held: dict = {}         # add's resources -> replica 0's ((stage, 0, name), ...)
 
     def cycles(self, seconds: float) -> int:
         return int(round(seconds * self.clock))
 
-    def add(self, op, p, k, resources, duration, deps, pos, corun=0):
-        """One task per simulated replica; deps(r) gives replica r's dependencies."""
+    def add(self, op, p, k, resources: tuple, duration, deps, pos, corun=0):
+        """One task per simulated replica on `resources` ((stage, name), ...); deps(r) gives
+        replica r's dependencies."""
         # This runs once per task of the program, so it appends Tasks itself rather than
         # through TaskGraph.add's checks: kinds come from TASK_KINDS, resources are this
         # module's names and durations whole cycles (the verifier checked `cycles`).
@@ -108,7 +111,10 @@ class _Translation:
         first = len(tasks)
         if self.R == 1:         # one replica stands for all (the usual, symmetric form)
             d = deps(0)
-            tasks.append(Task(name, kind, p, 0, tuple([(s, 0, x) for s, x in resources]), duration,
+            held = self.held.get(resources)
+            if held is None:
+                held = self.held[resources] = tuple([(s, 0, x) for s, x in resources])
+            tasks.append(Task(name, kind, p, 0, held, duration,
                               d if len(d) < 2 else tuple(dict.fromkeys(d)), prio, (), (), layer, mb, -1, k, corun))
             return [first]
         ids = []
@@ -122,7 +128,8 @@ class _Translation:
 
     def operand_deps(self, op, k):
         """Per replica r, the tasks after which all the op's operands are available."""
-        deps = [self.done[(k, v)] for v in op.operands]
+        done = self.done[k]
+        deps = [done[v] for v in op.operands]
         if len(deps) == 1:
             (one,) = deps
             return one.__getitem__
@@ -176,18 +183,19 @@ class _Translation:
     def produce(self, op, k, ids):
         """Record the op's results as available after `ids` (per replica)."""
         after = [(i,) if type(i) is int else tuple(i) for i in ids]
+        done = self.done[k]
         for v in op.results:
-            self.done[(k, v)] = after
+            done[v] = after
 
     def memory(self):
         """Allocations at each producer's start; frees at each reader's end; pinned values kept."""
         tasks = self.prog.tasks
-        buffer = self.buffer.get
+        buffers = self.buffer
         readers: dict = {name: [] for name in self.producer}
         for k, op, ids in self.reads:
             if op.name != "life.step_end":
                 for v in op.operands:
-                    name = buffer((k, v))
+                    name = buffers[k].get(v)
                     if name is not None:
                         readers[name].append(ids)
         # ids hold one task per simulated replica
@@ -213,10 +221,10 @@ def _buffers(tr, op, p, k, ids, made=None):
     sizes = a.get("sizes", [])
     results = op.results
     inplace = len(results) - 1 if a.get("inplace") and op.operands else -1   # the result that reuses
-    buffer, producer = tr.buffer, tr.producer
+    buffer, producer = tr.buffer[k], tr.producer
     for j, v in enumerate(results):
         if j == inplace:
-            buffer[(k, v)] = buffer.get((k, op.operands[-1]))
+            buffer[v] = buffer.get(op.operands[-1])
             continue
         size = int(sizes[j]) if j < len(sizes) else 0
         if size <= 0:
@@ -224,7 +232,7 @@ def _buffers(tr, op, p, k, ids, made=None):
         name = f"step{k}.{v.name or 'v'}"
         while name in producer:
             name += "'"
-        buffer[(k, v)] = name
+        buffer[v] = name
         producer[name] = made
         tr.allocs.append((name, size, made))
     tr.reads.append((k, op, ids))
@@ -239,15 +247,15 @@ def _state(tr, op, p, k, pos):
         ids = tr.add(op, p, k, (), 0, lambda r: (), pos)
         tr.produce(op, k, ids)
         _buffers(tr, op, p, k, ids)
-        tr.pinned.add(tr.buffer.get((k, v)))
+        tr.pinned.add(tr.buffer[k].get(v))
         tr.state[(p, op.name, unit)] = v
         return
     prev = tr.views.get((k - 1, p, unit)) if op.name == "life.param" else None
     if tr.barrier and op.name == "life.param":
-        tr.done[(k, v)] = [(i,) for i in tr.step_ends[(k - 1, p)]]
+        tr.done[k][v] = [(i,) for i in tr.step_ends[(k - 1, p)]]
     else:
-        tr.done[(k, v)] = tr.done[(k - 1, prev)] if prev is not None else [() for _ in range(tr.R)]
-    tr.buffer[(k, v)] = tr.buffer.get((0, tr.state[(p, op.name, unit)]))
+        tr.done[k][v] = tr.done[k - 1][prev] if prev is not None else [() for _ in range(tr.R)]
+    tr.buffer[k][v] = tr.buffer[0].get(tr.state[(p, op.name, unit)])
 
 
 @handler("life.fwd", "life.bwd", "life.recover")
@@ -282,7 +290,7 @@ def _compute(tr, op, p, k, pos):
     cycles = a["cycles"] if "cycles" in a else tr.cycles(a["dur"])
     in_order = lambda r: deps(r) + ((chain[r],) if chain[r] is not None else ())  # noqa: E731
     corun = tr.cycles(a["corun"]) if "corun" in a else 0
-    ids = tr.add(op, p, k, [(p, "compute")], cycles, in_order, pos, corun)
+    ids = tr.add(op, p, k, ((p, "compute"),), cycles, in_order, pos, corun)
     tr.hosts[p] = (in_order, cycles, corun)
     tr.chains[p] = list(ids)
     tr.produce(op, k, ids)
@@ -292,7 +300,7 @@ def _compute(tr, op, p, k, pos):
 @handler("life.update")
 def _ddr(tr, op, p, k, pos):
     """DDR-bound state work (the optimizer step)."""
-    ids = tr.add(op, p, k, [(p, "ddr")], tr.cycles(op.attributes["dur"]), tr.background(op, p, k), pos)
+    ids = tr.add(op, p, k, ((p, "ddr"),), tr.cycles(op.attributes["dur"]), tr.background(op, p, k), pos)
     tr.queues[tr.queue_key(op, p)] = [(i,) for i in ids]
     tr.produce(op, k, ids)
     _buffers(tr, op, p, k, ids)
@@ -302,7 +310,7 @@ def _ddr(tr, op, p, k, pos):
 def _send(tr, op, p, k, pos):
     """A stage-boundary transfer on this stage's transmit and the peer's receive port."""
     a = op.attributes
-    ids = tr.add(op, p, k, [(p, "tx"), (a["peer"], "rx")], tr.cycles(a["dur"]), tr.background(op, p, k), pos)
+    ids = tr.add(op, p, k, ((p, "tx"), (a["peer"], "rx")), tr.cycles(a["dur"]), tr.background(op, p, k), pos)
     tr.queues[tr.queue_key(op, p)] = [(i,) for i in ids]
     tr.sends[(*message(op, p), k)] = [(i,) for i in ids]
     tr.produce(op, k, ids)
@@ -350,7 +358,7 @@ def _tie_sum(tr, op, p, k, pos):
     """The sum of a tied gradient's copies: on this stage's link (an all-reduce with the
     group's other stages, which it waits for) or, with every copy here, a local add."""
     a = op.attributes
-    ids = tr.add(op, p, k, [(p, "tx")], tr.cycles(a["dur"]), tr.background(op, p, k), pos)
+    ids = tr.add(op, p, k, ((p, "tx"),), tr.cycles(a["dur"]), tr.background(op, p, k), pos)
     tr.queues[tr.queue_key(op, p)] = [(i,) for i in ids]
     if len(a["stages"]) > 1:
         group = next(n for n, g in enumerate(tr.plan.attributes.get("ties", [])) if a["unit"] in g)
@@ -367,7 +375,7 @@ def _step_end(tr, op, p, k, pos):
     for v in op.operands:
         unit = v.owner.attributes.get("unit")
         tr.views.setdefault((k, p, unit), v)
-        tr.pinned.add(tr.buffer.get((k, v)))
+        tr.pinned.add(tr.buffer[k].get(v))
     tr.reads.append((k, op, ids))
 
 
