@@ -20,6 +20,7 @@ token of the bucket's reduce-scatter), so a stage holds at most two buckets.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from ratc.lifecycle.checks import HOST_OPS
@@ -151,12 +152,13 @@ def _assign_slots(buffers: list[Buffer], plan: StagePlan) -> None:
     """Reuse: a short buffer takes a freed slot of its kind that is large enough (best fit)."""
     free: dict = {}       # kind -> [(size, slot)]
     events = sorted(buffers, key=lambda b: b.born)
-    releases: list = []   # (dies, kind, size, slot)
+    releases: list = []   # heap of (dies, kind, size, slot)
     sizes: dict = {}
     for b in events:
-        for r in [r for r in releases if r[0] < b.born]:
-            free.setdefault(r[1], []).append((r[2], r[3]))
-            releases.remove(r)
+        # (the order slots are freed in does not matter: best fit takes the least (size, slot))
+        while releases and releases[0][0] < b.born:
+            _, kind, size, slot = heapq.heappop(releases)
+            free.setdefault(kind, []).append((size, slot))
         fits = [s for s in free.get(b.kind, []) if s[0] >= b.size] if b.tier == "short" else []
         if fits:
             best = min(fits)
@@ -166,7 +168,7 @@ def _assign_slots(buffers: list[Buffer], plan: StagePlan) -> None:
             b.slot = len(sizes)
             sizes[b.slot] = b.size
         if b.tier == "short":
-            releases.append((b.dies, b.kind, sizes[b.slot], b.slot))
+            heapq.heappush(releases, (b.dies, b.kind, sizes[b.slot], b.slot))
     plan.slots = len(sizes)
 
 

@@ -73,6 +73,7 @@ class _StageLowering:
         self.released: list = []
         self.ties = a.get("ties", [])
         self.local = {u.attributes["index"] for u in units}
+        self.choices: dict = {}     # unit -> what it keeps for its Backward
 
     def emit(self, op: Operation) -> Operation:
         """Append an op to the stage program."""
@@ -85,7 +86,10 @@ class _StageLowering:
 
     def choice(self, i: int) -> str:
         """What unit i keeps for its Backward (ratc.step.rules.save_choice)."""
-        return unit_save_choice(self.act, self.u(i))
+        c = self.choices.get(i)
+        if c is None:       # (asked for every task of the unit)
+            c = self.choices[i] = unit_save_choice(self.act, self.u(i))
+        return c
 
     def recovers(self, i: int) -> bool:
         """Whether unit i keeps only its input (checkpoint) and is recomputed whole before backward."""

@@ -81,8 +81,9 @@ def step_window(tl: Timeline) -> tuple:
     if prog.steps < 2:
         return 0, tl.makespan
     ends = [0] * prog.steps
-    for i, t in enumerate(prog.tasks):
-        ends[t.step] = max(ends[t.step], tl.end[i])
+    for t, end in zip(prog.tasks, tl.end):
+        if end > ends[t.step]:
+            ends[t.step] = end
     return ends[-2], ends[-1]
 
 
@@ -95,7 +96,8 @@ def critical_path(tl: Timeline) -> list:
     """Task indices up to the last task to end, each started by its predecessor's end."""
     if not tl.end:
         return []
-    i = max(range(len(tl.end)), key=lambda i: (tl.end[i], i))
+    last = max(tl.end)
+    i = len(tl.end) - 1 - tl.end[::-1].index(last)        # (the last of those ending last)
     path = []
     while i >= 0:
         path.append(i)
@@ -124,8 +126,12 @@ def summarize(tl: Timeline) -> Results:
         crit["recovery"] += rec
         crit["main" if t.alongside else KIND_TERM[t.kind]] += c - rec
     busy = [0] * prog.stages
+    computes: dict = {}         # a task's resources -> whether a compute engine is one (few differ)
     for i, t in enumerate(tasks):
-        if any(r[2] == "compute" for r in t.resources):
+        on = computes.get(t.resources)
+        if on is None:
+            on = computes[t.resources] = any(r[2] == "compute" for r in t.resources)
+        if on:
             busy[t.stage] += clip(i)
     per_cluster = prog.simulated_replicas * span
     stage_bubble = tuple(1.0 - b / per_cluster if span else 0.0 for b in busy)
