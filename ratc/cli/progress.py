@@ -14,9 +14,14 @@ def phase(text: str, enabled: bool = True):
     captured output stay exactly as without it, nor when not `enabled` (the block itself
     writes to stderr, e.g. IR dumps, which a status line would break into).
     """
+    from ratc.io import progress_shown
+
+    if not enabled or not progress_shown():
+        yield lambda desc=None, refresh=True: None
+        return
     from tqdm import tqdm
 
-    bar = tqdm(total=None, desc=text, bar_format="{desc} ...", leave=False, disable=None if enabled else True,
+    bar = tqdm(total=None, desc=text, bar_format="{desc} ...", leave=False, disable=None,
                file=sys.stderr)
     try:
         yield bar.set_description_str

@@ -10,6 +10,7 @@ from operator import attrgetter
 import numpy as np
 
 from ratc.errors import RatcError
+from ratc.io import progress_shown
 from ratc.planner.collectives import check_algorithm
 from ratc.planner.config import CandidateBatch
 from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep
@@ -360,7 +361,7 @@ class Planner:
                             pipeline=P, pipeline_source=source, pipeline_why=why,
                             params=self.model.param_count, trainable=self.model.trainable_count)
         items = list(groups.values())
-        if progress:
+        if progress and progress_shown():
             from tqdm import tqdm
             items = tqdm(items, desc=f"planning {clusters} clusters", unit="group", leave=False, disable=None)
         fastest = math.inf
@@ -444,7 +445,7 @@ class Planner:
         if pipeline not in (None, "any"):
             _check_pipeline(pipeline)
         ladder = self.cluster_ladder(limit)
-        if progress:
+        if progress and progress_shown():
             from tqdm import tqdm
             ladder = tqdm(ladder, desc="min clusters", unit="count", leave=False, disable=None)
         for n in ladder:
