@@ -46,7 +46,7 @@ def _op_table(opdef: OpDef) -> tuple:
         checks = {k: (EXACT_KINDS.get(spec.kind), ATTR_CHECKERS[spec.kind], spec.choices, spec)
                   for k, spec in opdef.attrs.items()}
         table = _ATTR_TABLES[opdef.name] = (
-            opdef, checks, tuple(k for k, spec in opdef.attrs.items() if spec.required),
+            opdef, checks, frozenset(k for k, spec in opdef.attrs.items() if spec.required),
             all(s.constraint == "any" for s in opdef.operands), all(s.constraint == "any" for s in opdef.results),
             _shape(opdef.operands), _shape(opdef.results))
     return table
@@ -57,7 +57,7 @@ def _shape(specs) -> tuple:
     return len(specs) - variadic, variadic
 
 
-def _check_attributes(op: Operation, checks: dict, required: tuple) -> None:
+def _check_attributes(op: Operation, checks: dict, required: frozenset) -> None:
     attrs = op.attributes
     for key, value in attrs.items():
         check = checks.get(key)
@@ -68,9 +68,9 @@ def _check_attributes(op: Operation, checks: dict, required: tuple) -> None:
         if (type(value) is not exact and (exact is not None or not checker(value))) or (
                 choices and value not in choices):
             raise VerifyError(f"'{op.name}': {spec.check(value)}", op)
-    for key in required:
-        if key not in attrs:
-            raise VerifyError(f"'{op.name}' requires attribute '{key}'", op)
+    if not attrs.keys() >= required:
+        key = next(k for k, spec in lookup(op.name).attrs.items() if spec.required and k not in attrs)
+        raise VerifyError(f"'{op.name}' requires attribute '{key}'", op)
 
 
 def verify_op(op: Operation) -> None:

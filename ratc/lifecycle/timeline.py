@@ -40,10 +40,12 @@ def estimate(pipe) -> IssueTimeline:
     while ready:
         p = ready.pop()
         ops, res = stages[p], free[p]
-        while pos[p] < len(ops):
-            op = ops[pos[p]]
+        i, n = pos[p], len(ops)
+        while i < n:
+            op = ops[i]
             a = op.attributes
-            t = max((end[v.owner] for v in op.operands), default=0.0)
+            operands = op.operands
+            t = max([end[v.owner] for v in operands]) if operands else 0.0
             if op.name == "life.recv":
                 k = message(op, p)
                 if k not in send_end:
@@ -51,10 +53,10 @@ def estimate(pipe) -> IssueTimeline:
                     break
                 t = max(t, send_end[k])
             r = a.get("res")
+            i += 1
             if a.get("placement") == "corun":
                 # a co-running Recover runs alongside its host (the last compute op): the pair's interval
                 start[op], end[op] = host[p]
-                pos[p] += 1
                 continue
             if r is not None:
                 t = max(t, res[r])
@@ -69,7 +71,7 @@ def estimate(pipe) -> IssueTimeline:
                 send_end[k] = t + dur
                 if k in waiting:
                     ready.append(waiting.pop(k))
-            pos[p] += 1
+        pos[p] = i
     if any(pos[p] < len(stages[p]) for p in range(len(stages))):
         raise RatcError("cannot estimate the timeline: the stage programs deadlock")
     makespan = max((end[op] for ops in stages for op in ops if op.attributes.get("res") == "compute"),
