@@ -341,8 +341,24 @@ def task_id(op) -> tuple:
     return (op.name, a.get("unit"), a.get("mb"), a.get("dir", a.get("phase")))
 
 
-def required_tasks(c: _Ctx) -> set:
+# required_tasks by what it depends on: the structure check after each pass asks it again
+# for the same stages (bounded, for processes that verify many programs).
+_REQUIRED: dict = {}
+
+
+def required_tasks(c: _Ctx) -> frozenset:
     """Every task a complete stage program holds."""
+    key = (c.P, c.M, c.Z, c.v, c.p, tuple(c.units), c.frozen, tuple(c.choices.items()),
+           repr(c.ties), tuple(c.chunk.items()))
+    need = _REQUIRED.get(key)
+    if need is None:
+        if len(_REQUIRED) >= 64:
+            _REQUIRED.clear()
+        need = _REQUIRED[key] = frozenset(_required_tasks(c))
+    return need
+
+
+def _required_tasks(c: _Ctx) -> set:
     need = set()
     for i in c.units:
         need |= {("life.param", i, None, None), ("life.opt", i, None, None)}

@@ -77,8 +77,7 @@ class _Translation:
         self.sends: dict = {}        # (src, dst, mb, dir, unit, step) -> per replica send task
         self.recvs: list = []        # (key, per replica recv task)
         self.producer: dict = {}     # buffer -> per replica producing task
-        self.allocs: list = []       # (buffer, bytes, per replica producing task), in creation order
-        self.reads: list = []        # (step, op, per replica task) of every op, for the frees
+        self.readers: dict = {}      # buffer -> [per replica reading tasks, ...] in issue order, for the frees
         self.chains = [[None] * self.R for _ in range(c.P)]   # last compute task per stage
         self.hosts: list = [None] * c.P   # per stage, the last compute task's (deps, cycles, corun)
         self.queues: dict = {}       # (stage, res, prio) -> per replica: the queue's last op's end
@@ -187,24 +186,20 @@ class _Translation:
         for v in op.results:
             done[v] = after
 
-    def memory(self):
-        """Allocations at each producer's start; frees at each reader's end; pinned values kept."""
+    def allocate(self, name: str, size: int, made) -> None:
+        """A new buffer, live from the start of `made` (per replica producing task)."""
         tasks = self.prog.tasks
-        buffers = self.buffer
-        readers: dict = {name: [] for name in self.producer}
-        for k, op, ids in self.reads:
-            if op.name != "life.step_end":
-                for v in op.operands:
-                    name = buffers[k].get(v)
-                    if name is not None:
-                        readers[name].append(ids)
-        # ids hold one task per simulated replica
-        for name, size, ids in self.allocs:
-            for i in ids:
-                t = tasks[i]
-                t.allocs = t.allocs + ((name, size),)
+        self.producer[name] = made
+        self.readers[name] = []
+        for i in made:
+            t = tasks[i]
+            t.allocs = t.allocs + ((name, size),)
+
+    def memory(self):
+        """Frees at each reader's end (allocations were made with their producers); pinned values kept."""
+        tasks = self.prog.tasks
         pinned = self.pinned
-        for name, lists in readers.items():
+        for name, lists in self.readers.items():
             if name in pinned:
                 continue
             for ids in lists or (self.producer[name],):
@@ -233,9 +228,12 @@ def _buffers(tr, op, p, k, ids, made=None):
         while name in producer:
             name += "'"
         buffer[v] = name
-        producer[name] = made
-        tr.allocs.append((name, size, made))
-    tr.reads.append((k, op, ids))
+        tr.allocate(name, size, made)
+    readers = tr.readers
+    for v in op.operands:
+        name = buffer.get(v)
+        if name is not None:
+            readers[name].append(ids)
 
 
 @handler("life.param", "life.opt")
@@ -280,8 +278,7 @@ def _compute(tr, op, p, k, pos):
                 name = f"step{k}.{op.results[0].name or 'v'}.stream"
                 while name in tr.producer:
                     name += "'"
-                tr.producer[name] = ids
-                tr.allocs.append((name, int(a["stream"]), ids))
+                tr.allocate(name, int(a["stream"]), ids)
         else:
             _buffers(tr, op, p, k, ids)
         return
@@ -376,7 +373,6 @@ def _step_end(tr, op, p, k, pos):
         unit = v.owner.attributes.get("unit")
         tr.views.setdefault((k, p, unit), v)
         tr.pinned.add(tr.buffer[k].get(v))
-    tr.reads.append((k, op, ids))
 
 
 # Ring collectives have 2 (D - 1) steps per replica, so memory grows with D even when one
