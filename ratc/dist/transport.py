@@ -1,7 +1,8 @@
 """The torch.distributed transport: one (stage, replica) per process.
 
 Rank = p * D + r on a (pp, dp) mesh. Stage-boundary messages are `isend` / `irecv` of
-preallocated tensors (their fields from the meta rehearsal, no headers); a receive is
+preallocated tensors (their fields from the meta rehearsal, no headers; each message's tag
+names its boundary unit, direction and micro-batch); a receive is
 waited at its first reader, a send only at the step's end (gloo completes a send when the
 peer receives, and its tensor must live until then). GradSync is an asynchronous
 all-reduce (ZeRO 0) or reduce-scatter on the stage's dp group, a gather an asynchronous
@@ -20,7 +21,7 @@ import torch.distributed as dist
 from ratc.errors import RatcError
 from ratc.lifecycle.actions import token
 from ratc.vm.functional.executor import Pending, describe
-from ratc.vm.functional.transport import step_loss
+from ratc.vm.functional.transport import message_kind, step_loss
 from ratc.vm.system.life import TASK_KINDS
 
 
@@ -156,10 +157,18 @@ class DistTransport:
     def ready(self, p: int, op) -> bool:
         return True          # a receive is posted at once and waited at its reader
 
+    def _tag(self, op) -> int:
+        """The message's tag: gloo pairs a send with the receive of the same tag, so a stage
+        sending its peer across several chunk boundaries (interleaved 1F1B) cannot have one
+        boundary's tensors land in another's buffers, whatever the two ranks' orders."""
+        a = op.attributes
+        unit = a.get("unit", 0)
+        return (unit * 2 + (a["dir"] == "bwd")) * self.M + a["mb"]
+
     def send(self, p: int, op, value: list) -> None:
         a = op.attributes
         peer = self.mesh.rank_of(a["peer"], self.mesh.r)
-        fields = self.specs[(p, a["peer"], a["dir"])]
+        fields = self.specs[message_kind(p, op)]
         what = describe(op)
         for f in fields:
             if f.shape is None:
@@ -170,15 +179,16 @@ class DistTransport:
                                      f"the rehearsal sent {f.shape} {f.dtype}")
             t = t.contiguous()
             span = self._span("send", op)
-            self.sends.append((dist.isend(t, dst=peer), t, f"{what} ('{f.name}')", self.mesh.where(peer), span))
+            self.sends.append((dist.isend(t, dst=peer, tag=self._tag(op)), t, f"{what} ('{f.name}')",
+                               self.mesh.where(peer), span))
 
     def recv(self, p: int, op) -> Pending:
         a = op.attributes
         peer = self.mesh.rank_of(a["peer"], self.mesh.r)
-        fields = self.specs[(a["peer"], p, a["dir"])]
+        fields = self.specs[message_kind(p, op)]
         got = {f.name: f.empty(self.device) for f in fields}
         span = self._span("receive", op)
-        works = [(dist.irecv(got[f.name], src=peer), f.name) for f in fields if f.shape is not None]
+        works = [(dist.irecv(got[f.name], src=peer, tag=self._tag(op)), f.name) for f in fields if f.shape is not None]
         what = describe(op)
 
         def wait():

@@ -115,12 +115,6 @@ class FunctionalExecutor:
         pipe, plan = find_pipeline(module), find_plan(module)
         config = Plan.from_ir(plan).config
         self.P, self.M, self.Z, self.D, self.b = config.P, config.A, config.Z, config.D, config.b
-        if config.v > 1:
-            # (its transports and the distributed runtime's key messages by (src, dst, dir, mb),
-            # which an interleaved step repeats per chunk)
-            raise RatcError(f"the program's plan {config.label()} interleaves v = {config.v} virtual stages per "
-                            "rank; the functional executor and the distributed runtime run v = 1 programs only "
-                            "(the system VM runs it: ratc run)")
         if len(plan.region.ops) != len(units.units):
             raise RatcError(f"the program has {len(plan.region.ops)} units, the model splits into {len(units.units)}")
         self.units = units
