@@ -28,6 +28,15 @@ from ratc.vm.system.life import TASK_KINDS
 COLLECTIVE_KINDS = ("all-reduce", "reduce-scatter", "all-gather")
 
 
+def message_tag(op, M: int) -> int:
+    """A life.send / life.recv's tag, one per (boundary unit, direction, micro-batch): gloo pairs
+    a send with the receive of its tag, so a stage sending its peer across several chunk
+    boundaries (interleaved 1F1B) cannot have one boundary's tensors land in another's
+    buffers, whatever the order the two ranks post them in."""
+    a = op.attributes
+    return (a.get("unit", 0) * 2 + (a["dir"] == "bwd")) * M + a["mb"]
+
+
 class RuntimeFailure(RatcError):
     """A rank cannot go on: a wait timed out, a peer is gone, a collective failed."""
 
@@ -157,14 +166,6 @@ class DistTransport:
     def ready(self, p: int, op) -> bool:
         return True          # a receive is posted at once and waited at its reader
 
-    def _tag(self, op) -> int:
-        """The message's tag: gloo pairs a send with the receive of the same tag, so a stage
-        sending its peer across several chunk boundaries (interleaved 1F1B) cannot have one
-        boundary's tensors land in another's buffers, whatever the two ranks' orders."""
-        a = op.attributes
-        unit = a.get("unit", 0)
-        return (unit * 2 + (a["dir"] == "bwd")) * self.M + a["mb"]
-
     def send(self, p: int, op, value: list) -> None:
         a = op.attributes
         peer = self.mesh.rank_of(a["peer"], self.mesh.r)
@@ -179,7 +180,7 @@ class DistTransport:
                                      f"the rehearsal sent {f.shape} {f.dtype}")
             t = t.contiguous()
             span = self._span("send", op)
-            self.sends.append((dist.isend(t, dst=peer, tag=self._tag(op)), t, f"{what} ('{f.name}')",
+            self.sends.append((dist.isend(t, dst=peer, tag=message_tag(op, self.M)), t, f"{what} ('{f.name}')",
                                self.mesh.where(peer), span))
 
     def recv(self, p: int, op) -> Pending:
@@ -188,7 +189,8 @@ class DistTransport:
         fields = self.specs[message_kind(p, op)]
         got = {f.name: f.empty(self.device) for f in fields}
         span = self._span("receive", op)
-        works = [(dist.irecv(got[f.name], src=peer, tag=self._tag(op)), f.name) for f in fields if f.shape is not None]
+        tag = message_tag(op, self.M)
+        works = [(dist.irecv(got[f.name], src=peer, tag=tag), f.name) for f in fields if f.shape is not None]
         what = describe(op)
 
         def wait():
