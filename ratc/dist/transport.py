@@ -1,8 +1,9 @@
 """The torch.distributed transport: one (stage, replica) per process.
 
 Rank = p * D + r on a (pp, dp) mesh. Stage-boundary messages are `isend` / `irecv` of
-preallocated tensors (their fields from the meta rehearsal, no headers; each message's tag
-names its boundary unit, direction and micro-batch); a receive is
+preallocated tensors (their fields from the meta rehearsal, per channel: under interleaved
+1F1B a stage sends its peer across several chunk boundaries; no headers, no tags: the
+verifier makes each stage pair's receives follow its sends' order); a receive is
 waited at its first reader, a send only at the step's end (gloo completes a send when the
 peer receives, and its tensor must live until then). GradSync is an asynchronous
 all-reduce (ZeRO 0) or reduce-scatter on the stage's dp group, a gather an asynchronous
@@ -26,15 +27,6 @@ from ratc.vm.system.life import TASK_KINDS
 
 
 COLLECTIVE_KINDS = ("all-reduce", "reduce-scatter", "all-gather")
-
-
-def message_tag(op, M: int) -> int:
-    """A life.send / life.recv's tag, one per (boundary unit, direction, micro-batch): gloo pairs
-    a send with the receive of its tag, so a stage sending its peer across several chunk
-    boundaries (interleaved 1F1B) cannot have one boundary's tensors land in another's
-    buffers, whatever the order the two ranks post them in."""
-    a = op.attributes
-    return (a.get("unit", 0) * 2 + (a["dir"] == "bwd")) * M + a["mb"]
 
 
 class RuntimeFailure(RatcError):
@@ -180,8 +172,7 @@ class DistTransport:
                                      f"the rehearsal sent {f.shape} {f.dtype}")
             t = t.contiguous()
             span = self._span("send", op)
-            self.sends.append((dist.isend(t, dst=peer, tag=message_tag(op, self.M)), t, f"{what} ('{f.name}')",
-                               self.mesh.where(peer), span))
+            self.sends.append((dist.isend(t, dst=peer), t, f"{what} ('{f.name}')", self.mesh.where(peer), span))
 
     def recv(self, p: int, op) -> Pending:
         a = op.attributes
@@ -189,8 +180,7 @@ class DistTransport:
         fields = self.specs[message_kind(p, op)]
         got = {f.name: f.empty(self.device) for f in fields}
         span = self._span("receive", op)
-        tag = message_tag(op, self.M)
-        works = [(dist.irecv(got[f.name], src=peer, tag=tag), f.name) for f in fields if f.shape is not None]
+        works = [(dist.irecv(got[f.name], src=peer), f.name) for f in fields if f.shape is not None]
         what = describe(op)
 
         def wait():
