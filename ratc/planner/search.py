@@ -270,6 +270,39 @@ class Planner:
         for (k, _), e in zip(tried, better):
             if e.feasible and e.t_step < evs[k].t_step:
                 evs[k] = e
+        return self._reorders(evs, tried)
+
+    def _reorders(self, evs: list, tried: list) -> list:
+        """evs with each tried (row, FSR candidate with a keep) reordered within stages where
+        that is faster and fits: every single-stage reorder (ratc.planner.keep.stage_orders) is
+        costed, then the winners of all stages together; the fastest that fits stays."""
+        from ratc.planner.keep import stage_orders, with_changes
+        alts = []
+        keeps = dict(tried)
+        for k, c in tried:
+            if c.act == "fsr":
+                ranks = c.P * c.D * c.T
+                units = self.units(c.T, ranks, c.b).units
+                ranges = self.stages(c.P, c.T, c.balance, ranks, c.b).ranges
+                alts += [(k, p, ch) for p, ch in stage_orders(units, ranges, c.keep)]
+        if not alts:
+            return evs
+        costed, _ = self._costed([replace(keeps[k], keep=with_changes(keeps[k].keep, ch)) for k, _, ch in alts])
+        won: dict = {}          # row -> stage -> (its fastest reorder that fits, the changes)
+        for (k, p, ch), e in zip(alts, costed):
+            if e.feasible and e.t_step < won.get(k, {}).get(p, (evs[k], None))[0].t_step:
+                won.setdefault(k, {})[p] = (e, ch)
+        evs = list(evs)
+        for k, stages in won.items():
+            evs[k] = min((e for e, _ in stages.values()), key=attrgetter("t_step"))
+        together = [(k, {x: y for _, ch in stages.values() for x, y in ch.items()})
+                    for k, stages in won.items() if len(stages) > 1]
+        if together:
+            both, _ = self._costed([replace(keeps[k], keep=with_changes(keeps[k].keep, ch))
+                                    for k, ch in together])
+            for (k, _), e in zip(together, both):
+                if e.feasible and e.t_step < evs[k].t_step:
+                    evs[k] = e
         return evs
 
     def _by_v(self, cands: list) -> tuple:
