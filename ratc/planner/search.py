@@ -270,7 +270,20 @@ class Planner:
         for (k, _), e in zip(tried, better):
             if e.feasible and e.t_step < evs[k].t_step:
                 evs[k] = e
-        return self._reorders(evs, tried)
+        return evs
+
+    def _reordered(self, feasible: list) -> list:
+        """The feasible plans with each FSR keep reordered where that is faster (_reorders):
+        tried on plans whose step less all its exposed recovery, the most a reorder can
+        remove, is below the fastest plan's."""
+        top = min((e.t_step for e in feasible), default=math.inf)
+        by_p: dict = {}
+        for k, e in enumerate(feasible):
+            if e.cand.keep and e.cand.act == "fsr" and e.t_step - e.e_rec < top:
+                by_p.setdefault(e.cand.P, []).append((k, e.cand))
+        for tried in by_p.values():
+            feasible = self._reorders(feasible, tried)
+        return feasible
 
     def _reorders(self, evs: list, tried: list) -> list:
         """evs with each tried (row, FSR candidate with a keep) reordered within stages where
@@ -280,7 +293,7 @@ class Planner:
         alts = []
         keeps = dict(tried)
         for k, c in tried:
-            if c.act == "fsr":
+            if c.act == "fsr" and c.keep:
                 ranks = c.P * c.D * c.T
                 units = self.units(c.T, ranks, c.b).units
                 ranges = self.stages(c.P, c.T, c.balance, ranks, c.b).ranges
@@ -403,6 +416,8 @@ class Planner:
                     fastest = min(fastest, ev.t_step)
                 (result.feasible if ev.feasible else result.infeasible).append(ev)
                 result.evaluated += 1
+        if strat.keep:
+            result.feasible = self._reordered(result.feasible)
         # Equal to the microsecond is a tie (the policies' tails are computed differently and can
         # differ by float rounding alone). Among equally fast plans the richer state policy wins
         # (deadline > layerwise > bulk: under ZeRO-2 bulk and layerwise compile to the same
