@@ -60,8 +60,8 @@ def _text(units, options, picks) -> str:
     for (idx, _), pick in zip(options, picks):
         if pick and isinstance(pick[0], int):
             # identical layers in forward order: those keeping everything first, then the
-            # selective ones, then those recomputed whole (so the stage's last layer, whose
-            # Recover fills the bubble before the next Backward under FSR, is recomputed while any is)
+            # selective ones, then those recomputed whole (under FSR the planner then tries
+            # another choice last in each stage: stage_orders)
             nf, ns = pick
             pick = ("full",) * nf + ("selective",) * ns + ("layer",) * (len(idx) - nf - ns)
         for i, x in zip(idx, pick):
