@@ -131,11 +131,8 @@ def stage_orders(units, ranges, keep: str) -> list[tuple[int, dict]]:
         here = [choices[k] for k in ks]
         for last in SAVE_CHOICES:
             if last in here and here[-1] != last:
-                moved = list(here)
-                moved.reverse()
-                moved.remove(last)          # (the stage's latest layer of that choice)
-                moved.reverse()
-                out.append((p, dict(zip(ks, moved + [last]))))
+                j = len(here) - 1 - here[::-1].index(last)      # the stage's latest of that choice
+                out.append((p, dict(zip(ks, here[:j] + here[j + 1:] + [last]))))
     return out
 
 
