@@ -77,6 +77,12 @@ class Settings:
         return 0.1 if self.quick else 0.25
 
     @property
+    def busy_bytes(self) -> int:
+        """Bytes of each message kept in flight beside the busy window's compute: a stage
+        hand-off of a small model's micro-batch (128 x 256 fp32 activations)."""
+        return 128 * KB
+
+    @property
     def sharing_shape(self) -> int:
         """m = n = k of the GEMM whose slow-down under sharing is measured."""
         return 128 if self.quick else 256
