@@ -128,27 +128,34 @@ class _Rank:
         mean over a window of calls while every rank runs it and keeps gloo's threads working
         as a step does (a stage hand-off each way and an all-reduce in flight beside each
         call; the waits for them are left out: the planner prices messages apart). Two ranks
-        on two cores contend with each other, with those threads and with the machine's
-        other processes; [sharing].matmul and .memory (fastest loops, no messages) see only
-        the first."""
+        on two cores take time from each other, as do those threads and the machine's other
+        processes; [sharing].matmul and .memory (fastest loops, no messages) see only the
+        ranks' contention for cache and memory. (A window alone is no steadier a baseline:
+        a burst of other load in it can make the ratio fall under 1.)"""
         call = unit_calls(block_stack(BLOCKS), (1, 2, 4), self.device)[1]
         traffic = _Traffic(self, self.settings.busy_bytes)
+        once = per_call(call, self.sync, self.settings.sharing_seconds) if self.rank == 0 else 0.0
+        count = torch.tensor([math.ceil(self.settings.load_seconds / once) if self.rank == 0 else 0])
+        self.wait(dist.broadcast(count, 0, async_op=True), "the broadcast of the busy window's length")
         pairs = []
         for _ in range(self.settings.repeats):
             alone = self._alone(call, self.settings.sharing_seconds)
-            count = torch.tensor([math.ceil(self.settings.load_seconds / alone) if self.rank == 0 else 0])
-            self.wait(dist.broadcast(count, 0, async_op=True), "the broadcast of the busy window's length")
-            computing = 0.0
-            for _ in range(int(count.item())):
-                traffic.post()
-                start = time.perf_counter()
-                call()
-                self.sync()
-                computing += time.perf_counter() - start
-            traffic.drain()
-            pairs.append((alone, computing / int(count.item())))
+            pairs.append((alone, self._calls(call, int(count.item()), traffic)))
             self.barrier()
         return pairs
+
+    def _calls(self, call, calls: int, traffic: "_Traffic") -> float:
+        """Mean seconds of `calls` calls with the traffic in flight beside each, each call timed
+        alone (the traffic's posts and waits between them left out)."""
+        computing = 0.0
+        for _ in range(calls):
+            traffic.post()
+            start = time.perf_counter()
+            call()
+            self.sync()
+            computing += time.perf_counter() - start
+        traffic.drain()
+        return computing / calls
 
     def _window(self, call) -> float | None:
         """Rank 0's mean seconds per call over one continuous window while the others wait."""

@@ -70,11 +70,13 @@ class HostExecProfile(ExecutionProfile):
     def _sharing(self) -> tuple:
         """(GEMM, memory-bound, interpreter) slow-down of a rank of a program of `ranks`. A lone
         rank's is [sharing].load, what the machine's other processes take from a long task.
-        Ranks sharing the cores take [sharing].busy (a unit's time with every rank running it
-        and gloo's threads busy, preemption included; at least the load, measured under it), and
-        a GEMM or a memory-bound operator their contention for cache and memory besides
-        ([sharing].matmul, .memory: fastest loops, preemption left out); each figure linear in
-        the number of other busy ranks over the calibration's."""
+        Ranks sharing the cores take [sharing].busy from each other's interpreter work (a
+        unit's time with every rank running it and gloo's threads busy, over its unpreempted
+        time alone: the load is in it), and from a GEMM or a memory-bound operator the larger
+        of that and [sharing].matmul or .memory (their contention for cache and memory
+        bandwidth): the larger, not the product, as each was measured with the other ranks
+        running. Each figure is linear in the number of other busy ranks over the
+        calibration's, and at least the load (it was measured under it)."""
         share, measured = self.platform.sharing, self.platform.host.ranks
         load = share.load.median
         if self.ranks <= 1 or measured <= 1:
@@ -82,9 +84,9 @@ class HostExecProfile(ExecutionProfile):
         frac = (self.ranks - 1) / (measured - 1)
 
         def scaled(fig) -> float:
-            return max(1.0, 1 + (fig.median - 1) * frac)
+            return 1 + (fig.median - 1) * frac
         busy = max(load, scaled(share.busy))
-        return busy * scaled(share.matmul), busy * scaled(share.memory), busy
+        return max(busy, scaled(share.matmul)), max(busy, scaled(share.memory)), busy
 
     @functools.cached_property
     def _rows(self) -> dict:
