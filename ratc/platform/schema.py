@@ -274,8 +274,8 @@ class SharingSpec:
                                                 "unpreempted time: what the machine's other processes "
                                                 "take from a task longer than a scheduler slice")
     busy: "Figure" = quantity(FIGURE + "float", "a rank's synthetic unit (a Forward and its Backward as the "
-                                                "executor runs them) over one continuous window while every "
-                                                "rank runs it with gloo messages in flight, over its "
+                                                "executor runs them), timed call by call over a window while "
+                                                "every rank runs it with gloo messages in flight, over its "
                                                 "unpreempted time alone: what ranks sharing the cores, "
                                                 "gloo's threads and the other processes take from a rank")
 
