@@ -286,7 +286,7 @@ What the host model still leaves out:
   all-reduce beside each call), over its time alone, and the planner slows the interpreter
   work of ranks sharing the cores by it (GEMMs and adds by it or their contention figure,
   the larger). It holds the other sessions' work of the minute it was measured, as `load`
-  does: in five calibrations at loads of 3-8 (2026-12-05) busy came out 1.15-1.42 and load
+  does: in five calibrations at loads of 3-7 (2026-12-05) busy came out 1.15-1.42 and load
   1.02-1.43, about equal in the two full ones (which then price a two-rank step's compute
   as before) and 1.29-1.40 against 1.02 in the three quick ones.
 - **The update's cache.** The executor's AdamW step on a shard twice the last-level cache runs
