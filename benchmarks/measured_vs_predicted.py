@@ -282,13 +282,15 @@ What the host model still leaves out:
   Backwards ran 1.3-1.7x the planner's figure, one rank's (#0, #5, #6) 0.96-1.25x (2026-12-05,
   loads of 2.3-2.9), while `[sharing]` timed only two ranks' GEMMs and adds at once (fastest
   loops). `[sharing].busy` now times a synthetic unit, call by call, with every rank running
-  it and gloo's threads busy with a step's messages (a 128 KB hand-off each way and an
-  all-reduce beside each call), over its time alone, and the planner slows the interpreter
-  work of ranks sharing the cores by it (GEMMs and adds by it or their contention figure,
-  the larger). It holds the other sessions' work of the minute it was measured, as `load`
-  does: in five calibrations at loads of 3-7 (2026-12-05) busy came out 1.15-1.42 and load
-  1.02-1.43, about equal in the two full ones (which then price a two-rank step's compute
-  as before) and 1.29-1.40 against 1.02 in the three quick ones.
+  it and gloo's threads busy with a step's messages (a 128 KB hand-off each way and a 1 MB
+  all-reduce beside each call), over its unpreempted time alone, and the planner slows the
+  interpreter work of ranks sharing the cores by it (GEMMs and adds by it or their
+  contention figure, the larger). It holds the other sessions' work of the minute it was
+  measured, as `load` does. How much it takes grows with the traffic beside the compute
+  (2026-12-05, quick calibrations at loads of 2-7: 1.22-1.35 with 4 B messages, 1.25-1.46
+  with 128 KB ones, 1.48-1.60 with a 1 MB all-reduce beside the 128 KB hand-offs, 1.80-1.87
+  with 1 MB hand-offs too); one figure prices a D = 2 ZeRO step (a layer's parameters or
+  gradients per task) and a P = 2 step's hand-offs alike.
 - **The update's cache.** The executor's AdamW step on a shard twice the last-level cache runs
   up to 2x slower than a training step's update (its ratios of 0.5-1.1): some of a unit's
   state is still in cache when its update runs. A loop over a shard that fits the cache keeps

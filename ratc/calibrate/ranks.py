@@ -184,18 +184,18 @@ class _Traffic:
     send to the next rank, a receive from the previous one and an all-reduce over every rank,
     each posted before a call and waited before the next call's are posted."""
 
-    def __init__(self, rank: _Rank, nbytes: int):
+    def __init__(self, rank: _Rank, sizes: tuple):
         self.rank, self.pending = rank, []
-        elements = max(1, nbytes // FP32)
-        self.out, self.back = torch.ones(elements, device=rank.device), torch.empty(elements, device=rank.device)
-        self.total = torch.ones(elements, device=rank.device)
-        self.what = f"of {elements * FP32} B beside the busy window's compute"
+        handoff, collective = (max(1, nbytes // FP32) for nbytes in sizes)
+        self.out, self.back = torch.ones(handoff, device=rank.device), torch.empty(handoff, device=rank.device)
+        self.total = torch.ones(collective, device=rank.device)
+        self.what = f"beside the busy window's compute ({handoff * FP32} B messages, a {collective * FP32} B all-reduce)"
 
     def post(self) -> None:
         self.drain()
         me, world = self.rank.rank, self.rank.world
-        self.pending = [(dist.isend(self.out, (me + 1) % world), f"a send {self.what} to rank {(me + 1) % world}"),
-                        (dist.irecv(self.back, (me - 1) % world), f"a receive {self.what} from rank {(me - 1) % world}"),
+        self.pending = [(dist.isend(self.out, (me + 1) % world), f"a send to rank {(me + 1) % world} {self.what}"),
+                        (dist.irecv(self.back, (me - 1) % world), f"a receive from rank {(me - 1) % world} {self.what}"),
                         (dist.all_reduce(self.total, async_op=True), f"an all-reduce {self.what}")]
 
     def drain(self) -> None:
