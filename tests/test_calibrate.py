@@ -77,10 +77,10 @@ def test_quick_calibration_figures_are_physically_sane(calibrated):
                                                              p.sharing.busy))
 
 
-def test_two_quick_calibrations_agree_on_the_efficiency_table_the_fixed_costs_and_busy(calibrated):
-    """The robust figures: each GEMM's rate as a fraction of the peak, the fixed costs of a
-    task, an operator and a parameter, and [sharing].busy. Absolute rates move with the load
-    other processes put on this shared machine (see the README's calibration section); efficiencies cancel a common
+def test_two_quick_calibrations_agree_on_the_efficiency_table_and_the_fixed_costs(calibrated):
+    """The robust figures: each GEMM's rate as a fraction of the peak, and the fixed costs of a
+    task, an operator and a parameter. Absolute rates move with the load other processes put on
+    this shared machine (see the README's calibration section); efficiencies cancel a common
     slow-down, and their spread carries the peak's and, as each run's operands lie elsewhere,
     where a GEMM's operands lie. Observed at 1-minute loads of 2 to 9 on 2 cores: this test
     passed 16 times in 16 (it failed 4 times in 6 while every run used the same operands)."""
@@ -92,8 +92,6 @@ def test_two_quick_calibrations_agree_on_the_efficiency_table_the_fixed_costs_an
     fixed = {key: (getattr(first.compute, key), getattr(second.compute, key)) for key in FIXED_COSTS}
     differ = {key: pair for key, pair in fixed.items() if not pair[0].agrees(pair[1])}
     assert len(differ) <= len(fixed) // 3, differ
-    # the ranks' slow-down of each other's units with gloo busy (each run a window of calls)
-    assert first.sharing.busy.agrees(second.sharing.busy), (first.sharing.busy, second.sharing.busy)
 
 
 def test_calibrate_refuses_to_overwrite_a_file_it_did_not_write(tmp_path, capsys):
