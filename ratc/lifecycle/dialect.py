@@ -152,10 +152,29 @@ def _check_plan(op):
                               f"{'virtual ' if v > 1 else ''}stages 0..{P * v - 1} in order, every "
                               f"{'one' if v > 1 else 'stage'} holding at least one (so here {here})", u)
         vs = chunk * P + s
+    _check_schedule(op, units)
     if vs is not None and vs != P * v - 1:
         raise VerifyError(f"'{op.name}': P = {P}{f', v = {v}' if v > 1 else ''}, but its units are on "
                           f"{'virtual ' if v > 1 else ''}stages 0..{vs} only", op)
     _check_ties(op, units)
+
+
+def _check_schedule(op, units) -> None:
+    """A zero-bubble schedule interleaves v >= 2 chunks per rank and recomputes whole layers
+    or nothing (FSR and selective recomputation assume whole Backwards)."""
+    a = op.attributes
+    sched = a.get("sched", "1f1b")
+    if sched == "1f1b":
+        return
+    if a.get("v", 1) < 2:
+        raise VerifyError(f"'{op.name}' sched = \"{sched}\" interleaves v >= 2 virtual stages per rank, "
+                          f"got v = {a.get('v', 1)}", op)
+    if a["act"] == "fsr":
+        raise VerifyError(f"'{op.name}' sched = \"{sched}\" runs act full or ckpt, not fsr", op)
+    bad = next((u for u in units if u.attributes.get("keep") is not None), None)
+    if bad is not None:
+        raise VerifyError(f"life.unit #{bad.attributes.get('index')}: sched = \"{sched}\" recomputes whole "
+                          f"layers only (keep = \"{bad.attributes['keep']}\")", bad)
 
 
 def _check_ties(op, units) -> None:
@@ -246,6 +265,15 @@ LIFE.op("recover", "Recover(l, m): recompute a layer's saved activations from it
         operands=["args*"], results=["r:!life.rec"], verify=_check,
         attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED, **_PLACED})
 LIFE.op("bwd", "Backward(l, m): input gradient out, and the layer's gradient accumulated",
+        operands=["args*"], results=["outs*"], verify=_check,
+        attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED})
+# Zero-bubble schedules (plan sched = "zb1p") split each Backward in two tasks.
+LIFE.op("bwd_i", "I(l, m): a Backward's input-gradient part -- the gradient the previous layer waits for "
+                 "-- and a token its W waits for",
+        operands=["args*"], results=["outs*"], verify=_check,
+        attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED})
+LIFE.op("bwd_w", "W(l, m): a Backward's weight-gradient part, from the output gradient and saved "
+                 "activations its I kept; the layer's gradient accumulated",
         operands=["args*"], results=["outs*"], verify=_check,
         attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED})
 

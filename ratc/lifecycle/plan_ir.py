@@ -12,7 +12,7 @@ from ratc.errors import RatcError
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
 from ratc.step.schedules import check_interleaved
-from ratc.step.config import parse_keep
+from ratc.step.config import parse_keep, refuse_zero_bubble
 from ratc.step.plan import Plan
 from ratc.step.unit_costs import UnitCosts
 from ratc.step.rules import gathers, reduces_per_micro_batch, shards, syncs_by_reduce_scatter, tp_allreduces
@@ -81,6 +81,8 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             "stream": _b(b * u.stream),
         }
         attrs.update(chunk_of[i])
+        if cand.sched != "1f1b":    # (the W task's part of the Backward: its dW GEMMs)
+            attrs["bwd_w"] = b * u.bwd_weight
         if choices is not None and u.decoder and letters[i] != "layer":
             attrs.update(_keeps(u, choices[i], b))
         if not sends:
@@ -108,6 +110,9 @@ def _virtual_stages(planner, cand, units) -> tuple[list, list]:
     if v > 1 and cand.act == "fsr":
         raise RatcError(f"{cand.label()}: FSR's co-run placement assumes non-interleaved 1F1B; with v = {v} "
                         "virtual stages per rank use ckpt (or full)")
+    refuse_zero_bubble(cand.sched, cand.act, cand.keep, cand.label())
+    if cand.sched != "1f1b" and v < 2:
+        raise RatcError(f"{cand.label()}: sched={cand.sched} interleaves v >= 2 virtual stages per rank")
     if v > 1 and P * v > decoders:
         raise RatcError(f"{cand.label()}: P * v = {P * v} virtual stages need at least as many decoder "
                         f"layers, the model has {decoders}")

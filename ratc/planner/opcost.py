@@ -8,7 +8,7 @@ from ratc.errors import RatcError
 from ratc.frontend.profile import LayerProfile, ModelProfile, OpProfile
 from ratc.ir.types import DTYPE_BYTES
 from ratc.planner.corun import corun_within, least_headroom, merged_runs, phases
-from ratc.step.rules import kept_bytes, recomputes, recompute, recoverable
+from ratc.step.rules import kept_bytes, recomputes, recompute, recoverable, weight_gradient_share
 
 
 # Ops Megatron-style tensor parallelism splits across the T ranks (by heads or by the FFN
@@ -50,6 +50,9 @@ class UnitCost:
     core_ddr: float = 0.0
     core_phases: tuple = ()  # ((compute s, DDR s), ...) of that re-run
     core_ops: tuple = ()     # ... with the bytes each starts to make (ratc.planner.corun)
+    # Of bwd, the seconds of its weight gradients (a zero-bubble W task;
+    # ratc.step.rules.weight_gradient_share): the dW GEMMs.
+    bwd_weight: float = 0.0
 
     @property
     def recovers(self) -> bool:
@@ -165,7 +168,9 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     ph_f, ph_b = [], []     # per op: [(compute, DDR)] of its kernels and its stream / roofline
     op_saved, op_written = [], []
     core = _Core()
+    bw = 0.0
     for op in layer.ops:
+        b_before = b
         split = op_split(op, model.hidden)
         div = tp if split else 1
         ks = op_kernels(op, div, eb, align) if kernels else None
@@ -203,6 +208,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
             if ks is None:
                 other_f += max(c1, d1)
                 other_b += max(c2, d2)
+        bw += (b - b_before) * weight_gradient_share(op.gemm is not None, op.bwd_input_flops, op.bwd_weight_flops)
         if op.grad and core_bytes(op, eb):
             core.add(core_bytes(op, eb) / div, (f, fc, fd, other_f), before, kf, ph_f[-1])
         saved += op.saved_bytes / div
@@ -220,7 +226,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     return UnitCost(name=layer.name, decoder=decoder, fwd=f, fwd_compute=fc, fwd_ddr=fd,
                     bwd=b, bwd_compute=bc, bwd_ddr=bd, params=layer.param_count / tp,
                     trainable=layer.trainable_count / tp, tied=layer.tied_count(trainable=True) / tp,
-                    saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
+                    bwd_weight=bw, saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
                     workspace=workspace, kernels=kernels, backward=any(op.grad for op in layer.ops),
                     fwd_phases=phases([x for op in ph_f for x in op] + tail_f),
                     bwd_phases=phases([x for op in reversed(ph_b) for x in op] + tail_b),

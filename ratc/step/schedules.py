@@ -174,11 +174,19 @@ def check_interleaved(P: int, v: int, M: int) -> None:
         _rounds(P, M, f"interleaved 1F1B (P = {P}, v = {v})")
 
 
-def chunk_orders(P: int, v: int, M: int, rank: int) -> tuple[list, list]:
-    """(forwards, backwards) of `rank` as (chunk, micro-batch) in the order interleaved 1F1B
-    issues each kind; at v = 1 micro-batches 0..M-1 (every schedule's, `_rounds` aside)."""
+def rank_order(P: int, v: int, M: int, rank: int, sched: str = "1f1b") -> list[Action]:
+    """The order `rank` runs its actions in under a plan's schedule (ratc.step.config.SCHEDULES)
+    with v > 1 chunks per rank: interleaved 1F1B, or ZB1P with each backward split in I and W."""
+    return interleaved_zero_bubble(P, v, M, rank) if sched == "zb1p" else interleaved_1f1b(P, v, M, rank)
+
+
+def chunk_orders(P: int, v: int, M: int, rank: int, sched: str = "1f1b") -> tuple[list, list]:
+    """(forwards, backwards) of `rank` as (chunk, micro-batch) in the order its schedule
+    issues each kind; at v = 1 micro-batches 0..M-1 (every schedule's, `_rounds` aside).
+    Under ZB1P the backwards are its Is, whose order its Ws keep (each W runs after its I,
+    the oldest pending first)."""
     if v == 1:
         return [(0, m) for m in range(M)], [(0, m) for m in range(M)]
-    order = interleaved_1f1b(P, v, M, rank)
+    order = rank_order(P, v, M, rank, sched)
     return ([(a.stage // P, a.mb) for a in order if a.kind == "F"],
-            [(a.stage // P, a.mb) for a in order if a.kind == "B"])
+            [(a.stage // P, a.mb) for a in order if a.kind in ("B", "I")])
