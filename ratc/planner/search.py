@@ -12,7 +12,7 @@ import numpy as np
 from ratc.errors import RatcError
 from ratc.planner.collectives import check_algorithm
 from ratc.planner.config import CandidateBatch
-from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep
+from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep, refuse_zero_bubble
 from ratc.step.schedules import check_interleaved, whole_rounds
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.memory import stage_memory
@@ -273,10 +273,11 @@ class Planner:
         return evs
 
     def _by_v(self, cands: list) -> tuple:
-        """_costed over candidates of several v, a batch per v, in the candidates' order."""
+        """_costed over candidates of several v (or schedules), a batch per (v, schedule), in
+        the candidates' order."""
         evs, total = [None] * len(cands), np.zeros((len(cands), cands[0].P))
-        for v in sorted({c.v for c in cands}):
-            ks = [k for k, c in enumerate(cands) if c.v == v]
+        for v in sorted({(c.v, c.sched) for c in cands}):
+            ks = [k for k, c in enumerate(cands) if (c.v, c.sched) == v]
             part, part_total = self._costed([cands[k] for k in ks])
             for k, e in zip(ks, part):
                 evs[k] = e
@@ -291,7 +292,7 @@ class Planner:
         """
         from ratc.planner.timing import step_time
         _check_interleaved(cands, self.layers)
-        if len({c.v for c in cands}) > 1:      # (a batch shares v: its stage tables are P*v stages)
+        if len({(c.v, c.sched) for c in cands}) > 1:      # (a batch shares v: its stage tables are P*v stages)
             return self._by_v(cands)
         reps, inv = {}, []
         for c in cands:
@@ -494,3 +495,6 @@ def _check_interleaved(cands, layers: int) -> None:
                 raise RatcError(f"{c.label()}: FSR is not modelled with interleaved 1F1B (v = {c.v}); "
                                 "use act ckpt or full")
             check_interleaved(c.P, c.v, c.A)
+        refuse_zero_bubble(c.sched, c.act, c.keep, c.label())
+        if c.sched != "1f1b" and c.v < 2:
+            raise RatcError(f"{c.label()}: sched={c.sched} interleaves v >= 2 virtual stages per rank")

@@ -316,8 +316,11 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     on_slot = np.where(fsr, host_f + host_b, rec_on)
     rec_exposed = slots(on_slot, rec_c, rec_d, link_rec) - slots(0.0, 0.0, 0.0, 0.0)
     slot_rec = slots(on_slot - _sends(P, p2p), rec_c, rec_d, link_rec)
+    # (zero bubble: each virtual stage's W, its units' dW GEMMs, ratc.step.rules.backward_parts)
+    wc = b * sc.bwd_w if c.sched != "1f1b" else None
     t_1f1b, e_link, e_rec = (_makespans(slots, path, fwd, _sends(P, p2p), p2p, M, host_f, host_c, slot_rec)
-                             if c.v == 1 else _interleaved_makespans(slots, path, fwd, _sends(P, p2p), p2p, c, slot_rec))
+                             if c.v == 1 else _interleaved_makespans(slots, path, fwd, _sends(P, p2p), p2p, c, slot_rec,
+                                                                     wc))
     return StepTime(fwd=fwd, bwd=bwd, rec=rec, rec_exposed=rec_exposed, host_f=host_f, host_b=host_b,
                     host_c=host_c, tp_allreduce=tp_ar, p2p=p2p,
                     link_busy=link_busy, sync=sync, update=update, prefetch=prefetch, window=window,
@@ -389,21 +392,25 @@ def _three(three: np.ndarray) -> tuple:
     return t_1f1b, e_link, three[2 * C:] - t_1f1b - e_link
 
 
-def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, slot_rec) -> tuple:
+def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, slot_rec, wc=None) -> tuple:
     """(T_1F1B, E_link, E_rec) [C] of interleaved 1F1B: _makespans' three slots (the arrays
     are per virtual stage, [C, P*v]) over its order, each Forward its compute-stream part,
     each Backward the rest of its slot (so recovery, under Ckpt, is on the Backward). The
-    state chain is costed per rank (_state_chain, _per_rank_units, and its approximation)."""
+    state chain is costed per rank (_state_chain, _per_rank_units, and its approximation).
+    Given wc [C, P*v] (ZB1P), each backward is an I, the rest of the slot, and a W of wc."""
     S = path.shape[1]
     fc = fwd - p2p * (np.arange(S) < S - 1)
     works = [path - sends, slots(-sends, 0.0, 0.0, 0.0), slot_rec]
     C = len(fc)
+    w = [] if wc is None else [np.concatenate([wc + np.zeros_like(fc)] * 3)]
     rows = np.concatenate([np.concatenate([c.M + np.zeros((C, 1)), p2p + np.zeros((C, 1))], axis=1)] * 3)
-    rows = np.concatenate([rows, np.concatenate([fc] * 3), np.concatenate([w - fc for w in works])], axis=1)
+    back = np.concatenate([x - fc for x in works]) - (w[0] if w else 0.0)
+    rows = np.concatenate([rows, np.concatenate([fc] * 3), back] + w, axis=1)
     # rows that differ only where the main path does not look (state policy, ZeRO, ...) are one
     key, inverse = _distinct_rows(rows)
     S = fc.shape[1]
-    three = interleaved_makespan(key[:, 2:2 + S], key[:, 2 + S:], key[:, 1:2], c.P, c.v, key[:, :1])
+    three = interleaved_makespan(key[:, 2:2 + S], key[:, 2 + S:2 + 2 * S], key[:, 1:2], c.P, c.v, key[:, :1],
+                                 key[:, 2 + 2 * S:] if w else None)
     return _three(three[inverse])
 
 

@@ -148,22 +148,44 @@ def zbv(P: int, M: int, rank: int) -> list[Action]:
 
 
 @lru_cache(maxsize=64)
-def interleaved_orders(P: int, v: int, M: int) -> tuple:
-    """Every rank's interleaved 1F1B order as (stage, kind, mb) tuples (for the planner)."""
-    return tuple(tuple(interleaved_1f1b(P, v, M, rank)) for rank in range(P))
+def interleaved_orders(P: int, v: int, M: int, sched: str = "1f1b") -> tuple:
+    """Every rank's order (interleaved 1F1B, or the plan's `sched`) as (stage, kind, mb)
+    tuples (for the planner)."""
+    return tuple(tuple(rank_order(P, v, M, rank, sched)) for rank in range(P))
 
 
 @lru_cache(maxsize=256)
-def chunk_in_flight(P: int, v: int, M: int) -> tuple[int, ...]:
+def chunk_in_flight(P: int, v: int, M: int, sched: str = "1f1b") -> tuple[int, ...]:
     """Per virtual stage s (chunk s // P of rank s % P): the most micro-batches whose Forward
-    has run and Backward not yet, over interleaved 1F1B's order on that rank."""
+    has run and Backward not yet, over its rank's order (zero bubble: whose W has not, as
+    W reads what the Forward saved)."""
     peak = [0] * (P * v)
     live = [0] * (P * v)
-    for order in interleaved_orders(P, v, M):
+    for order in interleaved_orders(P, v, M, sched):
         for s, kind, _ in order:
-            live[s] += 1 if kind == "F" else -1
+            live[s] += 1 if kind == "F" else -1 if kind in ("B", "W") else 0
             peak[s] = max(peak[s], live[s])
     return tuple(peak)
+
+
+@lru_cache(maxsize=256)
+def pending_weight_grads(P: int, v: int, M: int) -> tuple:
+    """Per rank, after each of its ZB1P actions: per chunk the micro-batches whose Forward
+    has run and W not yet, then per chunk those whose I has run and W not yet (2v counts:
+    what a W reads is held until it runs)."""
+    out = []
+    for order in interleaved_orders(P, v, M, "zb1p"):
+        live, rows = [0] * (2 * v), []
+        for s, kind, _ in order:
+            c = s // P
+            if kind == "W":
+                live[c] -= 1
+                live[v + c] -= 1
+            else:
+                live[c if kind == "F" else v + c] += 1
+            rows.append(tuple(live))
+        out.append(tuple(rows))
+    return tuple(out)
 
 
 def check_interleaved(P: int, v: int, M: int) -> None:
