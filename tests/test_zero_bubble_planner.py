@@ -1,0 +1,63 @@
+"""The planner prices ZB1P (sched=zb1p): its step time and peak memory against the system
+VM's on the compiled programs, and the in-flight counts its memory rule reads against
+torch's own order."""
+
+import functools
+import re
+
+import pytest
+from torch.distributed.pipelining.schedules import ScheduleInterleavedZeroBubble
+
+from ratc.frontend import trace_preset
+from ratc.planner.search import Planner
+from ratc.step.config import Candidate
+from ratc.step.schedules import pending_weight_grads
+from ratc.vm.system.driver import compile_candidate, run_module
+from test_schedules import torch_orders
+from tiny_programs import mt3000
+
+
+@functools.lru_cache(maxsize=None)
+def _planner() -> Planner:
+    return Planner(trace_preset("llama2-7b", 2048), mt3000())
+
+
+def _both(cand):
+    planner = _planner()
+    (ev,) = planner.evaluate_group([cand])
+    sim = run_module(compile_candidate(planner.model, cand, planner.platform, planner), planner.platform,
+                     memory_limit=False)[1]
+    return ev, sim
+
+
+@pytest.mark.parametrize("P,v", [(2, 2), (4, 2), (2, 4)])
+@pytest.mark.parametrize("act", ["full", "ckpt"])
+@pytest.mark.parametrize("Z", [0, 1, 2, 3])
+def test_zb1p_step_prediction_is_within_1_percent_of_the_system_vm(P, v, act, Z):
+    ev, sim = _both(Candidate(P=P, D=2, T=1, Z=Z, b=1, A=2 * P, act=act, pref="deadline", v=v, sched="zb1p"))
+    assert abs(ev.t_step - sim.step_seconds) <= 0.01 * sim.step_seconds
+    # memory: never below what the VM holds, at most 10 % above it
+    peak = max(sim.stage_peak_bytes)
+    assert peak <= ev.peak_mem <= 1.10 * peak
+
+
+def test_zb1p_fills_the_bubble_interleaved_1f1b_leaves_on_the_vm_and_in_the_planner():
+    base = dict(P=4, D=2, T=1, Z=1, b=1, A=8, act="full", pref="deadline", v=2)
+    ev_i, sim_i = _both(Candidate(**base))
+    ev_z, sim_z = _both(Candidate(**base, sched="zb1p"))
+    assert sim_z.step_seconds < sim_i.step_seconds and ev_z.t_step < ev_i.t_step
+
+
+@pytest.mark.parametrize("P,v,M", [(2, 2, 4), (4, 2, 8), (3, 3, 6), (4, 4, 8)])
+def test_the_counts_of_pending_ws_replay_torch_s_zb1p_order(P, v, M):
+    """Oracle: torch's pipeline_order, replayed action by action: per chunk, Forwards whose
+    W has not run, then Is whose W has not."""
+    for rank, order in enumerate(torch_orders(ScheduleInterleavedZeroBubble, P, v, M)):
+        live, want = [0] * (2 * v), []
+        for name in order:
+            stage, kind, _ = re.fullmatch(r"(\d+)([FIW])(\d+)", name).groups()
+            chunk = int(stage) // P
+            for k, d in ((chunk, {"F": 1, "W": -1}), (v + chunk, {"I": 1, "W": -1})):
+                live[k] += d.get(kind, 0)
+            want.append(tuple(live))
+        assert pending_weight_grads(P, v, M)[rank] == tuple(want)
