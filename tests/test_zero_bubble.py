@@ -199,3 +199,15 @@ def test_i_and_w_task_names_read_back_and_describe_themselves():
     assert str(parse("0I3@12")) == "0I3@12" and parse("1W0@5-4").last == 4
     assert describe(parse("0W3@12"), 34) == "Backward to the weights (weight gradient) of micro-batch 3 " \
                                             "through layer 12 on stage 0"
+
+
+def test_ratc_diagram_draws_the_i_and_w_of_a_zb1p_step():
+    from ratc.planner.search import Planner
+    from ratc.report.build import policy_diagram
+
+    data, res = policy_diagram(Planner(tiny(), mt3000()), 2, 4, "standard", v=2, sched="zb1p")
+    assert "ZB1P" in data.title and res.step_seconds > 0
+    kinds = {(iv.kind, iv.label[0]) for iv in data.intervals if iv.lane == "F/B"}
+    assert kinds == {("forward", "F"), ("backward", "I"), ("weight_grad", "W")}
+    with pytest.raises(RatcError, match="--virtual-stages of at least 2"):
+        policy_diagram(Planner(tiny(), mt3000()), 2, 4, "standard", sched="zb1p")

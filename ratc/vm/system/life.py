@@ -35,7 +35,8 @@ _ORDER_BITS = 24
 _COLLECTIVE = {"life.grad_sync": None, "life.reduce": "reduce_scatter", "life.prefetch": "all_gather",
                "life.gather": "all_gather"}
 # The kind of task each life op is (the trace category of its slices).
-TASK_KINDS = {"life.fwd": "forward", "life.bwd": "backward", "life.bwd_i": "backward", "life.bwd_w": "backward", "life.recover": "recover", "life.send": "send",
+TASK_KINDS = {"life.fwd": "forward", "life.bwd": "backward", "life.bwd_i": "backward", "life.bwd_w": "weight_grad",
+              "life.recover": "recover", "life.send": "send",
               "life.recv": "send", "life.grad_sync": "grad_sync", "life.reduce": "grad_sync", "life.update": "update",
               "life.prefetch": "prefetch", "life.gather": "gather", "life.tie_sum": "grad_sync",
               "life.param": "marker", "life.opt": "marker",
