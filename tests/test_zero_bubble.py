@@ -72,7 +72,7 @@ def _vm_orders(module, P: int) -> list[list[str]]:
     tl, _ = run_module(module, mt3000(), steps=1, memory_limit=False)
     ran = [[] for _ in range(P)]
     for k, t in enumerate(tl.program.tasks):
-        a = parse(t.name) if t.kind in ("forward", "backward") and t.replica == 0 else None
+        a = parse(t.name) if t.kind in ("forward", "backward", "weight_grad") and t.replica == 0 else None
         if a is not None:
             ran[t.stage].append((tl.start[k], k, (a.kind, a.mb, a.unit)))
     return [_collapse([x for _, _, x in sorted(r)], P, p, chunk_of) for p, r in enumerate(ran)]
@@ -121,6 +121,11 @@ def test_i_and_w_split_the_backward_by_the_unit_s_dw_gemms():
         # the embedding's gradient is a scatter, no GEMM: all I; elsewhere W is the dW GEMMs,
         # no larger than the dX ones, which I runs beside the attention core and the norms
         assert (w_dur == 0.0) if a["index"] == 0 else (0 < w_dur < 0.5 * a["bwd"])
+    # what I keeps for W: its weighted GEMMs' output gradients, fp16 -- per decoder layer of the
+    # tiny preset (seq 64, hidden 128, 2 KV heads of 32, FFN 344) q, o, down of the hidden size,
+    # k and v of the KV size, gate and up of the FFN's; the head's the vocabulary's (512)
+    w_grads = [int(u.attributes["w_grads"]) for u in plan.region.ops]
+    assert w_grads == [0] + [64 * (3 * 128 + 2 * 64 + 2 * 344) * 2] * 4 + [64 * 512 * 2]
 
 
 def test_a_projection_s_w_share_is_its_weight_gradient_flops_as_torch_counts_them():
@@ -150,7 +155,8 @@ def test_a_w_reads_what_its_i_kept_so_saved_activations_live_until_w_ends():
     module = _compile(pipeline="lower-to-life,schedule-1f1b")
     stages = find_pipeline(module).region.ops
     w = next(op for op in stages[0].region.ops if op.name == "life.bwd_w" and op.attributes["unit"] == 1)
-    # its I's token, the output gradient (from the next stage here) and the Forward's saved activations
+    # what its I kept (its GEMMs' output gradients), the output gradient (from the next stage here) and
+    # the Forward's saved activations
     assert [o.owner.name for o in w.operands] == ["life.bwd_i", "life.recv", "life.fwd"]
     w.operands = [o for o in w.operands if o.owner.name != "life.fwd"]
     with pytest.raises(VerifyError, match="missing dependency life.fwd"):

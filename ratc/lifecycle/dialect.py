@@ -269,11 +269,11 @@ LIFE.op("bwd", "Backward(l, m): input gradient out, and the layer's gradient acc
         attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED})
 # Zero-bubble schedules (plan sched = "zb1p") split each Backward in two tasks.
 LIFE.op("bwd_i", "I(l, m): a Backward's input-gradient part -- the gradient the previous layer waits for "
-                 "-- and a token its W waits for",
+                 "-- and its weighted GEMMs' output gradients, kept for its W",
         operands=["args*"], results=["outs*"], verify=_check,
         attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED})
-LIFE.op("bwd_w", "W(l, m): a Backward's weight-gradient part, from the output gradient and saved "
-                 "activations its I kept; the layer's gradient accumulated",
+LIFE.op("bwd_w", "W(l, m): a Backward's weight-gradient part, from the GEMM output gradients its I kept, "
+                 "the layer's output gradient and saved activations; the layer's gradient accumulated",
         operands=["args*"], results=["outs*"], verify=_check,
         attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED})
 

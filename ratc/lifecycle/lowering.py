@@ -215,15 +215,17 @@ class _StageLowering:
         return op, self.collect(i, m, op, holds)
 
     def input_grad(self, i: int, m: int, dy, saved: list, w) -> tuple[Operation, list]:
-        """I(i, m): the input gradient (dx, what the previous layer waits for) and a token its
-        W waits for; it keeps what W reads -- the output gradient and the saved activations
-        -- live until that W ends (ratc.step.rules.backward_parts prices both)."""
+        """I(i, m): the input gradient (dx, what the previous layer waits for) and the output
+        gradients of the layer's weighted GEMMs, which its W reads with the layer's output
+        gradient and saved activations: all live until that W ends
+        (ratc.step.rules.backward_parts prices both tasks)."""
         u = self.u(i)
         dur, compute, ddr = backward_parts(u)["I"]
         types, sizes, names = ([ACT], [int(u["input_bytes"])], [f"dx{i}_{m}"]) if i != 0 else ([], [], [])
-        op = _task("life.bwd_i", ([dy] if dy is not None else []) + saved + [w], types + [TOKEN], {
+        op = _task("life.bwd_i", ([dy] if dy is not None else []) + saved + [w], types + [SAVED], {
             "unit": i, "mb": m, "dur": dur, "compute": compute, "ddr": ddr, "workspace": u["workspace"],
-            "res": "compute", "prio": PRIO_MAIN, "sizes": sizes + [0]}, names + [f"i{i}_{m}"])
+            "res": "compute", "prio": PRIO_MAIN, "sizes": sizes + [int(u.get("w_grads", 0))]},
+            names + [f"dw_in{i}_{m}"])
         self.env["W", i, m] = [op.results[-1]] + ([dy] if dy is not None else []) + saved
         return op, []
 

@@ -82,7 +82,7 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
         }
         attrs.update(chunk_of[i])
         if cand.sched != "1f1b":    # (the W task's part of the Backward: its dW GEMMs)
-            attrs["bwd_w"] = b * u.bwd_weight
+            attrs["bwd_w"], attrs["w_grads"] = b * u.bwd_weight, _b(b * u.wgrad_bytes)
         if choices is not None and u.decoder and letters[i] != "layer":
             attrs.update(_keeps(u, choices[i], b))
         if not sends:

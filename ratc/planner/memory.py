@@ -141,11 +141,12 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     ranked = _per_rank(mem, held, c.P, c.v)
     if c.sched == "1f1b":
         return ranked
-    # zero bubble: what a Forward saved lives until its W, and a recomputed layer's
-    # activations from its I to its W (which reads them): the recovered layers' whole saved
-    # bytes, their inputs counted again. Counted over the order, not as chunk peaks.
+    # zero bubble: what a Forward saved lives until its W, and from its I to its W what
+    # that reads: its GEMMs' output gradients and a recomputed layer's activations (the
+    # recovered layers' whole saved bytes, their inputs counted again). Counted over the
+    # order, not as chunk peaks.
     kept = np.where(recovers, b * sc.ckpt, b * sc.saved_full) + zero
-    rebuilt = np.where(recovers, b * (sc.saved_full - sc.ckpt + sc.n_rec * boundary_bytes), 0.0) + zero
+    rebuilt = b * sc.wgrad + np.where(recovers, b * (sc.saved_full - sc.ckpt + sc.n_rec * boundary_bytes), 0.0)
     rank_held = ranked.activations - held.reshape(len(held), c.v, c.P).sum(axis=1)
     return dataclasses.replace(ranked, activations=rank_held + _until_w(np.concatenate([kept, rebuilt], axis=1), c))
 

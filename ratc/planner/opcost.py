@@ -53,6 +53,9 @@ class UnitCost:
     # Of bwd, the seconds of its weight gradients (a zero-bubble W task;
     # ratc.step.rules.weight_gradient_share): the dW GEMMs.
     bwd_weight: float = 0.0
+    # ... and what those W tasks read besides the saved activations: the output gradients of
+    # the GEMMs with weights, kept from the input-gradient task (I) until W runs
+    wgrad_bytes: float = 0.0
 
     @property
     def recovers(self) -> bool:
@@ -168,7 +171,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     ph_f, ph_b = [], []     # per op: [(compute, DDR)] of its kernels and its stream / roofline
     op_saved, op_written = [], []
     core = _Core()
-    bw = 0.0
+    bw = wg = 0.0
     for op in layer.ops:
         b_before = b
         split = op_split(op, model.hidden)
@@ -208,7 +211,9 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
             if ks is None:
                 other_f += max(c1, d1)
                 other_b += max(c2, d2)
-        bw += (b - b_before) * weight_gradient_share(op.gemm is not None, op.bwd_input_flops, op.bwd_weight_flops)
+        share = weight_gradient_share(op.gemm is not None, op.bwd_input_flops, op.bwd_weight_flops)
+        bw += (b - b_before) * share
+        wg += op.bytes_written / div if share > 0 else 0.0
         if op.grad and core_bytes(op, eb):
             core.add(core_bytes(op, eb) / div, (f, fc, fd, other_f), before, kf, ph_f[-1])
         saved += op.saved_bytes / div
@@ -226,7 +231,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     return UnitCost(name=layer.name, decoder=decoder, fwd=f, fwd_compute=fc, fwd_ddr=fd,
                     bwd=b, bwd_compute=bc, bwd_ddr=bd, params=layer.param_count / tp,
                     trainable=layer.trainable_count / tp, tied=layer.tied_count(trainable=True) / tp,
-                    bwd_weight=bw, saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
+                    bwd_weight=bw, wgrad_bytes=wg, saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
                     workspace=workspace, kernels=kernels, backward=any(op.grad for op in layer.ops),
                     fwd_phases=phases([x for op in ph_f for x in op] + tail_f),
                     bwd_phases=phases([x for op in reversed(ph_b) for x in op] + tail_b),

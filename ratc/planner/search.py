@@ -168,10 +168,11 @@ class Planner:
                 for balance in strategy.balance:
                     if balance != strategy.balance[0] and self._same_partition(P, T, strategy.balance[0], balance):
                         continue
-                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance, v=v)
+                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance, v=v, sched=s)
                              for b in micro if b <= per_replica and per_replica % b == 0
                              for Z in zeros for act in strategy.act for pref in strategy.pref
-                             for v in strategy.v if v == 1 or self._interleaves(P, v, per_replica // b, act)]
+                             for v in strategy.v if v == 1 or self._interleaves(P, v, per_replica // b, act)
+                             for s in (strategy.sched if v > 1 else ("1f1b",))]
                     if cands:
                         groups.setdefault(P, []).extend(cands)
         return groups
