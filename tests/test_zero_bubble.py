@@ -6,6 +6,7 @@ GEMMs; the verifier holds W to what it reads."""
 
 import dataclasses
 import functools
+from collections import Counter
 
 import pytest
 from torch.distributed.pipelining.schedules import ScheduleInterleavedZeroBubble
@@ -217,3 +218,27 @@ def test_ratc_diagram_draws_the_i_and_w_of_a_zb1p_step():
     assert kinds == {("forward", "F"), ("backward", "I"), ("weight_grad", "W")}
     with pytest.raises(RatcError, match="--virtual-stages of at least 2"):
         policy_diagram(Planner(tiny(), mt3000()), 2, 4, "standard", sched="zb1p")
+
+
+def test_codegen_charges_w_its_dw_gemms_and_i_the_rest_of_the_backward():
+    def cycles(sched, names):
+        cand = Candidate(P=2, D=1, T=1, Z=1, b=1, A=2, act="full", pref="deadline", v=2, sched=sched)
+        text = "lower-to-life,schedule-1f1b,codegen,memory-plan{budget=none}"
+        module = compile_program(tiny(), cand, mt3000(), CompileOptions(pipeline=text, verify="each"))
+        out: dict = {}
+        for stage in find_pipeline(module).region.ops:
+            for op in stage.region.ops:
+                if op.name in names and op.attributes["mb"] == 0:
+                    out[op.name, op.attributes["unit"]] = op.attributes
+        return out
+
+    whole = cycles("1f1b", ("life.bwd",))
+    split = cycles("zb1p", ("life.bwd_i", "life.bwd_w"))
+    for (_, unit), b in whole.items():
+        i, w = split["life.bwd_i", unit], split["life.bwd_w", unit]
+        assert i["cycles"] + w["cycles"] == b["cycles"]
+        calls = lambda *ts: sum((Counter({r.name: n}) for t in ts for r, n in zip(t["kernels"], t["calls"])),  # noqa: E731
+                                Counter())
+        assert calls(i, w) == calls(b)
+        # W runs the GEMMs whose shape is (k, n, m) of a forward (m, n, k): dW = x^T dy
+        assert all(r.name.startswith("gemm_") for r in w["kernels"])

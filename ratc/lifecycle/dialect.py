@@ -88,7 +88,7 @@ def _check_unit(op):
         if len(ph) % 2 or not all(_finite(x) for x in ph):
             raise VerifyError(f"'{op.name}' attribute '{key}' must list finite, non-negative (compute, DDR) "
                               f"second pairs", op)
-    for key in ("fwd_kernels", "bwd_kernels", "core_kernels"):
+    for key in ("fwd_kernels", "bwd_kernels", "core_kernels", "bwd_i_kernels", "bwd_w_kernels"):
         for entry in a.get(key, []):
             kind = entry[0] if isinstance(entry, list) and entry else None
             dims = KERNEL_DIMS.get(kind) if isinstance(kind, str) else None

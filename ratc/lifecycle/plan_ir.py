@@ -9,6 +9,7 @@ planner's Eq. 9 / Eq. 12 use. So a lowered program and the planner read the same
 from __future__ import annotations
 
 from ratc.errors import RatcError
+from ratc.codegen.op_kernels import without
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
 from ratc.step.schedules import check_interleaved
@@ -83,6 +84,9 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
         attrs.update(chunk_of[i])
         if cand.sched != "1f1b":    # (the W task's part of the Backward: its dW GEMMs)
             attrs["bwd_w"], attrs["w_grads"] = b * u.bwd_weight, _b(b * u.wgrad_bytes)
+            # (what codegen charges each: W its dW GEMMs, I the rest of the Backward)
+            attrs["bwd_i_kernels"] = _calls(without(u.kernels.bwd, u.kernels.wgrad), b)
+            attrs["bwd_w_kernels"] = _calls(u.kernels.wgrad, b)
         if choices is not None and u.decoder and letters[i] != "layer":
             attrs.update(_keeps(u, choices[i], b))
         if not sends:

@@ -95,6 +95,7 @@ class UnitKernels:
     bwd_other: float
     core: tuple = ()          # the attention core's forward kernels (a selective Recover's)
     core_other: float = 0.0   # ... and its seconds no kernel runs
+    wgrad: tuple = ()         # of bwd, the weight-gradient kernels (a zero-bubble W task's)
 
 
 def elem_bytes(dtype: str) -> int:
@@ -167,7 +168,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     runs_kernels = exec_profile.runs_kernels
     f = fc = fd = b = bc = bd = 0.0
     saved = workspace = 0.0
-    kf, kb, other_f, other_b = [], [], 0.0, 0.0
+    kf, kb, kw, other_f, other_b = [], [], [], 0.0, 0.0
     ph_f, ph_b = [], []     # per op: [(compute, DDR)] of its kernels and its stream / roofline
     op_saved, op_written = [], []
     core = _Core()
@@ -181,6 +182,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
         if ks is not None:
             kf += ks.fwd
             kb += ks.bwd
+            kw += ks.wgrad
             s1, s2 = ks.fwd_stream_bytes / ddr, ks.bwd_stream_bytes / ddr
             other_f += s1
             other_b += s2
@@ -212,7 +214,9 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
                 other_f += max(c1, d1)
                 other_b += max(c2, d2)
         share = weight_gradient_share(op.gemm is not None, op.bwd_input_flops, op.bwd_weight_flops)
-        bw += (b - b_before) * share
+        # (run as kernels, the W part is its dW kernels' own time; else the dW FLOPs' share)
+        bw += _kernel_time(exec_profile, ks.wgrad, ddr)[0] if ks is not None and runs_kernels else \
+            (b - b_before) * share
         wg += op.bytes_written / div if share > 0 else 0.0
         if op.grad and core_bytes(op, eb):
             core.add(core_bytes(op, eb) / div, (f, fc, fd, other_f), before, kf, ph_f[-1])
@@ -227,7 +231,8 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     f, fc, b, bc = f + over_f, fc + over_f, b + over_b, bc + over_b
     # (a host's per-task cost runs in its compute stream, after the ops)
     tail_f, tail_b = ([(over_f, 0.0)], [(over_b, 0.0)]) if over_f or over_b else ([], [])
-    kernels = UnitKernels(merge(kf), merge(kb), other_f, other_b, merge(core.kernels), core.other + over_f)
+    kernels = UnitKernels(merge(kf), merge(kb), other_f, other_b, merge(core.kernels), core.other + over_f,
+                          merge(kw))
     return UnitCost(name=layer.name, decoder=decoder, fwd=f, fwd_compute=fc, fwd_ddr=fd,
                     bwd=b, bwd_compute=bc, bwd_ddr=bd, params=layer.param_count / tp,
                     trainable=layer.trainable_count / tp, tied=layer.tied_count(trainable=True) / tp,
