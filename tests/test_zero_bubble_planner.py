@@ -2,6 +2,7 @@
 VM's on the compiled programs, and the in-flight counts its memory rule reads against
 torch's own order."""
 
+import dataclasses
 import functools
 import re
 
@@ -61,3 +62,18 @@ def test_the_counts_of_pending_ws_replay_torch_s_zb1p_order(P, v, M):
                 live[k] += d.get(kind, 0)
             want.append(tuple(live))
         assert pending_weight_grads(P, v, M)[rank] == tuple(want)
+
+
+def test_the_zerobubble_search_adds_a_zb1p_twin_to_each_interleaved_candidate_only():
+    from ratc.planner.strategies import get_strategy
+
+    planner = Planner(trace_preset("llama2-7b", 64), mt3000())
+    cands = [c for cs in planner.space(8, 64, get_strategy("zerobubble")).values() for c in cs]
+    zb = {c for c in cands if c.sched == "zb1p"}
+    interleaved = {c for c in cands if c.v > 1 and c.sched == "1f1b"}
+    assert zb and {dataclasses.replace(c, sched="1f1b") for c in zb} == interleaved
+    assert all(c.act != "fsr" for c in zb)
+    assert not any(c.sched != "1f1b" for cs in planner.space(8, 64, get_strategy("interleaved")).values()
+                   for c in cs)
+    result = planner.plan(8, 64, get_strategy("zerobubble"))
+    assert result.evaluated == len(cands)
