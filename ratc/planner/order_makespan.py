@@ -93,7 +93,7 @@ def _dependency(col: int, stages: int):
     return col + 1 if s < stages - 1 else s
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)     # (interleaved 1F1B's and ZB1P's, per (P, v, M))
 def interleaved_graph(P: int, v: int, M: int, sched: str = "1f1b") -> ActionGraph:
     """The action graph of interleaved 1F1B (ratc.step.schedules.interleaved_1f1b), or of
     the plan's `sched` (ZB1P)."""

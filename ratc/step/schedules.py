@@ -147,7 +147,7 @@ def zbv(P: int, M: int, rank: int) -> list[Action]:
     return [a for a in order if a.mb < M]
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)     # (interleaved 1F1B's and ZB1P's, per (P, v, M))
 def interleaved_orders(P: int, v: int, M: int, sched: str = "1f1b") -> tuple:
     """Every rank's order (interleaved 1F1B, or the plan's `sched`) as (stage, kind, mb)
     tuples (for the planner)."""
