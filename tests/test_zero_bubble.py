@@ -12,6 +12,7 @@ import pytest
 from torch.distributed.pipelining.schedules import ScheduleInterleavedZeroBubble
 
 from ratc.errors import RatcError
+from ratc.frontend import trace_preset
 from ratc.ir.verifier import VerifyError, verify, verify_op
 from ratc.lifecycle.actions import describe, format_pipeline, parse
 from ratc.lifecycle.compile import CompileOptions, compile_program, default_pipeline
@@ -95,10 +96,11 @@ def test_the_order_the_vm_runs_is_torch_s_zb1p_pipeline_order(P, v, M):
         assert _collapse(tasks, P, rank, chunk_of) == ran[rank]
 
 
+@pytest.mark.parametrize("preset", ["tiny", "tiny-tied"])
 @pytest.mark.parametrize("Z,act,D", [(0, "full", 2), (1, "ckpt", 2), (2, "ckpt", 2), (3, "full", 2),
                                      (3, "ckpt", 2)])
-def test_zb1p_programs_verify_and_run_under_every_zero_stage(Z, act, D):
-    module = _compile(Z=Z, act=act, D=D, A=4)
+def test_zb1p_programs_verify_and_run_under_every_zero_stage(Z, act, D, preset):
+    module = _compile(Z=Z, act=act, D=D, A=4, profile=trace_preset(preset, 64))
     _, res = run_module(module, mt3000(), memory_limit=False)
     assert res.step_seconds > 0
     for stage in find_pipeline(module).region.ops:
