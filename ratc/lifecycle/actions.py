@@ -222,7 +222,8 @@ def stage_actions(stage, comms: bool = False) -> list[str]:
 
 
 # Ops listed without comms; with comms, the transfers and collectives too (markers never).
-_LISTED = frozenset(("life.fwd", "life.bwd", "life.bwd_i", "life.bwd_w", "life.recover", "life.grad_sync", "life.update", "life.prefetch"))
+_LISTED = frozenset(("life.fwd", "life.bwd", "life.bwd_i", "life.bwd_w", "life.recover", "life.grad_sync",
+                     "life.update", "life.prefetch"))
 _COMMS = frozenset(("life.send", "life.recv", "life.reduce", "life.gather", "life.tie_sum"))
 
 

@@ -20,8 +20,8 @@ from ratc.ir.types import OpaqueType
 from ratc.ir.verifier import verify_op
 from ratc.step.schedules import chunk_orders
 from ratc import limits
-from ratc.step.rules import (backward_parts, backward_view, bucket_reused, gathers, holds_bucket, kept_bytes, prefetches,
-                             reduces_per_micro_batch, syncs_by_reduce_scatter, unit_save_choice)
+from ratc.step.rules import (backward_parts, backward_view, bucket_reused, gathers, holds_bucket, kept_bytes,
+                             prefetches, reduces_per_micro_batch, syncs_by_reduce_scatter, unit_save_choice)
 from ratc.step.unit_costs import recover_work
 
 ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = (

@@ -82,11 +82,7 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             "stream": _b(b * u.stream),
         }
         attrs.update(chunk_of[i])
-        if cand.sched != "1f1b":    # (the W task's part of the Backward: its dW GEMMs)
-            attrs["bwd_w"], attrs["w_grads"] = b * u.bwd_weight, _b(b * u.wgrad_bytes)
-            # (what codegen charges each: W its dW GEMMs, I the rest of the Backward)
-            attrs["bwd_i_kernels"] = _calls(without(u.kernels.bwd, u.kernels.wgrad), b)
-            attrs["bwd_w_kernels"] = _calls(u.kernels.wgrad, b)
+        attrs.update(_zero_bubble(cand, u, b))
         if choices is not None and u.decoder and letters[i] != "layer":
             attrs.update(_keeps(u, choices[i], b))
         if not sends:
@@ -102,6 +98,17 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     if ties:
         attrs["ties"] = ties
     return Operation("life.plan", attributes=attrs, sym_name="plan", region=Block(ops))
+
+
+def _zero_bubble(cand, u, b: int) -> dict:
+    """A unit's attributes under a zero-bubble schedule (none otherwise): its W's seconds and
+    what its I keeps for it, and the kernels codegen charges each (W its dW GEMMs, I the rest
+    of the Backward)."""
+    if cand.sched == "1f1b":
+        return {}
+    return {"bwd_w": b * u.bwd_weight, "w_grads": _b(b * u.wgrad_bytes),
+            "bwd_i_kernels": _calls(without(u.kernels.bwd, u.kernels.wgrad), b),
+            "bwd_w_kernels": _calls(u.kernels.wgrad, b)}
 
 
 def _virtual_stages(planner, cand, units) -> tuple[list, list]:

@@ -136,11 +136,15 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     mem = StageMemory(params=params + zero, grads=grads + zero, optimizer=optimizer + zero,
                       activations=activations, boundary=boundary, grad_bucket=grad_bucket,
                       param_view=param_view, workspace=workspace, at_edge=at_edge)
-    if c.v == 1:
-        return mem
-    ranked = _per_rank(mem, held, c.P, c.v)
+    return mem if c.v == 1 else _zero_bubble(_per_rank(mem, held, c.P, c.v), held, sc, c, boundary_bytes)
+
+
+def _zero_bubble(ranked: StageMemory, held, sc: StageCosts, c: CandidateBatch, boundary_bytes: float) -> StageMemory:
+    """A rank's memory (_per_rank's) under a zero-bubble schedule; as it is under 1F1B."""
     if c.sched == "1f1b":
         return ranked
+    recovers, b = recomputes(c.act), c.b
+    zero = np.zeros_like(held)
     # zero bubble: what a Forward saved lives until its W, and from its I to its W what
     # that reads: its GEMMs' output gradients and a recomputed layer's activations (the
     # recovered layers' whole saved bytes, their inputs counted again). Counted over the

@@ -166,15 +166,13 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     align = attention_alignment(platform.vliw) if kernels else None
     ddr = platform.cluster.ddr_bandwidth
     runs_kernels = exec_profile.runs_kernels
-    f = fc = fd = b = bc = bd = 0.0
+    f = fc = fd = b = bc = bd = bw = wg = 0.0
     saved = workspace = 0.0
     kf, kb, kw, other_f, other_b = [], [], [], 0.0, 0.0
     ph_f, ph_b = [], []     # per op: [(compute, DDR)] of its kernels and its stream / roofline
     op_saved, op_written = [], []
     core = _Core()
-    bw = wg = 0.0
     for op in layer.ops:
-        b_before = b
         split = op_split(op, model.hidden)
         div = tp if split else 1
         ks = op_kernels(op, div, eb, align) if kernels else None
@@ -213,11 +211,8 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
             if ks is None:
                 other_f += max(c1, d1)
                 other_b += max(c2, d2)
-        share = weight_gradient_share(op.gemm is not None, op.bwd_input_flops, op.bwd_weight_flops)
-        # (run as kernels, the W part is its dW kernels' own time; else the dW FLOPs' share)
-        bw += _kernel_time(exec_profile, ks.wgrad, ddr)[0] if ks is not None and runs_kernels else \
-            (b - b_before) * share
-        wg += op.bytes_written / div if share > 0 else 0.0
+        w_s, w_b = _weight_part(op, ks, ph_b[-1], div, exec_profile, ddr, runs_kernels)
+        bw, wg = bw + w_s, wg + w_b
         if op.grad and core_bytes(op, eb):
             core.add(core_bytes(op, eb) / div, (f, fc, fd, other_f), before, kf, ph_f[-1])
         saved += op.saved_bytes / div
@@ -231,8 +226,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     f, fc, b, bc = f + over_f, fc + over_f, b + over_b, bc + over_b
     # (a host's per-task cost runs in its compute stream, after the ops)
     tail_f, tail_b = ([(over_f, 0.0)], [(over_b, 0.0)]) if over_f or over_b else ([], [])
-    kernels = UnitKernels(merge(kf), merge(kb), other_f, other_b, merge(core.kernels), core.other + over_f,
-                          merge(kw))
+    kernels = UnitKernels(merge(kf), merge(kb), other_f, other_b, merge(core.kernels), core.other + over_f, merge(kw))
     return UnitCost(name=layer.name, decoder=decoder, fwd=f, fwd_compute=fc, fwd_ddr=fd,
                     bwd=b, bwd_compute=bc, bwd_ddr=bd, params=layer.param_count / tp,
                     trainable=layer.trainable_count / tp, tied=layer.tied_count(trainable=True) / tp,
@@ -241,6 +235,18 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
                     fwd_phases=phases([x for op in ph_f for x in op] + tail_f),
                     bwd_phases=phases([x for op in reversed(ph_b) for x in op] + tail_b),
                     **_stream_ops(layer, ph_f, ph_b, op_saved, op_written), **core.costs(over_f, tail_f))
+
+
+def _weight_part(op, ks, bwd_phases, div: int, exec_profile, ddr: float, runs_kernels: bool) -> tuple:
+    """(seconds, bytes) of one op's backward that a zero-bubble W runs and reads: its dW
+    GEMM kernels' own time when kernels price it, else the dW FLOPs' share of its roofline
+    backward (ratc.step.rules.weight_gradient_share); the output gradient of a GEMM with one."""
+    share = weight_gradient_share(op.gemm is not None, op.bwd_input_flops, op.bwd_weight_flops)
+    if ks is not None and runs_kernels:
+        seconds = _kernel_time(exec_profile, ks.wgrad, ddr)[0]
+    else:
+        seconds = max(bwd_phases[0]) * share
+    return seconds, (op.bytes_written / div if share > 0 else 0.0)
 
 
 class _Core:

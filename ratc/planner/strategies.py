@@ -58,7 +58,8 @@ STRATEGIES = {s.name: s for s in (
     Strategy("interleaved", "RATrain's space plus interleaved 1F1B (v = 2, 4 model chunks per rank; "
                             "Full or Ckpt)", v=(1, 2, 4)),
     Strategy("zerobubble", "the interleaved space, each interleaved candidate also as ZB1P (zero bubble: every "
-                           "Backward split into input- and weight-gradient tasks)", v=(1, 2, 4), sched=("1f1b", "zb1p")),
+                           "Backward split into input- and weight-gradient tasks)",
+             v=(1, 2, 4), sched=("1f1b", "zb1p")),
     Strategy("any", "every dimension free, including TP, ZeRO-3 and interleaved 1F1B (v = 2, 4)",
              tp=(1, 2, 4, 8), zero=ZERO_STAGES, v=(1, 2, 4)),
 )}

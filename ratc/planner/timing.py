@@ -316,8 +316,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     on_slot = np.where(fsr, host_f + host_b, rec_on)
     rec_exposed = slots(on_slot, rec_c, rec_d, link_rec) - slots(0.0, 0.0, 0.0, 0.0)
     slot_rec = slots(on_slot - _sends(P, p2p), rec_c, rec_d, link_rec)
-    # (zero bubble: each virtual stage's W, its units' dW GEMMs, ratc.step.rules.backward_parts)
-    wc = b * sc.bwd_w if c.sched != "1f1b" else None
+    wc = b * sc.bwd_w if c.sched != "1f1b" else None      # (zero bubble: each virtual stage's W)
     t_1f1b, e_link, e_rec = (_makespans(slots, path, fwd, _sends(P, p2p), p2p, M, host_f, host_c, slot_rec)
                              if c.v == 1 else _interleaved_makespans(slots, path, fwd, _sends(P, p2p), p2p, c, slot_rec,
                                                                      wc))
