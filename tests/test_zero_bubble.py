@@ -1,15 +1,15 @@
-"""Zero-bubble ZB1P (sched=zb1p) through the plan, lowering, schedule pass, verifier and
-system VM: the order the VM runs, per rank with per-layer tasks collapsed per (stage, kind,
-micro-batch), is torch's ScheduleInterleavedZeroBubble `pipeline_order` (stand-in stages of
-tests/test_schedules.py); each Backward is an I then a W, priced from the unit's own dW
-GEMMs; the verifier holds W to what it reads."""
+"""Zero-bubble schedules (sched=zb1p, zbv) through the plan, lowering, schedule pass,
+verifier and system VM: the order the VM runs, per rank with per-layer tasks collapsed per
+(stage, kind, micro-batch), is torch's ScheduleInterleavedZeroBubble / ScheduleZBVZeroBubble
+`pipeline_order` (stand-in stages of tests/test_schedules.py); each Backward is an I then
+a W, priced from the unit's own dW GEMMs; the verifier holds W to what it reads."""
 
 import dataclasses
 import functools
 from collections import Counter
 
 import pytest
-from torch.distributed.pipelining.schedules import ScheduleInterleavedZeroBubble
+from torch.distributed.pipelining.schedules import ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble
 
 from ratc.errors import RatcError
 from ratc.frontend import trace_preset
@@ -21,6 +21,7 @@ from ratc.lifecycle.plan_ir import plan_module
 from ratc.step.config import Candidate, parse_config
 from ratc.step.plan import Plan
 from ratc.step.rules import backward_parts
+from ratc.step.schedules import virtual_stage
 from ratc.vm.system.driver import run_module
 from test_schedules import torch_orders
 from tiny_programs import mt3000, tiny
@@ -36,8 +37,8 @@ def _deep_tiny(layers: int = 12):
     return dataclasses.replace(t, layers=(dataclasses.replace(layer, repeat=layers),))
 
 
-def _compile(P=2, v=2, A=4, Z=1, act="full", D=1, pipeline=None, profile=None):
-    cand = Candidate(P=P, D=D, T=1, Z=Z, b=1, A=A, act=act, pref="deadline", v=v, sched="zb1p")
+def _compile(P=2, v=2, A=4, Z=1, act="full", D=1, pipeline=None, profile=None, sched="zb1p"):
+    cand = Candidate(P=P, D=D, T=1, Z=Z, b=1, A=A, act=act, pref="deadline", v=v, sched=sched)
     text = pipeline or default_pipeline(cand.pref, budget="none")
     return compile_program(profile or tiny(), cand, mt3000(), CompileOptions(pipeline=text, verify="each"))
 
@@ -46,10 +47,7 @@ def _fixed_order(module) -> None:
     """torch's assumptions: every F, I and W of a virtual stage takes the same time (its units
     share it), transfers and state work none."""
     plan = find_plan(module)
-    per_vs: dict = {}
-    for u in plan.region.ops:
-        vs = (u.attributes["chunk"], u.attributes["stage"])
-        per_vs[vs] = per_vs.get(vs, 0) + 1
+    per_vs: Counter = Counter((u.attributes["chunk"], u.attributes["stage"]) for u in plan.region.ops)
     share = {u.attributes["index"]: 1e-3 / per_vs[u.attributes["chunk"], u.attributes["stage"]]
              for u in plan.region.ops}
     for stage in find_pipeline(module).region.ops:
@@ -58,17 +56,17 @@ def _fixed_order(module) -> None:
                 op.attributes["dur"] = share[op.attributes["unit"]] if op.name in MAIN else 0.0
 
 
-def _collapse(tasks, P: int, rank: int, chunk_of: dict) -> list[str]:
+def _collapse(tasks, P: int, rank: int, chunk_of: dict, sched: str) -> list[str]:
     """(kind, mb, unit) tasks as torch's actions '<virtual stage><kind><mb>', repeats merged."""
     out: list[str] = []
     for kind, mb, unit in tasks:
-        name = f"{chunk_of[unit] * P + rank}{kind}{mb}"
+        name = f"{virtual_stage(chunk_of[unit], rank, P, sched)}{kind}{mb}"
         if not out or out[-1] != name:
             out.append(name)
     return out
 
 
-def _vm_orders(module, P: int) -> list[list[str]]:
+def _vm_orders(module, P: int, sched: str) -> list[list[str]]:
     """Per rank, the Forwards, Is and Ws the system VM ran (replica 0), in start order."""
     chunk_of = {u.attributes["index"]: u.attributes["chunk"] for u in find_plan(module).region.ops}
     tl, _ = run_module(module, mt3000(), steps=1, memory_limit=False)
@@ -77,30 +75,35 @@ def _vm_orders(module, P: int) -> list[list[str]]:
         a = parse(t.name) if t.kind in ("forward", "backward", "weight_grad") and t.replica == 0 else None
         if a is not None:
             ran[t.stage].append((tl.start[k], k, (a.kind, a.mb, a.unit)))
-    return [_collapse([x for _, _, x in sorted(r)], P, p, chunk_of) for p, r in enumerate(ran)]
+    return [_collapse([x for _, _, x in sorted(r)], P, p, chunk_of, sched) for p, r in enumerate(ran)]
 
 
-@pytest.mark.parametrize("P,v,M", [(2, 2, 2), (2, 2, 4), (2, 3, 6), (3, 2, 3), (3, 2, 6), (4, 2, 4),
-                                   (4, 2, 8), (4, 3, 4), (3, 4, 6)])
-def test_the_order_the_vm_runs_is_torch_s_zb1p_pipeline_order(P, v, M):
-    module = _compile(P=P, v=v, A=M, profile=_deep_tiny())
+@pytest.mark.parametrize("sched,P,v,M", [
+    ("zb1p", 2, 2, 2), ("zb1p", 2, 2, 4), ("zb1p", 2, 3, 6), ("zb1p", 3, 2, 3), ("zb1p", 3, 2, 6),
+    ("zb1p", 4, 2, 4), ("zb1p", 4, 2, 8), ("zb1p", 4, 3, 4), ("zb1p", 3, 4, 6),
+    ("zbv", 2, 2, 1), ("zbv", 2, 2, 4), ("zbv", 3, 2, 2), ("zbv", 3, 2, 7), ("zbv", 4, 2, 5), ("zbv", 4, 2, 8),
+    ("zbv", 6, 2, 12)])
+def test_the_order_the_vm_runs_is_torch_s_zero_bubble_pipeline_order(sched, P, v, M):
+    module = _compile(P=P, v=v, A=M, profile=_deep_tiny(), sched=sched)
     _fixed_order(module)
-    ran = _vm_orders(module, P)
-    assert ran == torch_orders(ScheduleInterleavedZeroBubble, P, v, M)
+    ran = _vm_orders(module, P, sched)
+    torch_schedule = ScheduleZBVZeroBubble if sched == "zbv" else ScheduleInterleavedZeroBubble
+    assert ran == torch_orders(torch_schedule, P, v, M)
     # ... which is the program's issue order (what schedule.txt lists)
     chunk_of = {u.attributes["index"]: u.attributes["chunk"] for u in find_plan(module).region.ops}
     for rank, line in enumerate(format_pipeline(find_pipeline(module)).splitlines()[-P:]):
         listed = [parse(t) for t in line.split(": ", 1)[1].split()]
         tasks = [(a.kind, a.mb, u) for a in listed if a.kind in MAIN.values()
                  for u in range(a.unit, a.last + (1 if a.last >= a.unit else -1), 1 if a.last >= a.unit else -1)]
-        assert _collapse(tasks, P, rank, chunk_of) == ran[rank]
+        assert _collapse(tasks, P, rank, chunk_of, sched) == ran[rank]
 
 
-@pytest.mark.parametrize("preset", ["tiny", "tiny-tied"])
+@pytest.mark.parametrize("sched,preset", [("zb1p", "tiny"), ("zb1p", "tiny-tied"), ("zbv", "tiny"),
+                                          ("zbv", "tiny-tied")])
 @pytest.mark.parametrize("Z,act,D", [(0, "full", 2), (1, "ckpt", 2), (2, "ckpt", 2), (3, "full", 2),
                                      (3, "ckpt", 2)])
-def test_zb1p_programs_verify_and_run_under_every_zero_stage(Z, act, D, preset):
-    module = _compile(Z=Z, act=act, D=D, A=4, profile=trace_preset(preset, 64))
+def test_zero_bubble_programs_verify_and_run_under_every_zero_stage(Z, act, D, sched, preset):
+    module = _compile(Z=Z, act=act, D=D, A=4, profile=trace_preset(preset, 64), sched=sched)
     _, res = run_module(module, mt3000(), memory_limit=False)
     assert res.step_seconds > 0
     for stage in find_pipeline(module).region.ops:
@@ -189,7 +192,8 @@ def test_the_plan_text_and_ir_carry_the_schedule_only_when_not_1f1b():
     ("P=2,D=1,A=4,Full,sched=zb1p", "v >= 2"),
     ("P=2,D=1,A=4,FSR,v=2,sched=zb1p", "FSR's co-run placement assumes whole Backwards"),
     ("P=2,D=1,A=4,Ckpt,v=2,sched=zb1p,keep=4s", "whole-layer recomputation only"),
-    ("P=2,D=1,A=4,Full,v=2,sched=zbx", "sched must be one of 1f1b, zb1p"),
+    ("P=2,D=1,A=4,Full,v=2,sched=zbx", "sched must be one of 1f1b, zb1p, zbv"),
+    ("P=2,D=1,A=8,Full,v=4,sched=zbv", "sched=zbv lays v = 2 chunks per rank out in a V"),
 ])
 def test_plans_zero_bubble_cannot_run_are_refused_saying_why(text, why):
     with pytest.raises(RatcError, match=why):
@@ -214,11 +218,12 @@ def test_ratc_diagram_draws_the_i_and_w_of_a_zb1p_step():
     from ratc.planner.search import Planner
     from ratc.report.build import policy_diagram
 
-    data, res = policy_diagram(Planner(tiny(), mt3000()), 2, 4, "standard", v=2, sched="zb1p")
-    assert "ZB1P" in data.title and res.step_seconds > 0
-    kinds = {(iv.kind, iv.label[0]) for iv in data.intervals if iv.lane == "F/B"}
-    assert kinds == {("forward", "F"), ("backward", "I"), ("weight_grad", "W")}
-    with pytest.raises(RatcError, match="--virtual-stages of at least 2"):
+    for sched in ("zb1p", "zbv"):
+        data, res = policy_diagram(Planner(tiny(), mt3000()), 2, 4, "standard", v=2, sched=sched)
+        assert sched.upper() in data.title and res.step_seconds > 0
+        kinds = {(iv.kind, iv.label[0]) for iv in data.intervals if iv.lane == "F/B"}
+        assert kinds == {("forward", "F"), ("backward", "I"), ("weight_grad", "W")}
+    with pytest.raises(RatcError, match="interleaves v >= 2 virtual stages"):
         policy_diagram(Planner(tiny(), mt3000()), 2, 4, "standard", sched="zb1p")
 
 

@@ -36,8 +36,9 @@ def register(subparsers) -> None:
     p.add_argument("--virtual-stages", type=int, default=1, metavar="V",
                    help="model chunks per stage: interleaved 1F1B when > 1 (with --policy standard; default 1)")
     p.add_argument("--schedule", choices=SCHEDULES, default="1f1b",
-                   help="with --virtual-stages > 1: interleaved 1F1B (default) or zb1p, the zero-bubble schedule "
-                        "that splits each Backward into I (input gradient) and W (weight gradient)")
+                   help="with --virtual-stages > 1: interleaved 1F1B (default), or a zero-bubble schedule that "
+                        "splits each Backward into I (input gradient) and W (weight gradient): zb1p, or zbv "
+                        "(--virtual-stages 2, rank r holding stages r and 2P-1-r)")
     p.add_argument("--dp", type=int, default=2, help="data-parallel replicas D (default 2: shows GradSync)")
     p.add_argument("--zero", type=int, choices=(0, 1, 2), default=2, help="ZeRO stage (default 2)")
     p.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")

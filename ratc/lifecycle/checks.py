@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from ratc.ir.verifier import VerifyError, prefer_local, verify_op, walk_number
-from ratc.step.schedules import chunk_orders
+from ratc.step.schedules import chunk_orders, rank_of, virtual_stage
 from ratc.step.rules import (backward_view, bucket_reused, gathers, holds_bucket, prefetches, unit_save_choice,
                              reduces_per_micro_batch, syncs_by_reduce_scatter)
 
@@ -83,7 +83,7 @@ class _Ctx:
 
     def vs(self, i: int) -> int:
         """The virtual stage of unit i on this rank (the rank itself unless interleaved)."""
-        return self.chunk.get(i, 0) * self.P + self.p
+        return virtual_stage(self.chunk.get(i, 0), self.p, self.P, self.sched)
 
     def boundary(self, i: int) -> int | None:
         """The unit a stage-boundary transfer of unit i names (None unless interleaved)."""
@@ -94,7 +94,7 @@ class _Ctx:
         schedule's backwards (ratc.step.schedules.chunk_orders, as the lowering emits
         them), each chunk's units last first -- and each one's position in it."""
         if self._buckets is None:
-            _, backwards = chunk_orders(self.P, self.v, self.M, self.p, self.sched)
+            _, _, backwards = chunk_orders(self.P, self.v, self.M, self.p, self.sched)
             held = [[i for i in reversed(self.units) if self.chunk.get(i) == c and i not in self.frozen]
                     for c in range(self.v)]
             order = [(i, m) for c, m in backwards for i in held[c]]
@@ -345,8 +345,9 @@ def _check_transfer(op, c: _Ctx) -> None:
     vs = (c.vs(own) if c.v > 1 else c.p) + (-1 if upstream else 1)
     if not 0 <= vs < c.P * c.v:
         raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p} has no peer stage", op)
-    if a["peer"] != vs % c.P:
-        raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p} must have peer {vs % c.P}, got {a['peer']}", op)
+    peer = rank_of(vs, c.P, c.sched)
+    if a["peer"] != peer:
+        raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p} must have peer {peer}, got {a['peer']}", op)
 
 
 def _where(a: dict) -> str:
@@ -513,7 +514,7 @@ def _check_pipeline(pipe) -> None:
         if [chunk.get(i, 0) for i in listed] != sorted(chunk.get(i, 0) for i in listed):
             raise VerifyError(f"stage {p} must list its units in chunk order, got {listed}", s)
         for i in listed:
-            runs[min(chunk.get(i, 0), v - 1) * P + p].append(i)
+            runs[virtual_stage(min(chunk.get(i, 0), v - 1), p, P, plan.attributes.get("sched", "1f1b"))].append(i)
     units = [i for run in runs for i in run]
     if units != list(range(n_units)):
         raise VerifyError(f"the stages' units must be its plan's 0..{n_units - 1} in order"

@@ -31,7 +31,8 @@ import math
 from ratc.ir.registry import Dialect
 from ratc.ir.verifier import VerifyError
 from ratc.lifecycle import checks
-from ratc.step.config import ACT_POLICIES, ZERO_STAGES
+from ratc.step.config import ACT_POLICIES, ZERO_STAGES, schedule_shape_error
+from ratc.step.schedules import rank_of, virtual_stage
 from ratc.step.plan import Plan
 from ratc.step.rules import syncs_by_reduce_scatter
 from ratc.step.unit_costs import RECOVER_WORK, UnitCosts
@@ -124,7 +125,7 @@ def _check_plan(op):
                           f"got {len(units)}", op)
     sync = "reduce-scatter" if syncs_by_reduce_scatter(a["Z"]) else "all-reduce"
     last = len(units) - 1
-    P, v = a["P"], a.get("v", 1)
+    P, v, sched = a["P"], a.get("v", 1), a.get("sched", "1f1b")
     vs = None               # the previous unit's virtual stage
     for pos, u in enumerate(units):
         ua = u.attributes
@@ -145,13 +146,13 @@ def _check_plan(op):
                               f"{'every unit names its chunk 0..' + str(v - 1) if v > 1 else 'units have no chunk'}",
                               u)
         allowed = (0,) if vs is None else (vs, vs + 1)
-        if s >= P or chunk * P + s not in allowed:
-            here = " or ".join(f"stage {x % P} chunk {x // P}" for x in allowed) if v > 1 else \
+        if s >= P or virtual_stage(chunk, s, P, sched) not in allowed:
+            here = " or ".join(f"stage {rank_of(x, P, sched)} chunk {x // P}" for x in allowed) if v > 1 else \
                 f"stage {' or '.join(map(str, allowed))}"
             raise VerifyError(f"life.unit #{pos} is on stage {s}{f' chunk {chunk}' if v > 1 else ''}: units go on "
                               f"{'virtual ' if v > 1 else ''}stages 0..{P * v - 1} in order, every "
                               f"{'one' if v > 1 else 'stage'} holding at least one (so here {here})", u)
-        vs = chunk * P + s
+        vs = virtual_stage(chunk, s, P, sched)
     _check_schedule(op, units)
     if vs is not None and vs != P * v - 1:
         raise VerifyError(f"'{op.name}': P = {P}{f', v = {v}' if v > 1 else ''}, but its units are on "
@@ -166,9 +167,9 @@ def _check_schedule(op, units) -> None:
     sched = a.get("sched", "1f1b")
     if sched == "1f1b":
         return
-    if a.get("v", 1) < 2:
-        raise VerifyError(f"'{op.name}' sched = \"{sched}\" interleaves v >= 2 virtual stages per rank, "
-                          f"got v = {a.get('v', 1)}", op)
+    why = schedule_shape_error(sched, a.get("v", 1))
+    if why:
+        raise VerifyError(f"'{op.name}': {why}", op)
     if a["act"] == "fsr":
         raise VerifyError(f"'{op.name}' sched = \"{sched}\" runs act full or ckpt, not fsr", op)
     bad = next((u for u in units if u.attributes.get("keep") is not None), None)

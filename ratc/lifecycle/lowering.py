@@ -18,7 +18,7 @@ from ratc.ir.attributes import ByteSize, SymbolRef
 from ratc.ir.core import Block, Module, Operation
 from ratc.ir.types import OpaqueType
 from ratc.ir.verifier import verify_op
-from ratc.step.schedules import chunk_orders
+from ratc.step.schedules import chunk_orders, rank_of, virtual_stage
 from ratc import limits
 from ratc.step.rules import (backward_parts, backward_view, bucket_reused, gathers, holds_bucket, kept_bytes,
                              prefetches, reduces_per_micro_batch, syncs_by_reduce_scatter, unit_save_choice)
@@ -61,10 +61,11 @@ class _StageLowering:
         a = plan.attributes
         self.P, self.M, self.Z, self.p, self.act = a["P"], a["A"], a["Z"], p, act
         self.v = a.get("v", 1)
-        self.zb = a.get("sched", "1f1b") != "1f1b"     # zero bubble: each Backward as I, then W
+        self.sched = a.get("sched", "1f1b")
+        self.zb = self.sched != "1f1b"     # zero bubble: each Backward as I, then W
         self.p2p = a["p2p"]
         self.units = units
-        # the rank's chunks: chunk c is virtual stage c * P + p, a run of consecutive units
+        # the rank's chunks: chunk c is virtual stage c * P + p (ZBV: in a V), a run of consecutive units
         self.chunks = [[u for u in units if u.attributes.get("chunk", 0) == c] for c in range(self.v)]
         self.head = len(plan.region.ops) - 1
         self.all_units = plan.region.ops
@@ -136,20 +137,22 @@ class _StageLowering:
         gradient for `bwd`) with the rank of virtual stage vs; interleaved, it names the
         boundary by its `unit` (the later virtual stage's first), as two ranks then exchange
         several per micro-batch and direction."""
-        attrs = {"mb": m, "dir": d, "peer": vs % self.P}
+        peer = rank_of(vs, self.P, self.sched)
+        attrs = {"mb": m, "dir": d, "peer": peer}
         if self.v > 1:
             attrs["unit"] = unit
         if name == "life.recv":
             attrs.update(dur=0.0, res="link", prio=PRIO_MAIN, sizes=[int(self.u(unit)["input_bytes"])])
             return self.emit(_task(name, [], [ACT], attrs, [name_of]))
-        attrs.update(dur=self.p2p, res="link", prio=PRIO_MAIN, sizes=[0])
+        # (ZBV's bottom of the V hands a value over on its own rank: no link time)
+        attrs.update(dur=self.p2p if peer != self.p else 0.0, res="link", prio=PRIO_MAIN, sizes=[0])
         return self.emit(_task(name, operands, [TOKEN], attrs, [name_of + (f"_u{unit}" if self.v > 1 else "")]))
 
     def forward(self, m: int, chunk: int = 0) -> None:
         """Forward(l, m) of every unit of one of the stage's chunks, with the boundary receive and send."""
         units = self.chunks[chunk]
         first, last = units[0].attributes["index"], units[-1].attributes["index"]
-        vs = chunk * self.P + self.p
+        vs = virtual_stage(chunk, self.p, self.P, self.sched)
         x = None
         if vs > 0:
             x = self.transfer("life.recv", m, "fwd", vs - 1, first, [], f"x{first}_{m}").result
@@ -181,7 +184,7 @@ class _StageLowering:
         W follows in weight_grad)."""
         units = self.chunks[chunk]
         first, last = units[0].attributes["index"], units[-1].attributes["index"]
-        vs = chunk * self.P + self.p
+        vs = virtual_stage(chunk, self.p, self.P, self.sched)
         dy = None
         if vs < self.P * self.v - 1:
             dy = self.transfer("life.recv", m, "bwd", vs + 1, last + 1, [], f"dy{last + 1}_{m}").result
@@ -409,13 +412,13 @@ def lower(module: Module, act_policy: str | None = None) -> Operation:
         # every rank issues its Forwards (then its Backwards) in the schedule's order of each
         # kind: one global order whose dependencies point backwards, so no deadlock, and the
         # ZeRO >= 2 bucket chain built here holds after schedule-1f1b's reorder
-        forwards, backwards = chunk_orders(P, v, M, p, a.get("sched", "1f1b"))
+        forwards, backwards, weights = chunk_orders(P, v, M, p, a.get("sched", "1f1b"))
         for chunk, m in forwards:
             low.forward(m, chunk)
         for chunk, m in backwards:
             low.backward(m, chunk)
-        if low.zb:      # (then every W, in the order of the Is: ZB1P keeps it)
-            for chunk, m in backwards:
+        if low.zb:      # (then every W, in the order the schedule runs them)
+            for chunk, m in weights:
                 low.weight_grad(m, chunk)
         low.state_chain()
         stages.append(Operation("life.stage", attributes={"stage": p, "units": [u.attributes["index"] for u in us]},

@@ -12,8 +12,8 @@ from ratc.errors import RatcError
 from ratc.codegen.op_kernels import without
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
-from ratc.step.schedules import check_interleaved
-from ratc.step.config import parse_keep, refuse_zero_bubble
+from ratc.step.schedules import check_interleaved, rank_of
+from ratc.step.config import parse_keep, refuse_zero_bubble, schedule_shape_error
 from ratc.step.plan import Plan
 from ratc.step.unit_costs import UnitCosts
 from ratc.step.rules import gathers, reduces_per_micro_batch, shards, syncs_by_reduce_scatter, tp_allreduces
@@ -113,23 +113,25 @@ def _zero_bubble(cand, u, b: int) -> dict:
 
 def _virtual_stages(planner, cand, units) -> tuple[list, list]:
     """Per unit, its stage (rank) and {"chunk": c} when interleaved (v > 1; else {}): the
-    planner's own partition into P * v virtual stages, virtual stage vs on rank vs % P as
-    chunk vs // P. Refuses an interleaved candidate no program can run."""
+    planner's own partition into P * v virtual stages, virtual stage vs on rank vs % P (ZBV:
+    in a V, ratc.step.schedules.rank_of) as chunk vs // P. Refuses an interleaved candidate
+    no program can run."""
     P, v = cand.P, cand.v
     decoders = sum(u.decoder for u in units)
-    check_interleaved(P, v, cand.A)
+    check_interleaved(P, v, cand.A, cand.sched)
     if v > 1 and cand.act == "fsr":
         raise RatcError(f"{cand.label()}: FSR's co-run placement assumes non-interleaved 1F1B; with v = {v} "
                         "virtual stages per rank use ckpt (or full)")
     refuse_zero_bubble(cand.sched, cand.act, cand.keep, cand.label())
-    if cand.sched != "1f1b" and v < 2:
-        raise RatcError(f"{cand.label()}: sched={cand.sched} interleaves v >= 2 virtual stages per rank")
+    if schedule_shape_error(cand.sched, v):
+        raise RatcError(f"{cand.label()}: {schedule_shape_error(cand.sched, v)}")
     if v > 1 and P * v > decoders:
         raise RatcError(f"{cand.label()}: P * v = {P * v} virtual stages need at least as many decoder "
                         f"layers, the model has {decoders}")
     ranges = planner.stages(P * v, cand.T, cand.balance, P * cand.D * cand.T, cand.b).ranges
     virtual_of = [vs for vs, (s, e) in enumerate(ranges) for _ in range(s, e)]
-    return [vs % P for vs in virtual_of], [{"chunk": vs // P} if v > 1 else {} for vs in virtual_of]
+    return ([rank_of(vs, P, cand.sched) for vs in virtual_of],
+            [{"chunk": vs // P} if v > 1 else {} for vs in virtual_of])
 
 
 def _keeps(u, choice: str, b: int) -> dict:

@@ -45,6 +45,7 @@ def reorder_stage(stage, P: int, M: int) -> None:
     v, p = plan.attributes.get("v", 1), stage.attributes["stage"]
     sched = plan.attributes.get("sched", "1f1b")
     chunk_of = {u.attributes["index"]: u.attributes["chunk"] for u in plan.region.ops} if v > 1 else None
+    # (a.stage // P: the action's chunk, ZBV's V included)
     order = stage_order(P, M, p) if v == 1 else \
         [(a.kind, a.mb, a.stage // P) for a in rank_order(P, v, M, p, sched)]
     header = [op for op in ops if op.name in HEADER_OPS]

@@ -10,7 +10,7 @@ import numpy as np
 from ratc.planner.config import CandidateBatch
 from ratc.step.rules import gathers, recomputes, reduces_per_micro_batch, shards
 from ratc.step.config import ACT_POLICIES, RECIPE
-from ratc.step.schedules import chunk_in_flight, pending_weight_grads
+from ratc.step.schedules import chunk_in_flight, pending_weight_grads, rank_columns, virtual_stage
 from ratc.planner.stages import StageCosts
 
 FSR = ACT_POLICIES.index("fsr")
@@ -136,7 +136,7 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     mem = StageMemory(params=params + zero, grads=grads + zero, optimizer=optimizer + zero,
                       activations=activations, boundary=boundary, grad_bucket=grad_bucket,
                       param_view=param_view, workspace=workspace, at_edge=at_edge)
-    return mem if c.v == 1 else _zero_bubble(_per_rank(mem, held, c.P, c.v), held, sc, c, boundary_bytes)
+    return mem if c.v == 1 else _zero_bubble(_per_rank(mem, held, c.P, c.v, c.sched), held, sc, c, boundary_bytes)
 
 
 def _zero_bubble(ranked: StageMemory, held, sc: StageCosts, c: CandidateBatch, boundary_bytes: float) -> StageMemory:
@@ -151,12 +151,12 @@ def _zero_bubble(ranked: StageMemory, held, sc: StageCosts, c: CandidateBatch, b
     # order, not as chunk peaks.
     kept = np.where(recovers, b * sc.ckpt, b * sc.saved_full) + zero
     rebuilt = b * sc.wgrad + np.where(recovers, b * (sc.saved_full - sc.ckpt + sc.n_rec * boundary_bytes), 0.0)
-    rank_held = ranked.activations - held.reshape(len(held), c.v, c.P).sum(axis=1)
+    rank_held = ranked.activations - held[:, rank_columns(c.P, c.v, c.sched)].reshape(len(held), c.v, c.P).sum(axis=1)
     return dataclasses.replace(ranked, activations=rank_held + _until_w(np.concatenate([kept, rebuilt], axis=1), c))
 
 
 def _until_w(per_mb: np.ndarray, c: CandidateBatch) -> np.ndarray:
-    """[C, P] the most bytes a rank holds for its Ws to come: over its ZB1P order, the
+    """[C, P] the most bytes a rank holds for its Ws to come: over its zero-bubble order, the
     micro-batches in flight per chunk (pending_weight_grads) times that chunk's bytes per
     micro-batch (`per_mb` [C, 2 P*v]: what a Forward keeps, then what an I rebuilds)."""
     P, v = c.P, c.v
@@ -164,17 +164,18 @@ def _until_w(per_mb: np.ndarray, c: CandidateBatch) -> np.ndarray:
     out = np.zeros((per_mb.shape[0], P))
     for m in np.unique(M):
         rows = M == m
-        for r, counts in enumerate(pending_weight_grads(P, v, int(m))):
-            cols = [k * P * v + ch * P + r for k in (0, 1) for ch in range(v)]
+        for r, counts in enumerate(pending_weight_grads(P, v, int(m), c.sched)):
+            cols = [k * P * v + virtual_stage(ch, r, P, c.sched) for k in (0, 1) for ch in range(v)]
             out[rows, r] = (per_mb[rows][:, cols] @ np.array(counts, dtype=float).T).max(axis=1)
     return out
 
 
-def _per_rank(mem: StageMemory, held: np.ndarray, P: int, v: int) -> StageMemory:
+def _per_rank(mem: StageMemory, held: np.ndarray, P: int, v: int, sched: str = "1f1b") -> StageMemory:
     """[C, P] per rank from [C, P*v] per virtual stage: a rank holds its chunks' state and
     stored activations together, and the transient terms (a Backward's buffers, recovery,
     workspace) of one chunk's task at a time: those of the chunk where they are largest."""
-    fold = lambda a: a.reshape(a.shape[0], v, P)  # noqa: E731
+    cols = rank_columns(P, v, sched)
+    fold = lambda a: a[:, cols].reshape(a.shape[0], v, P)  # noqa: E731
     transient = fold(mem.activations - held + mem.buffers)
     worst = transient.argmax(axis=1)[:, None]
     pick = lambda a: np.take_along_axis(fold(a), worst, axis=1)[:, 0]  # noqa: E731

@@ -113,10 +113,10 @@ def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=
     return end[:, :graph.n].max(axis=1)
 
 
-def interleaved_makespan(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, M, wc=None) -> np.ndarray:
+def interleaved_makespan(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, M, wc=None,
+                         sched: str = "1f1b") -> np.ndarray:
     """[C] makespan of interleaved 1F1B with v chunks on P ranks (fc, bc [C, P*v]; M [C, 1]);
-    given wc [C, P*v], the W tasks' times, of ZB1P (bc then its I's)."""
-    sched = "1f1b" if wc is None else "zb1p"
+    of a zero-bubble `sched` (ZB1P, ZBV) given wc [C, P*v], the W tasks' times (bc then its I's)."""
     M = np.broadcast_to(np.asarray(M), (fc.shape[0], 1))[:, 0].astype(int)
     send = np.broadcast_to(np.asarray(send, dtype=float), (fc.shape[0], 1))
     out = np.empty(fc.shape[0])

@@ -12,7 +12,7 @@ import numpy as np
 from ratc.errors import RatcError
 from ratc.planner.collectives import check_algorithm
 from ratc.planner.config import CandidateBatch
-from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep, refuse_zero_bubble
+from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep, refuse_zero_bubble, schedule_shape_error
 from ratc.step.schedules import check_interleaved, whole_rounds
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.memory import stage_memory
@@ -172,7 +172,7 @@ class Planner:
                              for b in micro if b <= per_replica and per_replica % b == 0
                              for Z in zeros for act in strategy.act for pref in strategy.pref
                              for v in strategy.v if v == 1 or self._interleaves(P, v, per_replica // b, act)
-                             for s in (strategy.sched if v > 1 else ("1f1b",))]
+                             for s in (strategy.sched if v > 1 else ("1f1b",)) if not schedule_shape_error(s, v)]
                     if cands:
                         groups.setdefault(P, []).extend(cands)
         return groups
@@ -495,7 +495,7 @@ def _check_interleaved(cands, layers: int) -> None:
             if c.act == "fsr":
                 raise RatcError(f"{c.label()}: FSR is not modelled with interleaved 1F1B (v = {c.v}); "
                                 "use act ckpt or full")
-            check_interleaved(c.P, c.v, c.A)
+            check_interleaved(c.P, c.v, c.A, c.sched)
         refuse_zero_bubble(c.sched, c.act, c.keep, c.label())
-        if c.sched != "1f1b" and c.v < 2:
-            raise RatcError(f"{c.label()}: sched={c.sched} interleaves v >= 2 virtual stages per rank")
+        if schedule_shape_error(c.sched, c.v):
+            raise RatcError(f"{c.label()}: {schedule_shape_error(c.sched, c.v)}")

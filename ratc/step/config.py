@@ -25,10 +25,10 @@ BALANCES = ("time", "memory")
 # letters a plan's `keep` text writes them with.
 SAVE_CHOICES = ("full", "selective", "layer")
 KEEP_LETTERS = {"f": "full", "s": "selective", "l": "layer"}
-# The pipeline schedule of an interleaved plan (v > 1): interleaved 1F1B, or ZB1P, the
-# interleaved zero-bubble schedule that splits each backward into its input-gradient (I)
-# and weight-gradient (W) tasks (ratc.step.schedules).
-SCHEDULES = ("1f1b", "zb1p")
+# The pipeline schedule of an interleaved plan (v > 1): interleaved 1F1B, or a zero-bubble
+# schedule, which splits each backward into its input-gradient (I) and weight-gradient (W)
+# tasks: ZB1P (interleaved layout) or ZBV (v = 2 chunks laid out in a V) (ratc.step.schedules).
+SCHEDULES = ("1f1b", "zb1p", "zbv")
 
 
 @dataclass(frozen=True, order=True)
@@ -51,7 +51,7 @@ class Candidate:
     # virtual stages (model chunks) per pipeline rank: interleaved 1F1B when > 1
     # (ratc.step.schedules.interleaved_1f1b)
     v: int = 1
-    # the pipeline schedule (SCHEDULES); zb1p needs v >= 2
+    # the pipeline schedule (SCHEDULES); zb1p needs v >= 2, zbv v = 2
     sched: str = "1f1b"
 
     @property
@@ -197,13 +197,23 @@ def parse_config(text: str) -> Candidate:
 
 
 def _check_schedule(text: str, values: dict) -> None:
-    """Refuse a `sched=` the plan cannot run (zb1p: v >= 2, act full or ckpt)."""
+    """Refuse a `sched=` the plan cannot run (zb1p: v >= 2, zbv: v = 2; act full or ckpt)."""
     sched = values["sched"]
     if sched not in SCHEDULES:
         raise RatcError(f"--plan {text!r}: sched must be one of {', '.join(SCHEDULES)}, got {sched!r}")
-    if sched == "zb1p" and values["v"] < 2:
-        raise RatcError(f"--plan {text!r}: sched=zb1p interleaves v >= 2 virtual stages per rank (add v=2)")
+    why = schedule_shape_error(sched, values["v"])
+    if why:
+        raise RatcError(f"--plan {text!r}: {why}")
     refuse_zero_bubble(sched, values["act"], values["keep"], f"--plan {text!r}")
+
+
+def schedule_shape_error(sched: str, v: int) -> str:
+    """Why a schedule cannot run v chunks per rank ("" when it can)."""
+    if sched == "zb1p" and v < 2:
+        return "sched=zb1p interleaves v >= 2 virtual stages per rank (add v=2)"
+    if sched == "zbv" and v != 2:
+        return f"sched=zbv lays v = 2 chunks per rank out in a V (rank r holds stages r and 2P-1-r), got v = {v}"
+    return ""
 
 
 def refuse_zero_bubble(sched: str, act: str, keep: str, where: str) -> None:

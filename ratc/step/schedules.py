@@ -169,12 +169,12 @@ def chunk_in_flight(P: int, v: int, M: int, sched: str = "1f1b") -> tuple[int, .
 
 
 @lru_cache(maxsize=256)
-def pending_weight_grads(P: int, v: int, M: int) -> tuple:
-    """Per rank, after each of its ZB1P actions: per chunk the micro-batches whose Forward
+def pending_weight_grads(P: int, v: int, M: int, sched: str = "zb1p") -> tuple:
+    """Per rank, after each of its zero-bubble actions: per chunk the micro-batches whose Forward
     has run and W not yet, then per chunk those whose I has run and W not yet (2v counts:
     what a W reads is held until it runs)."""
     out = []
-    for order in interleaved_orders(P, v, M, "zb1p"):
+    for order in interleaved_orders(P, v, M, sched):
         live, rows = [0] * (2 * v), []
         for s, kind, _ in order:
             c = s // P
@@ -188,27 +188,47 @@ def pending_weight_grads(P: int, v: int, M: int) -> tuple:
     return tuple(out)
 
 
-def check_interleaved(P: int, v: int, M: int) -> None:
-    """Refuse a shape interleaved 1F1B cannot run: v > 1 needs P >= 2 and M whole rounds."""
+def check_interleaved(P: int, v: int, M: int, sched: str = "1f1b") -> None:
+    """Refuse a shape interleaved 1F1B (or ZB1P) cannot run: v > 1 needs P >= 2 and M whole
+    rounds (ZBV any M)."""
     if v > 1 and P < 2:
         raise RatcError(f"interleaved 1F1B: v = {v} virtual stages per rank need P >= 2 ranks, got P = {P}")
-    if v > 1:
+    if v > 1 and sched != "zbv":
         _rounds(P, M, f"interleaved 1F1B (P = {P}, v = {v})")
 
 
 def rank_order(P: int, v: int, M: int, rank: int, sched: str = "1f1b") -> list[Action]:
     """The order `rank` runs its actions in under a plan's schedule (ratc.step.config.SCHEDULES)
-    with v > 1 chunks per rank: interleaved 1F1B, or ZB1P with each backward split in I and W."""
+    with v > 1 chunks per rank: interleaved 1F1B, or ZB1P or ZBV with each backward split in I and W."""
+    if sched == "zbv":
+        return zbv(P, M, rank)
     return interleaved_zero_bubble(P, v, M, rank) if sched == "zb1p" else interleaved_1f1b(P, v, M, rank)
 
 
-def chunk_orders(P: int, v: int, M: int, rank: int, sched: str = "1f1b") -> tuple[list, list]:
-    """(forwards, backwards) of `rank` as (chunk, micro-batch) in the order its schedule
-    issues each kind; at v = 1 micro-batches 0..M-1 (every schedule's, `_rounds` aside).
-    Under ZB1P the backwards are its Is, whose order its Ws keep (each W runs after its I,
-    the oldest pending first)."""
+def virtual_stage(chunk: int, rank: int, P: int, sched: str = "1f1b") -> int:
+    """The global (virtual) stage of a rank's chunk: chunk * P + rank, except that ZBV lays
+    its two chunks out in a V (rank r holds stages r and 2P-1-r)."""
+    return 2 * P - 1 - rank if sched == "zbv" and chunk == 1 else chunk * P + rank
+
+
+def rank_columns(P: int, v: int, sched: str = "1f1b") -> list[int]:
+    """The virtual stages chunk by chunk, each chunk's ranks 0..P-1 in order: the column
+    order that folds [..., P*v] per virtual stage into [..., v, P] per (chunk, rank)."""
+    return [virtual_stage(c, r, P, sched) for c in range(v) for r in range(P)]
+
+
+def rank_of(stage: int, P: int, sched: str = "1f1b") -> int:
+    """The rank holding a virtual stage (virtual_stage's inverse, with stage // P its chunk)."""
+    return 2 * P - 1 - stage if sched == "zbv" and stage >= P else stage % P
+
+
+def chunk_orders(P: int, v: int, M: int, rank: int, sched: str = "1f1b") -> tuple[list, list, list]:
+    """(forwards, backwards, weight gradients) of `rank` as (chunk, micro-batch) in the order
+    its schedule issues each kind; at v = 1 micro-batches 0..M-1 (every schedule's,
+    `_rounds` aside). The backwards are a zero-bubble schedule's Is, the weight gradients its
+    Ws (else the backwards again: a Backward makes the layer's gradient)."""
     if v == 1:
-        return [(0, m) for m in range(M)], [(0, m) for m in range(M)]
+        return [(0, m) for m in range(M)], [(0, m) for m in range(M)], [(0, m) for m in range(M)]
     order = rank_order(P, v, M, rank, sched)
-    return ([(a.stage // P, a.mb) for a in order if a.kind == "F"],
-            [(a.stage // P, a.mb) for a in order if a.kind in ("B", "I")])
+    pick = lambda kinds: [(a.stage // P, a.mb) for a in order if a.kind in kinds]  # noqa: E731
+    return pick("F"), pick("BI"), pick("BW")
