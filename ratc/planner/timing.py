@@ -291,7 +291,8 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
         rs = reduce_scatter(D, sc.trainable * recipe.grad_bytes, dp) * reduces_per_micro_batch(Z) * (sc.trainable > 0)
         # (a layer with no backward, behind frozen inputs, has no backward all-reduces)
         layers = per_layer * np.stack([n_dec, sc.n_dec_bwd]) * ar
-        busy = layers.sum(axis=0) + (first * embedding_f + sc.head_tp_bwd) * ar + _sends(P, send, c.sched) + 2 * ag.sum(axis=2) + rs
+        busy = (layers.sum(axis=0) + (first * embedding_f + sc.head_tp_bwd) * ar + _sends(P, send, c.sched)
+                + 2 * ag.sum(axis=2) + rs)
         return ar, layers, send, ag, busy, np.where(recovers, per_layer * n_rec * ar, 0.0)
 
     tp_ar, (tp_layer_f, tp_layer_b), p2p, u_ag, link_busy, link_rec = traffic(tp_link, pp_link, dp_link)
@@ -305,9 +306,8 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
 
     z3_fwd, z3_bwd = _zero3_exposed(sc, b, u_ag)
 
-    out_f, out_b = _boundaries(P, c.sched)
-    fwd = b * sc.fwd + tp_fwd + z3_fwd + out_f * p2p
-    bwd = b * sc.bwd + tp_bwd + z3_bwd + out_b * p2p
+    fwd = b * sc.fwd + tp_fwd + z3_fwd + _boundaries(P, c.sched)[0] * p2p
+    bwd = b * sc.bwd + tp_bwd + z3_bwd + _boundaries(P, c.sched)[1] * p2p
     tp_one = per_layer * tp_ar
     rec = b * sc.rec + tp_one * n_rec
 
@@ -327,9 +327,8 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
 
     on_slot = np.where(fsr, host_f + host_b, rec_on)
     rec_exposed = slots(on_slot, rec_c, rec_d, link_rec) - slots(0.0, 0.0, 0.0, 0.0)
-    sends = _sends(P, p2p, c.sched)
+    sends, wc = _sends(P, p2p, c.sched), (b * sc.bwd_w if c.sched != "1f1b" else None)    # (wc: its Ws)
     slot_rec = slots(on_slot - sends, rec_c, rec_d, link_rec)
-    wc = b * sc.bwd_w if c.sched != "1f1b" else None      # (zero bubble: each virtual stage's W)
     t_1f1b, e_link, e_rec = (_makespans(slots, path, fwd, sends, p2p, M, host_f, host_c, slot_rec)
                              if c.v == 1 else _interleaved_makespans(slots, path, fwd, sends, p2p, c, slot_rec, wc))
     return StepTime(fwd=fwd, bwd=bwd, rec=rec, rec_exposed=rec_exposed, host_f=host_f, host_b=host_b,
