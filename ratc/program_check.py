@@ -174,7 +174,7 @@ def _check_task(op, units, kernels: dict, clock: float | None, where: str) -> No
     missing = [r.name for r in refs if r.name not in kernels]
     if missing:
         raise _fail(where, op, f"'{op.name}' calls @{missing[0]}, which is no life.kernel of the program")
-    other = units[a["unit"]].attributes.get(work[1], 0.0)
+    other = units[a["unit"]].attributes.get(work[1], 0.0) if work[1] is not None else 0.0
     want = (sum(n * kernels[r.name].attributes["cycles"] for r, n in zip(refs, calls))
             + int(round(other * clock)) + int(round(a.get("corun", 0.0) * clock)))
     if a["cycles"] != want:

@@ -12,7 +12,7 @@ import numpy as np
 from ratc.errors import RatcError
 from ratc.planner.collectives import check_algorithm
 from ratc.planner.config import CandidateBatch
-from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep
+from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep, refuse_zero_bubble, schedule_shape_error
 from ratc.step.schedules import check_interleaved, whole_rounds
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.memory import stage_memory
@@ -168,10 +168,11 @@ class Planner:
                 for balance in strategy.balance:
                     if balance != strategy.balance[0] and self._same_partition(P, T, strategy.balance[0], balance):
                         continue
-                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance, v=v)
+                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance, v=v, sched=s)
                              for b in micro if b <= per_replica and per_replica % b == 0
                              for Z in zeros for act in strategy.act for pref in strategy.pref
-                             for v in strategy.v if v == 1 or self._interleaves(P, v, per_replica // b, act)]
+                             for v in strategy.v if v == 1 or self._interleaves(P, v, per_replica // b, act)
+                             for s in (strategy.sched if v > 1 else ("1f1b",)) if not schedule_shape_error(s, v)]
                     if cands:
                         groups.setdefault(P, []).extend(cands)
         return groups
@@ -319,10 +320,11 @@ class Planner:
         return evs
 
     def _by_v(self, cands: list) -> tuple:
-        """_costed over candidates of several v, a batch per v, in the candidates' order."""
+        """_costed over candidates of several v (or schedules), a batch per (v, schedule), in
+        the candidates' order."""
         evs, total = [None] * len(cands), np.zeros((len(cands), cands[0].P))
-        for v in sorted({c.v for c in cands}):
-            ks = [k for k, c in enumerate(cands) if c.v == v]
+        for v in sorted({(c.v, c.sched) for c in cands}):
+            ks = [k for k, c in enumerate(cands) if (c.v, c.sched) == v]
             part, part_total = self._costed([cands[k] for k in ks])
             for k, e in zip(ks, part):
                 evs[k] = e
@@ -337,7 +339,7 @@ class Planner:
         """
         from ratc.planner.timing import step_time
         _check_interleaved(cands, self.layers)
-        if len({c.v for c in cands}) > 1:      # (a batch shares v: its stage tables are P*v stages)
+        if len({(c.v, c.sched) for c in cands}) > 1:      # (a batch shares v: its stage tables are P*v stages)
             return self._by_v(cands)
         reps, inv = {}, []
         for c in cands:
@@ -541,4 +543,7 @@ def _check_interleaved(cands, layers: int) -> None:
             if c.act == "fsr":
                 raise RatcError(f"{c.label()}: FSR is not modelled with interleaved 1F1B (v = {c.v}); "
                                 "use act ckpt or full")
-            check_interleaved(c.P, c.v, c.A)
+            check_interleaved(c.P, c.v, c.A, c.sched)
+        refuse_zero_bubble(c.sched, c.act, c.keep, c.label())
+        if schedule_shape_error(c.sched, c.v):
+            raise RatcError(f"{c.label()}: {schedule_shape_error(c.sched, c.v)}")
