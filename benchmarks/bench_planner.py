@@ -31,6 +31,7 @@ CASES = [  # (model, clusters, global batch, strategy)
     ("qwen2.5-32b", 512, 4096, "any"),
     ("llama2-70b", 1024, 1024, "selective"),    # per-layer save choices (issue 31): a second costing pass
     ("llama2-70b", 1024, 1024, "interleaved"),  # v = 2, 4 candidates: a makespan over the interleaved order
+    ("llama2-70b", 1024, 1024, "zerobubble"),   # ... each also as ZB1P: a makespan over its Is and Ws
     ("llama2-7b", 8, 512, "selective"),
 ]
 

@@ -278,11 +278,19 @@ the update from its measured rows.
 
 What the host model still leaves out:
 
-- **Two ranks on two cores.** Where two ranks run (#1-#4, #7-#9 above), their Forwards and
+- **Two ranks on two cores.** Where two ranks ran (#1-#4, #7-#9), their Forwards and
   Backwards ran 1.3-1.7x the planner's figure, one rank's (#0, #5, #6) 0.96-1.25x (2026-12-05,
-  loads of 2.3-2.9): `[sharing]` times two ranks' GEMMs and adds at once, not gloo's threads,
-  which the runtime's transfers and collectives keep busy beside the ranks' compute, nor
-  the other sessions' work sharing the same two cores.
+  loads of 2.3-2.9), while `[sharing]` timed only two ranks' GEMMs and adds at once (fastest
+  loops). `[sharing].busy` now times a synthetic unit, call by call, with every rank running
+  it and gloo's threads busy with a step's messages (a 128 KB hand-off each way and a 1 MB
+  all-reduce beside each call), over its unpreempted time alone, and the planner slows the
+  interpreter work of ranks sharing the cores by it (GEMMs and adds by it or their
+  contention figure, the larger). It holds the other sessions' work of the minute it was
+  measured, as `load` does. How much it takes grows with the traffic beside the compute
+  (2026-12-05, quick calibrations at loads of 2-7: 1.22-1.35 with 4 B messages, 1.25-1.46
+  with 128 KB ones, 1.48-1.60 with a 1 MB all-reduce beside the 128 KB hand-offs, 1.80-1.87
+  with 1 MB hand-offs too); one figure prices a D = 2 ZeRO step (a layer's parameters or
+  gradients per task) and a P = 2 step's hand-offs alike.
 - **The update's cache.** The executor's AdamW step on a shard twice the last-level cache runs
   up to 2x slower than a training step's update (its ratios of 0.5-1.1): some of a unit's
   state is still in cache when its update runs. A loop over a shard that fits the cache keeps

@@ -179,7 +179,7 @@ def _check_task(op, units, kernel_cycles: dict, clock: float | None, where: str,
     missing = [n for n in names if n not in kernel_cycles]
     if missing:
         raise _fail(where, op, f"'{op.name}' calls @{missing[0]}, which is no life.kernel of the program")
-    other = units[i].attributes.get(done[1], 0.0)
+    other = units[i].attributes.get(done[1], 0.0) if done[1] is not None else 0.0
     want = (sum(map(operator.mul, calls, map(kernel_cycles.__getitem__, names)))
             + int(round(other * clock)) + int(round(a.get("corun", 0.0) * clock)))
     if a["cycles"] != want:

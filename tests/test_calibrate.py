@@ -49,7 +49,7 @@ def test_quick_calibration_figures_are_physically_sane(calibrated):
     p = load_platform(calibrated[0][0])
     c = p.compute
     figures = [c.matmul_peak, *(getattr(c, key) for key in FIXED_COSTS), c.cache_bandwidth, c.memory_bandwidth, p.p2p.latency,
-               p.p2p.bandwidth, p.sharing.matmul, p.sharing.memory, *(r.rate for r in p.matmul),
+               p.p2p.bandwidth, p.sharing.matmul, p.sharing.memory, p.sharing.busy, *(r.rate for r in p.matmul),
                *(r.seconds for r in p.memory), *(f for row in p.collectives for f in (row.latency, row.bandwidth, row.tail))]
     assert all(f.median > 0 for f in figures)
     # one thread per rank: at most one core's peak; at least what any CPU of this century does
@@ -73,7 +73,8 @@ def test_quick_calibration_figures_are_physically_sane(calibrated):
     assert all(row.tail.median > 0.5 * row.latency.median for row in p.collectives)
     # another rank cannot make a rank much faster (a ratio under 1 is the load's noise), nor
     # slow it by more than every rank and as much other load again on its core
-    assert all(0.25 < f.median < 4 * p.host.ranks for f in (p.sharing.matmul, p.sharing.memory, p.sharing.load))
+    assert all(0.25 < f.median < 4 * p.host.ranks for f in (p.sharing.matmul, p.sharing.memory, p.sharing.load,
+                                                             p.sharing.busy))
 
 
 def test_two_quick_calibrations_agree_on_the_efficiency_table_and_the_fixed_costs(calibrated):
@@ -213,3 +214,21 @@ def test_fixed_costs_are_the_synthetic_units_differences_per_node():
     # (530 - 130) / 4 = 100 us a block, less its 2 parameters, over its 20 operators
     assert got["operator_forward"] == pytest.approx((100 - 2 * 20) / 20 * us)
     assert got["operator_backward"] == pytest.approx((150 - 2 * 2) / 20 * us)
+
+
+def test_rank_figures_fit_known_links_and_take_each_sharing_figure_as_together_over_alone():
+    from ratc.calibrate.fits import rank_figures
+
+    # one-way seconds of a link of 50 us and 2 GB/s; each size's fastest tenth is its line
+    sweep = [(nbytes, [50e-6 + nbytes / 2e9] * 9 + [1e-2]) for nbytes in (4000, 512000, 16000000)]
+    # rank 0's (alone, busy) seconds of the synthetic unit: busy over alone 1.2, 1.3 .. 1.6
+    busy = [(2e-3, 2e-3 * r) for r in (1.3, 1.6, 1.2, 1.5, 1.4)]
+    got = rank_figures({"messages": {("p2p", 2): [sweep] * 3, ("all_reduce", 2): [sweep] * 3},
+                        "sharing": {"busy": busy, "load": [(1.0, 1.1)] * 5}})
+    assert got["p2p"]["latency"].median == pytest.approx(50e-6)
+    assert got["p2p"]["bandwidth"].median == pytest.approx(2e9)
+    (key, row), = got["collectives"]
+    assert key == ("all_reduce", 2) and row["tail"].median == pytest.approx(sweep[0][1][0] + 0.1 * (1e-2 - sweep[0][1][0]))
+    assert (got["sharing"]["busy"].q1, got["sharing"]["busy"].median, got["sharing"]["busy"].q3) == \
+        pytest.approx((1.3, 1.4, 1.5))
+    assert got["sharing"]["load"].median == pytest.approx(1.1)

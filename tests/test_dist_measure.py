@@ -119,6 +119,39 @@ def test_a_transfer_or_collective_is_timed_from_when_its_last_member_issued_it()
     assert blocked[("grad_sync", 0)].samples == pytest.approx((5e-3, 1e-3))
 
 
+def test_an_interleaved_receive_is_the_transfer_of_its_wrapped_sender():
+    """v = 2, P = 2: rank 0's chunk 1 receives unit 3's input from rank 1 (0RECV_F0@3 is
+    1SEND_F0@3's, issued at 10 ms, seen complete at 15 ms: 5 ms at stage 1), and rank 1's
+    chunk 0 the gradient of unit 4's input from rank 0 (1RECV_B0@4, posted at 19 ms, is
+    0SEND_B0@4's, issued at 20 ms: 2 ms at stage 0)."""
+    trace = [[_event("receive", "0RECV_F0@3", "send", 2, 15, 1), _event("send", "0SEND_B0@4", "send", 20, 40, 1)],
+             [_event("send", "1SEND_F0@3", "send", 10, 40, 1), _event("receive", "1RECV_B0@4", "send", 19, 22, 1)]]
+    results = [RankResult(0, step_seconds=[1.0, 0.5], trace=trace), RankResult(1)]
+    rows = {(r.kind, r.stage): r.measured for r in measure(results, 1, 1, _prediction()).rows}
+    assert set(rows) == {("send", 0), ("send", 1)}
+    assert rows[("send", 1)].samples == pytest.approx((5e-3,))
+    assert rows[("send", 0)].samples == pytest.approx((2e-3,))
+
+
+@pytest.mark.parametrize("act", ["Full", "Ckpt"])
+def test_the_planners_per_kind_times_of_an_interleaved_program_are_the_vms(tmp_path, act):
+    """Oracle: the system VM simulating the compiled v = 2 program task by task; each rank's
+    Forwards, Backwards, Recovers and sends are its two chunks' (the planner's virtual stages
+    p and P + p; the VM counts whole cycles), and its state chain's pieces are per rank."""
+    from ratc.dist.measure import predict
+    from ratc.program_check import open_program
+
+    out = tmp_path / "prog"
+    assert main(["compile", EXAMPLE, "--preset", "tiny", "--plan", f"P=2,D=1,Z=1,b=1,A=4,{act},deadline,v=2",
+                 "--no-run", "-o", str(out)]) == 0
+    pred = predict(open_program(out))
+    kinds = [(k, p) for k in ("forward", "backward", "recover", "send", "update") for p in (0, 1)
+             if (k, p) in pred.vm_kinds]
+    assert len(kinds) == (10 if act == "Ckpt" else 8)
+    for key in kinds:
+        assert pred.planner_kinds[key] == pytest.approx(pred.vm_kinds[key], rel=1e-4), key
+
+
 def test_a_tie_sum_waits_for_the_other_stages_copy():
     """The tiny-tied preset's embedding (unit 0, stage 0) and head (unit 5, stage 1) are one
     tie group: stage 1's TieSum issued at 1 ms and seen complete at 9 ms could start only at

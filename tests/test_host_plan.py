@@ -2,7 +2,8 @@
 `ratc launch --measure` compares it with this machine.
 
 Oracles: hand-computed times from a hand-written host profile (tests/test_host_platform.py's
-HOST: three GEMM rows, two add rows, one all-reduce fit, sharing 1.5 / 1.8 at 2 ranks).
+HOST: three GEMM rows, two add rows, one all-reduce fit, sharing 1.5 / 1.8, load 1.25 and busy 1.4
+at 2 ranks).
 """
 
 import json
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_host_platform import HOST
+from test_host_platform import FACTS, FIGURES, HOST, fig
 
+from ratc.calibrate.profile import render
 from ratc.cli.main import main
 from ratc.planner.collectives import Link, all_reduce, link_for, reduce_scatter
 from ratc.planner.exec_profile import load_exec_profile
@@ -46,12 +48,37 @@ def test_a_gemm_is_priced_at_the_rate_of_the_nearest_measured_shape_of_its_layou
     assert prof.gemm_time(64, 64, 64, "nn") == pytest.approx(load * 64 ** 3 / 20e9)
 
 
-def test_two_ranks_sharing_the_cores_slow_a_gemm_by_the_measured_sharing_and_a_lone_one_by_the_load(host):
+def test_two_ranks_sharing_the_cores_slow_a_gemm_by_the_larger_of_busy_and_its_contention(host):
     alone, shared = HostExecProfile(host), HostExecProfile(host).for_program(2, 1)
     unloaded = 256 ** 3 / 40e9
     assert alone.gemm_time(256, 256, 256) == pytest.approx(1.25 * unloaded)     # [sharing].load
+    # [sharing].matmul 1.5 and .memory 1.8, each over .busy 1.4
     assert shared.gemm_time(256, 256, 256) == pytest.approx(1.5 * unloaded)
     assert shared.memory_time("add", 786432) == pytest.approx(1.8 * 25e-6)
+    # three ranks of a two-rank calibration: each figure's excess twice over (busy 1.8, matmul 2.0)
+    three = HostExecProfile(host).for_program(3, 1)
+    assert three.gemm_time(256, 256, 256) == pytest.approx(2.0 * unloaded)
+    assert three.unit_overhead(_decoder_layer()) == pytest.approx(
+        tuple(1.8 / 1.25 * t for t in alone.unit_overhead(_decoder_layer())))
+    # a busy figure over the contention figures prices GEMMs too
+    busier = {**FIGURES, "sharing": {**FIGURES["sharing"], "busy": fig(2.2)}}
+    prof = HostExecProfile(parse_platform(render("busier", "ratc calibrate", FACTS, busier), "busier.toml"))
+    assert prof.for_program(2, 1).gemm_time(256, 256, 256) == pytest.approx(2.2 * unloaded)
+
+
+def test_two_ranks_slow_the_interpreter_by_busy_and_never_by_less_than_the_load(host):
+    layer = _decoder_layer()
+    params = len(layer.params)
+    fwd, bwd = 28e-6 + params * 10e-6, 57e-6 + params * 4e-6     # unit_overhead's hand-worked figures
+    assert HostExecProfile(host).for_program(2, 1).unit_overhead(layer) == pytest.approx((1.4 * fwd, 1.4 * bwd))
+    add = next(op for op in layer.ops if op.name == "add")
+    moved = (add.bytes_read + add.bytes_written) * 4 / 2
+    assert HostExecProfile(host).for_program(2, 1).op_times(add, 1, 2)[0] == pytest.approx(
+        1.8 * moved * 25e-6 / 786432 + 1.4 * 2e-6)
+    # a busy figure under the load (measured in a quieter minute) gives way to the load
+    quiet = {**FIGURES, "sharing": {**FIGURES["sharing"], "busy": fig(1.1)}}
+    prof = HostExecProfile(parse_platform(render("quiet", "ratc calibrate", FACTS, quiet), "quiet.toml"))
+    assert prof.for_program(2, 1).unit_overhead(layer) == pytest.approx((1.25 * fwd, 1.25 * bwd))
 
 
 def test_a_memory_bound_op_is_interpolated_between_its_measured_sizes(host):

@@ -206,13 +206,6 @@ def test_an_interleaved_transfer_s_name_carries_its_boundary_unit_and_reads_back
     assert "to the next virtual stage (the boundary before layer 3)" in describe(parse(name), 6)
 
 
-def test_the_functional_executor_refuses_an_interleaved_program():
-    from ratc.vm.functional.executor import FunctionalExecutor
-
-    with pytest.raises(RatcError, match="v = 2 virtual stages per rank"):
-        FunctionalExecutor(_compile(act="full", D=1), None, [])
-
-
 def test_the_plan_verifier_holds_units_to_virtual_stages_in_order():
     plan = plan_module(tiny(), parse_config("P=2,D=1,A=4,Ckpt,v=2"), mt3000()).body.ops[0]
     verify_op(plan)

@@ -268,3 +268,42 @@ def test_selective_layers_recompute_their_attention_core_in_the_executor():
             s.step(0)
         runs[keep] = Count.calls
     assert runs == {"2s1l1f": 16 + 4 + 8, "4f": 16}
+
+
+@pytest.mark.parametrize("stage", [0, 1, 3])
+def test_reordered_keep_is_as_fast_as_every_order_of_the_stage(planner_7b, stage):
+    """Oracle: brute force over every distinct order of one stage's choices (1 full, 2
+    selective, 5 whole-layer), each costed by the planner's whole step (the 1F1B makespan
+    with FSR's hosts, the cool-down's too): the planner's reorder of the order keep.py writes
+    is as fast as the fastest (stage 0 starts with the embedding, stage 3 ends with the head;
+    a budget every order fits)."""
+    from itertools import permutations
+    roomy = Planner(planner_7b.model, planner_7b.platform, budget=1e12)
+    orders = sorted(set(permutations(("full",) + ("selective",) * 2 + ("layer",) * 5)))
+
+    def cand(order):
+        choices = ["layer"] * 32
+        choices[8 * stage:8 * stage + 8] = order
+        return parse_config("P=4,D=2,Z=2,b=1,A=64,FSR,deadline,keep=" + keep_text(choices))
+    steps = [e.t_step for e in roomy.evaluate_group([cand(o) for o in orders])]
+    written = cand(("full", "selective", "selective") + ("layer",) * 5)
+    got = roomy._reorders(roomy.evaluate_group([written]), [(0, written)])[0]
+    assert got.t_step == pytest.approx(min(steps), rel=1e-12)
+    assert min(steps) < max(steps)          # (the order matters here)
+
+
+def test_system_vm_ranks_orders_of_a_stage_as_the_planner_does(planner_7b):
+    """Oracle: the system VM simulating both compiled programs task by task. Which save choice
+    comes last in a stage (its Recover on a Forward, the others' on Backwards) moves the step
+    by what the planner predicts, in the same direction, on the first and on the last stage."""
+    from ratc.vm.system.driver import run_module
+    for pair in (("1s7l8l8l8l", "7l1s8l8l8l"), ("8l8l8l1s7l", "8l8l8l7l1s")):
+        steps = []
+        for keep in pair:
+            config = f"P=4,D=1,Z=2,b=1,A=16,fsr,deadline,keep={keep}"
+            ev = planner_7b.evaluate_group([parse_config(config)])[0]
+            _, res = run_module(_program(planner_7b, config), planner_7b.platform, memory_limit=False)
+            steps.append((ev.t_step, res.step_seconds))
+        (plan_a, vm_a), (plan_b, vm_b) = steps
+        assert abs(plan_a - plan_b) > 0.05 and (plan_a < plan_b) == (vm_a < vm_b)
+        assert vm_a - vm_b == pytest.approx(plan_a - plan_b, rel=0.01)

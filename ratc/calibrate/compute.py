@@ -146,6 +146,11 @@ class _Stack(torch.nn.Module):
         return x
 
 
+def block_stack(blocks: int) -> torch.nn.Module:
+    """A stack of `blocks` blocks of a layer's kinds of operators, on a few elements."""
+    return _Stack(blocks)
+
+
 def synthetic_unit(module: torch.nn.Module, device: torch.device):
     """(the executor's Unit of a traced module reading `x`, its flat parameter vector)."""
     from ratc.vm.functional.units import Unit

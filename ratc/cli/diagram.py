@@ -7,6 +7,7 @@ import sys
 
 from ratc.cli.model_source import add_model_arguments, load_model
 from ratc.errors import RatcError
+from ratc.step.config import SCHEDULES
 
 DEFAULT_PRESET = "llama2-7b"     # of the bundled example, when no model is named
 # narrower leaves no room for the axes; wider is a multi-gigapixel image
@@ -23,7 +24,9 @@ def register(subparsers) -> None:
                     "not enforced here; `ratc run` does that.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  ratc diagram --pp 4 --microbatches 8 --policy fsr -o fsr.svg\n"
-               "  ratc diagram --pp 2 --microbatches 4 --policy standard --virtual-stages 2 -o inter.svg")
+               "  ratc diagram --pp 2 --microbatches 4 --policy standard --virtual-stages 2 -o inter.svg\n"
+               "  ratc diagram --pp 2 --microbatches 4 --policy standard --virtual-stages 2 --schedule zb1p "
+               "-o zb.svg")
     p.add_argument("--pp", type=int, required=True, metavar="P", help="pipeline stages")
     p.add_argument("--microbatches", type=int, required=True, metavar="M", help="micro-batches per step")
     p.add_argument("--policy", choices=("standard", "fsr"), default="fsr",
@@ -32,6 +35,10 @@ def register(subparsers) -> None:
     p.add_argument("--platform", default="mt3000", help="platform profile name or TOML file (default mt3000)")
     p.add_argument("--virtual-stages", type=int, default=1, metavar="V",
                    help="model chunks per stage: interleaved 1F1B when > 1 (with --policy standard; default 1)")
+    p.add_argument("--schedule", choices=SCHEDULES, default="1f1b",
+                   help="with --virtual-stages > 1: interleaved 1F1B (default), or a zero-bubble schedule that "
+                        "splits each Backward into I (input gradient) and W (weight gradient): zb1p, or zbv "
+                        "(--virtual-stages 2, rank r holding stages r and 2P-1-r)")
     p.add_argument("--dp", type=int, default=2, help="data-parallel replicas D (default 2: shows GradSync)")
     p.add_argument("--zero", type=int, choices=(0, 1, 2), default=2, help="ZeRO stage (default 2)")
     p.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
@@ -62,7 +69,8 @@ def handler(args: argparse.Namespace) -> int:
     planner = Planner(load_model(args, default_preset=DEFAULT_PRESET), load_platform(args.platform))
     with phase(f"compiling and simulating P={args.pp}, M={args.microbatches}, {args.policy}"):
         data, res = policy_diagram(planner, args.pp, args.microbatches, args.policy, D=args.dp, Z=args.zero,
-                                   b=args.micro_batch, pref=args.state, v=args.virtual_stages)
+                                   b=args.micro_batch, pref=args.state, v=args.virtual_stages,
+                                   sched=args.schedule)
     with phase(f"drawing {args.output}"):
         image = diagram.render(data, fmt, width=args.width)
     write_atomic(args.output, image)

@@ -44,8 +44,8 @@ def register(subparsers) -> None:
                    help="print the run and its losses per step as JSON (stable keys) instead of text")
     p.add_argument("--program", metavar="FILE.ir|DIR",
                    help="execute this scheduled life program (one written by --emit-program, or a program "
-                        "directory of `ratc compile`) instead of compiling one; its plan fixes P, D, Z, M, b "
-                        "and the activation policy")
+                        "directory of `ratc compile`) instead of compiling one; its plan fixes P, D, Z, M, b, "
+                        "the activation policy, what each layer keeps and v (interleaved 1F1B)")
     p.add_argument("--emit-program", metavar="FILE.ir", help="write the executed life program here")
     add_checkpoint_arguments(p, "launch", "; runs without the PyTorch reference")
     p.set_defaults(func=handler)
@@ -95,8 +95,8 @@ def _load_program(path: str, cfg):
     module = open_life_program(path)
     plan = Plan.from_ir(find_plan(module)).config
     pipe = find_pipeline(module).attributes      # (the activation policy the program was lowered with)
-    return module, dataclasses.replace(cfg, P=plan.P, D=plan.D, Z=plan.Z, M=plan.A, b=plan.b,
-                                       act=pipe["act"], state_pipeline=pipe.get("state") == "layerwise")
+    return module, dataclasses.replace(cfg, P=plan.P, D=plan.D, Z=plan.Z, M=plan.A, b=plan.b, keep=plan.keep,
+                                       v=plan.v, act=pipe["act"], state_pipeline=pipe.get("state") == "layerwise")
 
 
 def _checkpoints(args: argparse.Namespace, session):
@@ -141,7 +141,8 @@ def _print_json(cfg, session, params: int, rows: list[tuple], worst, param_dev) 
     policy = {v: k for k, v in ACT_OPTION_NAMES.items()}[cfg.act]
     out = {"model": cfg.model, "preset": session.preset, "seq_len": session.seq_len, "parameters": params,
            "config": {"P": cfg.P, "D": cfg.D, "Z": cfg.Z, "M": cfg.M, "b": cfg.b, "act_policy": policy,
-                      "state_pipeline": cfg.state_pipeline, "global_batch": cfg.global_batch},
+                      "state_pipeline": cfg.state_pipeline, "global_batch": cfg.global_batch,
+                      "v": cfg.v},
            "steps": [{"step": i, "loss": ours, "reference_loss": ref, "relative_deviation": dev}
                      for i, ours, ref, dev in rows],
            "max_relative_deviation": worst, "parameter_deviation": param_dev}
@@ -212,7 +213,8 @@ def handler(args: argparse.Namespace) -> int:
     saves, first = _checkpoints(args, session)
     policy = {v: k for k, v in ACT_OPTION_NAMES.items()}[cfg.act]
     label = (f"P={cfg.P} D={cfg.D} Z={cfg.Z} {policy} "
-             f"state-pipeline={'on' if cfg.state_pipeline else 'off'} M={cfg.M} b={cfg.b}")
+             f"state-pipeline={'on' if cfg.state_pipeline else 'off'} M={cfg.M} b={cfg.b}"
+             f"{f' v={cfg.v}' if cfg.v > 1 else ''}")
     params = sum(u.numel for u in session.units.units)
     if not args.json:
         print(f"ratc train: {cfg.model} [{session.preset}] {label}, global batch {cfg.global_batch} x "

@@ -39,6 +39,7 @@ class OpKernels:
     bwd: tuple
     fwd_stream_bytes: float = 0.0
     bwd_stream_bytes: float = 0.0
+    wgrad: tuple = ()       # of bwd, the weight-gradient GEMMs (a zero-bubble W task's)
 
 
 def op_kernels(op, div: int, dtype_bytes: int, align: int = 1) -> OpKernels | None:
@@ -54,9 +55,8 @@ def op_kernels(op, div: int, dtype_bytes: int, align: int = 1) -> OpKernels | No
         bwd = []
         if op.bwd_input_flops:
             bwd.append(((GEMM, (m, k, n)), 1))
-        if op.bwd_weight_flops:
-            bwd.append(((GEMM, (k, n, m)), 1))
-        return OpKernels(fwd=(((GEMM, (m, n, k)), 1),), bwd=tuple(bwd))
+        wgrad = (((GEMM, (k, n, m)), 1),) if op.bwd_weight_flops else ()
+        return OpKernels(fwd=(((GEMM, (m, n, k)), 1),), bwd=tuple(bwd) + wgrad, wgrad=wgrad)
     if op.kind == "attention" and op.attention is not None:
         heads, kv_heads, seq, head_dim = op.attention
         heads, kv_heads = max(1, heads // div), max(1, kv_heads // div)
@@ -81,6 +81,14 @@ def merge(calls) -> tuple:
     for key, n in calls:
         total[key] += n
     return tuple(sorted(total.items()))
+
+
+def without(calls, part) -> tuple:
+    """merge(calls) less the calls in `part` (a subset of them), e.g. a Backward's kernels
+    but its weight-gradient ones."""
+    total: Counter = Counter(dict(merge(calls)))
+    total.subtract(dict(merge(part)))
+    return tuple(sorted((k, n) for k, n in total.items() if n))
 
 
 def kernel_symbol(kind: str, shape: tuple) -> str:

@@ -28,7 +28,9 @@ from ratc.step.unit_costs import recover_work
 
 # Which unit attributes a task's kernels and the rest of its time come from (a Recover's:
 # ratc.step.unit_costs.recover_work, by what its unit keeps).
-TASK_WORK = {"life.fwd": ("fwd_kernels", "fwd_other"), "life.bwd": ("bwd_kernels", "bwd_other")}
+# A zero-bubble W runs its dW GEMMs only: every kernel-less second of the Backward is its I's.
+TASK_WORK = {"life.fwd": ("fwd_kernels", "fwd_other"), "life.bwd": ("bwd_kernels", "bwd_other"),
+             "life.bwd_i": ("bwd_i_kernels", "bwd_other"), "life.bwd_w": ("bwd_w_kernels", None)}
 
 
 def task_work(name: str, unit_attrs: dict) -> tuple | None:
@@ -128,7 +130,8 @@ def codegen(module, platform, tiles: dict[str, dict[str, int]] | None = None) ->
                     refs.append(SymbolRef(sym))
                     calls.append(n)
                     cycles += n * profiles[sym]["cycles"]
-                charges[key] = (refs, calls, cycles + int(round(u[other_key] * clock)))
+                other = u[other_key] if other_key is not None else 0.0
+                charges[key] = (refs, calls, cycles + int(round(other * clock)))
             refs, calls, cycles = charges[key]
             # a host of a co-running Recover (fsr) keeps what the pair adds
             cycles += int(round(op.attributes.get("corun", 0.0) * clock))

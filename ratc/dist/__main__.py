@@ -38,5 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _exit(code: int) -> None:
+    """End the rank without the interpreter's finalization: a gloo worker thread that drops a
+    finished collective's last tensor reference while the interpreter shuts down aborts the
+    process ("terminate called without an active exception", pytorch/pytorch#179291), after
+    its outputs were written. The outputs are complete here (written atomically), so flush and go."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _exit(main())

@@ -120,16 +120,18 @@ def vm_kind_seconds(tl) -> dict:
 def planner_kind_seconds(st, cand) -> dict:
     """(kind, stage) -> seconds per step of the planner's tasks (ratc.planner.timing.StepTime of
     one candidate): M Forwards, Backwards (each without its boundary send) and Recovers, M
-    sends each way, and the stage's GradSync, UpdateShard and PrefetchW."""
-    P, M = cand.P, cand.A
+    sends each way, summed over the stage's chunks (the planner's virtual stages c * P + p
+    under interleaved 1F1B), and the stage's GradSync, UpdateShard and PrefetchW."""
+    P, M, S = cand.P, cand.A, cand.P * cand.v
     p2p = float(st.p2p[0, 0])
     out = {}
+    for s in range(S):
+        p, sends_f, sends_b = s % P, s < S - 1, s > 0
+        for kind, seconds in (("forward", float(st.fwd[0, s]) - p2p * sends_f),
+                              ("backward", float(st.bwd[0, s]) - p2p * sends_b),
+                              ("recover", float(st.rec[0, s])), ("send", p2p * (sends_f + sends_b))):
+            out[(kind, p)] = out.get((kind, p), 0.0) + M * seconds
     for p in range(P):
-        sends_f, sends_b = p < P - 1, p > 0
-        out[("forward", p)] = M * (float(st.fwd[0, p]) - p2p * sends_f)
-        out[("backward", p)] = M * (float(st.bwd[0, p]) - p2p * sends_b)
-        out[("recover", p)] = M * float(st.rec[0, p])
-        out[("send", p)] = M * p2p * (sends_f + sends_b)
         for kind, values in (("grad_sync", st.sync), ("update", st.update), ("prefetch", st.prefetch)):
             out[(kind, p)] = float(values[0, p])
     return out
@@ -160,6 +162,7 @@ def tie_members(module) -> dict:
 class Groups:
     """Who takes part in each transfer and collective of a run, and when each issued it."""
 
+    P: int
     D: int
     issued: dict            # (step, stage, replica, name, n) -> issue ns (see of)
     ties: dict              # tie_members of the program
@@ -172,17 +175,18 @@ class Groups:
             p, r = divmod(rank, D)
             for (step, name, n), e in _numbered(events, ("send", "collectives")):
                 issued[(step, p, r, name, n)] = e[3]
-        return cls(D, issued, ties)
+        return cls(len(trace) // D, D, issued, ties)
 
     def charged(self, name: str, p: int, r: int) -> tuple:
         """(kind, stage, members as (stage, replica, their name)) of the transfer or collective
         the rank of stage p, replica r recorded as `name`. A receive is its sender's transfer
-        (1RECV_F3 is 0SEND_F3's, 0RECV_B3 1SEND_B3's); a TieSum's members are its tie
-        group's stages, another collective's the stage's replicas."""
+        (1RECV_F3 is 0SEND_F3's, 0RECV_B3 1SEND_B3's; interleaved, 0RECV_F3@5 is
+        (P-1)SEND_F3@5's: peers wrap); a TieSum's members are its tie group's stages,
+        another collective's the stage's replicas."""
         a = parse(name)
         kind = _KIND_OF[a.kind]
         if a.kind in ("RECV_F", "RECV_B"):
-            sender = a.stage - 1 if a.kind == "RECV_F" else a.stage + 1
+            sender = (a.stage - 1 if a.kind == "RECV_F" else a.stage + 1) % self.P
             return "send", sender, ((sender, r, str(a._replace(stage=sender, kind="SEND" + a.kind[4:]))),)
         if kind == "tie_sum" and a.unit in self.ties:
             return kind, p, tuple((s, r, str(Action(s, "T", None, u, u))) for s, u in self.ties[a.unit])

@@ -4,8 +4,8 @@ A receiver must allocate its buffers before the data arrives, and the runtime se
 headers: the names, shapes and dtypes of each message (and which gradients flow back at
 all, which autograd decides) come from a rehearsal of the same program on the meta
 device, which costs no memory and no FLOPs. Every micro-batch of a step has the same
-shape, so the rehearsal stops once each directed stage pair has sent its first activation
-and its first gradient.
+shape, so the rehearsal stops once each channel (directed stage pair, direction and, under
+interleaved 1F1B, boundary unit) has carried its first message.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ratc.vm.functional.transport import LocalTransport, message_key
+from ratc.vm.functional.transport import LocalTransport, message_kind
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,7 @@ class _Recorder(LocalTransport):
         self.specs: dict = {}
 
     def send(self, p, op, value):
-        src, dst, direction, _ = message_key(p, op)
-        self.specs.setdefault((src, dst, direction), tuple(
+        self.specs.setdefault(message_kind(p, op), tuple(
             Field(n, None, None, v) if not isinstance(v, torch.Tensor) else Field(n, tuple(v.shape), v.dtype)
             for n, v in sorted(value[0].items())))
         if self.specs.keys() >= self.kinds:
@@ -57,15 +56,15 @@ class _Recorder(LocalTransport):
 
 
 def message_specs(module, build_units, opt, batch_rows: int, seq_len: int) -> dict:
-    """{(from stage, to stage, direction): (Field, ...)} of the program's messages;
+    """{channel (`message_kind`): (Field, ...)} of the program's messages;
     `build_units()` builds the model's UnitSet and its flat parameters (called on meta)."""
     from ratc.lifecycle.lowering import find_pipeline, find_plan
     from ratc.step.plan import Plan
     from ratc.vm.functional.executor import FunctionalExecutor
 
     pipe = find_pipeline(module)
-    kinds = {(s.attributes["stage"], op.attributes["peer"], op.attributes["dir"])
-             for s in pipe.region.ops for op in s.region.ops if op.name == "life.send"}
+    kinds = {message_kind(s.attributes["stage"], op) for s in pipe.region.ops for op in s.region.ops
+             if op.name == "life.send"}
     if not kinds:
         return {}
     with torch.device("meta"):

@@ -1,7 +1,9 @@
 """The torch.distributed transport: one (stage, replica) per process.
 
 Rank = p * D + r on a (pp, dp) mesh. Stage-boundary messages are `isend` / `irecv` of
-preallocated tensors (their fields from the meta rehearsal, no headers); a receive is
+preallocated tensors (their fields from the meta rehearsal, per channel: under interleaved
+1F1B a stage sends its peer across several chunk boundaries; no headers, no tags: the
+verifier makes each stage pair's receives follow its sends' order); a receive is
 waited at its first reader, a send only at the step's end (gloo completes a send when the
 peer receives, and its tensor must live until then). GradSync is an asynchronous
 all-reduce (ZeRO 0) or reduce-scatter on the stage's dp group, a gather an asynchronous
@@ -20,7 +22,7 @@ import torch.distributed as dist
 from ratc.errors import RatcError
 from ratc.lifecycle.actions import token
 from ratc.vm.functional.executor import Pending, describe
-from ratc.vm.functional.transport import step_loss
+from ratc.vm.functional.transport import message_kind, step_loss
 from ratc.vm.system.life import TASK_KINDS
 
 
@@ -159,7 +161,7 @@ class DistTransport:
     def send(self, p: int, op, value: list) -> None:
         a = op.attributes
         peer = self.mesh.rank_of(a["peer"], self.mesh.r)
-        fields = self.specs[(p, a["peer"], a["dir"])]
+        fields = self.specs[message_kind(p, op)]
         what = describe(op)
         for f in fields:
             if f.shape is None:
@@ -175,7 +177,7 @@ class DistTransport:
     def recv(self, p: int, op) -> Pending:
         a = op.attributes
         peer = self.mesh.rank_of(a["peer"], self.mesh.r)
-        fields = self.specs[(a["peer"], p, a["dir"])]
+        fields = self.specs[message_kind(p, op)]
         got = {f.name: f.empty(self.device) for f in fields}
         span = self._span("receive", op)
         works = [(dist.irecv(got[f.name], src=peer), f.name) for f in fields if f.shape is not None]

@@ -10,7 +10,8 @@ listing, consecutive per-layer tokens of one task collapse into a range in issue
 (`0G@12#1`). This module is the one definition: the VM, the distributed runtime, the
 diagram and `schedule.txt` write names with `token`, and readers parse them with `parse`.
 PrefetchW is `P`, not `W`, because torch's notation already uses `W` (weight-gradient
-backward) and `I` (input-gradient backward).
+backward) and `I` (input-gradient backward), which zero-bubble schedules run (`0I3@12`,
+`0W3@12`: the two parts of `0B3@12`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ KINDS = {
     "F": ("Forward", "life.fwd", True, True),
     "R": ("Recover (recomputation)", "life.recover", True, True),
     "B": ("Backward", "life.bwd", True, True),
+    "I": ("Backward to the input (input gradient)", "life.bwd_i", True, True),
+    "W": ("Backward to the weights (weight gradient)", "life.bwd_w", True, True),
     "G": ("GradSync", "life.grad_sync", False, True),
     "U": ("UpdateShard", "life.update", False, True),
     "P": ("PrefetchW", "life.prefetch", False, True),
@@ -44,7 +47,7 @@ _TRANSFERS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
 _PHASE = {"fwd": "F", "rec": "R", "bwd": "B"}         # a ZeRO-3 gather's phase -> letter
 _PHASE_NAME = {"F": "forward", "R": "recovery", "B": "backward"}
 # Longer kinds first, so `0PARAM@3` is not read as `0P`, nor `0RS0@8` as `0R`.
-_NAME = re.compile(r"(?P<stage>\d+)(?P<kind>SEND_[FB]|RECV_[FB]|AG_(?P<phase>[FRB])|RS|PARAM|OPT|STEP_END|[FRBGUPT])"
+_NAME = re.compile(r"(?P<stage>\d+)(?P<kind>SEND_[FB]|RECV_[FB]|AG_(?P<phase>[FRB])|RS|PARAM|OPT|STEP_END|[FRBIWGUPT])"
                    r"(?P<mb>\d+)?(?:@(?P<unit>\d+)(?:-(?P<last>\d+))?)?(?:#(?P<ring>\d+))?")
 
 LEGEND = """\
@@ -52,6 +55,7 @@ LEGEND = """\
 # <stage><kind><micro-batch>, with the unit after '@': 0 the embedding, 1..L the decoder
 # layers, L+1 the head. 0F3@12 is stage 0's Forward of micro-batch 3 through layer 12.
 #   F Forward   R Recover (recomputation)   B Backward          (<stage><kind><mb>@<unit>)
+#   I, W a zero-bubble Backward's input- and weight-gradient parts (0I3@12, then 0W3@12)
 #   G GradSync  U UpdateShard (optimizer)   P PrefetchW         (<stage><kind>@<unit>)
 #   SEND_F / RECV_F activation to / from the next stage, SEND_B / RECV_B gradient to / from
 #   the previous one (<stage><kind><mb>); RS ZeRO-2 reduce-scatter of a micro-batch's
@@ -100,7 +104,7 @@ def action(op, p: int) -> Action:
 # Kinds written straight from the op's attributes (the system VM names every op of a
 # program: this skips building an Action for the common tasks; the round-trip test
 # checks both paths against parse).
-_MB_UNIT = {op: k for op, k in _KIND_OF_OP.items() if k in ("F", "R", "B", "RS")}
+_MB_UNIT = {op: k for op, k in _KIND_OF_OP.items() if k in ("F", "R", "B", "I", "W", "RS")}
 _UNIT_ONLY = {op: k for op, k in _KIND_OF_OP.items() if k in ("G", "U", "P", "T", "PARAM", "OPT")}
 
 
@@ -200,7 +204,7 @@ def describe(a: Action, units: int | None = None) -> str:
         text = f"{name} on stage {a.stage}"
     else:
         where = _where(a, units)
-        if a.kind in ("F", "R", "B"):
+        if a.kind in ("F", "R", "B", "I", "W"):
             text = f"{name} of micro-batch {a.mb} through {where}"
         elif a.kind == "RS":
             text = f"{name} of micro-batch {a.mb}'s gradient of {where}"
@@ -218,7 +222,8 @@ def stage_actions(stage, comms: bool = False) -> list[str]:
 
 
 # Ops listed without comms; with comms, the transfers and collectives too (markers never).
-_LISTED = frozenset(("life.fwd", "life.bwd", "life.recover", "life.grad_sync", "life.update", "life.prefetch"))
+_LISTED = frozenset(("life.fwd", "life.bwd", "life.bwd_i", "life.bwd_w", "life.recover", "life.grad_sync",
+                     "life.update", "life.prefetch"))
 _COMMS = frozenset(("life.send", "life.recv", "life.reduce", "life.gather", "life.tie_sum"))
 
 

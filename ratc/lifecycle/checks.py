@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from ratc.ir.verifier import VerifyError, prefer_local, verify_op, walk_number
-from ratc.step.schedules import chunk_orders
+from ratc.step.schedules import chunk_orders, rank_of, virtual_stage
 from ratc.step.rules import (backward_view, bucket_reused, gathers, holds_bucket, prefetches, unit_save_choice,
                              reduces_per_micro_batch, syncs_by_reduce_scatter)
 
@@ -31,7 +31,8 @@ COMM_OPS = frozenset({"life.send", "life.recv"})
 # The compute tasks a co-running Recover may ride on (FSR, ratc.lifecycle.placement).
 HOST_OPS = frozenset({"life.fwd", "life.bwd"})
 TASK_OPS = frozenset({"life.param", "life.opt", "life.recv", "life.send", "life.gather", "life.fwd",
-                      "life.recover", "life.bwd", "life.reduce", "life.grad_sync", "life.tie_sum", "life.update",
+                      "life.recover", "life.bwd", "life.bwd_i", "life.bwd_w", "life.reduce", "life.grad_sync",
+                      "life.tie_sum", "life.update",
                       "life.prefetch", "life.step_end"})
 
 
@@ -53,7 +54,7 @@ class _Ctx:
     stage's units."""
 
     __slots__ = ("P", "M", "Z", "v", "act", "head", "p", "units", "first", "last", "choices", "frozen", "ties",
-                 "chunk", "firsts", "lasts", "_buckets")
+                 "chunk", "firsts", "lasts", "_buckets", "sched", "dx_op", "grad_op")
 
     def __init__(self, pipe, stage):
         plan = plan_of(pipe)
@@ -68,6 +69,9 @@ class _Ctx:
         self.units = stage.attributes["units"]
         self.first, self.last = self.units[0], self.units[-1]
         self.v = p.get("v", 1)
+        # zero bubble: I (life.bwd_i) makes the input gradient, W (life.bwd_w) the layer's
+        self.sched = p.get("sched", "1f1b")
+        self.dx_op, self.grad_op = ("life.bwd", "life.bwd") if self.sched == "1f1b" else ("life.bwd_i", "life.bwd_w")
         # interleaved: each unit's chunk, and the first and last unit of each of the rank's chunks
         self.chunk = {u.attributes.get("index"): u.attributes.get("chunk", 0) for u in plan_units}
         runs = [[i for i in self.units if self.chunk.get(i) == c] for c in range(self.v)]
@@ -80,7 +84,7 @@ class _Ctx:
 
     def vs(self, i: int) -> int:
         """The virtual stage of unit i on this rank (the rank itself unless interleaved)."""
-        return self.chunk.get(i, 0) * self.P + self.p
+        return virtual_stage(self.chunk.get(i, 0), self.p, self.P, self.sched)
 
     def boundary(self, i: int) -> int | None:
         """The unit a stage-boundary transfer of unit i names (None unless interleaved)."""
@@ -91,7 +95,7 @@ class _Ctx:
         schedule's backwards (ratc.step.schedules.chunk_orders, as the lowering emits
         them), each chunk's units last first -- and each one's position in it."""
         if self._buckets is None:
-            _, backwards = chunk_orders(self.P, self.v, self.M, self.p)
+            _, _, backwards = chunk_orders(self.P, self.v, self.M, self.p, self.sched)
             held = [[i for i in reversed(self.units) if self.chunk.get(i) == c and i not in self.frozen]
                     for c in range(self.v)]
             order = [(i, m) for c, m in backwards for i in held[c]]
@@ -195,7 +199,7 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
     if name == "life.send":
         if a["dir"] == "fwd":
             return [("life.fwd", c.last if c.v == 1 else own_unit(op), m, None, ACT)], ["!life.token"], False
-        return [("life.bwd", c.first if c.v == 1 else i, m, None, ACT)], ["!life.token"], False
+        return [(c.dx_op, c.first if c.v == 1 else i, m, None, ACT)], ["!life.token"], False
     if name == "life.gather":
         return [("life.param", i, None, None, PARAM)], [VIEW], False
     if name == "life.fwd":
@@ -206,21 +210,13 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
         if c.choice(i) == "selective":      # the attention core, from what the Forward saved
             return [("life.fwd", i, m, None, SAVED)], [REC], False
         return [_layer_input(c, i, m), _weights(c, i, m, "rec")], [REC], False
-    if name == "life.bwd":
-        dy = None if i == c.head else (("life.recv", c.boundary(i + 1), m, "bwd", ACT) if i in c.lasts
-                                       else ("life.bwd", i + 1, m, None, ACT))
-        saved = {"layer": [("life.recover", i, m, None, REC)], "full": [("life.fwd", i, m, None, SAVED)],
-                 "selective": [("life.fwd", i, m, None, SAVED), ("life.recover", i, m, None, REC)]}[c.choice(i)]
-        acc = ("life.bwd", i, m - 1, None, GRAD) if not reduces_per_micro_batch(c.Z) and m > 0 else None
-        free = bucket_release(c, i, m)
-        view = _weights(c, i, m, backward_view(c.recovers(i)))
-        operands = ([dy] if dy else []) + saved + [view] + ([acc] if acc else [])
-        return operands + ([free] if free else []), ([ACT] if i != 0 else []) + [GRAD], acc is not None
+    if name in ("life.bwd", "life.bwd_i", "life.bwd_w"):
+        return _backward(name, c, i, m)
     if name == "life.reduce":
         prev = [("life.reduce", i, m - 1, None, GRAD)] if m > 0 else []
-        return [("life.bwd", i, m, None, GRAD)] + prev, [TOKEN, GRAD], bool(prev)
+        return [(c.grad_op, i, m, None, GRAD)] + prev, [TOKEN, GRAD], bool(prev)
     if name == "life.grad_sync":
-        last = [("life.bwd", i, c.M - 1, None, GRAD)]
+        last = [(c.grad_op, i, c.M - 1, None, GRAD)]
         if reduces_per_micro_batch(c.Z):   # the token frees the last bucket's buffer
             prev = [("life.reduce", i, c.M - 2, None, GRAD)] if c.M > 1 else []
             return last + prev, [TOKEN, GRAD], bool(prev)
@@ -243,6 +239,29 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
     raise VerifyError(f"'{name}' is not a task of a stage program", op)
 
 
+def _backward(name: str, c: _Ctx, i: int, m: int) -> tuple[list, list, bool]:
+    """(operand roles, result types, inplace) of a whole Backward, or of its zero-bubble
+    parts: I reads what a Backward reads for its input gradient and keeps its GEMMs' output
+    gradients; W reads those, the output gradient and the saved activations (so they live
+    until W ends), and accumulates."""
+    dy = None if i == c.head else (("life.recv", c.boundary(i + 1), m, "bwd", ACT) if i in c.lasts
+                                   else (c.dx_op, i + 1, m, None, ACT))
+    saved = {"layer": [("life.recover", i, m, None, REC)], "full": [("life.fwd", i, m, None, SAVED)],
+             "selective": [("life.fwd", i, m, None, SAVED), ("life.recover", i, m, None, REC)]}[c.choice(i)]
+    dx = [ACT] if i != 0 else []
+    if name == "life.bwd_i":
+        return ([dy] if dy else []) + saved + [_weights(c, i, m, backward_view(c.recovers(i)))], dx + [SAVED], False
+    acc = (c.grad_op, i, m - 1, None, GRAD) if not reduces_per_micro_batch(c.Z) and m > 0 else None
+    free = bucket_release(c, i, m)
+    if name == "life.bwd_w":
+        operands = [("life.bwd_i", i, m, None, SAVED)] + ([dy] if dy else []) + saved
+        dx = []
+    else:
+        operands = ([dy] if dy else []) + saved + [_weights(c, i, m, backward_view(c.recovers(i)))]
+    operands += ([acc] if acc else []) + ([free] if free else [])
+    return operands, dx + [GRAD], acc is not None
+
+
 def _fmt(role) -> str:
     name, unit, mb, extra, ty = role
     parts = [f"unit {unit}" if unit is not None else "", f"mb {mb}" if mb is not None else "", extra or ""]
@@ -263,6 +282,9 @@ def check_task(op) -> None:
     if op.name in STATE_TASKS and i in c.frozen:
         raise VerifyError(f"'{op.name}' of unit {i}: the unit is frozen (nothing trained), so it has no "
                           "gradient to reduce, synchronize or apply", op)
+    if op.name in ("life.bwd", "life.bwd_i", "life.bwd_w") and op.name not in (c.dx_op, c.grad_op):
+        raise VerifyError(f"'{op.name}'{_where(a)}: the plan's schedule ({c.sched}) runs "
+                          f"{' and '.join(sorted({c.dx_op, c.grad_op}))} backward tasks", op)
     if op.name == "life.tie_sum" and c.tie_group(i) is None:
         raise VerifyError(f"'{op.name}' of unit {i}: the unit is in none of the plan's tie groups", op)
     if op.name == "life.recover" and c.choice(i) == "full":
@@ -325,8 +347,9 @@ def _check_transfer(op, c: _Ctx) -> None:
     vs = (c.vs(own) if c.v > 1 else c.p) + (-1 if upstream else 1)
     if not 0 <= vs < c.P * c.v:
         raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p} has no peer stage", op)
-    if a["peer"] != vs % c.P:
-        raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p} must have peer {vs % c.P}, got {a['peer']}", op)
+    peer = rank_of(vs, c.P, c.sched)
+    if a["peer"] != peer:
+        raise VerifyError(f"'{op.name}' {a['dir']} on stage {c.p} must have peer {peer}, got {a['peer']}", op)
 
 
 def _where(a: dict) -> str:
@@ -341,15 +364,15 @@ def task_id(op) -> tuple:
     return (op.name, a.get("unit"), a.get("mb"), a.get("dir", a.get("phase")))
 
 
-# required_tasks by what it depends on: the structure check after each pass asks it again
-# for the same stages (bounded, for processes that verify many programs).
+# required_tasks by the context it depends on (the text of all its fields but the lazily
+# kept buckets): the structure check after each pass asks it again for the same stages
+# (bounded, for processes that verify many programs).
 _REQUIRED: dict = {}
 
 
 def required_tasks(c: _Ctx) -> frozenset:
     """Every task a complete stage program holds."""
-    key = (c.P, c.M, c.Z, c.v, c.p, tuple(c.units), c.frozen, tuple(c.choices.items()),
-           repr(c.ties), tuple(c.chunk.items()))
+    key = repr([getattr(c, f) for f in _Ctx.__slots__ if f != "_buckets"])    # (every fact of the context)
     need = _REQUIRED.get(key)
     if need is None:
         if len(_REQUIRED) >= 64:
@@ -370,7 +393,7 @@ def _required_tasks(c: _Ctx) -> set:
         if trained and prefetches(c.Z):
             need.add(("life.prefetch", i, None, None))
         for m in range(c.M):
-            need |= {("life.fwd", i, m, None), ("life.bwd", i, m, None)}
+            need |= {("life.fwd", i, m, None), (c.dx_op, i, m, None), (c.grad_op, i, m, None)}
             if c.choice(i) != "full":
                 need.add(("life.recover", i, m, None))
             phases = ["fwd", backward_view(c.recovers(i))]      # (a Recover gathers the 'rec' view)
@@ -510,7 +533,7 @@ def _check_pipeline(pipe) -> None:
         if [chunk.get(i, 0) for i in listed] != sorted(chunk.get(i, 0) for i in listed):
             raise VerifyError(f"stage {p} must list its units in chunk order, got {listed}", s)
         for i in listed:
-            runs[min(chunk.get(i, 0), v - 1) * P + p].append(i)
+            runs[virtual_stage(min(chunk.get(i, 0), v - 1), p, P, plan.attributes.get("sched", "1f1b"))].append(i)
     units = [i for run in runs for i in run]
     if units != list(range(n_units)):
         raise VerifyError(f"the stages' units must be its plan's 0..{n_units - 1} in order"

@@ -31,7 +31,8 @@ import math
 from ratc.ir.registry import Dialect
 from ratc.ir.verifier import VerifyError
 from ratc.lifecycle import checks
-from ratc.step.config import ACT_POLICIES, ZERO_STAGES
+from ratc.step.config import ACT_POLICIES, ZERO_STAGES, schedule_shape_error
+from ratc.step.schedules import rank_of, virtual_stage
 from ratc.step.plan import Plan
 from ratc.step.rules import syncs_by_reduce_scatter
 from ratc.step.unit_costs import RECOVER_WORK, UnitCosts
@@ -88,7 +89,7 @@ def _check_unit(op):
         if len(ph) % 2 or not all(_finite(x) for x in ph):
             raise VerifyError(f"'{op.name}' attribute '{key}' must list finite, non-negative (compute, DDR) "
                               f"second pairs", op)
-    for key in ("fwd_kernels", "bwd_kernels", "core_kernels"):
+    for key in ("fwd_kernels", "bwd_kernels", "core_kernels", "bwd_i_kernels", "bwd_w_kernels"):
         for entry in a.get(key, []):
             kind = entry[0] if isinstance(entry, list) and entry else None
             dims = KERNEL_DIMS.get(kind) if isinstance(kind, str) else None
@@ -124,7 +125,7 @@ def _check_plan(op):
                           f"got {len(units)}", op)
     sync = "reduce-scatter" if syncs_by_reduce_scatter(a["Z"]) else "all-reduce"
     last = len(units) - 1
-    P, v = a["P"], a.get("v", 1)
+    P, v, sched = a["P"], a.get("v", 1), a.get("sched", "1f1b")
     vs = None               # the previous unit's virtual stage
     for pos, u in enumerate(units):
         ua = u.attributes
@@ -145,17 +146,36 @@ def _check_plan(op):
                               f"{'every unit names its chunk 0..' + str(v - 1) if v > 1 else 'units have no chunk'}",
                               u)
         allowed = (0,) if vs is None else (vs, vs + 1)
-        if s >= P or chunk * P + s not in allowed:
-            here = " or ".join(f"stage {x % P} chunk {x // P}" for x in allowed) if v > 1 else \
+        if s >= P or virtual_stage(chunk, s, P, sched) not in allowed:
+            here = " or ".join(f"stage {rank_of(x, P, sched)} chunk {x // P}" for x in allowed) if v > 1 else \
                 f"stage {' or '.join(map(str, allowed))}"
             raise VerifyError(f"life.unit #{pos} is on stage {s}{f' chunk {chunk}' if v > 1 else ''}: units go on "
                               f"{'virtual ' if v > 1 else ''}stages 0..{P * v - 1} in order, every "
                               f"{'one' if v > 1 else 'stage'} holding at least one (so here {here})", u)
-        vs = chunk * P + s
+        vs = virtual_stage(chunk, s, P, sched)
+    _check_schedule(op, units)
     if vs is not None and vs != P * v - 1:
         raise VerifyError(f"'{op.name}': P = {P}{f', v = {v}' if v > 1 else ''}, but its units are on "
                           f"{'virtual ' if v > 1 else ''}stages 0..{vs} only", op)
     _check_ties(op, units)
+
+
+def _check_schedule(op, units) -> None:
+    """A zero-bubble schedule interleaves v >= 2 chunks per rank and recomputes whole layers
+    or nothing (FSR and selective recomputation assume whole Backwards)."""
+    a = op.attributes
+    sched = a.get("sched", "1f1b")
+    if sched == "1f1b":
+        return
+    why = schedule_shape_error(sched, a.get("v", 1))
+    if why:
+        raise VerifyError(f"'{op.name}': {why}", op)
+    if a["act"] == "fsr":
+        raise VerifyError(f"'{op.name}' sched = \"{sched}\" runs act full or ckpt, not fsr", op)
+    bad = next((u for u in units if u.attributes.get("keep") is not None), None)
+    if bad is not None:
+        raise VerifyError(f"life.unit #{bad.attributes.get('index')}: sched = \"{sched}\" recomputes whole "
+                          f"layers only (keep = \"{bad.attributes['keep']}\")", bad)
 
 
 def _check_ties(op, units) -> None:
@@ -246,6 +266,15 @@ LIFE.op("recover", "Recover(l, m): recompute a layer's saved activations from it
         operands=["args*"], results=["r:!life.rec"], verify=_check,
         attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED, **_PLACED})
 LIFE.op("bwd", "Backward(l, m): input gradient out, and the layer's gradient accumulated",
+        operands=["args*"], results=["outs*"], verify=_check,
+        attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED})
+# Zero-bubble schedules (plan sched = "zb1p") split each Backward in two tasks.
+LIFE.op("bwd_i", "I(l, m): a Backward's input-gradient part -- the gradient the previous layer waits for "
+                 "-- and its weighted GEMMs' output gradients, kept for its W",
+        operands=["args*"], results=["outs*"], verify=_check,
+        attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED})
+LIFE.op("bwd_w", "W(l, m): a Backward's weight-gradient part, from the GEMM output gradients its I kept, "
+                 "the layer's output gradient and saved activations; the layer's gradient accumulated",
         operands=["args*"], results=["outs*"], verify=_check,
         attrs={"unit": "int", "mb": "int", **_TASK, **_COSTED})
 

@@ -24,7 +24,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from ratc.lifecycle.checks import HOST_OPS
-from ratc.lifecycle.schedule import group_starts
+from ratc.lifecycle.schedule import GRAD_OPS, group_starts
 
 LONG_OPS = frozenset({"life.param", "life.opt"})
 
@@ -110,9 +110,9 @@ def plan_stage(stage) -> StagePlan:
     # ZeRO >= 2 double buffering: a bucket's buffer is free for reuse only when the Backward
     # that takes it (the reader of its collective's token) issues; until then it holds the bucket.
     for i, op in enumerate(ops):
-        if op.name == "life.bwd":
+        if op.name in GRAD_OPS:
             for v in op.operands:
-                if str(v.type) == "!life.token" and v.owner.operands:
+                if str(v.type) == "!life.token" and v.owner.name in ("life.reduce", "life.grad_sync"):
                     b = buf_of.get(v.owner.operands[0])
                     if b is not None:
                         b.dies = max(b.dies, i - 1)

@@ -1,7 +1,8 @@
 """Lower a `life.plan` into a `life.pipeline`: one stage program of per-layer tasks each.
 
 The lowered program is in GPipe order (every forward, then every backward, then the state
-chain at the step end; interleaved, v > 1, each kind in the order interleaved 1F1B runs it):
+chain at the step end; interleaved, v > 1, each kind in the order interleaved 1F1B runs it;
+under a zero-bubble schedule every input-gradient task I, then every weight-gradient task W):
 a valid, deadlock-free issue order that `schedule-1f1b` reorders.
 Recover(l, m) sits right before Backward(l, m) (backward-time recovery) until `fsr`
 co-schedules it; under ZeRO-3 the Backward reuses the view its Recover gathered. Under
@@ -17,10 +18,10 @@ from ratc.ir.attributes import ByteSize, SymbolRef
 from ratc.ir.core import Block, Module, Operation
 from ratc.ir.types import OpaqueType
 from ratc.ir.verifier import verify_op
-from ratc.step.schedules import chunk_orders
+from ratc.step.schedules import chunk_orders, rank_of, virtual_stage
 from ratc import limits
-from ratc.step.rules import (backward_view, bucket_reused, gathers, holds_bucket, kept_bytes, prefetches,
-                             reduces_per_micro_batch, syncs_by_reduce_scatter, unit_save_choice)
+from ratc.step.rules import (backward_parts, backward_view, bucket_reused, gathers, holds_bucket, kept_bytes,
+                             prefetches, reduces_per_micro_batch, syncs_by_reduce_scatter, unit_save_choice)
 from ratc.step.unit_costs import recover_work
 
 ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = (
@@ -60,9 +61,11 @@ class _StageLowering:
         a = plan.attributes
         self.P, self.M, self.Z, self.p, self.act = a["P"], a["A"], a["Z"], p, act
         self.v = a.get("v", 1)
+        self.sched = a.get("sched", "1f1b")
+        self.zb = self.sched != "1f1b"     # zero bubble: each Backward as I, then W
         self.p2p = a["p2p"]
         self.units = units
-        # the rank's chunks: chunk c is virtual stage c * P + p, a run of consecutive units
+        # the rank's chunks: chunk c is virtual stage c * P + p (ZBV: in a V), a run of consecutive units
         self.chunks = [[u for u in units if u.attributes.get("chunk", 0) == c] for c in range(self.v)]
         self.head = len(plan.region.ops) - 1
         self.all_units = plan.region.ops
@@ -138,20 +141,22 @@ class _StageLowering:
         gradient for `bwd`) with the rank of virtual stage vs; interleaved, it names the
         boundary by its `unit` (the later virtual stage's first), as two ranks then exchange
         several per micro-batch and direction."""
-        attrs = {"mb": m, "dir": d, "peer": vs % self.P}
+        peer = rank_of(vs, self.P, self.sched)
+        attrs = {"mb": m, "dir": d, "peer": peer}
         if self.v > 1:
             attrs["unit"] = unit
         if name == "life.recv":
             attrs.update(dur=0.0, res="link", prio=PRIO_MAIN, sizes=[int(self.u(unit)["input_bytes"])])
             return self.emit(_task(name, [], [ACT], attrs, [name_of]))
-        attrs.update(dur=self.p2p, res="link", prio=PRIO_MAIN, sizes=[0])
+        # (ZBV's bottom of the V hands a value over on its own rank: no link time)
+        attrs.update(dur=self.p2p if peer != self.p else 0.0, res="link", prio=PRIO_MAIN, sizes=[0])
         return self.emit(_task(name, operands, [TOKEN], attrs, [name_of + (f"_u{unit}" if self.v > 1 else "")]))
 
     def forward(self, m: int, chunk: int = 0) -> None:
         """Forward(l, m) of every unit of one of the stage's chunks, with the boundary receive and send."""
         units = self.chunks[chunk]
         first, last = units[0].attributes["index"], units[-1].attributes["index"]
-        vs = chunk * self.P + self.p
+        vs = virtual_stage(chunk, self.p, self.P, self.sched)
         x = None
         if vs > 0:
             x = self.transfer("life.recv", m, "fwd", vs - 1, first, [], f"x{first}_{m}").result
@@ -178,16 +183,17 @@ class _StageLowering:
             self.transfer("life.send", m, "fwd", vs + 1, last + 1, [x], f"sendf{self.p}_{m}")
 
     def backward(self, m: int, chunk: int = 0) -> None:
-        """Backward(l, m) of one chunk in reverse unit order, each preceded by its Recover when checkpointed."""
+        """Backward(l, m) of one chunk in reverse unit order, each preceded by its Recover when
+        checkpointed; under a zero-bubble schedule its input-gradient part I(l, m) only (its
+        W follows in weight_grad)."""
         units = self.chunks[chunk]
         first, last = units[0].attributes["index"], units[-1].attributes["index"]
-        vs = chunk * self.P + self.p
+        vs = virtual_stage(chunk, self.p, self.P, self.sched)
         dy = None
         if vs < self.P * self.v - 1:
             dy = self.transfer("life.recv", m, "bwd", vs + 1, last + 1, [], f"dy{last + 1}_{m}").result
         tasks = []
         for i in range(last, first - 1, -1):
-            u = self.u(i)
             saved = self.recover(i, m, tasks)
             before = []
             phase = backward_view(self.recovers(i))
@@ -195,32 +201,87 @@ class _StageLowering:
             # one's view is gathered ahead of its Recover, which needs none, as a whole one's is)
             ahead = tasks[-1][0] if self.choice(i) == "selective" else before
             w = self.weights(i, m, phase, ahead) if phase != "rec" else self.env["rec_w", i, m]
-            acc = None if reduces_per_micro_batch(self.Z) else self.env.get(("g", i, m - 1))
-            holds = holds_bucket(self.Z, u.get("frozen", False) is True)
-            reused = bucket_reused(len(self.released))
-            free = self.released[reused] if holds and reused is not None else None
-            types, sizes, names = [], [], []
-            if i != 0:
-                types.append(ACT), sizes.append(int(u["input_bytes"])), names.append(f"dx{i}_{m}")
-            types.append(GRAD)
-            sizes.append(int(u["bucket"] if reduces_per_micro_batch(self.Z) else u["grad"]))
-            names.append(f"bucket{i}_{m}" if reduces_per_micro_batch(self.Z) else f"g{i}_{m}")
-            attrs = {"unit": i, "mb": m, "dur": u["bwd"], "compute": u["bwd_compute"], "ddr": u["bwd_ddr"], "workspace": u["workspace"],
-                     "res": "compute", "prio": PRIO_MAIN, "sizes": sizes}
-            if acc is not None:
-                attrs["inplace"] = True
-            op = _task("life.bwd", ([dy] if dy is not None else []) + saved + [w] + ([acc] if acc else [])
-                       + ([free] if free is not None else []), types, attrs, names)
-            self.env["g", i, m] = op.results[-1]
+            op, follow = self.input_grad(i, m, dy, saved, w) if self.zb else self.whole_grad(i, m, dy, saved, w)
             dy = op.results[0] if i != 0 else None
-            follow = []
-            if holds:
-                follow = [self.reduce(i, m) if m < self.M - 1 else self.grad_sync(i)]
-                self.released.append(follow[0].results[0])
             tasks.append((before, op, follow))
         self.interleave(tasks)
         if vs > 0:
             self.transfer("life.send", m, "bwd", vs - 1, first, [dy], f"sendb{self.p}_{m}")
+
+    def whole_grad(self, i: int, m: int, dy, saved: list, w) -> tuple[Operation, list]:
+        """Backward(i, m) whole: (its op, the bucket collective following it)."""
+        u = self.u(i)
+        acc, free, holds = self.accumulate(i, m)
+        types, sizes, names = [], [], []
+        if i != 0:
+            types.append(ACT), sizes.append(int(u["input_bytes"])), names.append(f"dx{i}_{m}")
+        attrs = {"unit": i, "mb": m, "dur": u["bwd"], "compute": u["bwd_compute"], "ddr": u["bwd_ddr"],
+                 "workspace": u["workspace"], "res": "compute", "prio": PRIO_MAIN}
+        op = self.grad_task("life.bwd", ([dy] if dy is not None else []) + saved + [w], acc, free,
+                            (types, sizes, names), attrs)
+        return op, self.collect(i, m, op, holds)
+
+    def input_grad(self, i: int, m: int, dy, saved: list, w) -> tuple[Operation, list]:
+        """I(i, m): the input gradient (dx, what the previous layer waits for) and the output
+        gradients of the layer's weighted GEMMs, which its W reads with the layer's output
+        gradient and saved activations: all live until that W ends
+        (ratc.step.rules.backward_parts prices both tasks)."""
+        u = self.u(i)
+        dur, compute, ddr = backward_parts(u)["I"]
+        types, sizes, names = ([ACT], [int(u["input_bytes"])], [f"dx{i}_{m}"]) if i != 0 else ([], [], [])
+        op = _task("life.bwd_i", ([dy] if dy is not None else []) + saved + [w], types + [SAVED], {
+            "unit": i, "mb": m, "dur": dur, "compute": compute, "ddr": ddr, "workspace": u["workspace"],
+            "res": "compute", "prio": PRIO_MAIN, "sizes": sizes + [int(u.get("w_grads", 0))]},
+            names + [f"dw_in{i}_{m}"])
+        self.env["W", i, m] = [op.results[-1]] + ([dy] if dy is not None else []) + saved
+        return op, []
+
+    def weight_grad(self, m: int, chunk: int = 0) -> None:
+        """W(l, m) of one chunk's units in reverse order: each layer's weight gradient, from
+        what its I kept, accumulated (and under ZeRO >= 2 its bucket reduced) as a whole
+        Backward's."""
+        for uop in reversed(self.chunks[chunk]):
+            i = uop.attributes["index"]
+            u = self.u(i)
+            acc, free, holds = self.accumulate(i, m)
+            dur, compute, ddr = backward_parts(u)["W"]
+            attrs = {"unit": i, "mb": m, "dur": dur, "compute": compute, "ddr": ddr, "workspace": u["workspace"],
+                     "res": "compute", "prio": PRIO_MAIN}
+            op = self.grad_task("life.bwd_w", self.env.pop(("W", i, m)), acc, free, ([], [], []), attrs)
+            self.emit(op)
+            self.ops += self.collect(i, m, op, holds)
+
+    def accumulate(self, i: int, m: int) -> tuple:
+        """(the gradient accumulated in place, or None; the token freeing the bucket buffer
+        taken over, or None; whether unit i holds a bucket) for micro-batch m's gradient."""
+        acc = None if reduces_per_micro_batch(self.Z) else self.env.get(("g", i, m - 1))
+        holds = holds_bucket(self.Z, self.u(i).get("frozen", False) is True)
+        reused = bucket_reused(len(self.released))
+        return acc, self.released[reused] if holds and reused is not None else None, holds
+
+    def grad_task(self, name: str, operands: list, acc, free, outs: tuple, attrs: dict) -> Operation:
+        """A task making unit i's micro-batch gradient (a whole Backward, or W): `outs`'
+        (types, sizes, names) then the gradient (its bucket under ZeRO >= 2)."""
+        i, m, u = attrs["unit"], attrs["mb"], self.u(attrs["unit"])
+        types, sizes, names = (list(x) for x in outs)
+        types.append(GRAD)
+        sizes.append(int(u["bucket"] if reduces_per_micro_batch(self.Z) else u["grad"]))
+        names.append(f"bucket{i}_{m}" if reduces_per_micro_batch(self.Z) else f"g{i}_{m}")
+        if acc is not None:
+            attrs["inplace"] = True
+        op = _task(name, operands + ([acc] if acc else []) + ([free] if free is not None else []), types,
+                   {**attrs, "sizes": sizes}, names)
+        self.env["g", i, m] = op.results[-1]
+        return op
+
+    def collect(self, i: int, m: int, op: Operation, holds: bool) -> list:
+        """ZeRO >= 2: the collective after unit i's micro-batch gradient (the reduce, or
+        GradSync for the last micro-batch), whose token frees the bucket buffer."""
+        if not holds:
+            return []
+        follow = [self.reduce(i, m) if m < self.M - 1 else self.grad_sync(i)]
+        self.released.append(follow[0].results[0])
+        return follow
 
     def recover(self, i: int, m: int, tasks: list) -> list:
         """Recover(i, m) before Backward(i, m) when unit i recomputes something (appended to
@@ -355,11 +416,14 @@ def lower(module: Module, act_policy: str | None = None) -> Operation:
         # every rank issues its Forwards (then its Backwards) in the schedule's order of each
         # kind: one global order whose dependencies point backwards, so no deadlock, and the
         # ZeRO >= 2 bucket chain built here holds after schedule-1f1b's reorder
-        forwards, backwards = chunk_orders(P, v, M, p)
+        forwards, backwards, weights = chunk_orders(P, v, M, p, a.get("sched", "1f1b"))
         for chunk, m in forwards:
             low.forward(m, chunk)
         for chunk, m in backwards:
             low.backward(m, chunk)
+        if low.zb:      # (then every W, in the order the schedule runs them)
+            for chunk, m in weights:
+                low.weight_grad(m, chunk)
         low.state_chain()
         stages.append(Operation("life.stage", attributes={"stage": p, "units": [u.attributes["index"] for u in us]},
                                 sym_name=f"s{p}", region=Block(low.ops)))

@@ -18,7 +18,7 @@ from __future__ import annotations
 from ratc.errors import RatcError
 from ratc.ir.attributes import ByteSize
 from ratc.lifecycle.checks import HOST_OPS, REC, plan_of
-from ratc.lifecycle.schedule import main_task
+from ratc.lifecycle.schedule import GRAD_OPS, main_task
 from ratc.lifecycle.timeline import estimate
 from ratc.planner.corun import extra, scaled, solo
 from ratc.step.rules import reduces_per_micro_batch
@@ -49,7 +49,7 @@ def state_pipeline(pipe, mode: str) -> None:
         syncs = [op for op in ops if op.name == "life.grad_sync"]
         if layerwise:
             last_bwd = {op.attributes["unit"]: op for op in ops
-                        if op.name == "life.bwd" and op.attributes["mb"] == plan["A"] - 1}
+                        if op.name in GRAD_OPS and op.attributes["mb"] == plan["A"] - 1}
             _reinsert(ops, syncs, lambda op: last_bwd[op.attributes["unit"]])
         else:
             main_end = max(i for i, op in enumerate(ops) if main_task(op) is not None)

@@ -9,10 +9,11 @@ planner's Eq. 9 / Eq. 12 use. So a lowered program and the planner read the same
 from __future__ import annotations
 
 from ratc.errors import RatcError
+from ratc.codegen.op_kernels import without
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
-from ratc.step.schedules import check_interleaved
-from ratc.step.config import parse_keep
+from ratc.step.schedules import check_interleaved, rank_of
+from ratc.step.config import parse_keep, refuse_zero_bubble, schedule_shape_error
 from ratc.step.plan import Plan
 from ratc.step.unit_costs import UnitCosts
 from ratc.step.rules import gathers, reduces_per_micro_batch, shards, syncs_by_reduce_scatter, tp_allreduces
@@ -81,6 +82,7 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
             "stream": _b(b * u.stream),
         }
         attrs.update(chunk_of[i])
+        attrs.update(_zero_bubble(cand, u, b))
         if choices is not None and u.decoder and letters[i] != "layer":
             attrs.update(_keeps(u, choices[i], b))
         if not sends:
@@ -98,22 +100,38 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     return Operation("life.plan", attributes=attrs, sym_name="plan", region=Block(ops))
 
 
+def _zero_bubble(cand, u, b: int) -> dict:
+    """A unit's attributes under a zero-bubble schedule (none otherwise): its W's seconds and
+    what its I keeps for it, and the kernels codegen charges each (W its dW GEMMs, I the rest
+    of the Backward)."""
+    if cand.sched == "1f1b":
+        return {}
+    return {"bwd_w": b * u.bwd_weight, "w_grads": _b(b * u.wgrad_bytes),
+            "bwd_i_kernels": _calls(without(u.kernels.bwd, u.kernels.wgrad), b),
+            "bwd_w_kernels": _calls(u.kernels.wgrad, b)}
+
+
 def _virtual_stages(planner, cand, units) -> tuple[list, list]:
     """Per unit, its stage (rank) and {"chunk": c} when interleaved (v > 1; else {}): the
-    planner's own partition into P * v virtual stages, virtual stage vs on rank vs % P as
-    chunk vs // P. Refuses an interleaved candidate no program can run."""
+    planner's own partition into P * v virtual stages, virtual stage vs on rank vs % P (ZBV:
+    in a V, ratc.step.schedules.rank_of) as chunk vs // P. Refuses an interleaved candidate
+    no program can run."""
     P, v = cand.P, cand.v
     decoders = sum(u.decoder for u in units)
-    check_interleaved(P, v, cand.A)
+    check_interleaved(P, v, cand.A, cand.sched)
     if v > 1 and cand.act == "fsr":
         raise RatcError(f"{cand.label()}: FSR's co-run placement assumes non-interleaved 1F1B; with v = {v} "
                         "virtual stages per rank use ckpt (or full)")
+    refuse_zero_bubble(cand.sched, cand.act, cand.keep, cand.label())
+    if schedule_shape_error(cand.sched, v):
+        raise RatcError(f"{cand.label()}: {schedule_shape_error(cand.sched, v)}")
     if v > 1 and P * v > decoders:
         raise RatcError(f"{cand.label()}: P * v = {P * v} virtual stages need at least as many decoder "
                         f"layers, the model has {decoders}")
     ranges = planner.stages(P * v, cand.T, cand.balance, P * cand.D * cand.T, cand.b).ranges
     virtual_of = [vs for vs, (s, e) in enumerate(ranges) for _ in range(s, e)]
-    return [vs % P for vs in virtual_of], [{"chunk": vs // P} if v > 1 else {} for vs in virtual_of]
+    return ([rank_of(vs, P, cand.sched) for vs in virtual_of],
+            [{"chunk": vs // P} if v > 1 else {} for vs in virtual_of])
 
 
 def _keeps(u, choice: str, b: int) -> dict:

@@ -8,7 +8,7 @@ from ratc.errors import RatcError
 from ratc.ir.core import Module
 from ratc.lifecycle import liveness, lowering, placement
 from ratc.lifecycle.actions import token, tokens
-from ratc.lifecycle.schedule import reorder_stage
+from ratc.lifecycle.schedule import order_sends, reorder_stage
 from ratc.passes.base import Pass, PassContext, PassError, option, register_pass
 from ratc.step.config import ACT_OPTION_NAMES
 from ratc.step.plan import Plan
@@ -76,7 +76,7 @@ class LowerToLife(Pass):
 
 @register_pass
 class Schedule1F1B(Pass):
-    """Order each stage's main path as non-interleaved 1F1B (warm-up, steady state, cool-down)."""
+    """Order each stage's main path as its plan's schedule: 1F1B, interleaved 1F1B or ZB1P."""
 
     name = "schedule-1f1b"
 
@@ -88,6 +88,8 @@ class Schedule1F1B(Pass):
             plan = lowering.find_plan(module).attributes
             for stage in pipe.region.ops:
                 reorder_stage(stage, plan["P"], plan["A"])
+            if plan.get("sched", "1f1b") != "1f1b":
+                order_sends(pipe)
             pipe.attributes["schedule"] = "1f1b"
         _moving(module, move)
 

@@ -68,17 +68,25 @@ class HostExecProfile(ExecutionProfile):
 
     @functools.cached_property
     def _sharing(self) -> tuple:
-        """(GEMM, memory-bound) slow-down of a rank of a program of `ranks`: the measured
-        [sharing] figure at the calibration's ranks, linear in the number of other busy ranks
-        (1 alone), and at least [sharing].load, what the machine's other processes take from a
-        long task (the [sharing] figures were measured under that load, so it is in them)."""
+        """(GEMM, memory-bound, interpreter) slow-down of a rank of a program of `ranks`. A lone
+        rank's is [sharing].load, what the machine's other processes take from a long task.
+        Ranks sharing the cores take [sharing].busy from each other's interpreter work (a
+        unit's time with every rank running it and gloo's threads busy, over its unpreempted
+        time alone: the load is in it), and from a GEMM or a memory-bound operator the larger
+        of that and [sharing].matmul or .memory (their contention for cache and memory
+        bandwidth): the larger, not the product, as each was measured with the other ranks
+        running. Each figure is linear in the number of other busy ranks over the
+        calibration's, and at least the load (it was measured under it)."""
         share, measured = self.platform.sharing, self.platform.host.ranks
         load = share.load.median
         if self.ranks <= 1 or measured <= 1:
-            return load, load
+            return load, load, load
         frac = (self.ranks - 1) / (measured - 1)
-        return (max(load, 1 + (share.matmul.median - 1) * frac),
-                max(load, 1 + (share.memory.median - 1) * frac))
+
+        def scaled(fig) -> float:
+            return 1 + (fig.median - 1) * frac
+        busy = max(load, scaled(share.busy))
+        return max(busy, scaled(share.matmul)), max(busy, scaled(share.memory)), busy
 
     @functools.cached_property
     def _rows(self) -> dict:
@@ -117,20 +125,20 @@ class HostExecProfile(ExecutionProfile):
         """(forward, backward) seconds per sequence a unit's tasks pay beyond their operators: a
         one-operator unit's task less its operator, and each parameter tensor's work (the
         backward's of those that train), once per micro-batch of `batch` sequences, with the
-        compute slow-down of the ranks sharing the cores and of the machine's other load."""
+        interpreter's slow-down by the ranks sharing the cores and the machine's other load."""
         c = self.platform.compute
         params = len(layer.params)
         trained = params - len(layer.frozen)
         fwd = max(0.0, c.task_forward.median - c.operator_forward.median) + params * c.parameter_forward.median
         bwd = max(0.0, c.task_backward.median - c.operator_backward.median) + trained * c.parameter_backward.median
-        slow = self._sharing[0] / self.batch        # (interpreter work is slowed as a core's GEMMs are)
+        slow = self._sharing[2] / self.batch
         return fwd * slow, bwd * slow
 
     def op_times(self, op, div: int, dtype_bytes: int) -> tuple:
         """(fwd compute, fwd DDR, bwd compute, bwd DDR) seconds of one traced op per sequence of
         a micro-batch of `batch` (its DDR parts are 0: one thread runs all of it)."""
         b, c = self.batch, self.platform.compute
-        calls = OPERATORS.get(op.kind, DEFAULT_OPERATORS) * self._sharing[0] / b
+        calls = OPERATORS.get(op.kind, DEFAULT_OPERATORS) * self._sharing[2] / b
         call_f, call_b = calls * c.operator_forward.median, calls * c.operator_backward.median
         if op.gemm is not None:
             m, n, k = op.gemm       # m: the rows of one sequence; a micro-batch's GEMM has b times them

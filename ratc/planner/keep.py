@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ratc.step.config import keep_text
+from ratc.step.config import SAVE_CHOICES, keep_text, parse_keep
 
 def stage_options(units, ranges) -> list:
     """Per stage: (the unit indices of its layers that may choose, their (extra bytes, saved
@@ -60,8 +60,8 @@ def _text(units, options, picks) -> str:
     for (idx, _), pick in zip(options, picks):
         if pick and isinstance(pick[0], int):
             # identical layers in forward order: those keeping everything first, then the
-            # selective ones, then those recomputed whole (so the stage's last layer, whose
-            # Recover fills the bubble before the next Backward under FSR, is recomputed while any is)
+            # selective ones, then those recomputed whole (under FSR the planner then tries
+            # another choice last in each stage: stage_orders)
             nf, ns = pick
             pick = ("full",) * nf + ("selective",) * ns + ("layer",) * (len(idx) - nf - ns)
         for i, x in zip(idx, pick):
@@ -114,6 +114,34 @@ def _milp(opts: list, room: float) -> list:
         return ["layer"] * n
     x = np.round(res.x).reshape(n, 2)
     return ["full" if f else "selective" if s else "layer" for f, s in x]
+
+
+def stage_orders(units, ranges, keep: str) -> list[tuple[int, dict]]:
+    """Per stage, the reorders of its layers' save choices that may change its time: one layer
+    of a choice other than the stage's last moved last, as (stage, {decoder layer: choice}).
+
+    Under FSR a stage's last layer's Recover rides on a Forward (the cool-down's on a
+    Backward) and every other one on the Backward of the layer after it, so with identical
+    layers only which choice comes last changes the step; the planner costs each."""
+    choices = parse_keep(keep)
+    layer_of = {i: n for n, i in enumerate(i for i, u in enumerate(units) if u.decoder)}
+    out = []
+    for p, (s, e) in enumerate(ranges):
+        ks = [layer_of[i] for i in range(s, e) if units[i].recovers]
+        here = [choices[k] for k in ks]
+        for last in SAVE_CHOICES:
+            if last in here and here[-1] != last:
+                j = len(here) - 1 - here[::-1].index(last)      # the stage's latest of that choice
+                out.append((p, dict(zip(ks, here[:j] + here[j + 1:] + [last]))))
+    return out
+
+
+def with_changes(keep: str, changes: dict) -> str:
+    """A keep text with some decoder layers' choices replaced ({layer: choice})."""
+    choices = list(parse_keep(keep))
+    for k, x in changes.items():
+        choices[k] = x
+    return keep_text(choices)
 
 
 _SAYS = {"full": "keep everything, recompute nothing",

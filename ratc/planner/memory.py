@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 from ratc.planner.config import CandidateBatch
 from ratc.step.rules import gathers, recomputes, reduces_per_micro_batch, shards
 from ratc.step.config import ACT_POLICIES, RECIPE
-from ratc.step.schedules import chunk_in_flight
+from ratc.step.schedules import chunk_in_flight, pending_weight_grads, rank_columns, virtual_stage
 from ratc.planner.stages import StageCosts
 
 FSR = ACT_POLICIES.index("fsr")
@@ -46,15 +47,16 @@ class StageMemory:
         return self.state + self.activations + self.buffers
 
 
-def n_in_flight(P: int, M, v: int = 1) -> np.ndarray:
+def n_in_flight(P: int, M, v: int = 1, sched: str = "1f1b") -> np.ndarray:
     """N_act(s): micro-batches whose activations virtual stage s holds (0-indexed; chunk
-    s // P of rank s % P): under 1F1B min(P - s, M); interleaved, counted from its order."""
+    s // P of rank s % P): under 1F1B min(P - s, M); interleaved, counted from its order
+    (that of `sched`)."""
     if v == 1:
         return np.minimum(P - np.arange(P), M)
     M = np.broadcast_to(np.asarray(M), np.shape(M) or (1, 1))
     out = np.zeros(M.shape[:-1] + (P * v,))
     for m in np.unique(M):
-        out[M[..., 0] == m] = chunk_in_flight(P, v, int(m))
+        out[M[..., 0] == m] = chunk_in_flight(P, v, int(m), sched)
     return out
 
 
@@ -62,7 +64,7 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     """Eq. 9 per stage: state (ZeRO-sharded over D), activations (Eq. 5 / 6) and buffers."""
     D, Z, b = c.D, c.Z, c.b
     params, grads, optimizer = _state_bytes(sc, c, recipe)
-    n = n_in_flight(c.P, c.M, c.v)
+    n = n_in_flight(c.P, c.M, c.v, c.sched)
     recovers = recomputes(c.act)
     held = np.where(recovers, n * b * sc.ckpt, n * b * sc.saved_full)
     zero = np.zeros_like(held)
@@ -134,14 +136,46 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     mem = StageMemory(params=params + zero, grads=grads + zero, optimizer=optimizer + zero,
                       activations=activations, boundary=boundary, grad_bucket=grad_bucket,
                       param_view=param_view, workspace=workspace, at_edge=at_edge)
-    return mem if c.v == 1 else _per_rank(mem, held, c.P, c.v)
+    return mem if c.v == 1 else _zero_bubble(_per_rank(mem, held, c.P, c.v, c.sched), held, sc, c, boundary_bytes)
 
 
-def _per_rank(mem: StageMemory, held: np.ndarray, P: int, v: int) -> StageMemory:
+def _zero_bubble(ranked: StageMemory, held, sc: StageCosts, c: CandidateBatch, boundary_bytes: float) -> StageMemory:
+    """A rank's memory (_per_rank's) under a zero-bubble schedule; as it is under 1F1B."""
+    if c.sched == "1f1b":
+        return ranked
+    recovers, b = recomputes(c.act), c.b
+    zero = np.zeros_like(held)
+    # zero bubble: what a Forward saved lives until its W, and from its I to its W what
+    # that reads: its GEMMs' output gradients and a recomputed layer's activations (the
+    # recovered layers' whole saved bytes, their inputs counted again). Counted over the
+    # order, not as chunk peaks.
+    kept = np.where(recovers, b * sc.ckpt, b * sc.saved_full) + zero
+    rebuilt = b * sc.wgrad + np.where(recovers, b * (sc.saved_full - sc.ckpt + sc.n_rec * boundary_bytes), 0.0)
+    rank_held = ranked.activations - held[:, rank_columns(c.P, c.v, c.sched)].reshape(len(held), c.v, c.P).sum(axis=1)
+    return dataclasses.replace(ranked, activations=rank_held + _until_w(np.concatenate([kept, rebuilt], axis=1), c))
+
+
+def _until_w(per_mb: np.ndarray, c: CandidateBatch) -> np.ndarray:
+    """[C, P] the most bytes a rank holds for its Ws to come: over its zero-bubble order, the
+    micro-batches in flight per chunk (pending_weight_grads) times that chunk's bytes per
+    micro-batch (`per_mb` [C, 2 P*v]: what a Forward keeps, then what an I rebuilds)."""
+    P, v = c.P, c.v
+    M = np.broadcast_to(np.asarray(c.M), (per_mb.shape[0], 1))[:, 0].astype(int)
+    out = np.zeros((per_mb.shape[0], P))
+    for m in np.unique(M):
+        rows = M == m
+        for r, counts in enumerate(pending_weight_grads(P, v, int(m), c.sched)):
+            cols = [k * P * v + virtual_stage(ch, r, P, c.sched) for k in (0, 1) for ch in range(v)]
+            out[rows, r] = (per_mb[rows][:, cols] @ np.array(counts, dtype=float).T).max(axis=1)
+    return out
+
+
+def _per_rank(mem: StageMemory, held: np.ndarray, P: int, v: int, sched: str = "1f1b") -> StageMemory:
     """[C, P] per rank from [C, P*v] per virtual stage: a rank holds its chunks' state and
     stored activations together, and the transient terms (a Backward's buffers, recovery,
     workspace) of one chunk's task at a time: those of the chunk where they are largest."""
-    fold = lambda a: a.reshape(a.shape[0], v, P)  # noqa: E731
+    cols = rank_columns(P, v, sched)
+    fold = lambda a: a[:, cols].reshape(a.shape[0], v, P)  # noqa: E731
     transient = fold(mem.activations - held + mem.buffers)
     worst = transient.argmax(axis=1)[:, None]
     pick = lambda a: np.take_along_axis(fold(a), worst, axis=1)[:, 0]  # noqa: E731

@@ -8,7 +8,7 @@ from ratc.errors import RatcError
 from ratc.frontend.profile import LayerProfile, ModelProfile, OpProfile
 from ratc.ir.types import DTYPE_BYTES
 from ratc.planner.corun import corun_within, least_headroom, merged_runs, phases
-from ratc.step.rules import kept_bytes, recomputes, recompute, recoverable
+from ratc.step.rules import kept_bytes, recomputes, recompute, recoverable, weight_gradient_share
 
 
 # Ops Megatron-style tensor parallelism splits across the T ranks (by heads or by the FFN
@@ -50,6 +50,12 @@ class UnitCost:
     core_ddr: float = 0.0
     core_phases: tuple = ()  # ((compute s, DDR s), ...) of that re-run
     core_ops: tuple = ()     # ... with the bytes each starts to make (ratc.planner.corun)
+    # Of bwd, the seconds of its weight gradients (a zero-bubble W task;
+    # ratc.step.rules.weight_gradient_share): the dW GEMMs.
+    bwd_weight: float = 0.0
+    # ... and what those W tasks read besides the saved activations: the output gradients of
+    # the GEMMs with weights, kept from the input-gradient task (I) until W runs
+    wgrad_bytes: float = 0.0
 
     @property
     def recovers(self) -> bool:
@@ -89,6 +95,7 @@ class UnitKernels:
     bwd_other: float
     core: tuple = ()          # the attention core's forward kernels (a selective Recover's)
     core_other: float = 0.0   # ... and its seconds no kernel runs
+    wgrad: tuple = ()         # of bwd, the weight-gradient kernels (a zero-bubble W task's)
 
 
 def elem_bytes(dtype: str) -> int:
@@ -159,9 +166,9 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     align = attention_alignment(platform.vliw) if kernels else None
     ddr = platform.cluster.ddr_bandwidth
     runs_kernels = exec_profile.runs_kernels
-    f = fc = fd = b = bc = bd = 0.0
+    f = fc = fd = b = bc = bd = bw = wg = 0.0
     saved = workspace = 0.0
-    kf, kb, other_f, other_b = [], [], 0.0, 0.0
+    kf, kb, kw, other_f, other_b = [], [], [], 0.0, 0.0
     ph_f, ph_b = [], []     # per op: [(compute, DDR)] of its kernels and its stream / roofline
     op_saved, op_written = [], []
     core = _Core()
@@ -173,6 +180,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
         if ks is not None:
             kf += ks.fwd
             kb += ks.bwd
+            kw += ks.wgrad
             s1, s2 = ks.fwd_stream_bytes / ddr, ks.bwd_stream_bytes / ddr
             other_f += s1
             other_b += s2
@@ -203,6 +211,8 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
             if ks is None:
                 other_f += max(c1, d1)
                 other_b += max(c2, d2)
+        w_s, w_b = _weight_part(op, ks, ph_b[-1], div, exec_profile, ddr, runs_kernels)
+        bw, wg = bw + w_s, wg + w_b
         if op.grad and core_bytes(op, eb):
             core.add(core_bytes(op, eb) / div, (f, fc, fd, other_f), before, kf, ph_f[-1])
         saved += op.saved_bytes / div
@@ -216,15 +226,27 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     f, fc, b, bc = f + over_f, fc + over_f, b + over_b, bc + over_b
     # (a host's per-task cost runs in its compute stream, after the ops)
     tail_f, tail_b = ([(over_f, 0.0)], [(over_b, 0.0)]) if over_f or over_b else ([], [])
-    kernels = UnitKernels(merge(kf), merge(kb), other_f, other_b, merge(core.kernels), core.other + over_f)
+    kernels = UnitKernels(merge(kf), merge(kb), other_f, other_b, merge(core.kernels), core.other + over_f, merge(kw))
     return UnitCost(name=layer.name, decoder=decoder, fwd=f, fwd_compute=fc, fwd_ddr=fd,
                     bwd=b, bwd_compute=bc, bwd_ddr=bd, params=layer.param_count / tp,
                     trainable=layer.trainable_count / tp, tied=layer.tied_count(trainable=True) / tp,
-                    saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
+                    bwd_weight=bw, wgrad_bytes=wg, saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
                     workspace=workspace, kernels=kernels, backward=any(op.grad for op in layer.ops),
                     fwd_phases=phases([x for op in ph_f for x in op] + tail_f),
                     bwd_phases=phases([x for op in reversed(ph_b) for x in op] + tail_b),
                     **_stream_ops(layer, ph_f, ph_b, op_saved, op_written), **core.costs(over_f, tail_f))
+
+
+def _weight_part(op, ks, bwd_phases, div: int, exec_profile, ddr: float, runs_kernels: bool) -> tuple:
+    """(seconds, bytes) of one op's backward that a zero-bubble W runs and reads: its dW
+    GEMM kernels' own time when kernels price it, else the dW FLOPs' share of its roofline
+    backward (ratc.step.rules.weight_gradient_share); the output gradient of a GEMM with one."""
+    share = weight_gradient_share(op.gemm is not None, op.bwd_input_flops, op.bwd_weight_flops)
+    if ks is not None and runs_kernels:
+        seconds = _kernel_time(exec_profile, ks.wgrad, ddr)[0]
+    else:
+        seconds = max(bwd_phases[0]) * share
+    return seconds, (op.bytes_written / div if share > 0 else 0.0)
 
 
 class _Core:

@@ -5,7 +5,8 @@ order; Forward(s, m) waits for Forward(s-1, m)'s end and the boundary send, Back
 for Backward(s+1, m)'s (the last stage's for its own Forward). Every action ends at
 max(end of the rank's previous action, end of its data dependency + send) + its duration.
 The actions are grouped into levels (all of a level's inputs end at earlier levels) once
-per order and cached, so the candidates' ends are computed a level at a time.
+per order and cached, so the candidates' ends are computed a level at a time. Zero
+bubble (ZB1P), a backward is an I, which waits as a Backward does, and a W after its own I.
 """
 
 from __future__ import annotations
@@ -29,19 +30,24 @@ class ActionGraph:
     levels: tuple
 
 
+# A kind's duration column block: F of s is column s, B (or a zero-bubble I) S + s, W 2S + s.
+_BLOCK = {"F": 0, "B": 1, "I": 1, "W": 2}
+
+
 def action_graph(orders: tuple, stages: int) -> ActionGraph:
     """The level structure of per-rank orders: `orders[r]` is rank r's (stage, kind, mb) tuples,
-    kind "F" or "B"; stage s runs on the rank whose order holds it."""
+    kind "F" or "B" (zero bubble: "I" in B's place, and "W", which waits for its own I);
+    stage s runs on the rank whose order holds it."""
     n = sum(map(len, orders))
     M = 1 + max(mb for order in orders for _, _, mb in order)
-    code = lambda s, kind, mb: ((s + (stages if kind == "B" else 0)) * M) + mb  # noqa: E731
-    idx = [-1] * (2 * stages * M)             # an action's index by its code, -1 until placed
+    code = lambda s, kind, mb: ((s + stages * _BLOCK[kind]) * M) + mb  # noqa: E731
+    idx = [-1] * (3 * stages * M)             # an action's index by its code, -1 until placed
     level = [0] * (n + 1)                     # by index; the sentinel n is level -1 (below)
     level[n] = -1
-    rank_of = [0] * (2 * stages)
+    rank_of = [0] * (3 * stages)
     for r, order in enumerate(orders):
         for s, kind, _ in order:
-            rank_of[s + (stages if kind == "B" else 0)] = r
+            rank_of[s + stages * _BLOCK[kind]] = r
     coded = [[code(*a) for a in order] for order in orders]
     rows = []
     pos = [0] * len(orders)
@@ -76,25 +82,30 @@ def action_graph(orders: tuple, stages: int) -> ActionGraph:
 
 
 def _dependency(col: int, stages: int):
-    """The duration column (F of s: s, B of s: S + s) of the action this one waits for, or None:
-    a Forward its stage's predecessor's, a Backward its successor's (the last stage's, its Forward)."""
+    """The duration column (F of s: s, B of s: S + s, W of s: 2S + s) of the action this one
+    waits for, or None: a Forward its stage's predecessor's, a Backward (or I) its successor's
+    (the last stage's, its Forward), a W its own I."""
+    if col >= 2 * stages:
+        return col - stages
     if col < stages:
         return col - 1 if col > 0 else None
     s = col - stages
     return col + 1 if s < stages - 1 else s
 
 
-@lru_cache(maxsize=64)
-def interleaved_graph(P: int, v: int, M: int) -> ActionGraph:
-    """The action graph of interleaved 1F1B (ratc.step.schedules.interleaved_1f1b)."""
-    return action_graph(interleaved_orders(P, v, M), P * v)
+@lru_cache(maxsize=256)     # (interleaved 1F1B's and ZB1P's, per (P, v, M))
+def interleaved_graph(P: int, v: int, M: int, sched: str = "1f1b") -> ActionGraph:
+    """The action graph of interleaved 1F1B (ratc.step.schedules.interleaved_1f1b), or of
+    the plan's `sched` (ZB1P)."""
+    return action_graph(interleaved_orders(P, v, M, sched), P * v)
 
 
-def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send) -> np.ndarray:
+def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=None) -> np.ndarray:
     """[C] end of the last action: fc, bc [C, S] each virtual stage's Forward and Backward
-    compute-stream time, send [C, 1] one boundary transfer (on the link, between ranks)."""
+    compute-stream time (zero bubble: bc its I's and wc its W's), send [C, 1] one boundary
+    transfer (on the link, between ranks)."""
     C = fc.shape[0]
-    dur = np.concatenate([fc, bc], axis=1)
+    dur = np.concatenate([fc, bc] + ([wc] if wc is not None else []), axis=1)
     send = np.broadcast_to(np.asarray(send, dtype=float), (C, 1))
     end = np.zeros((C, graph.n + 1))
     for idx, prev, dep, cross, col in graph.levels:
@@ -102,12 +113,15 @@ def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send) -> 
     return end[:, :graph.n].max(axis=1)
 
 
-def interleaved_makespan(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, M) -> np.ndarray:
-    """[C] makespan of interleaved 1F1B with v chunks on P ranks (fc, bc [C, P*v]; M [C, 1])."""
+def interleaved_makespan(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, M, wc=None,
+                         sched: str = "1f1b") -> np.ndarray:
+    """[C] makespan of interleaved 1F1B with v chunks on P ranks (fc, bc [C, P*v]; M [C, 1]);
+    of a zero-bubble `sched` (ZB1P, ZBV) given wc [C, P*v], the W tasks' times (bc then its I's)."""
     M = np.broadcast_to(np.asarray(M), (fc.shape[0], 1))[:, 0].astype(int)
     send = np.broadcast_to(np.asarray(send, dtype=float), (fc.shape[0], 1))
     out = np.empty(fc.shape[0])
     for m in np.unique(M):
         rows = M == m
-        out[rows] = graph_makespan(interleaved_graph(P, v, int(m)), fc[rows], bc[rows], send[rows])
+        out[rows] = graph_makespan(interleaved_graph(P, v, int(m), sched), fc[rows], bc[rows], send[rows],
+                                   None if wc is None else wc[rows])
     return out

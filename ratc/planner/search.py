@@ -13,7 +13,7 @@ from ratc.errors import RatcError
 from ratc.io import progress_shown
 from ratc.planner.collectives import check_algorithm
 from ratc.planner.config import CandidateBatch
-from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep
+from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep, refuse_zero_bubble, schedule_shape_error
 from ratc.step.schedules import check_interleaved, whole_rounds
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.memory import stage_memory
@@ -169,10 +169,11 @@ class Planner:
                 for balance in strategy.balance:
                     if balance != strategy.balance[0] and self._same_partition(P, T, strategy.balance[0], balance):
                         continue
-                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance, v=v)
+                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance, v=v, sched=s)
                              for b in micro if b <= per_replica and per_replica % b == 0
                              for Z in zeros for act in strategy.act for pref in strategy.pref
-                             for v in strategy.v if v == 1 or self._interleaves(P, v, per_replica // b, act)]
+                             for v in strategy.v if v == 1 or self._interleaves(P, v, per_replica // b, act)
+                             for s in (strategy.sched if v > 1 else ("1f1b",)) if not schedule_shape_error(s, v)]
                     if cands:
                         groups.setdefault(P, []).extend(cands)
         return groups
@@ -273,11 +274,58 @@ class Planner:
                 evs[k] = e
         return evs
 
+    def _reordered(self, feasible: list) -> list:
+        """The feasible plans with each FSR keep reordered where that is faster (_reorders):
+        tried on plans whose step less all its exposed recovery, the most a reorder can
+        remove, is below the fastest plan's."""
+        top = min((e.t_step for e in feasible), default=math.inf)
+        by_p: dict = {}
+        for k, e in enumerate(feasible):
+            if e.cand.keep and e.cand.act == "fsr" and e.t_step - e.e_rec < top:
+                by_p.setdefault(e.cand.P, []).append((k, e.cand))
+        for tried in by_p.values():
+            feasible = self._reorders(feasible, tried)
+        return feasible
+
+    def _reorders(self, evs: list, tried: list) -> list:
+        """evs with each tried (row, FSR candidate with a keep) reordered within stages where
+        that is faster and fits: every single-stage reorder (ratc.planner.keep.stage_orders) is
+        costed, then the winners of all stages together; the fastest that fits stays."""
+        from ratc.planner.keep import stage_orders, with_changes
+        alts = []
+        keeps = dict(tried)
+        for k, c in tried:
+            if c.act == "fsr" and c.keep:
+                ranks = c.P * c.D * c.T
+                units = self.units(c.T, ranks, c.b).units
+                ranges = self.stages(c.P, c.T, c.balance, ranks, c.b).ranges
+                alts += [(k, p, ch) for p, ch in stage_orders(units, ranges, c.keep)]
+        if not alts:
+            return evs
+        costed, _ = self._costed([replace(keeps[k], keep=with_changes(keeps[k].keep, ch)) for k, _, ch in alts])
+        won: dict = {}          # row -> stage -> (its fastest reorder that fits, the changes)
+        for (k, p, ch), e in zip(alts, costed):
+            if e.feasible and e.t_step < won.get(k, {}).get(p, (evs[k], None))[0].t_step:
+                won.setdefault(k, {})[p] = (e, ch)
+        evs = list(evs)
+        for k, stages in won.items():
+            evs[k] = min((e for e, _ in stages.values()), key=attrgetter("t_step"))
+        together = [(k, {x: y for _, ch in stages.values() for x, y in ch.items()})
+                    for k, stages in won.items() if len(stages) > 1]
+        if together:
+            both, _ = self._costed([replace(keeps[k], keep=with_changes(keeps[k].keep, ch))
+                                    for k, ch in together])
+            for (k, _), e in zip(together, both):
+                if e.feasible and e.t_step < evs[k].t_step:
+                    evs[k] = e
+        return evs
+
     def _by_v(self, cands: list) -> tuple:
-        """_costed over candidates of several v, a batch per v, in the candidates' order."""
+        """_costed over candidates of several v (or schedules), a batch per (v, schedule), in
+        the candidates' order."""
         evs, total = [None] * len(cands), np.zeros((len(cands), cands[0].P))
-        for v in sorted({c.v for c in cands}):
-            ks = [k for k, c in enumerate(cands) if c.v == v]
+        for v in sorted({(c.v, c.sched) for c in cands}):
+            ks = [k for k, c in enumerate(cands) if (c.v, c.sched) == v]
             part, part_total = self._costed([cands[k] for k in ks])
             for k, e in zip(ks, part):
                 evs[k] = e
@@ -292,7 +340,7 @@ class Planner:
         """
         from ratc.planner.timing import step_time
         _check_interleaved(cands, self.layers)
-        if len({c.v for c in cands}) > 1:      # (a batch shares v: its stage tables are P*v stages)
+        if len({(c.v, c.sched) for c in cands}) > 1:      # (a batch shares v: its stage tables are P*v stages)
             return self._by_v(cands)
         reps, inv = {}, []
         for c in cands:
@@ -371,6 +419,8 @@ class Planner:
                     fastest = min(fastest, ev.t_step)
                 (result.feasible if ev.feasible else result.infeasible).append(ev)
                 result.evaluated += 1
+        if strat.keep:
+            result.feasible = self._reordered(result.feasible)
         # Equal to the microsecond is a tie (the policies' tails are computed differently and can
         # differ by float rounding alone). Among equally fast plans the richer state policy wins
         # (deadline > layerwise > bulk: under ZeRO-2 bulk and layerwise compile to the same
@@ -494,4 +544,7 @@ def _check_interleaved(cands, layers: int) -> None:
             if c.act == "fsr":
                 raise RatcError(f"{c.label()}: FSR is not modelled with interleaved 1F1B (v = {c.v}); "
                                 "use act ckpt or full")
-            check_interleaved(c.P, c.v, c.A)
+            check_interleaved(c.P, c.v, c.A, c.sched)
+        refuse_zero_bubble(c.sched, c.act, c.keep, c.label())
+        if schedule_shape_error(c.sched, c.v):
+            raise RatcError(f"{c.label()}: {schedule_shape_error(c.sched, c.v)}")

@@ -12,7 +12,7 @@ from ratc.step.config import RECIPE, SAVE_CHOICES
 from ratc.step.rules import kept_bytes, recompute, tp_allreduces
 
 _SUM_FIELDS = ("fwd", "fwd_compute", "fwd_ddr", "bwd", "bwd_compute", "bwd_ddr", "params", "trainable", "saved_bytes",
-               "backward")
+               "backward", "bwd_weight", "wgrad_bytes")
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,8 @@ class StageCosts:
     bwd: np.ndarray
     bwd_c: np.ndarray
     bwd_d: np.ndarray
+    bwd_w: np.ndarray              # ... of which its weight gradients (a zero-bubble W: the dW GEMMs)
+    wgrad: np.ndarray              # bytes a W reads besides the saved activations (its GEMMs' output gradients)
     rec: np.ndarray                # recomputation (forward of the stage's recovered layers)
     rec_c: np.ndarray
     rec_d: np.ndarray
@@ -155,6 +157,7 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
         names=tuple(tuple(u.name for u in table.units[s:e]) for s, e in ranges),
         fwd=ssum(c["fwd"]), fwd_c=ssum(c["fwd_compute"]), fwd_d=ssum(c["fwd_ddr"]),
         bwd=ssum(c["bwd"]), bwd_c=ssum(c["bwd_compute"]), bwd_d=ssum(c["bwd_ddr"]),
+        bwd_w=ssum(c["bwd_weight"]), wgrad=ssum(c["wgrad_bytes"]),
         rec=ssum(c["rec_fwd"]), rec_c=ssum(c["rec_c"]), rec_d=ssum(c["rec_d"]),
         co_f=co_f, co_b=u_co.sum(axis=1), co_c=co_c,
         params=ssum(c["params"]), trainable=ssum(c["trainable"]), n_dec=ssum(table.decoder.astype(float)),
@@ -173,7 +176,7 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
         u_whole=whole_pad.astype(float), u_rec=pad(c["rec_fwd"]), u_co=u_co, u_tied=pad(c["tied"]))
 
 
-_ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "rec", "rec_c", "rec_d", "co_f", "co_b", "co_c", "params", "trainable",
+_ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "bwd_w", "wgrad", "rec", "rec_c", "rec_d", "co_f", "co_b", "co_c", "params", "trainable",
            "n_dec", "n_dec_bwd", "n_rec", "n_rec_tp", "last_rec", "last_rec_tp", "view_pair", "max_rec_params", "saved_full", "ckpt", "rec_buf", "stream_buf",
            "workspace",
            "rec_workspace", "guest_workspace", "edge_workspace", "bucket_pair", "bucket_pair1", "head_saved", "head_tp_bwd")

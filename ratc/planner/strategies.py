@@ -35,6 +35,9 @@ class Strategy:
     # virtual stages per rank: values > 1 add interleaved 1F1B candidates where it runs (P >= 2,
     # M whole rounds, P * v <= decoder layers) with act full or ckpt
     v: tuple = (1,)
+    # the schedules of those interleaved candidates (ratc.step.config.SCHEDULES): zb1p and zbv
+    # add the zero-bubble schedules beside interleaved 1F1B (zbv at v = 2)
+    sched: tuple = ("1f1b",)
 
 
 STRATEGIES = {s.name: s for s in (
@@ -54,6 +57,9 @@ STRATEGIES = {s.name: s for s in (
              keep=True),
     Strategy("interleaved", "RATrain's space plus interleaved 1F1B (v = 2, 4 model chunks per rank; "
                             "Full or Ckpt)", v=(1, 2, 4)),
+    Strategy("zerobubble", "the interleaved space, each interleaved candidate also as ZB1P and, at v = 2, as ZBV "
+                           "(zero bubble: every Backward split into input- and weight-gradient tasks)",
+             v=(1, 2, 4), sched=("1f1b", "zb1p", "zbv")),
     Strategy("any", "every dimension free, including TP, ZeRO-3 and interleaved 1F1B (v = 2, 4)",
              tp=(1, 2, 4, 8), zero=ZERO_STAGES, v=(1, 2, 4)),
 )}

@@ -17,6 +17,7 @@ from ratc.planner.collectives import Link, all_reduce, reduce_scatter
 from ratc.planner.config import CandidateBatch
 from ratc.planner.order_makespan import interleaved_makespan
 from ratc.planner.stages import StageCosts
+from ratc.step.schedules import rank_columns
 from ratc.planner.state_chain import gather_time, rank_links, state_costs
 from ratc.step.config import ACT_POLICIES, PREF_POLICIES, RECIPE
 from ratc.step.rules import recomputes, reduces_per_micro_batch, tp_allreduces
@@ -239,10 +240,20 @@ class _Periods:
         return out[:, :P], out[:, P:]
 
 
-def _sends(P: int, send: np.ndarray) -> np.ndarray:
+def _boundaries(P: int, sched: str = "1f1b") -> tuple:
+    """([P], [P]) 1.0 where a (virtual) stage's Forward sends its activation to another rank,
+    and where its Backward sends its gradient: but on the last and the first; ZBV's V hands
+    both over on one rank at its bottom (stages P/2 - 1 and P/2)."""
+    stage = np.arange(P)
+    out_f, out_b = (stage < P - 1).astype(float), (stage > 0).astype(float)
+    if sched == "zbv":
+        out_f[P // 2 - 1] = out_b[P // 2] = 0.0
+    return out_f, out_b
+
+
+def _sends(P: int, send: np.ndarray, sched: str = "1f1b") -> np.ndarray:
     """[C, P] boundary sends per slot: activation out (p < P-1), gradient out (p > 0)."""
-    stage = np.arange(P)[None, :]
-    return send * ((stage < P - 1).astype(float) + (stage > 0))
+    return send * sum(_boundaries(P, sched))
 
 
 def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden: int, elem: int,
@@ -280,7 +291,8 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
         rs = reduce_scatter(D, sc.trainable * recipe.grad_bytes, dp) * reduces_per_micro_batch(Z) * (sc.trainable > 0)
         # (a layer with no backward, behind frozen inputs, has no backward all-reduces)
         layers = per_layer * np.stack([n_dec, sc.n_dec_bwd]) * ar
-        busy = layers.sum(axis=0) + (first * embedding_f + sc.head_tp_bwd) * ar + _sends(P, send) + 2 * ag.sum(axis=2) + rs
+        busy = (layers.sum(axis=0) + (first * embedding_f + sc.head_tp_bwd) * ar + _sends(P, send, c.sched)
+                + 2 * ag.sum(axis=2) + rs)
         return ar, layers, send, ag, busy, np.where(recovers, per_layer * n_rec * ar, 0.0)
 
     tp_ar, (tp_layer_f, tp_layer_b), p2p, u_ag, link_busy, link_rec = traffic(tp_link, pp_link, dp_link)
@@ -294,8 +306,8 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
 
     z3_fwd, z3_bwd = _zero3_exposed(sc, b, u_ag)
 
-    fwd = b * sc.fwd + tp_fwd + z3_fwd + np.where(stage < P - 1, p2p, 0.0)
-    bwd = b * sc.bwd + tp_bwd + z3_bwd + np.where(stage > 0, p2p, 0.0)
+    fwd = b * sc.fwd + tp_fwd + z3_fwd + _boundaries(P, c.sched)[0] * p2p
+    bwd = b * sc.bwd + tp_bwd + z3_bwd + _boundaries(P, c.sched)[1] * p2p
     tp_one = per_layer * tp_ar
     rec = b * sc.rec + tp_one * n_rec
 
@@ -315,9 +327,10 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
 
     on_slot = np.where(fsr, host_f + host_b, rec_on)
     rec_exposed = slots(on_slot, rec_c, rec_d, link_rec) - slots(0.0, 0.0, 0.0, 0.0)
-    slot_rec = slots(on_slot - _sends(P, p2p), rec_c, rec_d, link_rec)
-    t_1f1b, e_link, e_rec = (_makespans(slots, path, fwd, _sends(P, p2p), p2p, M, host_f, host_c, slot_rec)
-                             if c.v == 1 else _interleaved_makespans(slots, path, fwd, _sends(P, p2p), p2p, c, slot_rec))
+    sends, wc = _sends(P, p2p, c.sched), (b * sc.bwd_w if c.sched != "1f1b" else None)    # (wc: its Ws)
+    slot_rec = slots(on_slot - sends, rec_c, rec_d, link_rec)
+    t_1f1b, e_link, e_rec = (_makespans(slots, path, fwd, sends, p2p, M, host_f, host_c, slot_rec)
+                             if c.v == 1 else _interleaved_makespans(slots, path, fwd, sends, p2p, c, slot_rec, wc))
     return StepTime(fwd=fwd, bwd=bwd, rec=rec, rec_exposed=rec_exposed, host_f=host_f, host_b=host_b,
                     host_c=host_c, tp_allreduce=tp_ar, p2p=p2p,
                     link_busy=link_busy, sync=sync, update=update, prefetch=prefetch, window=window,
@@ -389,21 +402,25 @@ def _three(three: np.ndarray) -> tuple:
     return t_1f1b, e_link, three[2 * C:] - t_1f1b - e_link
 
 
-def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, slot_rec) -> tuple:
+def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, slot_rec, wc=None) -> tuple:
     """(T_1F1B, E_link, E_rec) [C] of interleaved 1F1B: _makespans' three slots (the arrays
     are per virtual stage, [C, P*v]) over its order, each Forward its compute-stream part,
     each Backward the rest of its slot (so recovery, under Ckpt, is on the Backward). The
-    state chain is costed per rank (_state_chain, _per_rank_units, and its approximation)."""
+    state chain is costed per rank (_state_chain, _per_rank_units, and its approximation).
+    Given wc [C, P*v] (ZB1P), each backward is an I, the rest of the slot, and a W of wc."""
     S = path.shape[1]
-    fc = fwd - p2p * (np.arange(S) < S - 1)
+    fc = fwd - p2p * _boundaries(S, c.sched)[0]
     works = [path - sends, slots(-sends, 0.0, 0.0, 0.0), slot_rec]
     C = len(fc)
+    w = [] if wc is None else [np.concatenate([wc + np.zeros_like(fc)] * 3)]
     rows = np.concatenate([np.concatenate([c.M + np.zeros((C, 1)), p2p + np.zeros((C, 1))], axis=1)] * 3)
-    rows = np.concatenate([rows, np.concatenate([fc] * 3), np.concatenate([w - fc for w in works])], axis=1)
+    back = np.concatenate([x - fc for x in works]) - (w[0] if w else 0.0)
+    rows = np.concatenate([rows, np.concatenate([fc] * 3), back] + w, axis=1)
     # rows that differ only where the main path does not look (state policy, ZeRO, ...) are one
     key, inverse = _distinct_rows(rows)
     S = fc.shape[1]
-    three = interleaved_makespan(key[:, 2:2 + S], key[:, 2 + S:], key[:, 1:2], c.P, c.v, key[:, :1])
+    three = interleaved_makespan(key[:, 2:2 + S], key[:, 2 + S:2 + 2 * S], key[:, 1:2], c.P, c.v, key[:, :1],
+                                 key[:, 2 + 2 * S:] if w else None, c.sched)
     return _three(three[inverse])
 
 
@@ -412,11 +429,11 @@ def _state_chain(sc: StageCosts, c: CandidateBatch, fwd, bwd, u_rec, *links_ddr_
     sync, update, prefetch and window it returns are then [C, P])."""
     if c.v == 1:
         return _state_pipeline(sc, c, fwd, bwd, u_rec, *links_ddr_recipe)
-    view, rank_rec = _per_rank_units(sc, c.v, u_rec)
+    view, rank_rec = _per_rank_units(sc, c.v, u_rec, c.sched)
     return _state_pipeline(view, c, fwd[:, :c.P], bwd[:, :c.P], rank_rec, *links_ddr_recipe)
 
 
-def _per_rank_units(sc: StageCosts, v: int, u_rec) -> tuple:
+def _per_rank_units(sc: StageCosts, v: int, u_rec, sched: str = "1f1b") -> tuple:
     """(stage table, unit recovery) with each rank's units in one row, chunk 0's first: a
     rank's v chunks share its link and DDR engine, so their state chains run as one.
 
@@ -426,11 +443,12 @@ def _per_rank_units(sc: StageCosts, v: int, u_rec) -> tuple:
     next step's Forwards reach rank p after chunk 0 of the ranks before it) plus the
     Forwards of the units before it on the rank."""
     P = sc.P // v
+    cols = rank_columns(P, v, sched)        # (ZBV: a rank's chunks lie in a V)
 
     def fold(a):
         """[..., P*v, U] -> [..., P, v*U]."""
         lead, U = a.shape[:-2], a.shape[-1]
-        return np.swapaxes(a.reshape(*lead, v, P, U), -3, -2).reshape(*lead, P, v * U)
+        return np.swapaxes(a[..., cols, :].reshape(*lead, v, P, U), -3, -2).reshape(*lead, P, v * U)
 
     view = dataclasses.replace(sc, P=P, **{k: fold(getattr(sc, k)) for k in
                                            ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_tied")})

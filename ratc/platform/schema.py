@@ -273,6 +273,11 @@ class SharingSpec:
     load: "Figure" = quantity(FIGURE + "float", "a lone rank's GEMM over one continuous window over its "
                                                 "unpreempted time: what the machine's other processes "
                                                 "take from a task longer than a scheduler slice")
+    busy: "Figure" = quantity(FIGURE + "float", "a rank's synthetic unit (a Forward and its Backward as the "
+                                                "executor runs them), timed call by call over a window while "
+                                                "every rank runs it with gloo messages in flight, over its "
+                                                "unpreempted time alone: what ranks sharing the cores, "
+                                                "gloo's threads and the other processes take from a rank")
 
 
 @dataclass(frozen=True)

@@ -130,11 +130,11 @@ def build_report(planner, result, module=None, top: int = 10, simulate_top: int 
 
 
 def policy_diagram(planner, P: int, M: int, policy: str, D: int = 2, Z: int = 2, b: int = 1,
-                   pref: str = "deadline", v: int = 1) -> tuple:
+                   pref: str = "deadline", v: int = 1, sched: str = "1f1b") -> tuple:
     """(PipelineData, VM results) of one configuration compiled through the lifecycle passes,
     simulated without the memory stop (a diagram shows the schedule; `ratc run` enforces
     the budget)."""
-    from ratc.step.config import Candidate
+    from ratc.step.config import Candidate, schedule_shape_error
     from ratc.report.from_vm import pipeline_from_timeline
     from ratc.vm.system.driver import compile_candidate, run_module
 
@@ -146,10 +146,14 @@ def policy_diagram(planner, P: int, M: int, policy: str, D: int = 2, Z: int = 2,
     if v > 1 and (policy == "fsr" or P < 2):
         raise RatcError(f"--virtual-stages {v}: interleaved 1F1B needs --pp of at least 2 and --policy standard "
                         "(FSR's co-run placement assumes non-interleaved 1F1B)")
-    cand = Candidate(P=P, D=D, T=1, Z=Z, b=b, A=M, act=DIAGRAM_POLICIES[policy], pref=pref, v=v)
+    why = schedule_shape_error(sched, v)
+    if why:
+        raise RatcError(f"--schedule {sched} --virtual-stages {v}: {why.split(': ', 1)[-1]}")
+    cand = Candidate(P=P, D=D, T=1, Z=Z, b=b, A=M, act=DIAGRAM_POLICIES[policy], pref=pref, v=v, sched=sched)
     module = compile_candidate(planner.model, cand, planner.platform, planner)
     tl, res = run_module(module, planner.platform, memory_limit=False)
-    kind = f"interleaved 1F1B (v={v})" if v > 1 else "1F1B"
+    kind = f"{sched.upper()}, zero bubble (v={v})" if sched != "1f1b" else f"interleaved 1F1B (v={v})" if v > 1 \
+        else "1F1B"
     title = f"{planner.model.name}: {policy} {kind}, P={P}, M={M} ({cand.label()})"
     return pipeline_from_timeline(tl, title), res
 

@@ -14,7 +14,7 @@ from ratc.errors import RatcError
 # Lanes of one stage, top to bottom. The main path (Forward, Backward) shares one lane
 # because a stage runs it in order; the lifecycle tasks of the paper's Fig. 5/6 get their own.
 LANES = ("F/B", "R", "P2P", "TP", "Gather", "GradSync", "UpdateShard", "PrefetchW")
-KIND_LANE = {"forward": "F/B", "backward": "F/B", "recover": "R", "send": "P2P", "tp_comm": "TP",
+KIND_LANE = {"forward": "F/B", "backward": "F/B", "weight_grad": "F/B", "recover": "R", "send": "P2P", "tp_comm": "TP",
              "gather": "Gather", "grad_sync": "GradSync", "update": "UpdateShard", "prefetch": "PrefetchW"}
 KINDS = tuple(KIND_LANE)
 

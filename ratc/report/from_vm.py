@@ -7,7 +7,7 @@ from bisect import bisect_left, bisect_right
 from ratc.lifecycle.actions import try_parse
 from ratc.report.data import KIND_LANE, TIERS, Interval, MemoryData, MemorySeries, PipelineData
 
-MAIN_KINDS = ("forward", "backward")
+MAIN_KINDS = ("forward", "backward", "weight_grad")
 
 
 def task_label(name: str) -> str:
@@ -43,7 +43,7 @@ def pipeline_from_timeline(tl, title: str, replica: int = 0) -> PipelineData:
     for i, t in enumerate(prog.tasks):
         if t.step != step or t.replica != replica:
             continue
-        if t.kind == "backward":
+        if t.kind in ("backward", "weight_grad"):
             last_bwd = max(last_bwd, tl.end[i])
         if drawn(t):
             intervals.append(Interval(t.stage, KIND_LANE[t.kind], t.kind, task_label(t.name),

@@ -10,6 +10,7 @@ from ratc.errors import RatcError
 KIND_COLOR = {
     "forward": "#4C72B0",
     "backward": "#DD8452",
+    "weight_grad": "#E8B27F",
     "recover": "#55A868",
     "send": "#9A9A9A",
     "tp_comm": "#937860",
@@ -18,7 +19,8 @@ KIND_COLOR = {
     "update": "#8172B3",
     "prefetch": "#2AA1B5",
 }
-KIND_NAME = {"forward": "Forward (F)", "backward": "Backward (B)", "recover": "Recover (R)",
+KIND_NAME = {"forward": "Forward (F)", "backward": "Backward (B; zero bubble: its input gradient I)",
+             "weight_grad": "weight gradient (W)", "recover": "Recover (R)",
              "send": "stage send", "tp_comm": "TP all-reduce", "gather": "ZeRO-3 gather", "grad_sync": "GradSync",
              "update": "UpdateShard", "prefetch": "PrefetchW"}
 TIER_COLOR = {"long": "#4C72B0", "medium": "#DD8452", "short": "#55A868"}

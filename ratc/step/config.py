@@ -25,6 +25,10 @@ BALANCES = ("time", "memory")
 # letters a plan's `keep` text writes them with.
 SAVE_CHOICES = ("full", "selective", "layer")
 KEEP_LETTERS = {"f": "full", "s": "selective", "l": "layer"}
+# The pipeline schedule of an interleaved plan (v > 1): interleaved 1F1B, or a zero-bubble
+# schedule, which splits each backward into its input-gradient (I) and weight-gradient (W)
+# tasks: ZB1P (interleaved layout) or ZBV (v = 2 chunks laid out in a V) (ratc.step.schedules).
+SCHEDULES = ("1f1b", "zb1p", "zbv")
 
 
 @dataclass(frozen=True, order=True)
@@ -47,6 +51,8 @@ class Candidate:
     # virtual stages (model chunks) per pipeline rank: interleaved 1F1B when > 1
     # (ratc.step.schedules.interleaved_1f1b)
     v: int = 1
+    # the pipeline schedule (SCHEDULES); zb1p needs v >= 2, zbv v = 2
+    sched: str = "1f1b"
 
     @property
     def clusters(self) -> int:
@@ -68,6 +74,8 @@ class Candidate:
             parts.append(f"keep={self.keep}")
         if self.v > 1:
             parts.append(f"v={self.v}")
+        if self.sched != "1f1b":
+            parts.append(f"sched={self.sched}")
         return ",".join(parts)
 
     def as_dict(self) -> dict:
@@ -77,6 +85,8 @@ class Candidate:
             d["keep"] = self.keep
         if self.v > 1:
             d["v"] = self.v
+        if self.sched != "1f1b":
+            d["sched"] = self.sched
         return d
 
 
@@ -134,7 +144,8 @@ def parse_config(text: str) -> Candidate:
 
     T, Z, b default to 1, 2, 1; the activation policy to FSR and the state policy to deadline.
     """
-    values = {"T": 1, "Z": 2, "b": 1, "v": 1, "act": "fsr", "pref": "deadline", "balance": "time", "keep": ""}
+    values = {"T": 1, "Z": 2, "b": 1, "v": 1, "act": "fsr", "pref": "deadline", "balance": "time", "keep": "",
+              "sched": "1f1b"}
     if not text.strip():
         raise RatcError("--plan is empty (expected e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline')")
     given: set = set()
@@ -150,7 +161,7 @@ def parse_config(text: str) -> Candidate:
             if not re.fullmatch(r"\d+", val):
                 raise RatcError(f"--plan: {key} must be a positive integer, got {val!r}")
             values[key] = int(val)
-        elif eq and key in ("act", "pref", "balance", "keep"):
+        elif eq and key in ("act", "pref", "balance", "keep", "sched"):
             values[key] = val.lower()
         elif not eq and part.lower() in _ACT_NAMES:
             values["act"] = _ACT_NAMES[part.lower()]
@@ -181,4 +192,38 @@ def parse_config(text: str) -> Candidate:
                             "none (use ckpt or fsr)")
         if set(parse_keep(values["keep"])) == {"layer"}:
             values["keep"] = ""     # every layer whole-layer recomputed: the default
-    return Candidate(**{k: values[k] for k in (*_INT_KEYS, "act", "pref", "balance", "keep")})
+    _check_schedule(text, values)
+    return Candidate(**{k: values[k] for k in (*_INT_KEYS, "act", "pref", "balance", "keep", "sched")})
+
+
+def _check_schedule(text: str, values: dict) -> None:
+    """Refuse a `sched=` the plan cannot run (zb1p: v >= 2, zbv: v = 2; act full or ckpt)."""
+    sched = values["sched"]
+    if sched not in SCHEDULES:
+        raise RatcError(f"--plan {text!r}: sched must be one of {', '.join(SCHEDULES)}, got {sched!r}")
+    why = schedule_shape_error(sched, values["v"])
+    if why:
+        raise RatcError(f"--plan {text!r}: {why}")
+    refuse_zero_bubble(sched, values["act"], values["keep"], f"--plan {text!r}")
+
+
+def schedule_shape_error(sched: str, v: int) -> str:
+    """Why a schedule cannot run v chunks per rank ("" when it can)."""
+    if sched == "zb1p" and v < 2:
+        return "sched=zb1p interleaves v >= 2 virtual stages per rank (add v=2)"
+    if sched == "zbv" and v != 2:
+        return f"sched=zbv lays v = 2 chunks per rank out in a V (rank r holds stages r and 2P-1-r), got v = {v}"
+    return ""
+
+
+def refuse_zero_bubble(sched: str, act: str, keep: str, where: str) -> None:
+    """Zero-bubble schedules run Full and whole-layer Ckpt only: FSR's co-run placement and
+    selective recomputation assume one Backward task per layer."""
+    if sched == "1f1b":
+        return
+    if act == "fsr":
+        raise RatcError(f"{where}: sched={sched} splits each Backward into I and W tasks; FSR's co-run "
+                        "placement assumes whole Backwards (use ckpt or full)")
+    if keep and set(parse_keep(keep)) != {"layer"}:
+        raise RatcError(f"{where}: sched={sched} runs whole-layer recomputation only (keep={keep} recomputes "
+                        "selectively or saves layers whole; drop keep=)")

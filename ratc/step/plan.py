@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ratc.ir.attributes import ByteSize
-from ratc.step.config import ACT_POLICIES, BALANCES, PREF_POLICIES, Candidate, keep_text
+from ratc.step.config import ACT_POLICIES, BALANCES, PREF_POLICIES, SCHEDULES, Candidate, keep_text
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Plan:
 
     def attributes(self) -> dict:
         """The configuration's `life.plan` attributes (the layer balance only when not `time`
-        and v only when interleaved, the defaults, so other programs read as before)."""
+        v only when interleaved and the schedule only when not 1F1B, the defaults, so other programs read as before)."""
         c = self.config
         attrs = {"P": c.P, "D": c.D, "T": c.T, "Z": c.Z, "b": c.b, "A": c.A, "act": c.act, "pref": c.pref,
                  "budget": ByteSize(int(self.budget))}
@@ -30,6 +30,8 @@ class Plan:
             attrs["balance"] = c.balance
         if c.v > 1:
             attrs["v"] = c.v
+        if c.sched != "1f1b":
+            attrs["sched"] = c.sched
         return attrs
 
     @classmethod
@@ -37,14 +39,15 @@ class Plan:
         """The plan a (verified) `life.plan` op holds."""
         a = plan_op.attributes
         return cls(Candidate(a["P"], a["D"], a["T"], a["Z"], a["b"], a["A"], a["act"], a["pref"],
-                             a.get("balance", "time"), _keep(plan_op), a.get("v", 1)), int(a["budget"]))
+                             a.get("balance", "time"), _keep(plan_op), a.get("v", 1),
+                             a.get("sched", "1f1b")), int(a["budget"]))
 
     @staticmethod
     def spec() -> dict:
         """{attribute: IR kind} of the plan's part of `life.plan`."""
         return {"P": "int", "D": "int", "T": "int", "Z": "int", "b": "int", "A": "int", "act": "|".join(ACT_POLICIES),
                 "pref": "|".join(PREF_POLICIES), "balance": "|".join(BALANCES) + "?", "budget": "bytes",
-                "v": "int?"}
+                "v": "int?", "sched": "|".join(SCHEDULES) + "?"}
 
     def label(self) -> str:
         """The configuration as `--plan` writes it."""

@@ -171,3 +171,22 @@ def streamed_seconds(rows: tuple, nbytes):
     out = np.where(x <= xs[0], x * ts[0] / xs[0],
                    np.where(x >= xs[-1], x * ts[-1] / xs[-1], np.interp(x, xs, ts)))
     return float(out) if out.ndim == 0 else out
+
+
+def weight_gradient_share(gemm: bool, input_flops: float, weight_flops: float) -> float:
+    """Of one op's backward, the share a zero-bubble W task runs: a GEMM's weight gradient
+    (dW) by its FLOPs; everything else -- the dX GEMMs, the attention core, norms and
+    elementwise ops -- is on the input-gradient (I) path the previous stage waits for."""
+    total = input_flops + weight_flops
+    return weight_flops / total if gemm and total > 0 else 0.0
+
+
+def backward_parts(u: dict) -> dict:
+    """A unit's Backward split into its zero-bubble tasks: {"I": (dur, compute, ddr), "W":
+    (...)}. W is the unit's `bwd_w` seconds (its dW GEMMs, weight_gradient_share), its
+    compute and DDR seconds in that proportion; I the rest, TP all-reduces included."""
+    bwd = float(u["bwd"])
+    w = min(float(u.get("bwd_w", 0.0)), bwd)
+    f = w / bwd if bwd > 0 else 0.0
+    compute, ddr = float(u["bwd_compute"]), float(u["bwd_ddr"])
+    return {"I": (bwd - w, compute * (1 - f), ddr * (1 - f)), "W": (w, compute * f, ddr * f)}

@@ -147,38 +147,88 @@ def zbv(P: int, M: int, rank: int) -> list[Action]:
     return [a for a in order if a.mb < M]
 
 
-@lru_cache(maxsize=64)
-def interleaved_orders(P: int, v: int, M: int) -> tuple:
-    """Every rank's interleaved 1F1B order as (stage, kind, mb) tuples (for the planner)."""
-    return tuple(tuple(interleaved_1f1b(P, v, M, rank)) for rank in range(P))
+@lru_cache(maxsize=256)     # (interleaved 1F1B's and ZB1P's, per (P, v, M))
+def interleaved_orders(P: int, v: int, M: int, sched: str = "1f1b") -> tuple:
+    """Every rank's order (interleaved 1F1B, or the plan's `sched`) as (stage, kind, mb)
+    tuples (for the planner)."""
+    return tuple(tuple(rank_order(P, v, M, rank, sched)) for rank in range(P))
 
 
 @lru_cache(maxsize=256)
-def chunk_in_flight(P: int, v: int, M: int) -> tuple[int, ...]:
+def chunk_in_flight(P: int, v: int, M: int, sched: str = "1f1b") -> tuple[int, ...]:
     """Per virtual stage s (chunk s // P of rank s % P): the most micro-batches whose Forward
-    has run and Backward not yet, over interleaved 1F1B's order on that rank."""
+    has run and Backward not yet, over its rank's order (zero bubble: whose W has not, as
+    W reads what the Forward saved)."""
     peak = [0] * (P * v)
     live = [0] * (P * v)
-    for order in interleaved_orders(P, v, M):
+    for order in interleaved_orders(P, v, M, sched):
         for s, kind, _ in order:
-            live[s] += 1 if kind == "F" else -1
+            live[s] += 1 if kind == "F" else -1 if kind in ("B", "W") else 0
             peak[s] = max(peak[s], live[s])
     return tuple(peak)
 
 
-def check_interleaved(P: int, v: int, M: int) -> None:
-    """Refuse a shape interleaved 1F1B cannot run: v > 1 needs P >= 2 and M whole rounds."""
+@lru_cache(maxsize=256)
+def pending_weight_grads(P: int, v: int, M: int, sched: str = "zb1p") -> tuple:
+    """Per rank, after each of its zero-bubble actions: per chunk the micro-batches whose Forward
+    has run and W not yet, then per chunk those whose I has run and W not yet (2v counts:
+    what a W reads is held until it runs)."""
+    out = []
+    for order in interleaved_orders(P, v, M, sched):
+        live, rows = [0] * (2 * v), []
+        for s, kind, _ in order:
+            c = s // P
+            if kind == "W":
+                live[c] -= 1
+                live[v + c] -= 1
+            else:
+                live[c if kind == "F" else v + c] += 1
+            rows.append(tuple(live))
+        out.append(tuple(rows))
+    return tuple(out)
+
+
+def check_interleaved(P: int, v: int, M: int, sched: str = "1f1b") -> None:
+    """Refuse a shape interleaved 1F1B (or ZB1P) cannot run: v > 1 needs P >= 2 and M whole
+    rounds (ZBV any M)."""
     if v > 1 and P < 2:
         raise RatcError(f"interleaved 1F1B: v = {v} virtual stages per rank need P >= 2 ranks, got P = {P}")
-    if v > 1:
+    if v > 1 and sched != "zbv":
         _rounds(P, M, f"interleaved 1F1B (P = {P}, v = {v})")
 
 
-def chunk_orders(P: int, v: int, M: int, rank: int) -> tuple[list, list]:
-    """(forwards, backwards) of `rank` as (chunk, micro-batch) in the order interleaved 1F1B
-    issues each kind; at v = 1 micro-batches 0..M-1 (every schedule's, `_rounds` aside)."""
+def rank_order(P: int, v: int, M: int, rank: int, sched: str = "1f1b") -> list[Action]:
+    """The order `rank` runs its actions in under a plan's schedule (ratc.step.config.SCHEDULES)
+    with v > 1 chunks per rank: interleaved 1F1B, or ZB1P or ZBV with each backward split in I and W."""
+    if sched == "zbv":
+        return zbv(P, M, rank)
+    return interleaved_zero_bubble(P, v, M, rank) if sched == "zb1p" else interleaved_1f1b(P, v, M, rank)
+
+
+def virtual_stage(chunk: int, rank: int, P: int, sched: str = "1f1b") -> int:
+    """The global (virtual) stage of a rank's chunk: chunk * P + rank, except that ZBV lays
+    its two chunks out in a V (rank r holds stages r and 2P-1-r)."""
+    return 2 * P - 1 - rank if sched == "zbv" and chunk == 1 else chunk * P + rank
+
+
+def rank_columns(P: int, v: int, sched: str = "1f1b") -> list[int]:
+    """The virtual stages chunk by chunk, each chunk's ranks 0..P-1 in order: the column
+    order that folds [..., P*v] per virtual stage into [..., v, P] per (chunk, rank)."""
+    return [virtual_stage(c, r, P, sched) for c in range(v) for r in range(P)]
+
+
+def rank_of(stage: int, P: int, sched: str = "1f1b") -> int:
+    """The rank holding a virtual stage (virtual_stage's inverse, with stage // P its chunk)."""
+    return 2 * P - 1 - stage if sched == "zbv" and stage >= P else stage % P
+
+
+def chunk_orders(P: int, v: int, M: int, rank: int, sched: str = "1f1b") -> tuple[list, list, list]:
+    """(forwards, backwards, weight gradients) of `rank` as (chunk, micro-batch) in the order
+    its schedule issues each kind; at v = 1 micro-batches 0..M-1 (every schedule's,
+    `_rounds` aside). The backwards are a zero-bubble schedule's Is, the weight gradients its
+    Ws (else the backwards again: a Backward makes the layer's gradient)."""
     if v == 1:
-        return [(0, m) for m in range(M)], [(0, m) for m in range(M)]
-    order = interleaved_1f1b(P, v, M, rank)
-    return ([(a.stage // P, a.mb) for a in order if a.kind == "F"],
-            [(a.stage // P, a.mb) for a in order if a.kind == "B"])
+        return [(0, m) for m in range(M)], [(0, m) for m in range(M)], [(0, m) for m in range(M)]
+    order = rank_order(P, v, M, rank, sched)
+    pick = lambda kinds: [(a.stage // P, a.mb) for a in order if a.kind in kinds]  # noqa: E731
+    return pick("F"), pick("BI"), pick("BW")

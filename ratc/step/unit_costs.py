@@ -49,6 +49,12 @@ class UnitCosts:
     bwd_other: float = _attr("float", "Backward seconds no kernel runs", optional=True)
     fwd_phases: list = _attr("list<float>", "the Forward's (compute, DDR) seconds per phase, flat", optional=True)
     bwd_phases: list = _attr("list<float>", "the Backward's (compute, DDR) seconds per phase, flat", optional=True)
+    bwd_w: float = _attr("float", "zero-bubble schedules: of bwd, its weight-gradient (W) task's seconds "
+                         "(ratc.step.rules.backward_parts)", optional=True)
+    bwd_i_kernels: list = _attr("list", "zero-bubble schedules: of bwd_kernels, its I's", optional=True)
+    bwd_w_kernels: list = _attr("list", "... and its W's (the weight-gradient GEMMs)", optional=True)
+    w_grads: object = _attr("bytes", "zero-bubble schedules: the output gradients of its weighted GEMMs, which its "
+                            "I keeps for its W", optional=True)
     stream: object = _attr("bytes", "headroom a Recover streaming into its Backward needs", optional=True)
     chunk: int = _attr("int", "interleaved (v > 1): the rank's model chunk holding it, virtual stage "
                        "chunk * P + stage", optional=True)

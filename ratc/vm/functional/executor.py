@@ -95,9 +95,10 @@ class Pending:
         self.ready = ready or (lambda: True)
 
 
-def stage_units(stages: list) -> list[set]:
-    """The units each stage's ops work on."""
-    return [{op.attributes["unit"] for op in ops if "unit" in op.attributes} for ops in stages]
+def stage_units(pipe: Operation) -> list[set]:
+    """The units each stage holds (not read off its ops: under interleaved 1F1B a send or a
+    receive names the boundary unit, which its peer holds)."""
+    return [set(s.attributes["units"]) for s in pipe.region.ops]
 
 
 class FunctionalExecutor:
@@ -115,12 +116,6 @@ class FunctionalExecutor:
         pipe, plan = find_pipeline(module), find_plan(module)
         config = Plan.from_ir(plan).config
         self.P, self.M, self.Z, self.D, self.b = config.P, config.A, config.Z, config.D, config.b
-        if config.v > 1:
-            # (its transports and the distributed runtime's key messages by (src, dst, dir, mb),
-            # which an interleaved step repeats per chunk)
-            raise RatcError(f"the program's plan {config.label()} interleaves v = {config.v} virtual stages per "
-                            "rank; the functional executor and the distributed runtime run v = 1 programs only "
-                            "(the system VM runs it: ratc run)")
         if len(plan.region.ops) != len(units.units):
             raise RatcError(f"the program has {len(plan.region.ops)} units, the model splits into {len(units.units)}")
         self.units = units
@@ -136,7 +131,7 @@ class FunctionalExecutor:
                           if unit_save_choice(pipe.attributes["act"], u.attributes) == "selective"}
         frozen = [u.frozen_mask() for u in units.units]
         # state[r][u] for the replicas and units held here (None elsewhere)
-        self.on_stage = stage_units(self.stages)
+        self.on_stage = stage_units(pipe)
         held = set().union(*(self.on_stage[p] for p in self.transport.stages))
         ties = [list(g) for g in plan.attributes.get("ties", [])]
         if ties != units.ties:

@@ -32,6 +32,7 @@ class TrainConfig:
     platform: str = "mt3000"            # only task durations (placement) depend on it
     reference: bool = True              # also train the plain-PyTorch reference
     keep: str = ""                      # what each decoder layer keeps (Candidate.keep; "" every one its input)
+    v: int = 1                          # model chunks (virtual stages) per stage: interleaved 1F1B when > 1
     opt: AdamW = field(default_factory=AdamW)
 
     @property
@@ -134,7 +135,7 @@ def compile_for(cfg: TrainConfig):
         raise RatcError(f"activation policy must be one of {', '.join(ACT_POLICIES)}, got '{cfg.act}'")
     profile = trace_model_file(cfg.model, cfg.preset)
     cand = Candidate(P=cfg.P, D=cfg.D, T=1, Z=cfg.Z, b=cfg.b, A=cfg.M, act=cfg.act,
-                     pref="deadline" if cfg.state_pipeline else "bulk", keep=cfg.keep)
+                     pref="deadline" if cfg.state_pipeline else "bulk", keep=cfg.keep, v=cfg.v)
     return compile_program(profile, cand, load_platform(cfg.platform), CompileOptions(memory_limit=False))
 
 

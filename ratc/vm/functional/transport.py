@@ -14,10 +14,18 @@ import torch
 from ratc.errors import RatcError
 
 
-def message_key(p: int, op) -> tuple:
-    """(sending stage, receiving stage, direction, micro-batch) of a life.send / life.recv."""
+def message_kind(p: int, op) -> tuple:
+    """(sending stage, receiving stage, direction, boundary unit) of a life.send / life.recv: the
+    channel its micro-batches cross in order. Under interleaved 1F1B a stage sends its peer
+    across several chunk boundaries, so the boundary unit (None when v = 1) tells them apart."""
     a = op.attributes
-    return (a["peer"], p, a["dir"], a["mb"]) if op.name == "life.recv" else (p, a["peer"], a["dir"], a["mb"])
+    ends = (a["peer"], p) if op.name == "life.recv" else (p, a["peer"])
+    return (*ends, a["dir"], a.get("unit"))
+
+
+def message_key(p: int, op) -> tuple:
+    """The message's channel (`message_kind`) and its micro-batch: unique within a step."""
+    return (*message_kind(p, op), op.attributes["mb"])
 
 
 def sum_of(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -35,7 +35,8 @@ _ORDER_BITS = 24
 _COLLECTIVE = {"life.grad_sync": None, "life.reduce": "reduce_scatter", "life.prefetch": "all_gather",
                "life.gather": "all_gather"}
 # The kind of task each life op is (the trace category of its slices).
-TASK_KINDS = {"life.fwd": "forward", "life.bwd": "backward", "life.recover": "recover", "life.send": "send",
+TASK_KINDS = {"life.fwd": "forward", "life.bwd": "backward", "life.bwd_i": "backward", "life.bwd_w": "weight_grad",
+              "life.recover": "recover", "life.send": "send",
               "life.recv": "send", "life.grad_sync": "grad_sync", "life.reduce": "grad_sync", "life.update": "update",
               "life.prefetch": "prefetch", "life.gather": "gather", "life.tie_sum": "grad_sync",
               "life.param": "marker", "life.opt": "marker",
@@ -256,7 +257,7 @@ def _state(tr, op, p, k, pos):
     tr.buffer[k][v] = tr.buffer[0].get(tr.state[(p, op.name, unit)])
 
 
-@handler("life.fwd", "life.bwd", "life.recover")
+@handler("life.fwd", "life.bwd", "life.bwd_i", "life.bwd_w", "life.recover")
 def _compute(tr, op, p, k, pos):
     """Main-path and recovery work: the stage's compute engine, in scheduled order.
 

@@ -136,7 +136,8 @@ def summarize(tl: Timeline) -> Results:
     per_cluster = prog.simulated_replicas * span
     stage_bubble = tuple(1.0 - b / per_cluster if span else 0.0 for b in busy)
     last = prog.steps - 1
-    last_bwd = max((tl.end[i] for i, t in enumerate(tasks) if t.kind == "backward" and t.step == last), default=w1)
+    last_bwd = max((tl.end[i] for i, t in enumerate(tasks) if t.kind in ("backward", "weight_grad") and t.step == last),
+                   default=w1)
     clusters = prog.stages * prog.replicas
     return Results(
         step_cycles=span,

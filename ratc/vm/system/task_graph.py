@@ -11,6 +11,7 @@ from ratc.errors import RatcError
 KIND_TERM = {
     "forward": "main",
     "backward": "main",
+    "weight_grad": "main",      # a zero-bubble W (the backward's weight-gradient part)
     "recover": "recovery",
     "send": "comm",
     "grad_sync": "comm",
@@ -33,7 +34,7 @@ _RESOURCE_SET = frozenset(RESOURCES)
 
 # Lower runs first when several ready tasks want the same resource at the same instant:
 # stage-boundary transfers are on the 1F1B critical path, state traffic is background.
-PRIORITY = {"send": 0, "tp_comm": 0, "forward": 1, "backward": 1, "recover": 1,
+PRIORITY = {"send": 0, "tp_comm": 0, "forward": 1, "backward": 1, "weight_grad": 1, "recover": 1,
             "grad_sync": 2, "prefetch": 2, "update": 2, "gather": 1, "marker": 0, "checkpoint": 2}
 
 
