@@ -182,3 +182,23 @@ def chunk_orders(P: int, v: int, M: int, rank: int) -> tuple[list, list]:
     order = interleaved_1f1b(P, v, M, rank)
     return ([(a.stage // P, a.mb) for a in order if a.kind == "F"],
             [(a.stage // P, a.mb) for a in order if a.kind == "B"])
+
+
+@lru_cache(maxsize=256)
+def chunk_turnarounds(P: int, v: int, M: int) -> tuple:
+    """Per rank (after, before), v x v counts over its interleaved 1F1B order: after[k][j]
+    the Backwards of chunk j that follow chunk k's last Backward (they delay the rank's end
+    past chunk k's), before[k][j] the Forwards of chunk j that precede chunk k's first one."""
+    out = []
+    for order in interleaved_orders(P, v, M):
+        after = [[0] * v for _ in range(v)]
+        before = [[0] * v for _ in range(v)]
+        for k in range(v):
+            last_b = max(i for i, (s, kind, _) in enumerate(order) if kind == "B" and s // P == k)
+            first_f = min(i for i, (s, kind, _) in enumerate(order) if kind == "F" and s // P == k)
+            for s, kind, _ in order[last_b + 1:]:
+                after[k][s // P] += kind == "B"
+            for s, kind, _ in order[:first_f]:
+                before[k][s // P] += kind == "F"
+        out.append((tuple(map(tuple, after)), tuple(map(tuple, before))))
+    return tuple(out)
