@@ -433,16 +433,16 @@ def _chunk_deadlines(view, c: CandidateBatch, fwd) -> np.ndarray:
     U = view.u_fwd.shape[-1] // v
     u_fwd = c.b[:, :, None] * view.u_fwd
     f_chunk = u_fwd.reshape(*u_fwd.shape[:2], v, U).sum(axis=3)     # [C, P, v]
-    chain = np.cumsum(fwd, axis=1)                                    # [C, P*v]
+    start = np.cumsum(fwd, axis=1) - fwd                              # [C, P*v] the chain's reach
+    stages = np.arange(v)[None, :] * P + np.arange(P)[:, None]        # [P, v] chunk k of rank p
+    reach = start[:, stages] - start[:, :P, None]
     lower = np.tril(np.ones((v, v)), -1)                              # the chunks before k, one micro-batch each
     late = np.zeros(f_chunk.shape)
     for m in np.unique(c.M[:, 0]):
         rows = c.M[:, 0] == m
-        for p, (_, before) in enumerate(chunk_turnarounds(P, v, int(m))):
-            own = f_chunk[rows, p] @ np.array(before, dtype=float).T
-            stages = np.arange(v) * P + p
-            reach = chain[rows][:, stages] - fwd[rows][:, stages] - (chain[rows, p] - fwd[rows, p])[:, None]
-            late[rows, p] = np.maximum(own, reach) - f_chunk[rows, p] @ lower.T
+        before = np.array([b for _, b in chunk_turnarounds(P, v, int(m))], dtype=float)   # [P, v, v]
+        own = np.einsum("cpj,pkj->cpk", f_chunk[rows], before)
+        late[rows] = np.maximum(own, reach[rows]) - f_chunk[rows] @ lower.T
     return np.repeat(late, U, axis=2)
 
 
