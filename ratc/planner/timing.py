@@ -20,7 +20,7 @@ from ratc.planner.stages import StageCosts
 from ratc.planner.state_chain import gather_time, rank_links, state_costs
 from ratc.step.config import ACT_POLICIES, PREF_POLICIES, RECIPE
 from ratc.step.rules import recomputes, reduces_per_micro_batch, tp_allreduces
-from ratc.step.schedules import chunk_turnarounds
+from ratc.step.schedules import chunk_lead_ins
 
 CKPT, FSR = (ACT_POLICIES.index(a) for a in ("ckpt", "fsr"))
 BULK, LAYERWISE, DEADLINE = (PREF_POLICIES.index(p) for p in ("bulk", "layerwise", "deadline"))
@@ -425,7 +425,7 @@ def _chunk_deadlines(view, c: CandidateBatch, fwd) -> np.ndarray:
 
     In interleaved 1F1B's order the next step reaches chunk k on rank p after that rank's
     Forwards of the chunks before it (a round of micro-batches each:
-    ratc.step.schedules.chunk_turnarounds) and after the Forwards of virtual stages p to
+    ratc.step.schedules.chunk_lead_ins) and after the Forwards of virtual stages p to
     kP + p - 1 (the chain through the other ranks), whichever is later. (The units' release,
     the last micro-batch's Backwards back to back, stays as it is: measured against the
     system VM, moving it earlier by the cool-down's other Backwards overshoots.)"""
@@ -440,7 +440,7 @@ def _chunk_deadlines(view, c: CandidateBatch, fwd) -> np.ndarray:
     late = np.zeros(f_chunk.shape)
     for m in np.unique(c.M[:, 0]):
         rows = c.M[:, 0] == m
-        before = np.array([b for _, b in chunk_turnarounds(P, v, int(m))], dtype=float)   # [P, v, v]
+        before = np.array(chunk_lead_ins(P, v, int(m)), dtype=float)    # [P, v, v]
         own = np.einsum("cpj,pkj->cpk", f_chunk[rows], before)
         late[rows] = np.maximum(own, reach[rows]) - f_chunk[rows] @ lower.T
     return np.repeat(late, U, axis=2)

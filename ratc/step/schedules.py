@@ -185,20 +185,11 @@ def chunk_orders(P: int, v: int, M: int, rank: int) -> tuple[list, list]:
 
 
 @lru_cache(maxsize=256)
-def chunk_turnarounds(P: int, v: int, M: int) -> tuple:
-    """Per rank (after, before), v x v counts over its interleaved 1F1B order: after[k][j]
-    the Backwards of chunk j that follow chunk k's last Backward (they delay the rank's end
-    past chunk k's), before[k][j] the Forwards of chunk j that precede chunk k's first one."""
+def chunk_lead_ins(P: int, v: int, M: int) -> tuple:
+    """Per rank, v x v counts over its interleaved 1F1B order: [k][j] the Forwards of chunk j
+    that precede chunk k's first one (the next step reaches chunk k after them)."""
     out = []
     for order in interleaved_orders(P, v, M):
-        after = [[0] * v for _ in range(v)]
-        before = [[0] * v for _ in range(v)]
-        for k in range(v):
-            last_b = max(i for i, (s, kind, _) in enumerate(order) if kind == "B" and s // P == k)
-            first_f = min(i for i, (s, kind, _) in enumerate(order) if kind == "F" and s // P == k)
-            for s, kind, _ in order[last_b + 1:]:
-                after[k][s // P] += kind == "B"
-            for s, kind, _ in order[:first_f]:
-                before[k][s // P] += kind == "F"
-        out.append((tuple(map(tuple, after)), tuple(map(tuple, before))))
+        kinds = [(s // P, kind) for s, kind, _ in order]
+        out.append(tuple(tuple(kinds[:kinds.index((k, "F"))].count((j, "F")) for j in range(v)) for k in range(v)))
     return tuple(out)
