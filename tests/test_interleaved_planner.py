@@ -1,10 +1,13 @@
 """The planner prices interleaved 1F1B (v > 1): its step against the system VM's on the
 compiled program, and its memory rule against the order."""
 
+import dataclasses
 import functools
+import re
 
 import numpy as np
 import pytest
+from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B
 
 from ratc.errors import RatcError
 from ratc.frontend import trace_preset
@@ -12,30 +15,64 @@ from ratc.planner.memory import n_in_flight
 from ratc.planner.search import Planner
 from ratc.planner.strategies import get_strategy
 from ratc.step.config import Candidate
-from ratc.step.schedules import interleaved_1f1b
+from ratc.step.schedules import chunk_lead_ins, interleaved_1f1b
 from ratc.vm.system.driver import compile_candidate, run_module
+from test_schedules import torch_orders
 from tiny_programs import mt3000
 
-# |planner - VM| / VM on interleaved programs (the planner's own error on the same
-# non-interleaved configurations of llama2-7b reaches 10 %: see docs/planner.md)
-TOLERANCE = 0.10
+# |planner - VM| / VM on interleaved programs of llama2-7b at its own sequence length
+# (measured worst 0.70 %, v = 4; 0.55 % at v = 2: see docs/planner.md)
+TOLERANCE = 0.01
+# At a 64-token sequence the state chain and the link set the step, and the planner's shared
+# slot and state models miss by up to 10.6 % at v = 1 (the ZeRO >= 2 bucket double
+# buffering it does not model); interleaving adds at most 3.8 points to that (measured).
+ADDED = 0.04
 
 
 @functools.lru_cache(maxsize=None)
-def _planner(preset: str) -> Planner:
-    return Planner(trace_preset(preset, 64), mt3000())
+def _planner(preset: str, seq: int = 64) -> Planner:
+    return Planner(trace_preset(preset, seq), mt3000())
 
 
-@pytest.mark.parametrize("preset,P", [("tiny", 2), ("llama2-7b", 2), ("llama2-7b", 4)])
-@pytest.mark.parametrize("act", ["full", "ckpt"])
-@pytest.mark.parametrize("Z", [0, 1, 2])
-def test_interleaved_step_prediction_is_within_tolerance_of_the_system_vm(preset, P, act, Z):
-    planner = _planner(preset)
-    cand = Candidate(P=P, D=2, T=1, Z=Z, b=1, A=2 * P, act=act, pref="deadline", v=2)
+def _error(planner, cand) -> float:
+    """(planner - VM) / VM of the candidate's step."""
     (ev,) = planner.evaluate_group([cand])
     sim = run_module(compile_candidate(planner.model, cand, planner.platform, planner), planner.platform,
                      memory_limit=False)[1]
-    assert abs(ev.t_step - sim.step_seconds) <= TOLERANCE * sim.step_seconds
+    return ev.t_step / sim.step_seconds - 1.0
+
+
+@pytest.mark.parametrize("P,v,per_rank", [(2, 2, 2), (2, 2, 4), (2, 2, 8), (4, 2, 2), (4, 2, 4), (4, 2, 8),
+                                          (2, 4, 4), (4, 4, 4)])
+@pytest.mark.parametrize("act", ["full", "ckpt"])
+@pytest.mark.parametrize("Z", [0, 1, 2, 3])
+def test_interleaved_step_prediction_is_within_1_percent_of_the_system_vm(P, v, per_rank, act, Z):
+    cand = Candidate(P=P, D=2, T=1, Z=Z, b=1, A=per_rank * P, act=act, pref="deadline", v=v)
+    assert abs(_error(_planner("llama2-7b", 2048), cand)) <= TOLERANCE
+
+
+@pytest.mark.parametrize("preset,P", [("tiny", 2), ("llama2-7b", 2), ("llama2-7b", 4)])
+@pytest.mark.parametrize("per_rank", [2, 8])
+@pytest.mark.parametrize("act", ["full", "ckpt"])
+@pytest.mark.parametrize("Z", [0, 1, 2, 3])
+def test_interleaving_adds_little_to_the_planner_s_error_where_the_state_chain_sets_the_step(
+        preset, P, per_rank, act, Z):
+    planner = _planner(preset)
+    cand = Candidate(P=P, D=2, T=1, Z=Z, b=1, A=per_rank * P, act=act, pref="deadline", v=2)
+    alone = dataclasses.replace(cand, v=1)
+    assert abs(_error(planner, cand)) <= abs(_error(planner, alone)) + ADDED
+
+
+@pytest.mark.parametrize("P,v,M", [(2, 2, 4), (4, 2, 8), (3, 3, 6), (4, 4, 8), (2, 4, 2)])
+def test_chunk_lead_ins_count_torch_s_interleaved_order(P, v, M):
+    """Oracle: torch's ScheduleInterleaved1F1B pipeline_order, per rank."""
+    for rank, order in enumerate(torch_orders(ScheduleInterleaved1F1B, P, v, M)):
+        acts = [(int(s) // P, kind) for s, kind, _ in (re.fullmatch(r"(\d+)([FB])(\d+)", a).groups() for a in order)]
+        lead_ins = chunk_lead_ins(P, v, M)[rank]
+        assert lead_ins == tuple(tuple(acts[:acts.index((k, "F"))].count((j, "F")) for j in range(v))
+                                 for k in range(v))
+        # Narayanan et al.: forwards go a round of micro-batches through a chunk before the next
+        assert lead_ins[v - 1] == (min(P, M),) * (v - 1) + (0,)
 
 
 @pytest.mark.parametrize("P,v,M", [(2, 2, 4), (4, 2, 8), (4, 4, 16), (3, 2, 6)])

@@ -21,6 +21,7 @@ from ratc.step.schedules import rank_columns
 from ratc.planner.state_chain import gather_time, rank_links, state_costs
 from ratc.step.config import ACT_POLICIES, PREF_POLICIES, RECIPE
 from ratc.step.rules import recomputes, reduces_per_micro_batch, tp_allreduces
+from ratc.step.schedules import chunk_lead_ins
 
 CKPT, FSR = (ACT_POLICIES.index(a) for a in ("ckpt", "fsr"))
 BULK, LAYERWISE, DEADLINE = (PREF_POLICIES.index(p) for p in ("bulk", "layerwise", "deadline"))
@@ -430,7 +431,38 @@ def _state_chain(sc: StageCosts, c: CandidateBatch, fwd, bwd, u_rec, *links_ddr_
     if c.v == 1:
         return _state_pipeline(sc, c, fwd, bwd, u_rec, *links_ddr_recipe)
     view, rank_rec = _per_rank_units(sc, c.v, u_rec, c.sched)
-    return _state_pipeline(view, c, fwd[:, :c.P], bwd[:, :c.P], rank_rec, *links_ddr_recipe)
+    # (the chunks' lead-ins are counted over interleaved 1F1B's order; the zero-bubble
+    # schedules keep the per-rank row's deadlines, within 1 % of the VM as they are)
+    late = _chunk_deadlines(view, c, fwd) if c.sched == "1f1b" else 0.0
+    return _state_pipeline(view, c, fwd[:, :c.P], bwd[:, :c.P], rank_rec, *links_ddr_recipe, late=late)
+
+
+def _chunk_deadlines(view, c: CandidateBatch, fwd) -> np.ndarray:
+    """[C, P, v*U] how much later the next step's first Forward reaches each unit than the
+    per-rank row assumes (it has each chunk's units due right after the chunk before's, one
+    micro-batch of Forwards apart).
+
+    In interleaved 1F1B's order the next step reaches chunk k on rank p after that rank's
+    Forwards of the chunks before it (a round of micro-batches each:
+    ratc.step.schedules.chunk_lead_ins) and after the Forwards of virtual stages p to
+    kP + p - 1 (the chain through the other ranks), whichever is later. (The units' release,
+    the last micro-batch's Backwards back to back, stays as it is: measured against the
+    system VM, moving it earlier by the cool-down's other Backwards overshoots.)"""
+    P, v = c.P, c.v
+    U = view.u_fwd.shape[-1] // v
+    u_fwd = c.b[:, :, None] * view.u_fwd
+    f_chunk = u_fwd.reshape(*u_fwd.shape[:2], v, U).sum(axis=3)     # [C, P, v]
+    start = np.cumsum(fwd, axis=1) - fwd                              # [C, P*v] the chain's reach
+    stages = np.arange(v)[None, :] * P + np.arange(P)[:, None]        # [P, v] chunk k of rank p
+    reach = start[:, stages] - start[:, :P, None]
+    lower = np.tril(np.ones((v, v)), -1)                              # the chunks before k, one micro-batch each
+    late = np.zeros(f_chunk.shape)
+    for m in np.unique(c.M[:, 0]):
+        rows = c.M[:, 0] == m
+        before = np.array(chunk_lead_ins(P, v, int(m)), dtype=float)    # [P, v, v]
+        own = np.einsum("cpj,pkj->cpk", f_chunk[rows], before)
+        late[rows] = np.maximum(own, reach[rows]) - f_chunk[rows] @ lower.T
+    return np.repeat(late, U, axis=2)
 
 
 def _per_rank_units(sc: StageCosts, v: int, u_rec, sched: str = "1f1b") -> tuple:
@@ -461,8 +493,9 @@ def _ex(link):
                                bandwidth=np.asarray(link.bandwidth)[..., None])
 
 
-def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe):
-    """GradSync -> UpdateShard -> PrefetchW per unit (Eq. 2-4) and the exposed tail."""
+def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, late=0.0):
+    """GradSync -> UpdateShard -> PrefetchW per unit (Eq. 2-4) and the exposed tail; `late`
+    [C, P, U] moves each unit's deadline later (interleaved: _chunk_deadlines)."""
     D, Z, b, pref = c.D[:, :, None], c.Z[:, :, None], c.b[:, :, None], c.pref[:, 0]
     link = _ex(dp_link)
     # ZeRO-0 all-reduces gradients and updates every parameter locally; ZeRO >= 1 reduce-
@@ -491,7 +524,7 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe):
     window = drain + warm
     # Unit j's view is due when the next step's first Forward(j) starts, `due` after the
     # stage's last Backward; whatever ends later delays the next step by as much.
-    due = window[:, :, None] + np.cumsum(u_fwd, axis=2) - u_fwd
+    due = window[:, :, None] + np.cumsum(u_fwd, axis=2) - u_fwd + late
     e_deadline, dl_comm, dl_upd = _deadline_tail(real, rs, ag, upd, released, sync_end, due, cum_rs)
     sum_rs, sum_upd, sum_ag = rs.sum(axis=2), upd.sum(axis=2), ag.sum(axis=2)
 

@@ -232,3 +232,14 @@ def chunk_orders(P: int, v: int, M: int, rank: int, sched: str = "1f1b") -> tupl
     order = rank_order(P, v, M, rank, sched)
     pick = lambda kinds: [(a.stage // P, a.mb) for a in order if a.kind in kinds]  # noqa: E731
     return pick("F"), pick("BI"), pick("BW")
+
+
+@lru_cache(maxsize=256)
+def chunk_lead_ins(P: int, v: int, M: int) -> tuple:
+    """Per rank, v x v counts over its interleaved 1F1B order: [k][j] the Forwards of chunk j
+    that precede chunk k's first one (the next step reaches chunk k after them)."""
+    out = []
+    for order in interleaved_orders(P, v, M):
+        kinds = [(s // P, kind) for s, kind, _ in order]
+        out.append(tuple(tuple(kinds[:kinds.index((k, "F"))].count((j, "F")) for j in range(v)) for k in range(v)))
+    return tuple(out)
