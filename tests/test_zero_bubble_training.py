@@ -10,6 +10,7 @@ the distributed runtime's run of a ZB-V program is in test_dist_runtime.py.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from ratc.lifecycle.lowering import find_pipeline
 from ratc.vm.functional.session import Session, TrainConfig, build_model, relative_deviation
@@ -78,3 +79,15 @@ def test_what_an_i_keeps_is_released_when_its_w_ends():
     s.step(0)
     assert alive_between and all(alive_between)
     assert sum(len(v) for v in kept.values()) == len(s.units.units) * 4 and not leaked
+
+
+def test_splitting_the_backward_changes_nothing_bit_for_bit():
+    """I and W only split and reorder a Backward's work: ZB1P and ZB-V, Full or Ckpt, compute
+    the same losses and weights as interleaved 1F1B (v = 2, Ckpt) bit for bit."""
+    runs = []
+    for sched, act in (("1f1b", "ckpt"), ("zb1p", "ckpt"), ("zbv", "ckpt"), ("zb1p", "full"), ("zbv", "full")):
+        s = Session(_config(dict(sched=sched, act=act, Z=1, D=2, M=4), reference=False))
+        runs.append(([s.step(i)[0] for i in range(2)], s.executor.parameters()))
+    for losses, params in runs[1:]:
+        assert losses == runs[0][0]
+        assert all(torch.equal(a, b) for a, b in zip(params, runs[0][1]))
