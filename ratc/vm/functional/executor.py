@@ -5,10 +5,13 @@ order, one handler per life op; stages are interleaved round-robin and a stage w
 at a `life.recv` whose message has not been sent yet. The D replicas of a stage run each op
 together, which is where collectives happen. Gradients come from per-unit autograd: a
 unit's forward runs on detached inputs, and its Backward calls `torch.autograd.grad` on
-that unit's outputs only; nothing calls the whole model's backward.
+that unit's outputs only; nothing calls the whole model's backward. A zero-bubble
+Backward is two tasks: I differentiates against the unit's inputs only and keeps the
+graph, its W against the parameters, from that graph.
 
 Runtime values per SSA value and replica: `!life.act` a dict of boundary tensors (or of
-their gradients), `!life.saved`/`!life.rec` a unit's autograd graph, `!life.grad` a flat
+their gradients), `!life.saved`/`!life.rec` a unit's autograd graph (an I's kept value: its
+`_Held`), `!life.grad` a flat
 gradient (full or this replica's shard), `!life.view` a flat parameter vector,
 `!life.param`/`!life.opt` the replica's `UnitState` of that unit.
 """
