@@ -11,9 +11,8 @@ graph, its W against the parameters, from that graph.
 
 Runtime values per SSA value and replica: `!life.act` a dict of boundary tensors (or of
 their gradients), `!life.saved`/`!life.rec` a unit's autograd graph (an I's kept value: its
-`_Held`), `!life.grad` a flat
-gradient (full or this replica's shard), `!life.view` a flat parameter vector,
-`!life.param`/`!life.opt` the replica's `UnitState` of that unit.
+`_Held`), `!life.grad` a flat gradient (full or this replica's shard), `!life.view` a flat
+parameter vector, `!life.param`/`!life.opt` the replica's `UnitState` of that unit.
 """
 
 from __future__ import annotations
