@@ -26,7 +26,7 @@ EXAMPLE = str(Path(__file__).parents[1] / "examples" / "llama.py")
     ("0SEND_F3", (0, "send")), ("1RECV_B0", (1, "recv")), ("0G@5", (0, "grad_sync")),
     ("0RS1@5", (0, "reduce")), ("1AG_F0@4", (1, "gather")), ("0U@2", (0, "update")),
     ("0P@2", (0, "prefetch")), ("0T@0", (0, "tie_sum")), ("0PARAM@3", (0, "marker")),
-    ("1F0@2#2", (1, "forward")),
+    ("1F0@2#2", (1, "forward")), ("0I3@12", (0, "backward")), ("0W3@12", (0, "backward")),
 ])
 def test_action_names_give_their_stage_and_task_kind(name, expected):
     assert task_kind(name) == expected
@@ -133,16 +133,17 @@ def test_an_interleaved_receive_is_the_transfer_of_its_wrapped_sender():
     assert rows[("send", 0)].samples == pytest.approx((2e-3,))
 
 
-@pytest.mark.parametrize("act", ["Full", "Ckpt"])
-def test_the_planners_per_kind_times_of_an_interleaved_program_are_the_vms(tmp_path, act):
+@pytest.mark.parametrize("act,sched", [("Full", ""), ("Ckpt", ""), ("Ckpt", ",sched=zb1p"), ("Full", ",sched=zbv")])
+def test_the_planners_per_kind_times_of_an_interleaved_program_are_the_vms(tmp_path, act, sched):
     """Oracle: the system VM simulating the compiled v = 2 program task by task; each rank's
-    Forwards, Backwards, Recovers and sends are its two chunks' (the planner's virtual stages
-    p and P + p; the VM counts whole cycles), and its state chain's pieces are per rank."""
+    Forwards, Backwards (zero bubble: its Is and Ws), Recovers and sends are its two chunks'
+    (the planner's virtual stages p and P + p, ZB-V's p and 2P - 1 - p, whose bottom sends
+    nothing; the VM counts whole cycles), and its state chain's pieces are per rank."""
     from ratc.dist.measure import predict
     from ratc.program_check import open_program
 
     out = tmp_path / "prog"
-    assert main(["compile", EXAMPLE, "--preset", "tiny", "--plan", f"P=2,D=1,Z=1,b=1,A=4,{act},deadline,v=2",
+    assert main(["compile", EXAMPLE, "--preset", "tiny", "--plan", f"P=2,D=1,Z=1,b=1,A=4,{act},deadline,v=2{sched}",
                  "--no-run", "-o", str(out)]) == 0
     pred = predict(open_program(out))
     kinds = [(k, p) for k in ("forward", "backward", "recover", "send", "update") for p in (0, 1)

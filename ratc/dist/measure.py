@@ -20,7 +20,8 @@ KINDS = ("forward", "backward", "recover", "send", "grad_sync", "reduce", "tie_s
          "prefetch")
 COMPUTE = frozenset({"forward", "backward", "recover", "update"})
 # action kind (ratc.lifecycle.actions) -> the task kind a row counts it as
-_KIND_OF = {"F": "forward", "B": "backward", "R": "recover", "SEND_F": "send", "SEND_B": "send",
+# (a zero-bubble Backward's I and W are its two halves: one backward row)
+_KIND_OF = {"F": "forward", "B": "backward", "I": "backward", "W": "backward", "R": "recover", "SEND_F": "send", "SEND_B": "send",
             "RECV_F": "recv", "RECV_B": "recv", "G": "grad_sync", "RS": "reduce", "AG": "gather",
             "U": "update", "P": "prefetch", "T": "tie_sum", "PARAM": "marker", "OPT": "marker",
             "STEP_END": "marker"}
@@ -120,13 +121,18 @@ def vm_kind_seconds(tl) -> dict:
 def planner_kind_seconds(st, cand) -> dict:
     """(kind, stage) -> seconds per step of the planner's tasks (ratc.planner.timing.StepTime of
     one candidate): M Forwards, Backwards (each without its boundary send) and Recovers, M
-    sends each way, summed over the stage's chunks (the planner's virtual stages c * P + p
-    under interleaved 1F1B), and the stage's GradSync, UpdateShard and PrefetchW."""
+    sends each way, summed over the stage's chunks (the planner's virtual stages, on their
+    ranks: ratc.step.schedules.rank_of; a boundary within one rank, ZB-V's bottom, sends
+    nothing), and the stage's GradSync, UpdateShard and PrefetchW."""
+    from ratc.step.schedules import rank_of
+
     P, M, S = cand.P, cand.A, cand.P * cand.v
     p2p = float(st.p2p[0, 0])
     out = {}
     for s in range(S):
-        p, sends_f, sends_b = s % P, s < S - 1, s > 0
+        p = rank_of(s, P, cand.sched)
+        sends_f = s < S - 1 and rank_of(s + 1, P, cand.sched) != p
+        sends_b = s > 0 and rank_of(s - 1, P, cand.sched) != p
         for kind, seconds in (("forward", float(st.fwd[0, s]) - p2p * sends_f),
                               ("backward", float(st.bwd[0, s]) - p2p * sends_b),
                               ("recover", float(st.rec[0, s])), ("send", p2p * (sends_f + sends_b))):

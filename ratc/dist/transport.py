@@ -9,6 +9,8 @@ peer receives, and its tensor must live until then). GradSync is an asynchronous
 all-reduce (ZeRO 0) or reduce-scatter on the stage's dp group, a gather an asynchronous
 all-gather, each issued where the program puts it and waited at its first reader. Every
 wait has a timeout; one that expires ends the rank with the op, the rank and the peer named.
+A message from a stage to itself (ZB-V: rank P-1 holds both stages at the bottom of the V)
+stays in the process.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch.distributed as dist
 from ratc.errors import RatcError
 from ratc.lifecycle.actions import token
 from ratc.vm.functional.executor import Pending, describe
-from ratc.vm.functional.transport import message_kind, step_loss
+from ratc.vm.functional.transport import message_key, message_kind, step_loss
 from ratc.vm.system.life import TASK_KINDS
 
 
@@ -67,6 +69,7 @@ class DistTransport:
         self.group = mesh.dp_groups[mesh.p]
         self.check_collectives = check_collectives
         self.sends: list = []
+        self.handovers: dict = {}   # messages from this stage to itself (ZB-V), by message_key
         self.issued = 0             # collectives issued this step (the fingerprint's index)
         self.recorder = None        # a ratc.dist.trace.Recorder, to record transfers and waits
         self.waited_ns = 0          # this step's time blocked on transfers and collectives
@@ -112,6 +115,7 @@ class DistTransport:
 
     def begin_step(self) -> None:
         self.sends = []
+        self.handovers.clear()
         self.issued = 0
         self.waited_ns = 0
 
@@ -156,10 +160,15 @@ class DistTransport:
     # ---- stage-boundary messages -------------------------------------------------------------
 
     def ready(self, p: int, op) -> bool:
-        return True          # a receive is posted at once and waited at its reader
+        """A receive is posted at once and waited at its reader; one from this stage itself
+        (ZB-V's hand-over at the bottom of the V) runs once its send has."""
+        return op.attributes["peer"] != p or message_key(p, op) in self.handovers
 
     def send(self, p: int, op, value: list) -> None:
         a = op.attributes
+        if a["peer"] == p:          # both chunks are on this rank: the value stays here
+            self.handovers[message_key(p, op)] = value
+            return
         peer = self.mesh.rank_of(a["peer"], self.mesh.r)
         fields = self.specs[message_kind(p, op)]
         what = describe(op)
@@ -174,8 +183,10 @@ class DistTransport:
             span = self._span("send", op)
             self.sends.append((dist.isend(t, dst=peer), t, f"{what} ('{f.name}')", self.mesh.where(peer), span))
 
-    def recv(self, p: int, op) -> Pending:
+    def recv(self, p: int, op) -> Pending | list:
         a = op.attributes
+        if a["peer"] == p:
+            return self.handovers.pop(message_key(p, op))
         peer = self.mesh.rank_of(a["peer"], self.mesh.r)
         fields = self.specs[message_kind(p, op)]
         got = {f.name: f.empty(self.device) for f in fields}

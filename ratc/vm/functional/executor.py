@@ -5,12 +5,14 @@ order, one handler per life op; stages are interleaved round-robin and a stage w
 at a `life.recv` whose message has not been sent yet. The D replicas of a stage run each op
 together, which is where collectives happen. Gradients come from per-unit autograd: a
 unit's forward runs on detached inputs, and its Backward calls `torch.autograd.grad` on
-that unit's outputs only; nothing calls the whole model's backward.
+that unit's outputs only; nothing calls the whole model's backward. A zero-bubble
+Backward is two tasks: I differentiates against the unit's inputs only and keeps the
+graph, its W against the parameters, from that graph.
 
 Runtime values per SSA value and replica: `!life.act` a dict of boundary tensors (or of
-their gradients), `!life.saved`/`!life.rec` a unit's autograd graph, `!life.grad` a flat
-gradient (full or this replica's shard), `!life.view` a flat parameter vector,
-`!life.param`/`!life.opt` the replica's `UnitState` of that unit.
+their gradients), `!life.saved`/`!life.rec` a unit's autograd graph (an I's kept value: its
+`_Held`), `!life.grad` a flat gradient (full or this replica's shard), `!life.view` a flat
+parameter vector, `!life.param`/`!life.opt` the replica's `UnitState` of that unit.
 """
 
 from __future__ import annotations
@@ -42,6 +44,21 @@ class _Saved:
 
     def __init__(self, leaves, params, outs, mutated):
         self.leaves, self.params, self.outs, self.mutated = leaves, params, outs, mutated
+
+
+class _Held:
+    """What a zero-bubble I keeps for its W: the unit's forward (its graph retained), and the
+    outputs and gradients the Backward starts from."""
+
+    __slots__ = ("saved", "outs", "seeds")
+
+    def __init__(self, saved, outs, seeds):
+        self.saved, self.outs, self.seeds = saved, outs, seeds
+
+
+def _needing_grad(tensors: list) -> list:
+    """The tensors autograd differentiates against (leaves that require a gradient)."""
+    return [t for t in tensors if isinstance(t, torch.Tensor) and t.requires_grad]
 
 
 def describe(op: Operation) -> str:
@@ -154,7 +171,8 @@ class FunctionalExecutor:
             self.last_use.append(last)
         self.handlers = {
             "life.param": self._param, "life.opt": self._param, "life.fwd": self._fwd,
-            "life.recover": self._recover, "life.bwd": self._bwd, "life.send": self._send,
+            "life.recover": self._recover, "life.bwd": self._bwd, "life.bwd_i": self._bwd_i,
+            "life.bwd_w": self._bwd_w, "life.send": self._send,
             "life.recv": self._recv, "life.gather": self._gather, "life.reduce": self._reduce,
             "life.grad_sync": self._grad_sync, "life.tie_sum": self._tie_sum, "life.update": self._update,
             "life.prefetch": self._gather, "life.step_end": self._step_end,
@@ -332,46 +350,92 @@ class FunctionalExecutor:
         # On a GPU the co-running Recover overlaps the main stream; its Backward waits for it.
         return [Pending(self.recovery_stream.run(rebuild, inputs), keep=inputs)]
 
+    def _roots(self, i: int, saved: _Saved, dy: dict) -> tuple[list, list]:
+        """(outputs, their gradients) a Backward of unit i starts from: the loss seeded with
+        1/M (each micro-batch's loss weighs 1/M of the step), else the received gradients."""
+        outs, seeds = [], []
+        for name, o in [*zip(self.units.units[i].outputs, saved.outs), *saved.mutated.items()]:
+            if not (isinstance(o, torch.Tensor) and o.requires_grad):
+                continue
+            g = torch.full_like(o, 1.0 / self.M) if i == self.head and name == self.units.loss else dy.get(name)
+            if g is not None:
+                outs.append(o)
+                seeds.append(g)
+        return outs, seeds
+
+    def _input_grad(self, i: int, saved: _Saved, dy: dict, got: list) -> dict:
+        """The gradient unit i hands back: autograd's for its inputs (`got`, one per input leaf
+        needing one), plus the values merely passing through it."""
+        unit = self.units.units[i]
+        # (one it changed in place got its gradient as an output)
+        dx = {n: dy[n] for n in self.live[i] if n in dy and n not in saved.mutated}
+        it = iter(got)
+        for name, a in zip(unit.inputs, saved.leaves):
+            if isinstance(a, torch.Tensor) and a.requires_grad:
+                g = next(it)
+                if g is not None and name in self.live[i]:
+                    dx[name] = dx[name] + g if name in dx else g
+        return dx
+
+    def _weight_grad(self, i: int, saved: _Saved, got: list, acc) -> torch.Tensor:
+        """Unit i's flat gradient from autograd's per trained parameter (`got`), accumulated in
+        place into `acc` (the micro-batches' sum so far) if given."""
+        unit = self.units.units[i]
+        it = iter(got)
+        per_param = [next(it) if w.requires_grad else None for w in saved.params]
+        self.touched[i].update(k for k, g in enumerate(per_param) if g is not None)
+        g_param = unit.flat_grad(per_param)
+        return g_param if acc is None else acc.add_(g_param)
+
     def _bwd(self, p: int, op: Operation, ins: list) -> list:
         i = op.attributes["unit"]
-        unit = self.units.units[i]
         by = self._operands(op, ins)
         saved_all = by.get("saved", by.get("rec"))[0]
         acc_all = by["grad"][0] if "grad" in by else None
         dxs, grads = [], []
-        for k in range(len(self.replicas)):
-            saved = saved_all[k]
+        for k, saved in enumerate(saved_all):
             dy = by["act"][0][k] if "act" in by else {}
-            outs, seeds = [], []
-            for name, o in [*zip(unit.outputs, saved.outs), *saved.mutated.items()]:
-                if not (isinstance(o, torch.Tensor) and o.requires_grad):
-                    continue
-                g = torch.full_like(o, 1.0 / self.M) if i == self.head and name == self.units.loss else dy.get(name)
-                if g is not None:       # the loss of each micro-batch weighs 1/M of the step
-                    outs.append(o)
-                    seeds.append(g)
-            inputs = [a for a in saved.leaves if isinstance(a, torch.Tensor) and a.requires_grad]
-            trained = [w for w in saved.params if w.requires_grad]
-            wrt = inputs + trained
-            got = list(torch.autograd.grad(outs, wrt, seeds, allow_unused=True)) if outs else [None] * len(wrt)
-            by_param = iter(got[len(inputs):])
-            per_param = [next(by_param) if w.requires_grad else None for w in saved.params]
-            self.touched[i].update(k for k, g in enumerate(per_param) if g is not None)
-            g_param = unit.flat_grad(per_param)
-            # values passing through unit i (one it changed in place got its gradient as an output)
-            dx = {n: dy[n] for n in self.live[i] if n in dy and n not in saved.mutated}
-            it = iter(got[:len(inputs)])
-            for name, a in zip(unit.inputs, saved.leaves):
-                if isinstance(a, torch.Tensor) and a.requires_grad:
-                    g = next(it)
-                    if g is not None and name in self.live[i]:
-                        dx[name] = dx[name] + g if name in dx else g
-            dxs.append(dx)
-            if acc_all is not None:
-                acc_all[k].add_(g_param)        # in-place accumulation into the layer's gradient
-                g_param = acc_all[k]
-            grads.append(g_param)
+            outs, seeds = self._roots(i, saved, dy)
+            inputs = _needing_grad(saved.leaves)
+            trained = _needing_grad(saved.params)
+            got = list(torch.autograd.grad(outs, inputs + trained, seeds, allow_unused=True)) if outs \
+                else [None] * (len(inputs) + len(trained))
+            dxs.append(self._input_grad(i, saved, dy, got[:len(inputs)]))
+            grads.append(self._weight_grad(i, saved, got[len(inputs):], acc_all[k] if acc_all is not None else None))
         return [dxs if _kind(v) == "act" else grads for v in op.results]
+
+    def _bwd_i(self, p: int, op: Operation, ins: list) -> list:
+        """I (zero bubble): the input gradient only, from the unit's graph, which it keeps (with
+        the outputs and gradients it started from) for its W."""
+        i = op.attributes["unit"]
+        by = self._operands(op, ins)
+        saved_all = by.get("saved", by.get("rec"))[0]
+        dxs, held = [], []
+        for k, saved in enumerate(saved_all):
+            dy = by["act"][0][k] if "act" in by else {}
+            outs, seeds = self._roots(i, saved, dy)
+            inputs = _needing_grad(saved.leaves)
+            got = list(torch.autograd.grad(outs, inputs, seeds, retain_graph=True, allow_unused=True)) \
+                if outs and inputs else [None] * len(inputs)
+            dxs.append(self._input_grad(i, saved, dy, got))
+            held.append(_Held(saved, outs, seeds))
+        return [dxs if _kind(v) == "act" else held for v in op.results]
+
+    def _bwd_w(self, p: int, op: Operation, ins: list) -> list:
+        """W (zero bubble): the weight gradient from the graph its I kept, which autograd then
+        frees; accumulated as a whole Backward's."""
+        i = op.attributes["unit"]
+        held_all = ins[0]           # (the lowering passes I's kept value first)
+        by = self._operands(op, ins)
+        acc_all = by["grad"][0] if "grad" in by else None
+        grads = []
+        for k, held in enumerate(held_all):
+            trained = _needing_grad(held.saved.params)
+            got = list(torch.autograd.grad(held.outs, trained, held.seeds, allow_unused=True)) \
+                if held.outs and trained else [None] * len(trained)
+            grads.append(self._weight_grad(i, held.saved, got, acc_all[k] if acc_all is not None else None))
+            held.outs = held.seeds = None       # released: autograd freed the graph's buffers, this drops its roots
+        return [grads]
 
     def _send(self, p: int, op: Operation, ins: list) -> list:
         self.transport.send(p, op, ins[0])
