@@ -32,15 +32,22 @@ def percentile(samples, p: float) -> float:
 
 
 def fit_line(xs, ys) -> tuple[float, float]:
-    """(intercept, slope) of the least-squares line through the points; the intercept is
-    clamped at zero (a negative fixed cost is noise: the line is then fitted through the origin)."""
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    """(intercept, slope) of the line through the points by least relative error (each point
+    weighted 1/y^2): sizes span decades, and unweighted the largest one's noise of a percent
+    outweighs the smallest one's whole time, which is where the intercept shows. The
+    intercept is clamped at zero (a negative fixed cost is noise: the line is then fitted
+    through the origin)."""
+    ws = [1.0 / (y * y) if y > 0 else 0.0 for y in ys]
+    W = sum(ws)
+    if W == 0:
+        raise CalibrationError(f"no positive time to fit ({', '.join(f'{y:.3g} s' for y in ys)})")
+    mx, my = sum(w * x for w, x in zip(ws, xs)) / W, sum(w * y for w, y in zip(ws, ys)) / W
+    sxx = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs))
+    slope = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys)) / sxx
     intercept = my - slope * mx
     if intercept < 0:
-        intercept, slope = 0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+        intercept, slope = 0.0, (sum(w * x * y for w, x, y in zip(ws, xs, ys)) /
+                                 sum(w * x * x for w, x in zip(ws, xs)))
     if slope <= 0:
         raise CalibrationError(f"time did not grow with size ({', '.join(f'{y:.3g} s' for y in ys)} "
                                f"for {', '.join(f'{x:.3g} B' for x in xs)}): the machine is too noisy to fit "
