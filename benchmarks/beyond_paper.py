@@ -36,7 +36,7 @@ SETTINGS = (
     ("llama2-70b", 1024, 1024, 350.6, 0.75 * 350.6, "<= 263.0 s (25 % faster)"),
 )
 SEARCHES = (("today (ratrain)", []), ("selective", ["--strategy", "selective"]),
-            ("interleaved", ["--strategy", "interleaved"]))
+            ("interleaved", ["--strategy", "interleaved"]), ("zerobubble", ["--strategy", "zerobubble"]))
 
 
 def compile_and_run(model: str, clusters: int, batch: int, extra: list, outdir: str) -> dict:

@@ -54,13 +54,45 @@ def _chunks(module) -> dict:
 
 @pytest.mark.parametrize("P,v,A,preset", [(2, 2, 4, "tiny"), (2, 2, 6, "tiny-tied"), (2, 2, 2, "tiny"),
                                           (3, 2, 3, "llama2-7b"), (2, 3, 4, "llama2-7b"), (4, 2, 8, "llama2-7b")])
-@pytest.mark.parametrize("Z,act", [(0, "full"), (1, "ckpt"), (2, "ckpt"), (3, "full"), (3, "ckpt")])
+@pytest.mark.parametrize("Z,act", [(0, "full"), (1, "ckpt"), (2, "ckpt"), (3, "full"), (3, "ckpt"), (1, "fsr"),
+                                   (3, "fsr")])
 def test_each_rank_runs_interleaved_1f1b_order_and_the_vm_finishes(P, v, A, preset, Z, act):
     module = _compile(P=P, v=v, A=A, Z=Z, act=act, preset=preset)
     pipe = find_pipeline(module)
     for stage in pipe.region.ops:
         rank = stage.attributes["stage"]
         assert _collapsed(stage, P, _chunks(module)) == interleaved_1f1b(P, v, A, rank), (rank, Z, act)
+    _, res = run_module(module, mt3000(), memory_limit=False)
+    assert res.step_seconds > 0
+
+
+@pytest.mark.parametrize("P,v,A,Z", [(2, 2, 4, 2), (4, 2, 8, 1), (2, 4, 8, 3)])
+def test_fsr_co_runs_each_chunk_s_first_recover_with_the_task_its_rank_runs_before_that_backward(P, v, A, Z):
+    """Per chunk (virtual stage) as v = 1 per stage: the Recover of a chunk's last layer
+    moves ahead of the wait for its gradient, onto the compute task before it (a Forward
+    or a Backward of any chunk); every other Recover(l-1) rides on Backward(l)."""
+    module = _compile(P=P, v=v, A=A, Z=Z, act="fsr", preset="llama2-7b")
+    chunk_of = _chunks(module)
+    firsts_moved = 0
+    for stage in find_pipeline(module).region.ops:
+        ops = [op for op in stage.region.ops if op.name != "life.gather"]
+        units = stage.attributes["units"]
+        for k, op in enumerate(ops):
+            if op.name != "life.recover":
+                continue
+            i, m = op.attributes["unit"], op.attributes["mb"]
+            host = next(x for x in reversed(ops[:k]) if x.name in ("life.fwd", "life.bwd", "life.recv"))
+            assert op.attributes["placement"] == "corun" and "corun" in host.attributes
+            if i + 1 in units and chunk_of[i + 1] == chunk_of[i]:
+                assert (host.name, host.attributes["unit"], host.attributes["mb"]) == ("life.bwd", i + 1, m)
+            else:
+                # ahead of the receive of its Backward's gradient, hosted by the task before
+                wait = next(j for j, x in enumerate(ops) if x.name == "life.recv" and x.attributes["dir"] == "bwd"
+                            and (x.attributes["unit"], x.attributes["mb"]) == (i + 1, m))
+                assert k < wait and not any(x.name in ("life.fwd", "life.bwd") for x in ops[k:wait])
+                assert host.name in ("life.fwd", "life.bwd") and (host.attributes["unit"], host.attributes["mb"]) != (i, m)
+                firsts_moved += 1
+    assert firsts_moved == sum(1 for p in range(P) for c in range(v) if p + c * P < P * v - 1) * A
     _, res = run_module(module, mt3000(), memory_limit=False)
     assert res.step_seconds > 0
 
@@ -87,7 +119,7 @@ def test_the_plan_text_and_ir_carry_v_only_when_interleaved():
 
 @pytest.mark.parametrize("text,why", [
     ("P=1,D=1,A=4,Full,v=2", "P >= 2"),
-    ("P=2,D=1,A=4,FSR,v=2", "FSR"),
+    ("P=2,D=1,A=4,FSR,v=2,sched=zb1p", "FSR"),
     ("P=2,D=1,A=5,Ckpt,v=2", "multiple"),
     ("P=3,D=1,A=3,Ckpt,v=2", "P \\* v = 6 virtual stages need at least as many decoder layers"),
 ])
@@ -169,8 +201,8 @@ def test_ratc_diagram_draws_an_interleaved_step():
 
     data, res = policy_diagram(Planner(tiny(), mt3000()), 2, 4, "standard", v=2)
     assert "interleaved 1F1B (v=2)" in data.title and res.step_seconds > 0
-    with pytest.raises(RatcError, match="--policy standard"):
-        policy_diagram(Planner(tiny(), mt3000()), 2, 4, "fsr", v=2)
+    data, res = policy_diagram(Planner(tiny(), mt3000()), 2, 4, "fsr", v=2)
+    assert "fsr interleaved 1F1B (v=2)" in data.title and res.step_seconds > 0
 
 
 def test_ratc_compile_writes_the_interleaved_order_to_schedule_txt_and_ratc_run_predicts_it(tmp_path, capsys):

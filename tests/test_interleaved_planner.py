@@ -89,9 +89,20 @@ def test_in_flight_count_is_forwards_minus_backwards_at_peak_in_the_order(P, v, 
     assert sum(want[::P]) >= min(P, M)
 
 
-def test_fsr_with_interleaving_is_refused_by_the_planner():
-    cand = Candidate(P=2, D=1, T=1, Z=1, b=1, A=4, act="fsr", pref="deadline", v=2)
-    with pytest.raises(RatcError, match="FSR is not modelled with interleaved"):
+@pytest.mark.parametrize("P", [2, 4])
+@pytest.mark.parametrize("per_rank", [2, 8])
+@pytest.mark.parametrize("Z", [0, 3])
+def test_interleaved_fsr_step_prediction_is_within_1_percent_of_the_system_vm(P, per_rank, Z):
+    """FSR with v = 2: each chunk's recovery co-runs with the task its rank runs before it
+    (ratc.planner.order_makespan's hosts). llama2-7b at its own sequence: measured 0.07-0.25 %
+    at ZeRO 0-2, 0.44-1.08 % at ZeRO-3 (its gathers' exposure, as without FSR)."""
+    cand = Candidate(P=P, D=2, T=1, Z=Z, b=1, A=per_rank * P, act="fsr", pref="deadline", v=2)
+    assert abs(_error(_planner("llama2-7b", 2048), cand)) <= (TOLERANCE if Z < 3 else 0.012)
+
+
+def test_fsr_with_a_zero_bubble_schedule_is_refused_by_the_planner():
+    cand = Candidate(P=2, D=1, T=1, Z=1, b=1, A=4, act="fsr", pref="deadline", v=2, sched="zb1p")
+    with pytest.raises(RatcError, match="FSR's co-run placement assumes whole Backwards"):
         _planner("tiny").evaluate_group([cand])
 
 
@@ -106,9 +117,9 @@ def test_the_interleaved_search_proposes_v_above_1_only_where_it_runs():
     groups = planner.space(8, 64, get_strategy("interleaved"))
     cands = [c for cs in groups.values() for c in cs]
     inter = [c for c in cands if c.v > 1]
-    assert inter and {c.v for c in inter} == {2, 4}
+    assert inter and {c.v for c in inter} == {2, 4} and {c.act for c in inter} == {"full", "ckpt", "fsr"}
     for c in inter:
-        assert c.P >= 2 and c.P * c.v <= 32 and c.act in ("full", "ckpt") and c.A <= 4 * c.P
+        assert c.P >= 2 and c.P * c.v <= 32 and c.A <= 4 * c.P
         assert c.A % max(1, c.A // c.P) == 0
     assert not any(c.v > 1 for cs in planner.space(8, 64, get_strategy("ratrain")).values() for c in cs)
 

@@ -27,6 +27,8 @@ CASES = [
     dict(act="full", Z=0, D=2, M=4),                      # all-reduce GradSync, every layer saved
     dict(act="ckpt", Z=2, D=2, M=4, keep="2s2l"),         # whole-layer and selective recovery, reduce-scatter
     dict(act="ckpt", Z=1, D=1, M=4, preset="tiny-tied"),  # tied embedding and head on ranks 0 and 1
+    dict(act="fsr", Z=2, D=2, M=4),                       # each chunk's Recovers co-run with the task before them
+    dict(act="fsr", Z=3, D=2, M=8, keep="1s3l"),          # ... ZeRO-3 views gathered a task early, one selective
 ]
 
 
@@ -51,6 +53,10 @@ def test_interleaved_1f1b_trains_as_pytorch_over_20_steps(kw):
     s = Session(_config(kw))
     # the program really interleaves: a stage sends its peer across two chunk boundaries
     assert max(len(units) for units in _crossings(s.module).values()) == 2
+    if kw["act"] == "fsr":
+        # every Recover co-runs, each chunk's first ahead of the wait for its gradient
+        recovers = [op for st in find_pipeline(s.module).region.ops for op in st.region.ops if op.name == "life.recover"]
+        assert recovers and {op.attributes["placement"] for op in recovers} == {"corun"}
     assert_trains_as_pytorch(s, STEPS, TOL)
 
 

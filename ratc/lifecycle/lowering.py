@@ -403,9 +403,6 @@ def lower(module: Module, act_policy: str | None = None) -> Operation:
     # are what the loops below rely on, also when the pass manager does not verify
     verify_op(plan)
     v = a.get("v", 1)
-    if v > 1 and act == "fsr":
-        raise RatcError(f"life.plan: FSR's co-run placement assumes non-interleaved 1F1B; with v = {v} virtual "
-                        "stages per rank lower ckpt (or full-save)")
     # (each rank's units in chunk order)
     by_stage = [sorted((u for u in units if u.attributes["stage"] == p), key=lambda u: u.attributes.get("chunk", 0))
                 for p in range(P)]

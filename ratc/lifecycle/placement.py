@@ -142,9 +142,12 @@ def fsr(pipe, plan, rec_buffers: int, clock: float | None = None, stream: bool =
             raise RatcError(f"fsr: life.unit #{u.attributes['index']} has no phases (fwd_phases, bwd_phases) to co-schedule "
                             "its recovery with; re-plan it with this version of ratc")
     added: dict = {}      # (host name, host unit, guest unit, host's own s, guest's s) -> added s
+    # interleaved (v > 1), each chunk's Backward of a micro-batch is a Backward of its own
+    chunk_of = {u.attributes["index"]: u.attributes["chunk"] for u in units} if plan.attributes.get("v", 1) > 1 \
+        else None
     for stage in pipe.region.ops:
         ops = stage.region.ops
-        _move_first_recovers(ops, rec_buffers)
+        _move_first_recovers(ops, rec_buffers, chunk_of)
         host = None
         last = None               # the last compute task so far (hosts never move here)
         before: dict = {}         # id(host) -> the compute task issued before it
@@ -176,16 +179,17 @@ def fsr(pipe, plan, rec_buffers: int, clock: float | None = None, stream: bool =
     pipe.attributes["fsr"] = True
 
 
-def _move_first_recovers(ops: list, rec_buffers: int) -> None:
+def _move_first_recovers(ops: list, rec_buffers: int, chunk_of: dict | None = None) -> None:
     """Each Backward's first Recover (if it comes before that Backward's first unit) moves
-    right behind the last compute task issued before the Backward's first op.
+    right behind the last compute task issued before the Backward's first op; interleaved
+    (`chunk_of`, {unit: chunk}), each chunk's Backward of a micro-batch is one.
 
     One pass: moving a Recover (never a host) changes neither which hosts precede a later
     Backward nor their order, so every target is found in the original order. Recovers
     moved behind one host keep the order repeated inserts right after it would give them
     (the latest first).
     """
-    groups: dict = {}        # micro-batch -> [index of its Backward's first op, its first Recover, first bwd seen]
+    groups: dict = {}        # Backward -> [index of its first op, its first Recover, first bwd seen]
     last_host = None
     host_before: list = []   # per op index: the last host strictly before it
     for op in ops:
@@ -193,10 +197,10 @@ def _move_first_recovers(ops: list, rec_buffers: int) -> None:
         if _hosts(op):
             last_host = op
     for i, op in enumerate(ops):
-        task = main_task(op)
+        task = main_task(op, chunk_of)
         if task is None or task[0] != "B":
             continue
-        g = groups.setdefault(task[1], [i, None, False])
+        g = groups.setdefault(task, [i, None, False])
         if op.name == "life.recover" and g[1] is None and not g[2]:
             g[1] = op
         elif op.name == "life.bwd":

@@ -119,9 +119,6 @@ def _virtual_stages(planner, cand, units) -> tuple[list, list]:
     P, v = cand.P, cand.v
     decoders = sum(u.decoder for u in units)
     check_interleaved(P, v, cand.A, cand.sched)
-    if v > 1 and cand.act == "fsr":
-        raise RatcError(f"{cand.label()}: FSR's co-run placement assumes non-interleaved 1F1B; with v = {v} "
-                        "virtual stages per rank use ckpt (or full)")
     refuse_zero_bubble(cand.sched, cand.act, cand.keep, cand.label())
     if schedule_shape_error(cand.sched, v):
         raise RatcError(f"{cand.label()}: {schedule_shape_error(cand.sched, v)}")

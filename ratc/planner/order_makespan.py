@@ -7,6 +7,8 @@ max(end of the rank's previous action, end of its data dependency + send) + its 
 The actions are grouped into levels (all of a level's inputs end at earlier levels) once
 per order and cached, so the candidates' ends are computed a level at a time. Zero
 bubble (ZB1P), a backward is an I, which waits as a Backward does, and a W after its own I.
+FSR: an action right before a Backward on its rank hosts that Backward's first Recover
+(ratc.lifecycle.placement.fsr) and lasts what the co-run adds longer.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from ratc.step.schedules import interleaved_orders
 @dataclass(frozen=True)
 class ActionGraph:
     """The actions of an order by level: per level (indices, rank predecessor, data
-    dependency, whether that dependency crosses ranks, duration column)."""
+    dependency, whether that dependency crosses ranks, duration column, host column: the
+    co-run its action hosts, F of s hosting stage g's guest g, B of s S + g, none 2S)."""
 
     n: int                  # actions; index n is a sentinel that ends at 0
     stages: int             # virtual stages S (duration columns: F of s is s, B of s is S + s)
@@ -45,9 +48,13 @@ def action_graph(orders: tuple, stages: int) -> ActionGraph:
     level = [0] * (n + 1)                     # by index; the sentinel n is level -1 (below)
     level[n] = -1
     rank_of = [0] * (3 * stages)
+    host = {}                                 # (rank, position) -> host column
     for r, order in enumerate(orders):
-        for s, kind, _ in order:
+        for i, (s, kind, _) in enumerate(order):
             rank_of[s + stages * _BLOCK[kind]] = r
+            nxt = order[i + 1] if i + 1 < len(order) else None
+            # (a zero-bubble I or W hosts nothing: FSR runs with whole Backwards only)
+            host[r, i] = nxt[0] + stages * (kind != "F") if nxt and nxt[1] == "B" and kind in "FB" else 2 * stages
     coded = [[code(*a) for a in order] for order in orders]
     rows = []
     pos = [0] * len(orders)
@@ -66,7 +73,7 @@ def action_graph(orders: tuple, stages: int) -> ActionGraph:
                 p = idx[order[i - 1]] if i else n
                 idx[a] = k
                 level[k] = 1 + max(level[p], level[d])
-                rows.append((level[k], k, p, d, dep is not None and rank_of[dep] != r, col))
+                rows.append((level[k], k, p, d, dep is not None and rank_of[dep] != r, col, host[r, i]))
                 k += 1
                 i += 1
                 moved = True
@@ -75,10 +82,10 @@ def action_graph(orders: tuple, stages: int) -> ActionGraph:
             stuck = ", ".join(f"rank {r}: {orders[r][pos[r]]}" for r in range(len(orders)) if pos[r] < len(orders[r]))
             raise RatcError(f"the action order deadlocks ({stuck})")
     rows.sort()
-    cols = np.array([r[1:] for r in rows], dtype=np.int64).reshape(-1, 5)
+    cols = np.array([r[1:] for r in rows], dtype=np.int64).reshape(-1, 6)
     bounds = np.searchsorted(np.array([r[0] for r in rows]), np.arange(max(level[:n]) + 2))
-    levels = tuple(tuple(cols[a:b, j] for j in range(5)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a)
-    return ActionGraph(n, stages, tuple((i, p, d, c.astype(float), col) for i, p, d, c, col in levels))
+    levels = tuple(tuple(cols[a:b, j] for j in range(6)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a)
+    return ActionGraph(n, stages, tuple((i, p, d, c.astype(float), col, h) for i, p, d, c, col, h in levels))
 
 
 def _dependency(col: int, stages: int):
@@ -100,28 +107,36 @@ def interleaved_graph(P: int, v: int, M: int, sched: str = "1f1b") -> ActionGrap
     return action_graph(interleaved_orders(P, v, M, sched), P * v)
 
 
-def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=None) -> np.ndarray:
+def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=None, hosts=None) -> np.ndarray:
     """[C] end of the last action: fc, bc [C, S] each virtual stage's Forward and Backward
     compute-stream time (zero bubble: bc its I's and wc its W's), send [C, 1] one boundary
-    transfer (on the link, between ranks)."""
+    transfer (on the link, between ranks); FSR: hosts = (hf, hc) [C, S], what a Forward and
+    a Backward add hosting stage s's Backward's first Recover."""
     C = fc.shape[0]
     dur = np.concatenate([fc, bc] + ([wc] if wc is not None else []), axis=1)
     send = np.broadcast_to(np.asarray(send, dtype=float), (C, 1))
     end = np.zeros((C, graph.n + 1))
-    for idx, prev, dep, cross, col in graph.levels:
-        end[:, idx] = np.maximum(end[:, prev], end[:, dep] + send * cross) + dur[:, col]
+    if hosts is None:
+        for idx, prev, dep, cross, col, _ in graph.levels:
+            end[:, idx] = np.maximum(end[:, prev], end[:, dep] + send * cross) + dur[:, col]
+    else:
+        extra = np.concatenate([*hosts, np.zeros((C, 1))], axis=1)
+        for idx, prev, dep, cross, col, host in graph.levels:
+            end[:, idx] = np.maximum(end[:, prev], end[:, dep] + send * cross) + dur[:, col] + extra[:, host]
     return end[:, :graph.n].max(axis=1)
 
 
 def interleaved_makespan(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, M, wc=None,
-                         sched: str = "1f1b") -> np.ndarray:
+                         sched: str = "1f1b", hosts=None) -> np.ndarray:
     """[C] makespan of interleaved 1F1B with v chunks on P ranks (fc, bc [C, P*v]; M [C, 1]);
-    of a zero-bubble `sched` (ZB1P, ZBV) given wc [C, P*v], the W tasks' times (bc then its I's)."""
+    of a zero-bubble `sched` (ZB1P, ZBV) given wc [C, P*v], the W tasks' times (bc then its I's);
+    FSR's co-runs given hosts = (hf, hc) [C, P*v] (graph_makespan)."""
     M = np.broadcast_to(np.asarray(M), (fc.shape[0], 1))[:, 0].astype(int)
     send = np.broadcast_to(np.asarray(send, dtype=float), (fc.shape[0], 1))
     out = np.empty(fc.shape[0])
     for m in np.unique(M):
         rows = M == m
         out[rows] = graph_makespan(interleaved_graph(P, v, int(m), sched), fc[rows], bc[rows], send[rows],
-                                   None if wc is None else wc[rows])
+                                   None if wc is None else wc[rows],
+                                   None if hosts is None else tuple(h[rows] for h in hosts))
     return out

@@ -172,18 +172,19 @@ class Planner:
                     cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance, v=v, sched=s)
                              for b in micro if b <= per_replica and per_replica % b == 0
                              for Z in zeros for act in strategy.act for pref in strategy.pref
-                             for v in strategy.v if v == 1 or self._interleaves(P, v, per_replica // b, act)
-                             for s in (strategy.sched if v > 1 else ("1f1b",)) if not schedule_shape_error(s, v)]
+                             for v in strategy.v if v == 1 or self._interleaves(P, v, per_replica // b)
+                             for s in (strategy.sched if v > 1 else ("1f1b",))
+                             if not schedule_shape_error(s, v) and (s == "1f1b" or act != "fsr")]
                     if cands:
                         groups.setdefault(P, []).extend(cands)
         return groups
 
-    def _interleaves(self, P: int, v: int, M: int, act: str) -> bool:
+    def _interleaves(self, P: int, v: int, M: int) -> bool:
         """Whether the search proposes a candidate with v > 1 chunks per rank: one the planner
         prices, with at most INTERLEAVE_ROUNDS rounds of P micro-batches (beyond them 1F1B's
         bubble, (P-1)/(M+P-1), all interleaving can shrink, is under a fifth of the step, and
         pricing the long interleaved orders costs the search its speed)."""
-        return (P >= 2 and P * v <= self.layers and act != "fsr" and whole_rounds(P, M)
+        return (P >= 2 and P * v <= self.layers and whole_rounds(P, M)
                 and M <= INTERLEAVE_ROUNDS * P)
 
     def _same_partition(self, P: int, T: int, a: str, b: str) -> bool:
@@ -534,16 +535,12 @@ def _check_pipeline(pipeline) -> int:
 
 
 def _check_interleaved(cands, layers: int) -> None:
-    """Refuse v > 1 where interleaved 1F1B cannot run or the planner cannot price it (FSR,
-    whose co-run placement assumes non-interleaved 1F1B)."""
+    """Refuse v > 1 where interleaved 1F1B cannot run, and the schedules FSR or a keep cannot run with."""
     for c in cands:
         if c.v > 1:
             if c.P * c.v > layers:
                 raise RatcError(f"{c.label()}: P x v = {c.P * c.v} virtual stages exceed the model's "
                                 f"{layers} decoder layers (at most one virtual stage per layer)")
-            if c.act == "fsr":
-                raise RatcError(f"{c.label()}: FSR is not modelled with interleaved 1F1B (v = {c.v}); "
-                                "use act ckpt or full")
             check_interleaved(c.P, c.v, c.A, c.sched)
         refuse_zero_bubble(c.sched, c.act, c.keep, c.label())
         if schedule_shape_error(c.sched, c.v):

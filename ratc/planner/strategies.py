@@ -33,7 +33,7 @@ class Strategy:
     hold_pipeline: bool = False
     keep: bool = False      # choose per layer what recomputed layers save (ratc.planner.keep)
     # virtual stages per rank: values > 1 add interleaved 1F1B candidates where it runs (P >= 2,
-    # M whole rounds, P * v <= decoder layers) with act full or ckpt
+    # M whole rounds, P * v <= decoder layers)
     v: tuple = (1,)
     # the schedules of those interleaved candidates (ratc.step.config.SCHEDULES): zb1p and zbv
     # add the zero-bubble schedules beside interleaved 1F1B (zbv at v = 2)
@@ -56,7 +56,7 @@ STRATEGIES = {s.name: s for s in (
                           "everything, all but its attention core (selective recomputation), or its input",
              keep=True),
     Strategy("interleaved", "RATrain's space plus interleaved 1F1B (v = 2, 4 model chunks per rank; "
-                            "Full or Ckpt)", v=(1, 2, 4)),
+                            "Full, Ckpt or FSR)", v=(1, 2, 4)),
     Strategy("zerobubble", "the interleaved space, each interleaved candidate also as ZB1P and, at v = 2, as ZBV "
                            "(zero bubble: every Backward split into input- and weight-gradient tasks)",
              v=(1, 2, 4), sched=("1f1b", "zb1p", "zbv")),

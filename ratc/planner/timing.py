@@ -330,8 +330,8 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     rec_exposed = slots(on_slot, rec_c, rec_d, link_rec) - slots(0.0, 0.0, 0.0, 0.0)
     sends, wc = _sends(P, p2p, c.sched), (b * sc.bwd_w if c.sched != "1f1b" else None)    # (wc: its Ws)
     slot_rec = slots(on_slot - sends, rec_c, rec_d, link_rec)
-    t_1f1b, e_link, e_rec = (_makespans(slots, path, fwd, sends, p2p, M, host_f, host_c, slot_rec)
-                             if c.v == 1 else _interleaved_makespans(slots, path, fwd, sends, p2p, c, slot_rec, wc))
+    t_1f1b, e_link, e_rec = (_makespans(slots, path, fwd, sends, p2p, M, host_f, host_c, slot_rec) if c.v == 1 else
+                             _interleaved_makespans(slots, path, fwd, sends, p2p, c, host_f, host_c, slot_rec, wc))
     return StepTime(fwd=fwd, bwd=bwd, rec=rec, rec_exposed=rec_exposed, host_f=host_f, host_b=host_b,
                     host_c=host_c, tp_allreduce=tp_ar, p2p=p2p,
                     link_busy=link_busy, sync=sync, update=update, prefetch=prefetch, window=window,
@@ -403,25 +403,33 @@ def _three(three: np.ndarray) -> tuple:
     return t_1f1b, e_link, three[2 * C:] - t_1f1b - e_link
 
 
-def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, slot_rec, wc=None) -> tuple:
+def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, host_f, host_c, slot_rec,
+                           wc=None) -> tuple:
     """(T_1F1B, E_link, E_rec) [C] of interleaved 1F1B: _makespans' three slots (the arrays
     are per virtual stage, [C, P*v]) over its order, each Forward its compute-stream part,
     each Backward the rest of its slot (so recovery, under Ckpt, is on the Backward). The
     state chain is costed per rank (_state_chain, _per_rank_units, and its approximation).
-    Given wc [C, P*v] (ZB1P), each backward is an I, the rest of the slot, and a W of wc."""
+    Given wc [C, P*v] (ZB1P), each backward is an I, the rest of the slot, and a W of wc.
+    FSR (host_f, host_c [C, P*v], _fsr_hosts): the co-run of a Backward's first Recover is
+    on the task its rank runs before it, a Forward or a Backward of any chunk, not on the
+    Backward (an approximation: priced with the guest stage's own Forward or Backward unit
+    as the host, the ones v = 1 pairs)."""
     S = path.shape[1]
     fc = fwd - p2p * _boundaries(S, c.sched)[0]
-    works = [path - sends, slots(-sends, 0.0, 0.0, 0.0), slot_rec]
+    zero = np.zeros_like(fc)
+    hf, hc = host_f + zero, host_c + zero
+    works = [path - sends, slots(-sends, 0.0, 0.0, 0.0), slot_rec - hf]
     C = len(fc)
-    w = [] if wc is None else [np.concatenate([wc + np.zeros_like(fc)] * 3)]
+    w = [] if wc is None else [np.concatenate([wc + zero] * 3)]
     rows = np.concatenate([np.concatenate([c.M + np.zeros((C, 1)), p2p + np.zeros((C, 1))], axis=1)] * 3)
     back = np.concatenate([x - fc for x in works]) - (w[0] if w else 0.0)
-    rows = np.concatenate([rows, np.concatenate([fc] * 3), back] + w, axis=1)
+    fsr = [np.concatenate([zero, zero, h]) for h in (hf, hc)] if hf.any() or hc.any() else []
+    rows = np.concatenate([rows, np.concatenate([fc] * 3), back] + w + fsr, axis=1)
     # rows that differ only where the main path does not look (state policy, ZeRO, ...) are one
     key, inverse = _distinct_rows(rows)
-    S = fc.shape[1]
-    three = interleaved_makespan(key[:, 2:2 + S], key[:, 2 + S:2 + 2 * S], key[:, 1:2], c.P, c.v, key[:, :1],
-                                 key[:, 2 + 2 * S:] if w else None, c.sched)
+    cols = [key[:, 2 + k * S:2 + (k + 1) * S] for k in range(2 + len(w) + len(fsr))]
+    three = interleaved_makespan(cols[0], cols[1], key[:, 1:2], c.P, c.v, key[:, :1],
+                                 cols[2] if w else None, c.sched, tuple(cols[-2:]) if fsr else None)
     return _three(three[inverse])
 
 

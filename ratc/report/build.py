@@ -143,9 +143,8 @@ def policy_diagram(planner, P: int, M: int, policy: str, D: int = 2, Z: int = 2,
     if min(P, M, D, b, v) < 1:
         raise RatcError(f"--pp, --microbatches, --dp, --micro-batch and --virtual-stages must be at least 1 (got "
                         f"P={P}, M={M}, D={D}, b={b}, V={v})")
-    if v > 1 and (policy == "fsr" or P < 2):
-        raise RatcError(f"--virtual-stages {v}: interleaved 1F1B needs --pp of at least 2 and --policy standard "
-                        "(FSR's co-run placement assumes non-interleaved 1F1B)")
+    if v > 1 and P < 2:
+        raise RatcError(f"--virtual-stages {v}: interleaved 1F1B needs --pp of at least 2")
     why = schedule_shape_error(sched, v)
     if why:
         raise RatcError(f"--schedule {sched} --virtual-stages {v}: {why.split(': ', 1)[-1]}")
