@@ -62,7 +62,8 @@ def test_launch_equals_the_one_process_executor_bit_for_bit(P, D, Z, act, state_
 
 
 @pytest.mark.parametrize("kw", [
-    dict(act="ckpt", Z=0, M=4, v=2),                 # interleaved 1F1B: each rank holds two chunks (issue 31)
+    # (interleaved Ckpt's 20 steps are the executor's: tests/test_interleaved_training.py;
+    # the runtime's transport is the same for it as for interleaved FSR below)
     dict(act="fsr", Z=2, M=2, keep="2s1l1f"),        # selective, whole-layer and full-save layers (issue 31)
     dict(act="ckpt", Z=2, M=3, v=2, sched="zbv"),    # ZB-V: I and W; rank 1 hands over to itself (issue 31)
     dict(act="fsr", Z=1, M=4, v=2),                  # interleaved FSR: each chunk's Recovers co-run
