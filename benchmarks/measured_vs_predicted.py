@@ -290,12 +290,18 @@ What the host model still leaves out:
   (2026-12-05, quick calibrations at loads of 2-7: 1.22-1.35 with 4 B messages, 1.25-1.46
   with 128 KB ones, 1.48-1.60 with a 1 MB all-reduce beside the 128 KB hand-offs, 1.80-1.87
   with 1 MB hand-offs too); one figure prices a D = 2 ZeRO step (a layer's parameters or
-  gradients per task) and a P = 2 step's hand-offs alike.
+  gradients per task) and a P = 2 step's hand-offs alike. Measured with it (2026-12-05 03:51,
+  loads of 1.0-1.8): `small`'s two-rank Forwards and Backwards (#1-#4) came to 0.92-1.00 of
+  the planner's figure, where they were 1.1-1.4; `tiny`'s ZeRO-2 and -3 steps (#7, #8) are
+  still 1.12-1.42 (their tasks are small beside the gradients and shards they move each
+  micro-batch, more traffic than `busy`'s mix), and their step is under-predicted by half.
 - **The update's cache.** The executor's AdamW step on a shard twice the last-level cache runs
   up to 2x slower than a training step's update (its ratios of 0.5-1.1): some of a unit's
   state is still in cache when its update runs. A loop over a shard that fits the cache keeps
   it there and runs 2-3x faster than a training step's update (ratios of 1.6-5.3 when the
-  planner took that rate for small shards). The update's speed lies between the two.
+  planner took that rate for small shards). The update's speed lies between the two; in the
+  sitting above it ran 1.2-2.0x the planner's figure (the sitting before, at loads of 2-3,
+  0.5-0.9x): which end a step's update is nearer moves with the machine.
 - **The machine's other load.** The medians include every preemption by other processes; the
   profile calibrated at a round's start sees that minute's load, and `[sharing]` (each rank's
   time with both ranks busy over one alone) measures two ranks plus whatever else ran then.
