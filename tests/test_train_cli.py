@@ -58,6 +58,9 @@ def test_train_without_reference(tmp_path, capsys):
     (["--steps", "1", "--pp", "9"], "P=9"),
     (["--steps", "1", "--preset", "nope"], "unknown preset 'nope'"),
     (["--steps", "1", "--micro-batches", "0"], "M must be at least 1"),
+    (["--steps", "1", "--virtual-stages", "0"], "--virtual-stages must be at least 1"),
+    (["--steps", "1", "--pp", "2", "--schedule", "zb1p"], "zb1p interleaves v >= 2"),
+    (["--steps", "1", "--pp", "2", "--virtual-stages", "2", "--schedule", "zbv"], "FSR's co-run placement"),
 ])
 def test_bad_arguments_are_clear_errors(argv, message, capsys):
     assert main(["train", MODEL, *argv]) == 1
@@ -161,3 +164,16 @@ def test_one_thread_by_default(monkeypatch):
     assert main(["train", MODEL, "--steps", "1", "--no-reference", "--micro-batches", "1",
                  "--micro-batch-size", "1"]) == 0
     assert seen == [1]
+
+
+def test_train_runs_a_zero_bubble_schedule_chosen_on_the_command_line(capsys):
+    """--virtual-stages and --schedule reach the compiled program (the label says so, and the
+    JSON config), and it trains as PyTorch does."""
+    import json
+
+    assert main(["train", MODEL, "--preset", "tiny", "--steps", "2", "--pp", "2", "--virtual-stages", "2",
+                 "--schedule", "zbv", "--act-policy", "checkpoint", "--micro-batches", "2",
+                 "--micro-batch-size", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["config"]["v"], out["config"]["sched"]) == (2, "zbv")
+    assert out["max_relative_deviation"] <= 1e-5

@@ -11,7 +11,7 @@ from pathlib import Path
 from ratc.cli.checkpoint_options import add_checkpoint_arguments, check_checkpoint_arguments
 from ratc.cli.model_source import add_model_arguments, check_model_source, model_file, picked
 from ratc.errors import RatcError
-from ratc.step.config import ACT_OPTION_NAMES
+from ratc.step.config import ACT_OPTION_NAMES, SCHEDULES, refuse_zero_bubble, schedule_shape_error
 
 
 def register(subparsers) -> None:
@@ -30,6 +30,11 @@ def register(subparsers) -> None:
     p.add_argument("--act-policy", default="fsr", choices=tuple(ACT_OPTION_NAMES), help="activation policy (default fsr)")
     p.add_argument("--no-state-pipeline", action="store_true",
                    help="GradSync, UpdateShard and PrefetchW at the step end instead of layer-wise/deadline")
+    p.add_argument("--virtual-stages", type=int, default=1, metavar="V",
+                   help="model chunks per pipeline stage: interleaved 1F1B when V > 1 (default 1)")
+    p.add_argument("--schedule", default="1f1b", choices=SCHEDULES,
+                   help="pipeline schedule: 1f1b (interleaved when V > 1), zb1p (zero bubble, V >= 2) or zbv "
+                        "(zero bubble in a V, V = 2) (default 1f1b)")
     p.add_argument("--micro-batches", type=int, default=4, metavar="M", help="micro-batches per replica per step (default 4)")
     p.add_argument("--micro-batch-size", type=int, default=2, metavar="B", help="sequences per micro-batch (default 2)")
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
@@ -45,7 +50,7 @@ def register(subparsers) -> None:
     p.add_argument("--program", metavar="FILE.ir|DIR",
                    help="execute this scheduled life program (one written by --emit-program, or a program "
                         "directory of `ratc compile`) instead of compiling one; its plan fixes P, D, Z, M, b, "
-                        "the activation policy, what each layer keeps and v (interleaved 1F1B)")
+                        "the activation policy, what each layer keeps, V and the schedule")
     p.add_argument("--emit-program", metavar="FILE.ir", help="write the executed life program here")
     add_checkpoint_arguments(p, "launch", "; runs without the PyTorch reference")
     p.set_defaults(func=handler)
@@ -96,7 +101,7 @@ def _load_program(path: str, cfg):
     plan = Plan.from_ir(find_plan(module)).config
     pipe = find_pipeline(module).attributes      # (the activation policy the program was lowered with)
     return module, dataclasses.replace(cfg, P=plan.P, D=plan.D, Z=plan.Z, M=plan.A, b=plan.b, keep=plan.keep,
-                                       v=plan.v, act=pipe["act"], state_pipeline=pipe.get("state") == "layerwise")
+                                       v=plan.v, sched=plan.sched, act=pipe["act"], state_pipeline=pipe.get("state") == "layerwise")
 
 
 def _checkpoints(args: argparse.Namespace, session):
@@ -136,13 +141,13 @@ def _print_json(cfg, session, params: int, rows: list[tuple], worst, param_dev) 
     """The run as JSON: its model and configuration, and per step ratc's loss, PyTorch's and their deviation."""
     import json
 
-    from ratc.step.config import ACT_OPTION_NAMES
+    from ratc.step.config import ACT_OPTION_NAMES, SCHEDULES, refuse_zero_bubble, schedule_shape_error
 
     policy = {v: k for k, v in ACT_OPTION_NAMES.items()}[cfg.act]
     out = {"model": cfg.model, "preset": session.preset, "seq_len": session.seq_len, "parameters": params,
            "config": {"P": cfg.P, "D": cfg.D, "Z": cfg.Z, "M": cfg.M, "b": cfg.b, "act_policy": policy,
                       "state_pipeline": cfg.state_pipeline, "global_batch": cfg.global_batch,
-                      "v": cfg.v},
+                      "v": cfg.v, "sched": cfg.sched},
            "steps": [{"step": i, "loss": ours, "reference_loss": ref, "relative_deviation": dev}
                      for i, ours, ref, dev in rows],
            "max_relative_deviation": worst, "parameter_deviation": param_dev}
@@ -168,6 +173,13 @@ def _check_arguments(args: argparse.Namespace) -> None:
                         "a model file for the same architecture")
     if args.steps < 1:
         raise RatcError(f"--steps must be at least 1, got {args.steps}")
+    if args.virtual_stages < 1:
+        raise RatcError(f"--virtual-stages must be at least 1, got {args.virtual_stages}")
+    if not args.program:        # (a program's plan fixes them)
+        why = schedule_shape_error(args.schedule, args.virtual_stages)
+        if why:
+            raise RatcError(f"--schedule {args.schedule} --virtual-stages {args.virtual_stages}: {why}")
+        refuse_zero_bubble(args.schedule, ACT_OPTION_NAMES[args.act_policy], "", f"--schedule {args.schedule}")
     if not 1 <= args.threads <= MAX_THREADS:
         raise RatcError(f"--threads must be 1..{MAX_THREADS}, got {args.threads}")
     # the optimizer runs in fp32: a learning rate it cannot hold overflows the update
@@ -198,7 +210,8 @@ def handler(args: argparse.Namespace) -> int:
     model = model_file(args)
     cfg = TrainConfig(model=model, preset=args.preset, P=args.pp, D=args.dp, Z=args.zero,
                       act=ACT_OPTION_NAMES[args.act_policy], state_pipeline=not args.no_state_pipeline,
-                      M=args.micro_batches, b=args.micro_batch_size, seed=args.seed, opt=AdamW(lr=args.lr),
+                      M=args.micro_batches, b=args.micro_batch_size, v=args.virtual_stages, sched=args.schedule,
+                      seed=args.seed, opt=AdamW(lr=args.lr),
                       reference=not args.no_reference)
     module = None
     if args.program:
@@ -214,7 +227,7 @@ def handler(args: argparse.Namespace) -> int:
     policy = {v: k for k, v in ACT_OPTION_NAMES.items()}[cfg.act]
     label = (f"P={cfg.P} D={cfg.D} Z={cfg.Z} {policy} "
              f"state-pipeline={'on' if cfg.state_pipeline else 'off'} M={cfg.M} b={cfg.b}"
-             f"{f' v={cfg.v}' if cfg.v > 1 else ''}")
+             f"{f' v={cfg.v}' if cfg.v > 1 else ''}{f' sched={cfg.sched}' if cfg.sched != '1f1b' else ''}")
     params = sum(u.numel for u in session.units.units)
     if not args.json:
         print(f"ratc train: {cfg.model} [{session.preset}] {label}, global batch {cfg.global_batch} x "
