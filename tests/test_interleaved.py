@@ -250,3 +250,11 @@ def test_the_plan_verifier_holds_units_to_virtual_stages_in_order():
     del units[0].attributes["chunk"]
     with pytest.raises(VerifyError, match="every unit names its chunk"):
         verify_op(plan)
+
+
+@pytest.mark.parametrize("v,sched,name", [(1, "1f1b", "1f1b"), (2, "1f1b", "interleaved-1f1b"), (2, "zb1p", "zb1p"),
+                                          (2, "zbv", "zbv")])
+def test_the_scheduled_pipeline_names_the_order_its_stages_run_in(v, sched, name):
+    cand = Candidate(P=2, D=1, T=1, Z=1, b=1, A=4, act="ckpt", pref="deadline", v=v, sched=sched)
+    module = compile_program(tiny(), cand, mt3000(), CompileOptions(memory_limit=False))
+    assert find_pipeline(module).attributes["schedule"] == name

@@ -233,7 +233,7 @@ LIFE.op("kernel", "a generated kernel that tasks call (codegen pass); its code i
 LIFE.op("pipeline", "one training step of all pipeline stages", symbol=True, region=True,
         verify=_check_pipeline_counts, attrs={
             "plan": "symref", "act": _ACT,
-            "schedule": "gpipe|1f1b", "state": "bulk|layerwise?", "update": "bulk|eager|deadline?",
+            "schedule": "gpipe|1f1b|interleaved-1f1b|zb1p|zbv", "state": "bulk|layerwise?", "update": "bulk|eager|deadline?",
             "fsr": "bool?", "peak": "list<int>?", "peak_at": "list<int>?"})
 LIFE.op("stage", "the ordered program of one pipeline stage", symbol=True, region=True,
         verify=_check_stage, attrs={

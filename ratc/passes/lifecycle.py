@@ -12,6 +12,7 @@ from ratc.lifecycle.schedule import order_sends, reorder_stage
 from ratc.passes.base import Pass, PassContext, PassError, option, register_pass
 from ratc.step.config import ACT_OPTION_NAMES
 from ratc.step.plan import Plan
+from ratc.step.schedules import order_name
 
 ACT_OPTIONS = {"plan": None, **ACT_OPTION_NAMES}
 ActPolicyOption = Literal[tuple(ACT_OPTIONS)]
@@ -90,7 +91,7 @@ class Schedule1F1B(Pass):
                 reorder_stage(stage, plan["P"], plan["A"])
             if plan.get("sched", "1f1b") != "1f1b":
                 order_sends(pipe)
-            pipe.attributes["schedule"] = "1f1b"
+            pipe.attributes["schedule"] = order_name(plan.get("v", 1), plan.get("sched", "1f1b"))
         _moving(module, move)
 
 

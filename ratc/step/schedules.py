@@ -197,6 +197,12 @@ def check_interleaved(P: int, v: int, M: int, sched: str = "1f1b") -> None:
         _rounds(P, M, f"interleaved 1F1B (P = {P}, v = {v})")
 
 
+def order_name(v: int, sched: str = "1f1b") -> str:
+    """What a scheduled pipeline's `schedule` attribute calls its order: 1f1b, interleaved-1f1b
+    (v > 1), or the zero-bubble schedule's name (zb1p, zbv)."""
+    return sched if sched != "1f1b" else "interleaved-1f1b" if v > 1 else "1f1b"
+
+
 def rank_order(P: int, v: int, M: int, rank: int, sched: str = "1f1b") -> list[Action]:
     """The order `rank` runs its actions in under a plan's schedule (ratc.step.config.SCHEDULES)
     with v > 1 chunks per rank: interleaved 1F1B, or ZB1P or ZBV with each backward split in I and W."""
