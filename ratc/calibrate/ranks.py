@@ -193,6 +193,7 @@ class _Traffic:
 
     def post(self) -> None:
         self.drain()
+        self.total.fill_(1.0)       # (summed in place each call: it would double to inf)
         me, world = self.rank.rank, self.rank.world
         self.pending = [(dist.isend(self.out, (me + 1) % world), f"a send to rank {(me + 1) % world} {self.what}"),
                         (dist.irecv(self.back, (me - 1) % world), f"a receive from rank {(me - 1) % world} {self.what}"),
