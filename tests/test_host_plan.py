@@ -243,3 +243,49 @@ def test_the_planner_makes_a_host_unit_table_per_micro_batch_size_and_a_dsp_one_
     assert over[0] > 0 and load > 1
     dsp = Planner(model, load_platform("mt3000"))
     assert dsp.units(1, 1, 4) is dsp.units(1, 1, 1)
+
+
+def test_a_hosts_updates_wait_for_their_syncs_and_delay_the_backwards_after_them():
+    from ratc.planner.stream_update import in_stream_tail
+
+    # One stage, two units: Backward(1) of the last micro-batch ends 3 s before the stage's
+    # last, Backward(0), which takes 3 s. Syncs of 1 s (unit 0) and 2 s (unit 1), updates of
+    # 4 s and 6 s. By hand: sync(1) ends at -1, update(1) runs -1..5 (2 s waited), Backward(0)
+    # 5..8, sync(0) 8..9, update(0) 9..13 (1 s waited): the stage ends 13 s late, 3 of them waiting.
+    a = lambda *x: np.array(x, dtype=float).reshape(1, 1, -1)     # noqa: E731
+    zero = np.zeros((1, 1))
+    total, comm, upd = in_stream_tail(a(0, -3), a(1, 2), a(4, 6), a(0, 0), zero, a(0, 1), True)
+    assert (total[0, 0], comm[0, 0], upd[0, 0]) == pytest.approx((13.0, 3.0, 10.0))
+    # a prefetch of 5 s after each update (ZeRO-1, 2) shares the link with the syncs: unit 1's
+    # runs 5..10, so sync(0) 10..11, update(0) 11..15 (3 s waited), unit 0's prefetch 15..20,
+    # and the next step's Forward(0) needs that view at once
+    total, comm, upd = in_stream_tail(a(0, -3), a(1, 2), a(4, 6), a(5, 5), zero, a(0, 1), True)
+    assert (total[0, 0], comm[0, 0], upd[0, 0]) == pytest.approx((20.0, 5.0, 10.0))
+
+
+def test_a_later_stages_updates_hold_up_the_stages_before_it_on_a_host():
+    from ratc.planner.stream_update import in_stream_tail
+
+    # Two stages of one unit each, no syncs; updates of 2 s (stage 0) and 3 s (stage 1). Stage 1
+    # sends its gradient after its update: stage 0's last Backward ends 3 s late, then its own
+    # update: 5 s. Stage 1's own 3 s fall in its window of 10 s (stage 0 still draining).
+    shape = (1, 2, 1)
+    total, comm, upd = in_stream_tail(np.zeros(shape), np.zeros(shape), np.array([2.0, 3.0]).reshape(shape),
+                                      np.zeros(shape), np.array([[0.0, 10.0]]), np.zeros(shape) + 10.0, True)
+    assert list(total[0]) == pytest.approx([5.0, 0.0])
+    assert list(upd[0]) == pytest.approx([5.0, 0.0]) and list(comm[0]) == pytest.approx([0.0, 0.0])
+
+
+def test_a_hosts_vm_runs_each_update_in_the_compute_stream(host_file, tmp_path):
+    out, trace = tmp_path / "prog", tmp_path / "trace.json"
+    assert main(["compile", EXAMPLE, "--preset", "tiny", "--platform", host_file, "--plan",
+                 "P=1,D=1,Z=0,b=1,A=2,Full,deadline", "--no-run", "-o", str(out)]) == 0
+    assert main(["run", str(out), "--trace", str(trace)]) == 0
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    stream = sorted((e for e in events if e["tid"] == 0), key=lambda e: e["ts"])
+    assert any(e["cat"] == "update" for e in events)
+    # every update is on the compute stream, and nothing on it overlaps: the thread runs one at a time
+    assert all(e["tid"] == 0 for e in events if e["cat"] == "update")
+    assert all(a["ts"] + a["dur"] <= b["ts"] + 1e-6 for a, b in zip(stream, stream[1:]))
+    # on a DSP platform the update runs on the DDR engine, beside the compute (the old layout)
+    assert not load_platform("mt3000").updates_in_compute_stream

@@ -64,7 +64,8 @@ class HostExecProfile(ExecutionProfile):
         rows of `update`, slowed as this profile's memory-bound work is)."""
         rows = tuple((nbytes, t * self._sharing[1]) for nbytes, t in self._memory_rows("update"))
         return TrainingRecipe(param_bytes=FP32, grad_bytes=FP32, optimizer_bytes=3 * FP32,
-                              update_traffic_bytes=UPDATE_TRAFFIC, update_rows=rows)
+                              update_traffic_bytes=UPDATE_TRAFFIC, update_rows=rows,
+                              update_in_stream=self.platform.updates_in_compute_stream)
 
     @functools.cached_property
     def _sharing(self) -> tuple:
