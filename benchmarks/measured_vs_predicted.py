@@ -344,7 +344,15 @@ What the host model still leaves out:
   gather per unit and micro-batch; on a host its call and the copies around it (the padded
   rows, the shard's mean, the gathered view's clone) run on the rank's one thread, and gloo's
   own work competes for the same cores (#8 above). The planner and the VM count these
-  collectives on the link only.
+  collectives on the link only. Beside compute they cost far more than alone: two ranks of a
+  standalone gloo loop (2026-12-05 05:22, 1-minute load 6) ran 4 GEMMs of 256^3 in 1.38 ms,
+  a reduce-scatter of a `tiny` layer's gradient (0.7 MB) in 0.91-0.97 ms and an all-gather of
+  it in 0.57-0.69 ms, but issuing either, running the GEMMs and then waiting took 6.6-7.5 ms
+  (reduce-scatter) and 4.5-6.5 ms (all-gather), not the 1.4 ms of a collective hidden behind
+  the compute nor the 2.0-2.3 ms of the two one after the other: gloo's threads and the
+  ranks' compute take turns on the cores at the scheduler's pace. A model of it needs the
+  same loop measured on an idle machine (a calibration figure: a collective's time beside a
+  compute of a given length).
 - **The machine's other load.** The medians include every preemption by other processes; the
   profile calibrated at a round's start sees that minute's load, and `[sharing]` (each rank's
   time with both ranks busy over one alone) measures two ranks plus whatever else ran then.
