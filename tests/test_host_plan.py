@@ -288,7 +288,7 @@ def test_a_hosts_updates_wait_for_their_syncs_and_delay_the_backwards_after_them
     assert (total[0, 0], comm[0, 0], upd[0, 0]) == pytest.approx((20.0, 5.0, 10.0))
 
 
-def test_a_later_stages_updates_hold_up_the_stages_before_it_on_a_host():
+def test_a_later_stages_updates_hold_up_the_stages_before_it_on_a_host_under_1f1b():
     from ratc.planner.stream_update import in_stream_tail
 
     # Two stages of one unit each, no syncs; updates of 2 s (stage 0) and 3 s (stage 1). Stage 1
@@ -299,6 +299,11 @@ def test_a_later_stages_updates_hold_up_the_stages_before_it_on_a_host():
                                       np.zeros(shape), np.array([[0.0, 10.0]]), np.zeros(shape) + 10.0, True)
     assert list(total[0]) == pytest.approx([5.0, 0.0])
     assert list(upd[0]) == pytest.approx([5.0, 0.0]) and list(comm[0]) == pytest.approx([0.0, 0.0])
+    # a zero-bubble schedule sends the gradient from stage 1's I task, before its update: stage 0
+    # pays its own 2 s only
+    total, _, _ = in_stream_tail(np.zeros(shape), np.zeros(shape), np.array([2.0, 3.0]).reshape(shape),
+                                 np.zeros(shape), np.array([[0.0, 10.0]]), np.zeros(shape) + 10.0, True, False)
+    assert list(total[0]) == pytest.approx([2.0, 0.0])
 
 
 def test_a_hosts_vm_runs_each_update_in_the_compute_stream(host_file, tmp_path):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def in_stream_tail(released, rs, upd, ag, window, due, real) -> tuple:
+def in_stream_tail(released, rs, upd, ag, window, due, real, holds_up: bool = True) -> tuple:
     """(exposed tail, its comm part, its update part) [C, P] of the deadline state chain when
     the compute stream runs the updates. Arrays [C, P, U] in forward unit order: `released`
     the end of the last micro-batch's Backward of each unit relative to the stage's last
@@ -23,8 +23,9 @@ def in_stream_tail(released, rs, upd, ag, window, due, real) -> tuple:
     Per stage, in release order (the last unit first): the sync is issued on the link when
     its Backward ends and the link is free; the update starts when both the thread and the
     sync are done; the next Backward starts after the update; the prefetch follows the
-    update on the link. The delay a stage adds holds up every stage before it as well: its
-    gradient's send to the stage before it follows its last update."""
+    update on the link. Under 1F1B (`holds_up`) the delay a stage adds holds up every stage
+    before it as well: its gradient's send to the stage before it follows its last update.
+    A zero-bubble schedule sends from its I tasks, ahead of the W tasks the updates follow."""
     shape = np.broadcast_shapes(np.shape(released), np.shape(rs), np.shape(upd), np.shape(ag))
     released, rs, upd, ag, due, real = (np.broadcast_to(a, shape) for a in (released, rs, upd, ag, due, real))
     upd = np.where(real, upd, 0.0)
@@ -48,7 +49,9 @@ def in_stream_tail(released, rs, upd, ag, window, due, real) -> tuple:
     own = start_next - window + late
     # what the stages after p add before their gradient reaches p (the send follows the
     # stage's last update in the deadline order)
-    after = lambda a: np.cumsum(a[:, ::-1], axis=1)[:, ::-1] - a   # noqa: E731  (sum over the stages q > p)
+    def after(a):
+        """Per stage p, the sum over the stages q > p (none where nothing is held up)."""
+        return np.cumsum(a[:, ::-1], axis=1)[:, ::-1] - a if holds_up else np.zeros_like(a)
     total = own + after(delay)
     comm = np.minimum(total, np.minimum(own, waited) + after(waited))
     upd_part = np.minimum(total - comm, np.minimum(own, delay - waited) + after(delay - waited))

@@ -534,7 +534,8 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, late=
     # Unit j's view is due when the next step's first Forward(j) starts, `due` after the
     # stage's last Backward; whatever ends later delays the next step by as much.
     due = window[:, :, None] + np.cumsum(u_fwd, axis=2) - u_fwd + late
-    e_deadline, dl_comm, dl_upd = (in_stream_tail(released, rs, upd, ag, window, due, real) if recipe.update_in_stream
+    e_deadline, dl_comm, dl_upd = (in_stream_tail(released, rs, upd, ag, window, due, real, c.sched == "1f1b")
+                                   if recipe.update_in_stream
                                    else _deadline_tail(real, rs, ag, upd, released, sync_end, due, cum_rs))
     sum_rs, sum_upd, sum_ag = rs.sum(axis=2), upd.sum(axis=2), ag.sum(axis=2)
 
