@@ -276,6 +276,43 @@ step on a shard streaming from memory; the planner charges each task its fixed c
 micro-batch (its unit table is made per b), prices a micro-batch's GEMMs at b x seq rows, and
 the update from its measured rows.
 
+Where a one-rank step's time went (issue 29's missing time; #0, `small`
+`P=1,D=1,Z=0,b=1,A=4,Full,deadline`, a `--measure 5 --trace` run at a 1-minute load of 2.5,
+2026-12-05 04:40, beside the system VM's task times from the profile calibrated a minute
+before; ms per step, the median of the measured steps):
+
+| part of the step | measured | VM before | VM after |
+|---|---|---|---|
+| 4 layers' Forwards (16 tasks) | 55.9 | 53.7 | 53.7 |
+| 4 layers' Backwards (16) | 110.6 | 101.8 | 111.9 (each pays its gradient's cat and add_: 20 B an element) |
+| the head's Forwards and Backwards (8) | 26.1 | 27.9 | 29.6 |
+| the embedding's Forwards and Backwards (8) | 3.8 | 0.6 | 2.8 (its Backward zero-fills the 2048 x 256 dense gradient: aten::fill_ and aten::cat were 90 % of it) |
+| 6 UpdateShards | 21.1 | 22.0, all but the last hidden behind the Backwards (2.9 exposed) | 22.0, in the compute stream |
+| 6 GradSyncs at D = 1 (a clone, a gloo all-reduce over one rank, a divide by 1) and the waits around them | 2.0 + 3.8 | 0 | 0 (the runtime now hands on the gradient itself) |
+| the executor's loop between tasks (values freed, timing recorded) and the step's end (loss, barrier) | 1.9 | 0 | 0 |
+| the step | 225.7 | 190.9 | 220.0 |
+
+The miss was mostly between the tasks, not inside them: the executor's one thread runs each
+UpdateShard between the last micro-batch's Backwards (Backward of unit j, its GradSync, its
+UpdateShard, then unit j - 1's Backward), where the VM and the planner ran it on a DSP
+cluster's DDR engine beside the compute and exposed only the last one. A host's rank now runs
+its updates in its compute stream in both (`Platform.updates_in_compute_stream`;
+`ratc.planner.stream_update`: each update waits for its sync and delays what follows it, a
+later stage's delay holds up the stages before it). The update's own figure was near its
+measured time in that sitting (21.1 against 22.0 ms; per unit the layers' 3.8-5.6 ms against
+4.0, the embedding's and head's 1.3-1.6 against 2.9: the state of a 0.5 M-element unit stays
+in cache between its Backward and its update, a layer's 0.7 M partly).
+
+`tiny`'s ZeRO-3 step (#8, `P=1,D=2,Z=3,b=1,A=8,FSR`, the same sitting): of its 322 ms a step
+rank 0 spent 212 ms in tasks, 46 of them in the handlers of the per-micro-batch collectives
+(a gather's or reduce-scatter's call on the compute thread, 0.2-0.7 ms each, 144 a step, where
+the planner counts them on the link only), and 105 ms between tasks, mostly waiting for
+gathers and reduce-scatters issued one unit ahead (45 ms before Forwards). A standalone
+two-rank gloo loop at a load of 8 spent 0.28 ms in an async all-gather's call and 0.71 ms in a
+reduce-scatter's (a `tiny` layer's 0.7 MB), and waited 2.6-2.8 ms for each after 1 ms of
+compute: on two busy cores gloo's collectives do not run beside the compute. Neither the
+caller's time nor that wait is in the model yet.
+
 What the host model still leaves out:
 
 - **Two ranks on two cores.** Where two ranks ran (#1-#4, #7-#9), their Forwards and
@@ -301,7 +338,21 @@ What the host model still leaves out:
   it there and runs 2-3x faster than a training step's update (ratios of 1.6-5.3 when the
   planner took that rate for small shards). The update's speed lies between the two; in the
   sitting above it ran 1.2-2.0x the planner's figure (the sitting before, at loads of 2-3,
-  0.5-0.9x): which end a step's update is nearer moves with the machine.
+  0.5-0.9x; 0.96 in #0's accounting above): which end a step's update is nearer moves with
+  the machine and with the unit's size.
+- **Collectives on the compute thread.** A ZeRO-2 or -3 step issues a reduce-scatter or a
+  gather per unit and micro-batch; on a host its call and the copies around it (the padded
+  rows, the shard's mean, the gathered view's clone) run on the rank's one thread, and gloo's
+  own work competes for the same cores (#8 above). The planner and the VM count these
+  collectives on the link only. Beside compute they cost far more than alone: two ranks of a
+  standalone gloo loop (2026-12-05 05:22, 1-minute load 6) ran 4 GEMMs of 256^3 in 1.38 ms,
+  a reduce-scatter of a `tiny` layer's gradient (0.7 MB) in 0.91-0.97 ms and an all-gather of
+  it in 0.57-0.69 ms, but issuing either, running the GEMMs and then waiting took 6.6-7.5 ms
+  (reduce-scatter) and 4.5-6.5 ms (all-gather), not the 1.4 ms of a collective hidden behind
+  the compute nor the 2.0-2.3 ms of the two one after the other: gloo's threads and the
+  ranks' compute take turns on the cores at the scheduler's pace. A model of it needs the
+  same loop measured on an idle machine (a calibration figure: a collective's time beside a
+  compute of a given length).
 - **The machine's other load.** The medians include every preemption by other processes; the
   profile calibrated at a round's start sees that minute's load, and `[sharing]` (each rank's
   time with both ranks busy over one alone) measures two ranks plus whatever else ran then.

@@ -48,6 +48,7 @@ def assembled(results, unit: int, n: int, Z: int) -> torch.Tensor:
     (2, 2, 1, "fsr", True, ""),         # 4 ranks: every transfer and collective kind but the all-reduce
     (2, 2, 3, "ckpt", False, ""),       # ZeRO-3 gathers, bulk state chain
     (1, 2, 0, "full", True, ""),        # all-reduce GradSync
+    (1, 1, 0, "full", True, ""),        # one replica: its GradSync hands on the gradient itself
 ])
 def test_launch_equals_the_one_process_executor_bit_for_bit(P, D, Z, act, state_pipeline, keep):
     cfg = TrainConfig(model=EXAMPLE, P=P, D=D, Z=Z, act=act, state_pipeline=state_pipeline, M=2, b=1,

@@ -58,8 +58,8 @@ def test_two_ranks_sharing_the_cores_slow_a_gemm_by_the_larger_of_busy_and_its_c
     # three ranks of a two-rank calibration: each figure's excess twice over (busy 1.8, matmul 2.0)
     three = HostExecProfile(host).for_program(3, 1)
     assert three.gemm_time(256, 256, 256) == pytest.approx(2.0 * unloaded)
-    assert three.unit_overhead(_decoder_layer()) == pytest.approx(
-        tuple(1.8 / 1.25 * t for t in alone.unit_overhead(_decoder_layer())))
+    assert interpreter(three, _decoder_layer()) == pytest.approx(
+        tuple(1.8 / 1.25 * t for t in interpreter(alone, _decoder_layer())))
     # a busy figure over the contention figures prices GEMMs too
     busier = {**FIGURES, "sharing": {**FIGURES["sharing"], "busy": fig(2.2)}}
     prof = HostExecProfile(parse_platform(render("busier", "ratc calibrate", FACTS, busier), "busier.toml"))
@@ -70,7 +70,7 @@ def test_two_ranks_slow_the_interpreter_by_busy_and_never_by_less_than_the_load(
     layer = _decoder_layer()
     params = len(layer.params)
     fwd, bwd = 28e-6 + params * 10e-6, 57e-6 + params * 4e-6     # unit_overhead's hand-worked figures
-    assert HostExecProfile(host).for_program(2, 1).unit_overhead(layer) == pytest.approx((1.4 * fwd, 1.4 * bwd))
+    assert interpreter(HostExecProfile(host).for_program(2, 1), layer) == pytest.approx((1.4 * fwd, 1.4 * bwd))
     add = next(op for op in layer.ops if op.name == "add")
     moved = (add.bytes_read + add.bytes_written) * 4 / 2
     assert HostExecProfile(host).for_program(2, 1).op_times(add, 1, 2)[0] == pytest.approx(
@@ -78,7 +78,13 @@ def test_two_ranks_slow_the_interpreter_by_busy_and_never_by_less_than_the_load(
     # a busy figure under the load (measured in a quieter minute) gives way to the load
     quiet = {**FIGURES, "sharing": {**FIGURES["sharing"], "busy": fig(1.1)}}
     prof = HostExecProfile(parse_platform(render("quiet", "ratc calibrate", FACTS, quiet), "quiet.toml"))
-    assert prof.for_program(2, 1).unit_overhead(layer) == pytest.approx((1.25 * fwd, 1.25 * bwd))
+    assert interpreter(prof.for_program(2, 1), layer) == pytest.approx((1.25 * fwd, 1.25 * bwd))
+
+
+def interpreter(prof, layer) -> tuple:
+    """A unit's fixed costs (unit_overhead) without its gradient's bytes, which stream as memory-bound work."""
+    fwd, bwd = prof.unit_overhead(layer)
+    return fwd, bwd - prof.gradient_time(layer) / prof.batch
 
 
 def test_a_memory_bound_op_is_interpolated_between_its_measured_sizes(host):
@@ -174,10 +180,29 @@ def test_a_unit_pays_its_task_and_each_parameter_once_per_micro_batch(host):
     # the one-operator task less its operator, and each parameter: 30 - 2 + 9 x 10 us forward,
     # 60 - 3 + 9 x 4 us backward (tests/test_host_platform.py's FIGURES)
     load = host.sharing.load.median     # a lone rank's interpreter work is slowed as its GEMMs are
-    fwd, bwd = load * (28e-6 + params * 10e-6), load * (57e-6 + params * 4e-6)
+    # and its gradient's bytes (test_a_backward_pays_its_gradients_bytes_...)
+    grad = HostExecProfile(host).gradient_time(layer)
+    fwd, bwd = load * (28e-6 + params * 10e-6), load * (57e-6 + params * 4e-6) + grad
     assert HostExecProfile(host).unit_overhead(layer) == pytest.approx((fwd, bwd))
     # a micro-batch of 4 sequences is one task: per sequence, a quarter
     assert HostExecProfile(host).for_program(1, 4).unit_overhead(layer) == pytest.approx((fwd / 4, bwd / 4))
+
+
+def test_a_backward_pays_its_gradients_bytes_flattened_accumulated_and_an_embeddings_dense_table(host):
+    from ratc.frontend.presets import trace_preset
+
+    prof, load = HostExecProfile(host), host.sharing.load.median
+    model = trace_preset("tiny", 64)
+    # tiny's embedding, 512 x 128 = 65536 elements: the dense table zero-filled (4 B) and the
+    # flat gradient concatenated (8 B), 786432 B, and accumulated (12 B), 786432 B: HOST's
+    # smaller add row twice (25 us each; it measured no copy)
+    assert prof.gradient_time(model.pre) == pytest.approx(2 * load * 25e-6)
+    # tiny's decoder layer, 181504 elements and no table: 8 B and 12 B an element, each between
+    # HOST's add rows (786432 B in 25 us, 201326592 B in 33 ms), linear in bytes
+    layer = _decoder_layer()
+    assert layer.param_count == 181504
+    between = lambda x: 25e-6 + (x - 786432) * (0.033 - 25e-6) / (201326592 - 786432)   # noqa: E731
+    assert prof.gradient_time(layer) == pytest.approx(load * (between(8 * 181504) + between(12 * 181504)))
 
 
 def test_each_operator_pays_the_measured_operator_cost_forward_and_backward(host):
@@ -243,3 +268,54 @@ def test_the_planner_makes_a_host_unit_table_per_micro_batch_size_and_a_dsp_one_
     assert over[0] > 0 and load > 1
     dsp = Planner(model, load_platform("mt3000"))
     assert dsp.units(1, 1, 4) is dsp.units(1, 1, 1)
+
+
+def test_a_hosts_updates_wait_for_their_syncs_and_delay_the_backwards_after_them():
+    from ratc.planner.stream_update import in_stream_tail
+
+    # One stage, two units: Backward(1) of the last micro-batch ends 3 s before the stage's
+    # last, Backward(0), which takes 3 s. Syncs of 1 s (unit 0) and 2 s (unit 1), updates of
+    # 4 s and 6 s. By hand: sync(1) ends at -1, update(1) runs -1..5 (2 s waited), Backward(0)
+    # 5..8, sync(0) 8..9, update(0) 9..13 (1 s waited): the stage ends 13 s late, 3 of them waiting.
+    a = lambda *x: np.array(x, dtype=float).reshape(1, 1, -1)     # noqa: E731
+    zero = np.zeros((1, 1))
+    total, comm, upd = in_stream_tail(a(0, -3), a(1, 2), a(4, 6), a(0, 0), zero, a(0, 1), True)
+    assert (total[0, 0], comm[0, 0], upd[0, 0]) == pytest.approx((13.0, 3.0, 10.0))
+    # a prefetch of 5 s after each update (ZeRO-1, 2) shares the link with the syncs: unit 1's
+    # runs 5..10, so sync(0) 10..11, update(0) 11..15 (3 s waited), unit 0's prefetch 15..20,
+    # and the next step's Forward(0) needs that view at once
+    total, comm, upd = in_stream_tail(a(0, -3), a(1, 2), a(4, 6), a(5, 5), zero, a(0, 1), True)
+    assert (total[0, 0], comm[0, 0], upd[0, 0]) == pytest.approx((20.0, 5.0, 10.0))
+
+
+def test_a_later_stages_updates_hold_up_the_stages_before_it_on_a_host_under_1f1b():
+    from ratc.planner.stream_update import in_stream_tail
+
+    # Two stages of one unit each, no syncs; updates of 2 s (stage 0) and 3 s (stage 1). Stage 1
+    # sends its gradient after its update: stage 0's last Backward ends 3 s late, then its own
+    # update: 5 s. Stage 1's own 3 s fall in its window of 10 s (stage 0 still draining).
+    shape = (1, 2, 1)
+    total, comm, upd = in_stream_tail(np.zeros(shape), np.zeros(shape), np.array([2.0, 3.0]).reshape(shape),
+                                      np.zeros(shape), np.array([[0.0, 10.0]]), np.zeros(shape) + 10.0, True)
+    assert list(total[0]) == pytest.approx([5.0, 0.0])
+    assert list(upd[0]) == pytest.approx([5.0, 0.0]) and list(comm[0]) == pytest.approx([0.0, 0.0])
+    # a zero-bubble schedule sends the gradient from stage 1's I task, before its update: stage 0
+    # pays its own 2 s only
+    total, _, _ = in_stream_tail(np.zeros(shape), np.zeros(shape), np.array([2.0, 3.0]).reshape(shape),
+                                 np.zeros(shape), np.array([[0.0, 10.0]]), np.zeros(shape) + 10.0, True, False)
+    assert list(total[0]) == pytest.approx([2.0, 0.0])
+
+
+def test_a_hosts_vm_runs_each_update_in_the_compute_stream(host_file, tmp_path):
+    out, trace = tmp_path / "prog", tmp_path / "trace.json"
+    assert main(["compile", EXAMPLE, "--preset", "tiny", "--platform", host_file, "--plan",
+                 "P=1,D=1,Z=0,b=1,A=2,Full,deadline", "--no-run", "-o", str(out)]) == 0
+    assert main(["run", str(out), "--trace", str(trace)]) == 0
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    stream = sorted((e for e in events if e["tid"] == 0), key=lambda e: e["ts"])
+    assert any(e["cat"] == "update" for e in events)
+    # every update is on the compute stream, and nothing on it overlaps: the thread runs one at a time
+    assert all(e["tid"] == 0 for e in events if e["cat"] == "update")
+    assert all(a["ts"] + a["dur"] <= b["ts"] + 1e-6 for a, b in zip(stream, stream[1:]))
+    # on a DSP platform the update runs on the DDR engine, beside the compute (the old layout)
+    assert not load_platform("mt3000").updates_in_compute_stream

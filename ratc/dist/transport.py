@@ -202,7 +202,11 @@ class DistTransport:
 
     # ---- collectives on the stage's dp group --------------------------------------------------
 
-    def all_reduce_mean(self, p: int, op, tensors: list) -> Pending:
+    def all_reduce_mean(self, p: int, op, tensors: list) -> Pending | list:
+        if self.mesh.D == 1:
+            # one replica's mean is its own gradient: no copy, no call, no wait (UpdateShard
+            # reads it without writing, as it reads the all-reduced one)
+            return [tensors[0]]
         total = tensors[0].clone()
         self._issue(op, "all-reduce", total)
         span = self._span("collectives", op)

@@ -27,6 +27,11 @@ FP32 = 4
 # add_ of the denominator (8 each), param.addcdiv_ (16): 80 B. The update's [[memory]] rows
 # count these bytes, and its time is interpolated in them as a memory-bound operator's.
 UPDATE_TRAFFIC = 80
+# What a unit's Backward moves per trained parameter element beyond its operators
+# (ratc.vm.functional.units.flat_grad, FunctionalExecutor._weight_grad): torch.cat of the
+# per-parameter gradients into the flat one (read 4 B, write 4 B), and its add_ into the
+# micro-batches' sum (read 8 B, write 4 B).
+GRADIENT_FLATTEN, GRADIENT_ACCUMULATE = 8, 12
 # Top-level torch operators a traced op of each kind runs forward, as the profiler counts them
 # in examples/llama.py's decoder layer (50 for its 24 ops): a linear layer 2 (with the view or
 # transpose of its output), an RMSNorm 8 (float, pow, mean, add, rsqrt, mul, mul, type_as),
@@ -64,7 +69,8 @@ class HostExecProfile(ExecutionProfile):
         rows of `update`, slowed as this profile's memory-bound work is)."""
         rows = tuple((nbytes, t * self._sharing[1]) for nbytes, t in self._memory_rows("update"))
         return TrainingRecipe(param_bytes=FP32, grad_bytes=FP32, optimizer_bytes=3 * FP32,
-                              update_traffic_bytes=UPDATE_TRAFFIC, update_rows=rows)
+                              update_traffic_bytes=UPDATE_TRAFFIC, update_rows=rows,
+                              update_in_stream=self.platform.updates_in_compute_stream)
 
     @functools.cached_property
     def _sharing(self) -> tuple:
@@ -132,7 +138,21 @@ class HostExecProfile(ExecutionProfile):
         fwd = max(0.0, c.task_forward.median - c.operator_forward.median) + params * c.parameter_forward.median
         bwd = max(0.0, c.task_backward.median - c.operator_backward.median) + trained * c.parameter_backward.median
         slow = self._sharing[2] / self.batch
-        return fwd * slow, bwd * slow
+        return fwd * slow, bwd * slow + self.gradient_time(layer) / self.batch
+
+    def gradient_time(self, layer) -> float:
+        """Seconds a unit's Backward spends on its weight gradient's bytes beyond its operators:
+        autograd's dense gradient of an embedding weight, zero-filled before the rows are added
+        (4 B an element of the table); the per-parameter gradients concatenated into the flat
+        gradient (GRADIENT_FLATTEN B an element) and added into the micro-batches' sum
+        (GRADIENT_ACCUMULATE B; the first micro-batch's is a copy, priced alike)."""
+        frozen = set(layer.frozen)
+        trained = {name: math.prod(shape) for name, shape, _ in layer.params if name not in frozen}
+        tables = {w for op in layer.ops if op.kind == "embedding" for w in op.inputs}
+        dense = sum(n for name, n in trained.items() if name in tables)
+        elements = sum(trained.values())
+        return (self.memory_time("copy", FP32 * dense + GRADIENT_FLATTEN * elements)
+                + self.memory_time("add", GRADIENT_ACCUMULATE * elements))
 
     def op_times(self, op, div: int, dtype_bytes: int) -> tuple:
         """(fwd compute, fwd DDR, bwd compute, bwd DDR) seconds of one traced op per sequence of

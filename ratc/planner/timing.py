@@ -17,6 +17,7 @@ from ratc.planner.collectives import Link, all_reduce, reduce_scatter
 from ratc.planner.config import CandidateBatch
 from ratc.planner.order_makespan import interleaved_makespan
 from ratc.planner.stages import StageCosts
+from ratc.planner.stream_update import in_stream_tail
 from ratc.step.schedules import rank_columns
 from ratc.planner.state_chain import gather_time, rank_links, state_costs
 from ratc.step.config import ACT_POLICIES, PREF_POLICIES, RECIPE
@@ -533,7 +534,9 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, late=
     # Unit j's view is due when the next step's first Forward(j) starts, `due` after the
     # stage's last Backward; whatever ends later delays the next step by as much.
     due = window[:, :, None] + np.cumsum(u_fwd, axis=2) - u_fwd + late
-    e_deadline, dl_comm, dl_upd = _deadline_tail(real, rs, ag, upd, released, sync_end, due, cum_rs)
+    e_deadline, dl_comm, dl_upd = (in_stream_tail(released, rs, upd, ag, window, due, real, c.sched == "1f1b")
+                                   if recipe.update_in_stream
+                                   else _deadline_tail(real, rs, ag, upd, released, sync_end, due, cum_rs))
     sum_rs, sum_upd, sum_ag = rs.sum(axis=2), upd.sum(axis=2), ag.sum(axis=2)
 
     # Bulk defers what DeepSpeed defers: the gradient all-reduce / reduce-scatter under ZeRO

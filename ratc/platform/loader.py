@@ -46,6 +46,13 @@ class Platform:
         return self.kind == "dsp"
 
     @property
+    def updates_in_compute_stream(self) -> bool:
+        """Whether a rank's optimizer step (UpdateShard) runs in its compute stream, between its
+        compute tasks: a host's rank is one thread that runs both; a DSP cluster's DDR engine
+        runs the update beside its compute."""
+        return self.kind == "host"
+
+    @property
     def cycles_per_second(self) -> float:
         """The clock the system VM counts a task's cycles in: the DSP clock, or for a host (which
         has none ratc models) a nominal 1 GHz, so that a cycle is one nanosecond."""

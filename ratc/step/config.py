@@ -107,6 +107,9 @@ class TrainingRecipe:
     # A host's measured update ((traffic bytes, seconds) rows, priced by
     # ratc.step.rules.streamed_seconds); without them the traffic streams at the DDR bandwidth.
     update_rows: tuple = ()
+    # Whether UpdateShard runs in the rank's compute stream (a host: Platform.updates_in_compute_stream)
+    # rather than on a DDR engine beside it: then it delays the compute that follows it.
+    update_in_stream: bool = False
 
 
 RECIPE = TrainingRecipe()

@@ -64,6 +64,7 @@ class _Translation:
             raise RatcError(f"the system VM runs T = 1 programs only (this plan has T = {c.T})")
         self.D = c.D
         self.clock = platform.cycles_per_second
+        self.update_in_stream = platform.updates_in_compute_stream
         self.prog = TaskGraph(
             stages=c.P, replicas=c.D, symmetric=symmetric, steps=steps, clock=self.clock,
             memory_budget=plan.budget if memory_limit else None,
@@ -297,9 +298,17 @@ def _compute(tr, op, p, k, pos):
 
 @handler("life.update")
 def _ddr(tr, op, p, k, pos):
-    """DDR-bound state work (the optimizer step)."""
-    ids = tr.add(op, p, k, ((p, "ddr"),), tr.cycles(op.attributes["dur"]), tr.background(op, p, k), pos)
-    tr.queues[tr.queue_key(op, p)] = [(i,) for i in ids]
+    """DDR-bound state work (the optimizer step); on a host, in the compute stream's order
+    (its one thread runs it between the compute tasks, which wait for it)."""
+    if tr.update_in_stream:
+        chain = tr.chains[p]
+        deps = tr.operand_deps(op, k)
+        ids = tr.add(op, p, k, ((p, "compute"),), tr.cycles(op.attributes["dur"]),
+                     lambda r: deps(r) + ((chain[r],) if chain[r] is not None else ()), pos)
+        tr.chains[p] = list(ids)
+    else:
+        ids = tr.add(op, p, k, ((p, "ddr"),), tr.cycles(op.attributes["dur"]), tr.background(op, p, k), pos)
+        tr.queues[tr.queue_key(op, p)] = [(i,) for i in ids]
     tr.produce(op, k, ids)
     _buffers(tr, op, p, k, ids)
 
