@@ -132,6 +132,11 @@ def test_i_and_w_split_the_backward_by_the_unit_s_dw_gemms():
     # k and v of the KV size, gate and up of the FFN's; the head's the vocabulary's (512)
     w_grads = [int(u.attributes["w_grads"]) for u in plan.region.ops]
     assert w_grads == [0] + [64 * (3 * 128 + 2 * 64 + 2 * 344) * 2] * 4 + [64 * 512 * 2]
+    # ... and their saved inputs X (dW = X^T dY): per decoder layer the normed input q, k and
+    # v share, the attention output o reads, the normed input gate and up share, and
+    # silu(gate) * up, which down reads; the head's final norm output; the embedding has no GEMM
+    w_inputs = [int(u.attributes["w_inputs"]) for u in plan.region.ops]
+    assert w_inputs == [0] + [64 * (3 * 128 + 344) * 2] * 4 + [64 * 128 * 2]
 
 
 def test_a_projection_s_w_share_is_its_weight_gradient_flops_as_torch_counts_them():
@@ -157,15 +162,21 @@ def test_a_projection_s_w_share_is_its_weight_gradient_flops_as_torch_counts_the
     assert weight_gradient_share(False, op.bwd_input_flops, op.bwd_weight_flops) == 0.0
 
 
-def test_a_w_reads_what_its_i_kept_so_saved_activations_live_until_w_ends():
+def test_a_w_reads_only_what_its_i_kept_so_saved_activations_die_with_the_i():
     module = _compile(pipeline="lower-to-life,schedule-1f1b")
-    stages = find_pipeline(module).region.ops
-    w = next(op for op in stages[0].region.ops if op.name == "life.bwd_w" and op.attributes["unit"] == 1)
-    # what its I kept (its GEMMs' output gradients), the output gradient (from the next stage here) and
-    # the Forward's saved activations
-    assert [o.owner.name for o in w.operands] == ["life.bwd_i", "life.recv", "life.fwd"]
-    w.operands = [o for o in w.operands if o.owner.name != "life.fwd"]
-    with pytest.raises(VerifyError, match="missing dependency life.fwd"):
+    ops = find_pipeline(module).region.ops[0].region.ops
+    w = next(op for op in ops if op.name == "life.bwd_w" and op.attributes["unit"] == 1)
+    (kept,) = w.operands
+    i_op = kept.owner
+    assert i_op.name == "life.bwd_i" and (i_op.attributes["unit"], i_op.attributes["mb"]) == (1, w.attributes["mb"])
+    a = find_plan(module).region.ops[1].attributes
+    assert i_op.attributes["sizes"][-1] == int(a["w_grads"]) + int(a["w_inputs"])
+    # the Forward's saved activations and the output gradient: their last reader is the I
+    readers = {o: [op for op in ops if o in op.operands] for o in i_op.operands if o.owner.name in ("life.fwd", "life.recv")}
+    assert {o.owner.name for o in readers} == {"life.fwd", "life.recv"}
+    assert all(rs == [i_op] for o, rs in readers.items() if str(o.type) == "!life.saved")
+    w.operands = [o for o in i_op.operands if o.owner.name == "life.fwd"]
+    with pytest.raises(VerifyError, match="missing dependency life.bwd_i"):
         verify_op(w)
 
 

@@ -5,6 +5,7 @@ memory rule reads against torch's own order."""
 import dataclasses
 import functools
 import re
+from collections import Counter
 
 import pytest
 from torch.distributed.pipelining.schedules import ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble
@@ -60,17 +61,18 @@ def test_zb1p_fills_the_bubble_interleaved_1f1b_leaves_on_the_vm_and_in_the_plan
 @pytest.mark.parametrize("sched,P,v,M", [("zb1p", 2, 2, 4), ("zb1p", 4, 2, 8), ("zb1p", 3, 3, 6), ("zb1p", 4, 4, 8),
                                          ("zbv", 2, 2, 4), ("zbv", 4, 2, 5), ("zbv", 4, 2, 8)])
 def test_the_counts_of_pending_ws_replay_torch_s_order(sched, P, v, M):
-    """Oracle: torch's pipeline_order, replayed action by action: per chunk, Forwards whose
-    W has not run, then Is whose W has not."""
+    """Oracle: torch's pipeline_order, replayed action by action: while each runs, per chunk
+    the Forwards whose I has not ended, then the Is whose W has not."""
     schedule = ScheduleZBVZeroBubble if sched == "zbv" else ScheduleInterleavedZeroBubble
     for rank, order in enumerate(torch_orders(schedule, P, v, M)):
-        live, want = [0] * (2 * v), []
+        begun, ended, want = Counter(), Counter(), []
         for name in order:
             stage, kind, _ = re.fullmatch(r"(\d+)([FIW])(\d+)", name).groups()
             chunk = int(stage) // P
-            for k, d in ((chunk, {"F": 1, "W": -1}), (v + chunk, {"I": 1, "W": -1})):
-                live[k] += d.get(kind, 0)
-            want.append(tuple(live))
+            begun[chunk, kind] += 1
+            want.append(tuple(begun[c, "F"] - ended[c, "I"] for c in range(v))
+                        + tuple(begun[c, "I"] - ended[c, "W"] for c in range(v)))
+            ended[chunk, kind] += 1
         assert pending_weight_grads(P, v, M, sched)[rank] == tuple(want)
 
 

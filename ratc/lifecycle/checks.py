@@ -241,9 +241,9 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
 
 def _backward(name: str, c: _Ctx, i: int, m: int) -> tuple[list, list, bool]:
     """(operand roles, result types, inplace) of a whole Backward, or of its zero-bubble
-    parts: I reads what a Backward reads for its input gradient and keeps its GEMMs' output
-    gradients; W reads those, the output gradient and the saved activations (so they live
-    until W ends), and accumulates."""
+    parts: I reads what a Backward reads for its input gradient and keeps what its W reads
+    (its GEMMs' output gradients and inputs: ratc.step.rules.held_for_w); W reads that alone
+    (the saved activations die with the I) and accumulates."""
     dy = None if i == c.head else (("life.recv", c.boundary(i + 1), m, "bwd", ACT) if i in c.lasts
                                    else (c.dx_op, i + 1, m, None, ACT))
     saved = {"layer": [("life.recover", i, m, None, REC)], "full": [("life.fwd", i, m, None, SAVED)],
@@ -254,7 +254,7 @@ def _backward(name: str, c: _Ctx, i: int, m: int) -> tuple[list, list, bool]:
     acc = (c.grad_op, i, m - 1, None, GRAD) if not reduces_per_micro_batch(c.Z) and m > 0 else None
     free = bucket_release(c, i, m)
     if name == "life.bwd_w":
-        operands = [("life.bwd_i", i, m, None, SAVED)] + ([dy] if dy else []) + saved
+        operands = [("life.bwd_i", i, m, None, SAVED)]
         dx = []
     else:
         operands = ([dy] if dy else []) + saved + [_weights(c, i, m, backward_view(c.recovers(i)))]

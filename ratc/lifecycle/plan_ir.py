@@ -102,11 +102,11 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
 
 def _zero_bubble(cand, u, b: int) -> dict:
     """A unit's attributes under a zero-bubble schedule (none otherwise): its W's seconds and
-    what its I keeps for it, and the kernels codegen charges each (W its dW GEMMs, I the rest
-    of the Backward)."""
+    what its I keeps for it (its weighted GEMMs' output gradients and inputs), and the
+    kernels codegen charges each (W its dW GEMMs, I the rest of the Backward)."""
     if cand.sched == "1f1b":
         return {}
-    return {"bwd_w": b * u.bwd_weight, "w_grads": _b(b * u.wgrad_bytes),
+    return {"bwd_w": b * u.bwd_weight, "w_grads": _b(b * u.wgrad_bytes), "w_inputs": _b(b * u.wx_bytes),
             "bwd_i_kernels": _calls(without(u.kernels.bwd, u.kernels.wgrad), b),
             "bwd_w_kernels": _calls(u.kernels.wgrad, b)}
 

@@ -9,10 +9,10 @@ import numpy as np
 from ratc.planner.corun import extra
 from ratc.planner.partition import partition
 from ratc.step.config import RECIPE, SAVE_CHOICES
-from ratc.step.rules import kept_bytes, recompute, tp_allreduces
+from ratc.step.rules import held_for_w, kept_bytes, recompute, tp_allreduces
 
 _SUM_FIELDS = ("fwd", "fwd_compute", "fwd_ddr", "bwd", "bwd_compute", "bwd_ddr", "params", "trainable", "saved_bytes",
-               "backward", "bwd_weight", "wgrad_bytes")
+               "backward", "bwd_weight", "wgrad_bytes", "wx_bytes")
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class StageCosts:
     bwd_c: np.ndarray
     bwd_d: np.ndarray
     bwd_w: np.ndarray              # ... of which its weight gradients (a zero-bubble W: the dW GEMMs)
-    wgrad: np.ndarray              # bytes a W reads besides the saved activations (its GEMMs' output gradients)
+    wgrad: np.ndarray              # bytes an I keeps for its W (its GEMMs' output gradients and inputs)
     rec: np.ndarray                # recomputation (forward of the stage's recovered layers)
     rec_c: np.ndarray
     rec_d: np.ndarray
@@ -157,7 +157,7 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
         names=tuple(tuple(u.name for u in table.units[s:e]) for s, e in ranges),
         fwd=ssum(c["fwd"]), fwd_c=ssum(c["fwd_compute"]), fwd_d=ssum(c["fwd_ddr"]),
         bwd=ssum(c["bwd"]), bwd_c=ssum(c["bwd_compute"]), bwd_d=ssum(c["bwd_ddr"]),
-        bwd_w=ssum(c["bwd_weight"]), wgrad=ssum(c["wgrad_bytes"]),
+        bwd_w=ssum(c["bwd_weight"]), wgrad=ssum(held_for_w(c["wgrad_bytes"], c["wx_bytes"])),
         rec=ssum(c["rec_fwd"]), rec_c=ssum(c["rec_c"]), rec_d=ssum(c["rec_d"]),
         co_f=co_f, co_b=u_co.sum(axis=1), co_c=co_c,
         params=ssum(c["params"]), trainable=ssum(c["trainable"]), n_dec=ssum(table.decoder.astype(float)),

@@ -157,33 +157,35 @@ def interleaved_orders(P: int, v: int, M: int, sched: str = "1f1b") -> tuple:
 @lru_cache(maxsize=256)
 def chunk_in_flight(P: int, v: int, M: int, sched: str = "1f1b") -> tuple[int, ...]:
     """Per virtual stage s (chunk s // P of rank s % P): the most micro-batches whose Forward
-    has run and Backward not yet, over its rank's order (zero bubble: whose W has not, as
-    W reads what the Forward saved)."""
+    has run and Backward not yet, over its rank's order (zero bubble: whose I has not; what
+    its W reads lives on, pending_weight_grads)."""
     peak = [0] * (P * v)
     live = [0] * (P * v)
     for order in interleaved_orders(P, v, M, sched):
         for s, kind, _ in order:
-            live[s] += 1 if kind == "F" else -1 if kind in ("B", "W") else 0
+            live[s] += 1 if kind == "F" else -1 if kind in ("B", "I") else 0
             peak[s] = max(peak[s], live[s])
     return tuple(peak)
 
 
 @lru_cache(maxsize=256)
 def pending_weight_grads(P: int, v: int, M: int, sched: str = "zb1p") -> tuple:
-    """Per rank, after each of its zero-bubble actions: per chunk the micro-batches whose Forward
-    has run and W not yet, then per chunk those whose I has run and W not yet (2v counts:
-    what a W reads is held until it runs)."""
+    """Per rank, while each of its zero-bubble actions runs: per chunk the micro-batches whose
+    Forward has run and I not ended, then per chunk those whose I has begun and W not ended
+    (2v counts: what a Forward saved lives until its I ends, what the I keeps for its W
+    from the I's start until the W ends, ratc.step.rules.held_for_w)."""
     out = []
     for order in interleaved_orders(P, v, M, sched):
         live, rows = [0] * (2 * v), []
         for s, kind, _ in order:
             c = s // P
-            if kind == "W":
-                live[c] -= 1
-                live[v + c] -= 1
-            else:
+            if kind != "W":     # (a Forward's saved values, an I's kept ones, are born as it starts)
                 live[c if kind == "F" else v + c] += 1
             rows.append(tuple(live))
+            if kind == "I":
+                live[c] -= 1
+            elif kind == "W":
+                live[v + c] -= 1
         out.append(tuple(rows))
     return tuple(out)
 
