@@ -217,13 +217,8 @@ def schedule_shape_error(sched: str, v: int) -> str:
 
 
 def refuse_zero_bubble(sched: str, act: str, keep: str, where: str) -> None:
-    """Zero-bubble schedules run Full and whole-layer Ckpt only: FSR's co-run placement and
-    selective recomputation assume one Backward task per layer."""
-    if sched == "1f1b":
-        return
-    if act == "fsr":
+    """Zero-bubble schedules run Full and Ckpt (whole-layer or, `keep`, per-layer choices):
+    FSR's co-run placement assumes one Backward task per layer."""
+    if sched != "1f1b" and act == "fsr":
         raise RatcError(f"{where}: sched={sched} splits each Backward into I and W tasks; FSR's co-run "
                         "placement assumes whole Backwards (use ckpt or full)")
-    if keep and set(parse_keep(keep)) != {"layer"}:
-        raise RatcError(f"{where}: sched={sched} runs whole-layer recomputation only (keep={keep} recomputes "
-                        "selectively or saves layers whole; drop keep=)")
