@@ -201,8 +201,6 @@ def test_the_plan_text_and_ir_carry_the_schedule_only_when_not_1f1b():
 
 @pytest.mark.parametrize("text,why", [
     ("P=2,D=1,A=4,Full,sched=zb1p", "v >= 2"),
-    ("P=2,D=1,A=4,FSR,v=2,sched=zb1p", "FSR's co-run placement assumes whole Backwards"),
-    ("P=2,D=1,A=4,Ckpt,v=2,sched=zb1p,keep=4s", "whole-layer recomputation only"),
     ("P=2,D=1,A=4,Full,v=2,sched=zbx", "sched must be one of 1f1b, zb1p, zbv"),
     ("P=2,D=1,A=8,Full,v=4,sched=zbv", "sched=zbv lays v = 2 chunks per rank out in a V"),
 ])
@@ -211,12 +209,14 @@ def test_plans_zero_bubble_cannot_run_are_refused_saying_why(text, why):
         parse_config(text)
 
 
-def test_the_plan_verifier_refuses_a_zero_bubble_plan_that_recomputes_selectively():
-    plan = plan_module(tiny(), parse_config("P=2,D=1,A=4,Ckpt,v=2,sched=zb1p"), mt3000()).body.ops[0]
-    verify_op(plan)
-    plan.region.ops[1].attributes["keep"] = "selective"
-    with pytest.raises(VerifyError, match="recomputes whole layers only"):
-        verify_op(plan)
+def test_zero_bubble_plans_run_fsr_and_selective_layers():
+    for text in ("P=2,D=1,Z=2,b=1,A=4,FSR,deadline,v=2,sched=zb1p",
+                 "P=2,D=1,Z=2,b=1,A=4,Ckpt,deadline,keep=2s2l,v=2,sched=zbv",
+                 "P=2,D=1,Z=2,b=1,A=4,FSR,deadline,keep=1s1l1f1s,v=2,sched=zb1p"):
+        cand = parse_config(text)
+        assert cand.label() == text
+        module = compile_program(tiny(), cand, mt3000(), CompileOptions(verify="each"))
+        assert Plan.from_ir(find_plan(module)).config == cand
 
 
 def test_i_and_w_task_names_read_back_and_describe_themselves():

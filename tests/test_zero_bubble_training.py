@@ -34,6 +34,10 @@ CASES = [
     # only what the I kept (whole-layer, selective and full-save layers side by side)
     dict(sched="zb1p", act="ckpt", Z=2, D=2, M=4, keep="1s1l1f1s"),
     dict(sched="zbv", act="ckpt", Z=3, D=2, M=4, keep="2s2l"),
+    # FSR: each I's first Recover co-runs with the F, I or W its rank runs before it
+    dict(sched="zb1p", act="fsr", Z=0, D=1, M=4),
+    dict(sched="zbv", act="fsr", Z=2, D=2, M=4),
+    dict(sched="zb1p", act="fsr", Z=3, D=2, M=4, keep="1s3l"),
 ]
 
 
@@ -58,6 +62,10 @@ def test_zero_bubble_trains_as_pytorch_over_20_steps(kw):
     # ZB-V's chunks meet on rank P - 1 = 1: its sends to itself are the hand-over
     to_self = [op for p, op in _ops(s.module, "life.send") if op.attributes["peer"] == p]
     assert {op.attributes["peer"] for op in to_self} == ({1} if kw["sched"] == "zbv" else set())
+    if kw["act"] == "fsr":  # (Forwards, Is and Ws host co-running Recovers)
+        hosts = {ops[k - 1].name for st in find_pipeline(s.module).region.ops for ops in [st.region.ops]
+                 for k, op in enumerate(ops) if op.attributes.get("placement") == "corun"}
+        assert {"life.fwd", "life.bwd_i", "life.bwd_w"} <= hosts
     if "keep" in kw:        # (selective layers' Recovers rebuild the attention core alone)
         assert any(op.attributes["dur"] < s.module.body.ops[0].region.ops[op.attributes["unit"]].attributes["fwd"]
                    for _, op in _ops(s.module, "life.recover"))

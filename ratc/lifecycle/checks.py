@@ -28,8 +28,9 @@ ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = ("!life.act", "!life.saved", "!
 # A trained unit's gradient and state chain (a frozen unit has none).
 STATE_TASKS = frozenset({"life.reduce", "life.grad_sync", "life.tie_sum", "life.update", "life.prefetch"})
 COMM_OPS = frozenset({"life.send", "life.recv"})
-# The compute tasks a co-running Recover may ride on (FSR, ratc.lifecycle.placement).
-HOST_OPS = frozenset({"life.fwd", "life.bwd"})
+# The compute tasks a co-running Recover may ride on (FSR, ratc.lifecycle.placement): under a
+# zero-bubble schedule a Backward's I and its W too.
+HOST_OPS = frozenset({"life.fwd", "life.bwd", "life.bwd_i", "life.bwd_w"})
 TASK_OPS = frozenset({"life.param", "life.opt", "life.recv", "life.send", "life.gather", "life.fwd",
                       "life.recover", "life.bwd", "life.bwd_i", "life.bwd_w", "life.reduce", "life.grad_sync",
                       "life.tie_sum", "life.update",
@@ -479,13 +480,13 @@ def _first_buffer_out_of_range(ops, buffers: int, c: _Ctx) -> None:
 
 
 def _check_corun(ops, c: _Ctx) -> None:
-    """fsr: a co-running Recover follows its host -- the Forward or Backward issued before it,
-    with no receive between -- and each host, which carries `corun`, has exactly one; only
-    a Recover co-running with a Backward streams into what it frees (`stream`)."""
+    """fsr: a co-running Recover follows its host -- the Forward, Backward (I, W) issued before
+    it, with no receive between -- and each host, which carries `corun`, has exactly one; only
+    a Recover co-running with a Backward (an I) streams into what it frees (`stream`)."""
     host, guests = None, 0
     for op in ops:
         if "stream" in op.attributes and (op.attributes.get("placement") != "corun" or host is None
-                                          or host.name != "life.bwd"):
+                                          or host.name not in ("life.bwd", "life.bwd_i")):
             raise VerifyError(f"stage {c.p}: '{op.name}'{_where(op.attributes)} carries 'stream' but does not "
                               f"co-run with a Backward", op)
         if op.name in HOST_OPS or op.name == "life.recv":

@@ -161,8 +161,7 @@ def _check_plan(op):
 
 
 def _check_schedule(op) -> None:
-    """A zero-bubble schedule interleaves v >= 2 chunks per rank and runs act full or ckpt
-    (FSR's co-run placement assumes whole Backwards)."""
+    """A zero-bubble schedule interleaves v >= 2 chunks per rank (zbv: exactly 2)."""
     a = op.attributes
     sched = a.get("sched", "1f1b")
     if sched == "1f1b":
@@ -170,8 +169,6 @@ def _check_schedule(op) -> None:
     why = schedule_shape_error(sched, a.get("v", 1))
     if why:
         raise VerifyError(f"'{op.name}': {why}", op)
-    if a["act"] == "fsr":
-        raise VerifyError(f"'{op.name}' sched = \"{sched}\" runs act full or ckpt, not fsr", op)
 
 
 def _check_ties(op, units) -> None:

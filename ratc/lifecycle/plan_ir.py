@@ -13,7 +13,7 @@ from ratc.codegen.op_kernels import without
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
 from ratc.step.schedules import check_interleaved, rank_of
-from ratc.step.config import parse_keep, refuse_zero_bubble, schedule_shape_error
+from ratc.step.config import parse_keep, schedule_shape_error
 from ratc.step.plan import Plan
 from ratc.step.unit_costs import UnitCosts
 from ratc.step.rules import gathers, reduces_per_micro_batch, shards, syncs_by_reduce_scatter, tp_allreduces
@@ -119,7 +119,6 @@ def _virtual_stages(planner, cand, units) -> tuple[list, list]:
     P, v = cand.P, cand.v
     decoders = sum(u.decoder for u in units)
     check_interleaved(P, v, cand.A, cand.sched)
-    refuse_zero_bubble(cand.sched, cand.act, cand.keep, cand.label())
     if schedule_shape_error(cand.sched, v):
         raise RatcError(f"{cand.label()}: {schedule_shape_error(cand.sched, v)}")
     if v > 1 and P * v > decoders:

@@ -7,8 +7,8 @@ max(end of the rank's previous action, end of its data dependency + send) + its 
 The actions are grouped into levels (all of a level's inputs end at earlier levels) once
 per order and cached, so the candidates' ends are computed a level at a time. Zero
 bubble (ZB1P), a backward is an I, which waits as a Backward does, and a W after its own I.
-FSR: an action right before a Backward on its rank hosts that Backward's first Recover
-(ratc.lifecycle.placement.fsr) and lasts what the co-run adds longer.
+FSR: an action right before a Backward (zero bubble: an I) on its rank hosts that
+Backward's first Recover (ratc.lifecycle.placement.fsr) and lasts what the co-run adds longer.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from ratc.step.schedules import interleaved_orders
 class ActionGraph:
     """The actions of an order by level: per level (indices, rank predecessor, data
     dependency, whether that dependency crosses ranks, duration column, host column: the
-    co-run its action hosts, F of s hosting stage g's guest g, B of s S + g, none 2S)."""
+    co-run its action hosts, F of s hosting stage g's guest g, B (or I) of s S + g, W 2S + g,
+    none 3S)."""
 
     n: int                  # actions; index n is a sentinel that ends at 0
     stages: int             # virtual stages S (duration columns: F of s is s, B of s is S + s)
@@ -53,8 +54,7 @@ def action_graph(orders: tuple, stages: int) -> ActionGraph:
         for i, (s, kind, _) in enumerate(order):
             rank_of[s + stages * _BLOCK[kind]] = r
             nxt = order[i + 1] if i + 1 < len(order) else None
-            # (a zero-bubble I or W hosts nothing: FSR runs with whole Backwards only)
-            host[r, i] = nxt[0] + stages * (kind != "F") if nxt and nxt[1] == "B" and kind in "FB" else 2 * stages
+            host[r, i] = nxt[0] + stages * _BLOCK[kind] if nxt and nxt[1] in "BI" else 3 * stages
     coded = [[code(*a) for a in order] for order in orders]
     rows = []
     pos = [0] * len(orders)
@@ -110,8 +110,8 @@ def interleaved_graph(P: int, v: int, M: int, sched: str = "1f1b") -> ActionGrap
 def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=None, hosts=None) -> np.ndarray:
     """[C] end of the last action: fc, bc [C, S] each virtual stage's Forward and Backward
     compute-stream time (zero bubble: bc its I's and wc its W's), send [C, 1] one boundary
-    transfer (on the link, between ranks); FSR: hosts = (hf, hc) [C, S], what a Forward and
-    a Backward add hosting stage s's Backward's first Recover."""
+    transfer (on the link, between ranks); FSR: hosts = (hf, hc[, hw]) [C, S], what a Forward,
+    a Backward (an I) and a W add hosting stage s's Backward's (I's) first Recover."""
     C = fc.shape[0]
     dur = np.concatenate([fc, bc] + ([wc] if wc is not None else []), axis=1)
     send = np.broadcast_to(np.asarray(send, dtype=float), (C, 1))
@@ -120,7 +120,8 @@ def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=
         for idx, prev, dep, cross, col, _ in graph.levels:
             end[:, idx] = np.maximum(end[:, prev], end[:, dep] + send * cross) + dur[:, col]
     else:
-        extra = np.concatenate([*hosts, np.zeros((C, 1))], axis=1)
+        none = [np.zeros_like(fc)] * (3 - len(hosts)) + [np.zeros((C, 1))]
+        extra = np.concatenate([*hosts, *none], axis=1)
         for idx, prev, dep, cross, col, host in graph.levels:
             end[:, idx] = np.maximum(end[:, prev], end[:, dep] + send * cross) + dur[:, col] + extra[:, host]
     return end[:, :graph.n].max(axis=1)
@@ -130,7 +131,7 @@ def interleaved_makespan(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, M
                          sched: str = "1f1b", hosts=None) -> np.ndarray:
     """[C] makespan of interleaved 1F1B with v chunks on P ranks (fc, bc [C, P*v]; M [C, 1]);
     of a zero-bubble `sched` (ZB1P, ZBV) given wc [C, P*v], the W tasks' times (bc then its I's);
-    FSR's co-runs given hosts = (hf, hc) [C, P*v] (graph_makespan)."""
+    FSR's co-runs given hosts = (hf, hc[, hw]) [C, P*v] (graph_makespan)."""
     M = np.broadcast_to(np.asarray(M), (fc.shape[0], 1))[:, 0].astype(int)
     send = np.broadcast_to(np.asarray(send, dtype=float), (fc.shape[0], 1))
     out = np.empty(fc.shape[0])

@@ -13,7 +13,7 @@ from ratc.errors import RatcError
 from ratc.io import progress_shown
 from ratc.planner.collectives import check_algorithm
 from ratc.planner.config import CandidateBatch
-from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep, refuse_zero_bubble, schedule_shape_error
+from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep, schedule_shape_error
 from ratc.step.schedules import check_interleaved, whole_rounds
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.memory import stage_memory
@@ -174,7 +174,7 @@ class Planner:
                              for Z in zeros for act in strategy.act for pref in strategy.pref
                              for v in strategy.v if v == 1 or self._interleaves(P, v, per_replica // b)
                              for s in (strategy.sched if v > 1 else ("1f1b",))
-                             if not schedule_shape_error(s, v) and (s == "1f1b" or act != "fsr")]
+                             if not schedule_shape_error(s, v)]
                     if cands:
                         groups.setdefault(P, []).extend(cands)
         return groups
@@ -535,13 +535,12 @@ def _check_pipeline(pipeline) -> int:
 
 
 def _check_interleaved(cands, layers: int) -> None:
-    """Refuse v > 1 where interleaved 1F1B cannot run, and the schedules FSR or a keep cannot run with."""
+    """Refuse v > 1 where interleaved 1F1B cannot run, and a schedule its v cannot run."""
     for c in cands:
         if c.v > 1:
             if c.P * c.v > layers:
                 raise RatcError(f"{c.label()}: P x v = {c.P * c.v} virtual stages exceed the model's "
                                 f"{layers} decoder layers (at most one virtual stage per layer)")
             check_interleaved(c.P, c.v, c.A, c.sched)
-        refuse_zero_bubble(c.sched, c.act, c.keep, c.label())
         if schedule_shape_error(c.sched, c.v):
             raise RatcError(f"{c.label()}: {schedule_shape_error(c.sched, c.v)}")

@@ -197,14 +197,13 @@ def parse_config(text: str) -> Candidate:
 
 
 def _check_schedule(text: str, values: dict) -> None:
-    """Refuse a `sched=` the plan cannot run (zb1p: v >= 2, zbv: v = 2; act full or ckpt)."""
+    """Refuse a `sched=` the plan cannot run (zb1p: v >= 2, zbv: v = 2)."""
     sched = values["sched"]
     if sched not in SCHEDULES:
         raise RatcError(f"--plan {text!r}: sched must be one of {', '.join(SCHEDULES)}, got {sched!r}")
     why = schedule_shape_error(sched, values["v"])
     if why:
         raise RatcError(f"--plan {text!r}: {why}")
-    refuse_zero_bubble(sched, values["act"], values["keep"], f"--plan {text!r}")
 
 
 def schedule_shape_error(sched: str, v: int) -> str:
@@ -214,11 +213,3 @@ def schedule_shape_error(sched: str, v: int) -> str:
     if sched == "zbv" and v != 2:
         return f"sched=zbv lays v = 2 chunks per rank out in a V (rank r holds stages r and 2P-1-r), got v = {v}"
     return ""
-
-
-def refuse_zero_bubble(sched: str, act: str, keep: str, where: str) -> None:
-    """Zero-bubble schedules run Full and Ckpt (whole-layer or, `keep`, per-layer choices):
-    FSR's co-run placement assumes one Backward task per layer."""
-    if sched != "1f1b" and act == "fsr":
-        raise RatcError(f"{where}: sched={sched} splits each Backward into I and W tasks; FSR's co-run "
-                        "placement assumes whole Backwards (use ckpt or full)")
