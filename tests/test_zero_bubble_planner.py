@@ -65,18 +65,37 @@ def test_zero_bubble_with_selective_layers_is_priced_within_1_percent_of_the_sys
     assert peak <= ev.peak_mem <= 1.10 * peak
 
 
-@pytest.mark.parametrize("sched,P,v,A,Z,keep", [("zb1p", 2, 2, 4, 0, ""), ("zb1p", 4, 2, 8, 2, ""), ("zb1p", 2, 4, 4, 1, ""),
-                                                ("zbv", 2, 2, 4, 2, ""), ("zbv", 4, 2, 5, 0, ""),
-                                                ("zb1p", 4, 2, 8, 2, "8s8l8s8l")])
-def test_zero_bubble_with_fsr_is_priced_within_1_percent_of_the_system_vm(sched, P, v, A, Z, keep):
-    """FSR: each I's first Recover co-runs with the F, I or W its rank runs before it (the
-    order makespan's host columns), the others with the I before them (each I its share of
-    the Backward's phases)."""
-    cand = Candidate(P=P, D=2, T=1, Z=Z, b=1, A=A, act="fsr", pref="deadline", v=v, sched=sched, keep=keep)
+@pytest.mark.parametrize("sched,P,v,A,Z,keep,host", [
+    ("zb1p", 2, 2, 4, 0, "", "prev"), ("zb1p", 4, 2, 8, 2, "", "prev"), ("zb1p", 2, 4, 4, 1, "", "prev"),
+    ("zbv", 2, 2, 4, 2, "", "prev"), ("zbv", 4, 2, 5, 0, "", "prev"), ("zb1p", 4, 2, 8, 2, "8s8l8s8l", "prev"),
+    ("zb1p", 4, 2, 8, 0, "", "w"), ("zb1p", 2, 4, 4, 2, "", "w"), ("zbv", 4, 2, 8, 1, "", "w")])
+def test_zero_bubble_with_fsr_is_priced_within_1_percent_of_the_system_vm(sched, P, v, A, Z, keep, host):
+    """FSR: each I's first Recover co-runs with the F, I or W its rank runs before it (host
+    'prev'), or in the latest W's slot before it ('w'): the order makespan's host columns; the
+    others with the I before them (each I its share of the Backward's phases)."""
+    cand = Candidate(P=P, D=2, T=1, Z=Z, b=1, A=A, act="fsr", pref="deadline", v=v, sched=sched, keep=keep, host=host)
     ev, sim = _both(cand)
     assert abs(ev.t_step - sim.step_seconds) <= 0.01 * sim.step_seconds
     peak = max(sim.stage_peak_bytes)
     assert peak <= ev.peak_mem <= 1.10 * peak
+
+
+def test_the_planner_decides_where_zero_bubble_fsr_recovers_co_run():
+    """The zerobubble search prices each FSR zero-bubble candidate with its Recovers in the
+    slot before the I and in a W's slot, and keeps the faster (the VM agrees which)."""
+    from ratc.planner.strategies import get_strategy
+
+    planner = Planner(trace_preset("llama2-7b", 64), mt3000())
+    cands = [c for cs in planner.space(8, 64, get_strategy("zerobubble")).values() for c in cs]
+    w = {c for c in cands if c.host == "w"}
+    assert w and all(c.act == "fsr" and c.sched != "1f1b" for c in w)
+    assert {dataclasses.replace(c, host="prev") for c in w} == {c for c in cands if c.act == "fsr" and c.sched != "1f1b"
+                                                                and c.host == "prev"}
+    base = Candidate(P=4, D=2, T=1, Z=2, b=1, A=8, act="fsr", pref="deadline", v=2, sched="zb1p")
+    (ev_p, sim_p), (ev_w, sim_w) = (_both(dataclasses.replace(base, host=h)) for h in ("prev", "w"))
+    # they rank the two alike: here the slot before the I wins (mostly a Forward's; a W is
+    # all dW GEMMs, compute-bound, and hides less of a Recover)
+    assert ev_p.t_step < ev_w.t_step and sim_p.step_seconds < sim_w.step_seconds
 
 
 def test_llama2_70b_zb1p_holds_only_what_its_ws_read():
@@ -133,7 +152,7 @@ def test_the_zerobubble_search_adds_zero_bubble_twins_to_the_interleaved_candida
 
     planner = Planner(trace_preset("llama2-7b", 64), mt3000())
     cands = [c for cs in planner.space(8, 64, get_strategy("zerobubble")).values() for c in cs]
-    zb1p, zbv = ({c for c in cands if c.sched == s} for s in ("zb1p", "zbv"))
+    zb1p, zbv = ({c for c in cands if c.sched == s and c.host == "prev"} for s in ("zb1p", "zbv"))
     # (FSR too: its Recovers co-run with the F, I or W before each I)
     interleaved = {c for c in cands if c.v > 1 and c.sched == "1f1b"}
     assert zb1p and {dataclasses.replace(c, sched="1f1b") for c in zb1p} == interleaved

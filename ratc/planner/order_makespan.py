@@ -19,7 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 from ratc.errors import RatcError
-from ratc.step.schedules import interleaved_orders
+from ratc.step.schedules import interleaved_orders, recover_hosts
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,11 @@ class ActionGraph:
 _BLOCK = {"F": 0, "B": 1, "I": 1, "W": 2}
 
 
-def action_graph(orders: tuple, stages: int) -> ActionGraph:
+def action_graph(orders: tuple, stages: int, host: str = "prev") -> ActionGraph:
     """The level structure of per-rank orders: `orders[r]` is rank r's (stage, kind, mb) tuples,
     kind "F" or "B" (zero bubble: "I" in B's place, and "W", which waits for its own I);
-    stage s runs on the rank whose order holds it."""
+    stage s runs on the rank whose order holds it; FSR's hosts by the plan's `host`
+    (ratc.step.schedules.recover_hosts)."""
     n = sum(map(len, orders))
     M = 1 + max(mb for order in orders for _, _, mb in order)
     code = lambda s, kind, mb: ((s + stages * _BLOCK[kind]) * M) + mb  # noqa: E731
@@ -49,12 +50,12 @@ def action_graph(orders: tuple, stages: int) -> ActionGraph:
     level = [0] * (n + 1)                     # by index; the sentinel n is level -1 (below)
     level[n] = -1
     rank_of = [0] * (3 * stages)
-    host = {}                                 # (rank, position) -> host column
+    hosts = {}                                # (rank, position) -> host column
     for r, order in enumerate(orders):
+        guest = {j: order[i][0] for i, j in recover_hosts(order, host).items()}
         for i, (s, kind, _) in enumerate(order):
             rank_of[s + stages * _BLOCK[kind]] = r
-            nxt = order[i + 1] if i + 1 < len(order) else None
-            host[r, i] = nxt[0] + stages * _BLOCK[kind] if nxt and nxt[1] in "BI" else 3 * stages
+            hosts[r, i] = guest[i] + stages * _BLOCK[kind] if i in guest else 3 * stages
     coded = [[code(*a) for a in order] for order in orders]
     rows = []
     pos = [0] * len(orders)
@@ -73,7 +74,7 @@ def action_graph(orders: tuple, stages: int) -> ActionGraph:
                 p = idx[order[i - 1]] if i else n
                 idx[a] = k
                 level[k] = 1 + max(level[p], level[d])
-                rows.append((level[k], k, p, d, dep is not None and rank_of[dep] != r, col, host[r, i]))
+                rows.append((level[k], k, p, d, dep is not None and rank_of[dep] != r, col, hosts[r, i]))
                 k += 1
                 i += 1
                 moved = True
@@ -101,10 +102,10 @@ def _dependency(col: int, stages: int):
 
 
 @lru_cache(maxsize=256)     # (interleaved 1F1B's and ZB1P's, per (P, v, M))
-def interleaved_graph(P: int, v: int, M: int, sched: str = "1f1b") -> ActionGraph:
+def interleaved_graph(P: int, v: int, M: int, sched: str = "1f1b", host: str = "prev") -> ActionGraph:
     """The action graph of interleaved 1F1B (ratc.step.schedules.interleaved_1f1b), or of
-    the plan's `sched` (ZB1P)."""
-    return action_graph(interleaved_orders(P, v, M, sched), P * v)
+    the plan's `sched` (ZB1P), with FSR's `host` placement."""
+    return action_graph(interleaved_orders(P, v, M, sched), P * v, host)
 
 
 def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=None, hosts=None) -> np.ndarray:
@@ -128,16 +129,16 @@ def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=
 
 
 def interleaved_makespan(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, M, wc=None,
-                         sched: str = "1f1b", hosts=None) -> np.ndarray:
+                         sched: str = "1f1b", hosts=None, host: str = "prev") -> np.ndarray:
     """[C] makespan of interleaved 1F1B with v chunks on P ranks (fc, bc [C, P*v]; M [C, 1]);
     of a zero-bubble `sched` (ZB1P, ZBV) given wc [C, P*v], the W tasks' times (bc then its I's);
-    FSR's co-runs given hosts = (hf, hc[, hw]) [C, P*v] (graph_makespan)."""
+    FSR's co-runs given hosts = (hf, hc[, hw]) [C, P*v] (graph_makespan), placed by `host`."""
     M = np.broadcast_to(np.asarray(M), (fc.shape[0], 1))[:, 0].astype(int)
     send = np.broadcast_to(np.asarray(send, dtype=float), (fc.shape[0], 1))
     out = np.empty(fc.shape[0])
     for m in np.unique(M):
         rows = M == m
-        out[rows] = graph_makespan(interleaved_graph(P, v, int(m), sched), fc[rows], bc[rows], send[rows],
+        out[rows] = graph_makespan(interleaved_graph(P, v, int(m), sched, host), fc[rows], bc[rows], send[rows],
                                    None if wc is None else wc[rows],
                                    None if hosts is None else tuple(h[rows] for h in hosts))
     return out

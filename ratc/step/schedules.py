@@ -190,6 +190,28 @@ def pending_weight_grads(P: int, v: int, M: int, sched: str = "zb1p") -> tuple:
     return tuple(out)
 
 
+def recover_hosts(order, host: str = "prev") -> dict:
+    """FSR under a schedule's rank `order` ((stage, kind, mb) actions): {index of a Backward
+    (zero bubble: an I): index of the action hosting its first Recover}. 'prev' (the deadline
+    placement) is the action right before it; 'w' the latest W before it that follows the
+    Forward the Recover rebuilds and hosts no other (zero bubble: the Ws and Recovers compete
+    for the same idle slots), else the action right before it."""
+    out: dict = {}
+    taken, forward = set(), {}
+    for i, (stage, kind, mb) in enumerate(order):
+        if kind == "F":
+            forward[stage, mb] = i
+        if kind not in ("B", "I") or i == 0:
+            continue
+        j = i - 1
+        if host == "w":
+            j = next((k for k in range(i - 1, forward.get((stage, mb), i), -1)
+                      if order[k][1] == "W" and k not in taken), j)
+        taken.add(j)
+        out[i] = j
+    return out
+
+
 def check_interleaved(P: int, v: int, M: int, sched: str = "1f1b") -> None:
     """Refuse a shape interleaved 1F1B (or ZB1P) cannot run: v > 1 needs P >= 2 and M whole
     rounds (ZBV any M)."""
