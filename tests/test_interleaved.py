@@ -119,7 +119,6 @@ def test_the_plan_text_and_ir_carry_v_only_when_interleaved():
 
 @pytest.mark.parametrize("text,why", [
     ("P=1,D=1,A=4,Full,v=2", "P >= 2"),
-    ("P=2,D=1,A=4,FSR,v=2,sched=zb1p", "FSR"),
     ("P=2,D=1,A=5,Ckpt,v=2", "multiple"),
     ("P=3,D=1,A=3,Ckpt,v=2", "P \\* v = 6 virtual stages need at least as many decoder layers"),
 ])

@@ -100,12 +100,6 @@ def test_interleaved_fsr_step_prediction_is_within_1_percent_of_the_system_vm(P,
     assert abs(_error(_planner("llama2-7b", 2048), cand)) <= (TOLERANCE if Z < 3 else 0.012)
 
 
-def test_fsr_with_a_zero_bubble_schedule_is_refused_by_the_planner():
-    cand = Candidate(P=2, D=1, T=1, Z=1, b=1, A=4, act="fsr", pref="deadline", v=2, sched="zb1p")
-    with pytest.raises(RatcError, match="FSR's co-run placement assumes whole Backwards"):
-        _planner("tiny").evaluate_group([cand])
-
-
 def test_more_virtual_stages_than_decoder_layers_are_refused_by_name():
     cand = Candidate(P=4, D=1, T=1, Z=1, b=1, A=4, act="ckpt", pref="deadline", v=2)
     with pytest.raises(RatcError, match="P x v = 8 virtual stages exceed the model's 4 decoder layers"):

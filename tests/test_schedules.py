@@ -95,3 +95,17 @@ def test_bad_shapes_are_refused_saying_why():
 
 def test_an_action_prints_in_torch_s_notation():
     assert str(Action(3, "W", 12)) == "3W12"
+
+
+def test_fsr_hosts_an_i_s_first_recover_before_it_or_in_the_latest_free_w_slot_after_its_forward():
+    from ratc.step.schedules import recover_hosts
+
+    order = [(0, "F", 0), (0, "W", 7), (1, "F", 0), (0, "I", 0), (1, "I", 0), (1, "W", 5), (1, "W", 0),
+             (0, "F", 1), (1, "F", 1), (0, "I", 1), (1, "I", 1)]
+    # deadline: the action right before each I
+    assert recover_hosts(order, "prev") == {3: 2, 4: 3, 9: 8, 10: 9}
+    # W slot: I(0, 0) takes the W after its Forward; the others have none between their
+    # Forward and themselves and keep the action before them
+    assert recover_hosts(order, "w") == {3: 1, 4: 3, 9: 8, 10: 9}
+    # a W hosts one Recover: the second I after it keeps the action before it
+    assert recover_hosts([(0, "F", 0), (1, "F", 0), (0, "W", 7), (0, "I", 0), (1, "I", 0)], "w") == {3: 2, 4: 3}

@@ -60,7 +60,6 @@ def test_train_without_reference(tmp_path, capsys):
     (["--steps", "1", "--micro-batches", "0"], "M must be at least 1"),
     (["--steps", "1", "--virtual-stages", "0"], "--virtual-stages must be at least 1"),
     (["--steps", "1", "--pp", "2", "--schedule", "zb1p"], "zb1p interleaves v >= 2"),
-    (["--steps", "1", "--pp", "2", "--virtual-stages", "2", "--schedule", "zbv"], "FSR's co-run placement"),
 ])
 def test_bad_arguments_are_clear_errors(argv, message, capsys):
     assert main(["train", MODEL, *argv]) == 1

@@ -132,6 +132,11 @@ def test_i_and_w_split_the_backward_by_the_unit_s_dw_gemms():
     # k and v of the KV size, gate and up of the FFN's; the head's the vocabulary's (512)
     w_grads = [int(u.attributes["w_grads"]) for u in plan.region.ops]
     assert w_grads == [0] + [64 * (3 * 128 + 2 * 64 + 2 * 344) * 2] * 4 + [64 * 512 * 2]
+    # ... and their saved inputs X (dW = X^T dY): per decoder layer the normed input q, k and
+    # v share, the attention output o reads, the normed input gate and up share, and
+    # silu(gate) * up, which down reads; the head's final norm output; the embedding has no GEMM
+    w_inputs = [int(u.attributes["w_inputs"]) for u in plan.region.ops]
+    assert w_inputs == [0] + [64 * (3 * 128 + 344) * 2] * 4 + [64 * 128 * 2]
 
 
 def test_a_projection_s_w_share_is_its_weight_gradient_flops_as_torch_counts_them():
@@ -157,15 +162,21 @@ def test_a_projection_s_w_share_is_its_weight_gradient_flops_as_torch_counts_the
     assert weight_gradient_share(False, op.bwd_input_flops, op.bwd_weight_flops) == 0.0
 
 
-def test_a_w_reads_what_its_i_kept_so_saved_activations_live_until_w_ends():
+def test_a_w_reads_only_what_its_i_kept_so_saved_activations_die_with_the_i():
     module = _compile(pipeline="lower-to-life,schedule-1f1b")
-    stages = find_pipeline(module).region.ops
-    w = next(op for op in stages[0].region.ops if op.name == "life.bwd_w" and op.attributes["unit"] == 1)
-    # what its I kept (its GEMMs' output gradients), the output gradient (from the next stage here) and
-    # the Forward's saved activations
-    assert [o.owner.name for o in w.operands] == ["life.bwd_i", "life.recv", "life.fwd"]
-    w.operands = [o for o in w.operands if o.owner.name != "life.fwd"]
-    with pytest.raises(VerifyError, match="missing dependency life.fwd"):
+    ops = find_pipeline(module).region.ops[0].region.ops
+    w = next(op for op in ops if op.name == "life.bwd_w" and op.attributes["unit"] == 1)
+    (kept,) = w.operands
+    i_op = kept.owner
+    assert i_op.name == "life.bwd_i" and (i_op.attributes["unit"], i_op.attributes["mb"]) == (1, w.attributes["mb"])
+    a = find_plan(module).region.ops[1].attributes
+    assert i_op.attributes["sizes"][-1] == int(a["w_grads"]) + int(a["w_inputs"])
+    # the Forward's saved activations and the output gradient: their last reader is the I
+    readers = {o: [op for op in ops if o in op.operands] for o in i_op.operands if o.owner.name in ("life.fwd", "life.recv")}
+    assert {o.owner.name for o in readers} == {"life.fwd", "life.recv"}
+    assert all(rs == [i_op] for o, rs in readers.items() if str(o.type) == "!life.saved")
+    w.operands = [o for o in i_op.operands if o.owner.name == "life.fwd"]
+    with pytest.raises(VerifyError, match="missing dependency life.bwd_i"):
         verify_op(w)
 
 
@@ -190,22 +201,26 @@ def test_the_plan_text_and_ir_carry_the_schedule_only_when_not_1f1b():
 
 @pytest.mark.parametrize("text,why", [
     ("P=2,D=1,A=4,Full,sched=zb1p", "v >= 2"),
-    ("P=2,D=1,A=4,FSR,v=2,sched=zb1p", "FSR's co-run placement assumes whole Backwards"),
-    ("P=2,D=1,A=4,Ckpt,v=2,sched=zb1p,keep=4s", "whole-layer recomputation only"),
     ("P=2,D=1,A=4,Full,v=2,sched=zbx", "sched must be one of 1f1b, zb1p, zbv"),
     ("P=2,D=1,A=8,Full,v=4,sched=zbv", "sched=zbv lays v = 2 chunks per rank out in a V"),
+    ("P=2,D=1,A=4,Ckpt,v=2,sched=zb1p,host=w", "host=w places FSR's Recovers under a zero-bubble schedule"),
+    ("P=2,D=1,A=4,FSR,v=2,host=w", "needs FSR and sched=zb1p or zbv"),
+    ("P=2,D=1,A=4,FSR,v=2,sched=zb1p,host=f", "host must be one of prev, w"),
 ])
 def test_plans_zero_bubble_cannot_run_are_refused_saying_why(text, why):
     with pytest.raises(RatcError, match=why):
         parse_config(text)
 
 
-def test_the_plan_verifier_refuses_a_zero_bubble_plan_that_recomputes_selectively():
-    plan = plan_module(tiny(), parse_config("P=2,D=1,A=4,Ckpt,v=2,sched=zb1p"), mt3000()).body.ops[0]
-    verify_op(plan)
-    plan.region.ops[1].attributes["keep"] = "selective"
-    with pytest.raises(VerifyError, match="recomputes whole layers only"):
-        verify_op(plan)
+def test_zero_bubble_plans_run_fsr_and_selective_layers():
+    for text in ("P=2,D=1,Z=2,b=1,A=4,FSR,deadline,v=2,sched=zb1p",
+                 "P=2,D=1,Z=2,b=1,A=4,Ckpt,deadline,keep=2s2l,v=2,sched=zbv",
+                 "P=2,D=1,Z=2,b=1,A=4,FSR,deadline,keep=1s1l1f1s,v=2,sched=zb1p",
+                 "P=2,D=1,Z=2,b=1,A=4,FSR,deadline,v=2,sched=zbv,host=w"):
+        cand = parse_config(text)
+        assert cand.label() == text
+        module = compile_program(tiny(), cand, mt3000(), CompileOptions(verify="each"))
+        assert Plan.from_ir(find_plan(module)).config == cand
 
 
 def test_i_and_w_task_names_read_back_and_describe_themselves():

@@ -30,6 +30,15 @@ CASES = [
     dict(sched="zb1p", act="ckpt", Z=2, D=2, M=3),
     dict(sched="zbv", act="full", Z=0, D=1, M=4),      # rank 1 holds the bottom of the V: no transfer there
     dict(sched="zbv", act="ckpt", Z=2, D=2, M=3),
+    # selective: a kept layer's Recover rebuilds its attention core before its I; its W reads
+    # only what the I kept (whole-layer, selective and full-save layers side by side)
+    dict(sched="zb1p", act="ckpt", Z=2, D=2, M=4, keep="1s1l1f1s"),
+    dict(sched="zbv", act="ckpt", Z=3, D=2, M=4, keep="2s2l"),
+    # FSR: each I's first Recover co-runs with the F, I or W its rank runs before it
+    dict(sched="zb1p", act="fsr", Z=0, D=1, M=4),
+    dict(sched="zbv", act="fsr", Z=2, D=2, M=4),
+    dict(sched="zb1p", act="fsr", Z=3, D=2, M=4, keep="1s3l"),
+    dict(sched="zbv", act="fsr", Z=1, D=2, M=4, host="w"),      # ... or in the latest W's slot before it
 ]
 
 
@@ -43,7 +52,8 @@ def _ops(module, name: str) -> list:
             for op in s.region.ops if op.name == name]
 
 
-@pytest.mark.parametrize("kw", CASES, ids=lambda kw: "{sched}-{act}-Z{Z}-D{D}-M{M}".format(**kw))
+@pytest.mark.parametrize("kw", CASES, ids=lambda kw: "{sched}-{act}-Z{Z}-D{D}-M{M}{k}{h}".format(
+    k=f"-keep{kw['keep']}" if "keep" in kw else "", h=f"-host{kw['host']}" if "host" in kw else "", **kw))
 def test_zero_bubble_trains_as_pytorch_over_20_steps(kw):
     s = Session(_config(kw))
     # the program really splits its Backwards: no whole one, an I and a W per unit and micro-batch
@@ -53,6 +63,13 @@ def test_zero_bubble_trains_as_pytorch_over_20_steps(kw):
     # ZB-V's chunks meet on rank P - 1 = 1: its sends to itself are the hand-over
     to_self = [op for p, op in _ops(s.module, "life.send") if op.attributes["peer"] == p]
     assert {op.attributes["peer"] for op in to_self} == ({1} if kw["sched"] == "zbv" else set())
+    if kw["act"] == "fsr":  # (Forwards, Is and Ws host co-running Recovers)
+        hosts = {ops[k - 1].name for st in find_pipeline(s.module).region.ops for ops in [st.region.ops]
+                 for k, op in enumerate(ops) if op.attributes.get("placement") == "corun"}
+        assert {"life.fwd", "life.bwd_i", "life.bwd_w"} <= hosts
+    if "keep" in kw:        # (selective layers' Recovers rebuild the attention core alone)
+        assert any(op.attributes["dur"] < s.module.body.ops[0].region.ops[op.attributes["unit"]].attributes["fwd"]
+                   for _, op in _ops(s.module, "life.recover"))
     assert_trains_as_pytorch(s, STEPS, TOL)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from ratc.cli.checkpoint_options import add_checkpoint_arguments, check_checkpoint_arguments
 from ratc.cli.model_source import add_model_arguments, check_model_source, model_file, picked
 from ratc.errors import RatcError
-from ratc.step.config import ACT_OPTION_NAMES, SCHEDULES, refuse_zero_bubble, schedule_shape_error
+from ratc.step.config import ACT_OPTION_NAMES, SCHEDULES, schedule_shape_error
 
 
 def register(subparsers) -> None:
@@ -141,7 +141,7 @@ def _print_json(cfg, session, params: int, rows: list[tuple], worst, param_dev) 
     """The run as JSON: its model and configuration, and per step ratc's loss, PyTorch's and their deviation."""
     import json
 
-    from ratc.step.config import ACT_OPTION_NAMES, SCHEDULES, refuse_zero_bubble, schedule_shape_error
+    from ratc.step.config import ACT_OPTION_NAMES, SCHEDULES, schedule_shape_error
 
     policy = {v: k for k, v in ACT_OPTION_NAMES.items()}[cfg.act]
     out = {"model": cfg.model, "preset": session.preset, "seq_len": session.seq_len, "parameters": params,
@@ -179,7 +179,6 @@ def _check_arguments(args: argparse.Namespace) -> None:
         why = schedule_shape_error(args.schedule, args.virtual_stages)
         if why:
             raise RatcError(f"--schedule {args.schedule} --virtual-stages {args.virtual_stages}: {why}")
-        refuse_zero_bubble(args.schedule, ACT_OPTION_NAMES[args.act_policy], "", f"--schedule {args.schedule}")
     if not 1 <= args.threads <= MAX_THREADS:
         raise RatcError(f"--threads must be 1..{MAX_THREADS}, got {args.threads}")
     # the optimizer runs in fp32: a learning rate it cannot hold overflows the update

@@ -28,8 +28,9 @@ ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = ("!life.act", "!life.saved", "!
 # A trained unit's gradient and state chain (a frozen unit has none).
 STATE_TASKS = frozenset({"life.reduce", "life.grad_sync", "life.tie_sum", "life.update", "life.prefetch"})
 COMM_OPS = frozenset({"life.send", "life.recv"})
-# The compute tasks a co-running Recover may ride on (FSR, ratc.lifecycle.placement).
-HOST_OPS = frozenset({"life.fwd", "life.bwd"})
+# The compute tasks a co-running Recover may ride on (FSR, ratc.lifecycle.placement): under a
+# zero-bubble schedule a Backward's I and its W too.
+HOST_OPS = frozenset({"life.fwd", "life.bwd", "life.bwd_i", "life.bwd_w"})
 TASK_OPS = frozenset({"life.param", "life.opt", "life.recv", "life.send", "life.gather", "life.fwd",
                       "life.recover", "life.bwd", "life.bwd_i", "life.bwd_w", "life.reduce", "life.grad_sync",
                       "life.tie_sum", "life.update",
@@ -241,9 +242,9 @@ def expected(op, c: _Ctx) -> tuple[list, list, bool]:
 
 def _backward(name: str, c: _Ctx, i: int, m: int) -> tuple[list, list, bool]:
     """(operand roles, result types, inplace) of a whole Backward, or of its zero-bubble
-    parts: I reads what a Backward reads for its input gradient and keeps its GEMMs' output
-    gradients; W reads those, the output gradient and the saved activations (so they live
-    until W ends), and accumulates."""
+    parts: I reads what a Backward reads for its input gradient and keeps what its W reads
+    (its GEMMs' output gradients and inputs: ratc.step.rules.held_for_w); W reads that alone
+    (the saved activations die with the I) and accumulates."""
     dy = None if i == c.head else (("life.recv", c.boundary(i + 1), m, "bwd", ACT) if i in c.lasts
                                    else (c.dx_op, i + 1, m, None, ACT))
     saved = {"layer": [("life.recover", i, m, None, REC)], "full": [("life.fwd", i, m, None, SAVED)],
@@ -254,7 +255,7 @@ def _backward(name: str, c: _Ctx, i: int, m: int) -> tuple[list, list, bool]:
     acc = (c.grad_op, i, m - 1, None, GRAD) if not reduces_per_micro_batch(c.Z) and m > 0 else None
     free = bucket_release(c, i, m)
     if name == "life.bwd_w":
-        operands = [("life.bwd_i", i, m, None, SAVED)] + ([dy] if dy else []) + saved
+        operands = [("life.bwd_i", i, m, None, SAVED)]
         dx = []
     else:
         operands = ([dy] if dy else []) + saved + [_weights(c, i, m, backward_view(c.recovers(i)))]
@@ -479,13 +480,13 @@ def _first_buffer_out_of_range(ops, buffers: int, c: _Ctx) -> None:
 
 
 def _check_corun(ops, c: _Ctx) -> None:
-    """fsr: a co-running Recover follows its host -- the Forward or Backward issued before it,
-    with no receive between -- and each host, which carries `corun`, has exactly one; only
-    a Recover co-running with a Backward streams into what it frees (`stream`)."""
+    """fsr: a co-running Recover follows its host -- the Forward, Backward (I, W) issued before
+    it, with no receive between -- and each host, which carries `corun`, has exactly one; only
+    a Recover co-running with a Backward (an I) streams into what it frees (`stream`)."""
     host, guests = None, 0
     for op in ops:
         if "stream" in op.attributes and (op.attributes.get("placement") != "corun" or host is None
-                                          or host.name != "life.bwd"):
+                                          or host.name not in ("life.bwd", "life.bwd_i")):
             raise VerifyError(f"stage {c.p}: '{op.name}'{_where(op.attributes)} carries 'stream' but does not "
                               f"co-run with a Backward", op)
         if op.name in HOST_OPS or op.name == "life.recv":

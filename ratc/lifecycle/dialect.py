@@ -153,16 +153,15 @@ def _check_plan(op):
                               f"{'virtual ' if v > 1 else ''}stages 0..{P * v - 1} in order, every "
                               f"{'one' if v > 1 else 'stage'} holding at least one (so here {here})", u)
         vs = virtual_stage(chunk, s, P, sched)
-    _check_schedule(op, units)
+    _check_schedule(op)
     if vs is not None and vs != P * v - 1:
         raise VerifyError(f"'{op.name}': P = {P}{f', v = {v}' if v > 1 else ''}, but its units are on "
                           f"{'virtual ' if v > 1 else ''}stages 0..{vs} only", op)
     _check_ties(op, units)
 
 
-def _check_schedule(op, units) -> None:
-    """A zero-bubble schedule interleaves v >= 2 chunks per rank and recomputes whole layers
-    or nothing (FSR and selective recomputation assume whole Backwards)."""
+def _check_schedule(op) -> None:
+    """A zero-bubble schedule interleaves v >= 2 chunks per rank (zbv: exactly 2)."""
     a = op.attributes
     sched = a.get("sched", "1f1b")
     if sched == "1f1b":
@@ -170,12 +169,6 @@ def _check_schedule(op, units) -> None:
     why = schedule_shape_error(sched, a.get("v", 1))
     if why:
         raise VerifyError(f"'{op.name}': {why}", op)
-    if a["act"] == "fsr":
-        raise VerifyError(f"'{op.name}' sched = \"{sched}\" runs act full or ckpt, not fsr", op)
-    bad = next((u for u in units if u.attributes.get("keep") is not None), None)
-    if bad is not None:
-        raise VerifyError(f"life.unit #{bad.attributes.get('index')}: sched = \"{sched}\" recomputes whole "
-                          f"layers only (keep = \"{bad.attributes['keep']}\")", bad)
 
 
 def _check_ties(op, units) -> None:

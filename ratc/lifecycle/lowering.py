@@ -20,7 +20,7 @@ from ratc.ir.types import OpaqueType
 from ratc.ir.verifier import verify_op
 from ratc.step.schedules import chunk_orders, rank_of, virtual_stage
 from ratc import limits
-from ratc.step.rules import (backward_parts, backward_view, bucket_reused, gathers, holds_bucket, kept_bytes,
+from ratc.step.rules import (backward_parts, backward_view, bucket_reused, gathers, held_for_w, holds_bucket, kept_bytes,
                              prefetches, reduces_per_micro_batch, syncs_by_reduce_scatter, unit_save_choice)
 from ratc.step.unit_costs import recover_work
 
@@ -222,18 +222,18 @@ class _StageLowering:
         return op, self.collect(i, m, op, holds)
 
     def input_grad(self, i: int, m: int, dy, saved: list, w) -> tuple[Operation, list]:
-        """I(i, m): the input gradient (dx, what the previous layer waits for) and the output
-        gradients of the layer's weighted GEMMs, which its W reads with the layer's output
-        gradient and saved activations: all live until that W ends
-        (ratc.step.rules.backward_parts prices both tasks)."""
+        """I(i, m): the input gradient (dx, what the previous layer waits for) and what its W
+        reads (ratc.step.rules.held_for_w: the weighted GEMMs' output gradients and saved
+        inputs), which lives until that W ends; the saved activations and the output gradient
+        die with the I (ratc.step.rules.backward_parts prices both tasks)."""
         u = self.u(i)
         dur, compute, ddr = backward_parts(u)["I"]
         types, sizes, names = ([ACT], [int(u["input_bytes"])], [f"dx{i}_{m}"]) if i != 0 else ([], [], [])
+        kept = held_for_w(int(u.get("w_grads", 0)), int(u.get("w_inputs", 0)))
         op = _task("life.bwd_i", ([dy] if dy is not None else []) + saved + [w], types + [SAVED], {
             "unit": i, "mb": m, "dur": dur, "compute": compute, "ddr": ddr, "workspace": u["workspace"],
-            "res": "compute", "prio": PRIO_MAIN, "sizes": sizes + [int(u.get("w_grads", 0))]},
-            names + [f"dw_in{i}_{m}"])
-        self.env["W", i, m] = [op.results[-1]] + ([dy] if dy is not None else []) + saved
+            "res": "compute", "prio": PRIO_MAIN, "sizes": sizes + [kept]}, names + [f"dw_in{i}_{m}"])
+        self.env["W", i, m] = [op.results[-1]]
         return op, []
 
     def weight_grad(self, m: int, chunk: int = 0) -> None:

@@ -22,6 +22,7 @@ from ratc.lifecycle.schedule import GRAD_OPS, main_task
 from ratc.lifecycle.timeline import estimate
 from ratc.planner.corun import extra, scaled, solo
 from ratc.step.rules import reduces_per_micro_batch
+from ratc.step.schedules import recover_hosts
 from ratc.step.unit_costs import recover_work
 
 
@@ -145,9 +146,11 @@ def fsr(pipe, plan, rec_buffers: int, clock: float | None = None, stream: bool =
     # interleaved (v > 1), each chunk's Backward of a micro-batch is a Backward of its own
     chunk_of = {u.attributes["index"]: u.attributes["chunk"] for u in units} if plan.attributes.get("v", 1) > 1 \
         else None
+    zb = plan.attributes.get("sched", "1f1b") != "1f1b"
     for stage in pipe.region.ops:
         ops = stage.region.ops
-        _move_first_recovers(ops, rec_buffers, chunk_of)
+        slots = _w_slots(ops, chunk_of) if zb and plan.attributes.get("host", "prev") == "w" else {}
+        _move_first_recovers(ops, rec_buffers, chunk_of, zb, slots)
         host = None
         last = None               # the last compute task so far (hosts never move here)
         before: dict = {}         # id(host) -> the compute task issued before it
@@ -179,10 +182,13 @@ def fsr(pipe, plan, rec_buffers: int, clock: float | None = None, stream: bool =
     pipe.attributes["fsr"] = True
 
 
-def _move_first_recovers(ops: list, rec_buffers: int, chunk_of: dict | None = None) -> None:
+def _move_first_recovers(ops: list, rec_buffers: int, chunk_of: dict | None = None, zb: bool = False,
+                         slots: dict | None = None) -> None:
     """Each Backward's first Recover (if it comes before that Backward's first unit) moves
     right behind the last compute task issued before the Backward's first op; interleaved
-    (`chunk_of`, {unit: chunk}), each chunk's Backward of a micro-batch is one.
+    (`chunk_of`, {unit: chunk}), each chunk's Backward of a micro-batch is one; zero bubble
+    (`zb`), its I, behind whichever task the rank runs before it (a Forward, I or W), or
+    behind the W `slots` names for it (_w_slots).
 
     One pass: moving a Recover (never a host) changes neither which hosts precede a later
     Backward nor their order, so every target is found in the original order. Recovers
@@ -197,18 +203,18 @@ def _move_first_recovers(ops: list, rec_buffers: int, chunk_of: dict | None = No
         if _hosts(op):
             last_host = op
     for i, op in enumerate(ops):
-        task = main_task(op, chunk_of)
-        if task is None or task[0] != "B":
+        task = main_task(op, chunk_of, zb)
+        if task is None or task[0] != ("I" if zb else "B"):
             continue
         g = groups.setdefault(task, [i, None, False])
         if op.name == "life.recover" and g[1] is None and not g[2]:
             g[1] = op
-        elif op.name == "life.bwd":
+        elif op.name in ("life.bwd", "life.bwd_i"):
             g[2] = True
     behind: dict = {}        # id(host) -> Recovers moved behind it, in the order they were chosen
     moved = set()
-    for head, first, _ in groups.values():
-        host = host_before[head]
+    for task, (head, first, _) in groups.items():
+        host = (slots or {}).get(task, host_before[head])
         if first is None or host is None:
             continue
         if rec_buffers >= 2 or not _reads_recovery(host):
@@ -225,8 +231,23 @@ def _move_first_recovers(ops: list, rec_buffers: int, chunk_of: dict | None = No
     ops[:] = order
 
 
+def _w_slots(ops: list, chunk_of: dict) -> dict:
+    """{zero-bubble I task: the W op whose slot hosts its first Recover} by the plan's host
+    'w' (ratc.step.schedules.recover_hosts), over the rank's tasks in the order their compute
+    ops run."""
+    tasks, last = [], {}
+    for op in ops:
+        if _hosts(op):
+            task = main_task(op, chunk_of, True)
+            if task not in last:
+                tasks.append(task)
+            last[task] = op
+    order = [(chunk, kind, m) for kind, m, chunk in tasks]
+    return {tasks[i]: last[tasks[j]] for i, j in recover_hosts(order, "w").items() if tasks[j][0] == "W"}
+
+
 def _hosts(op) -> bool:
-    """Whether a co-running Recover may ride on this op: a Forward or a Backward."""
+    """Whether a co-running Recover may ride on this op: a Forward or a Backward (an I or W)."""
     return op.name in HOST_OPS
 
 
@@ -271,7 +292,9 @@ def _added(host: str, hu: dict, gu: dict, own: float, dur: float) -> float:
     host_ph = _phases(hu["fwd_phases" if host == "life.fwd" else "bwd_phases"])
     work = recover_work(gu)
     guest_ph = _phases(gu[work["phases"]])
-    tp_h = max(0.0, hu["fwd" if host == "life.fwd" else "bwd"] - solo(host_ph))
+    # (a zero-bubble I or W runs its share of the Backward's phases, scaled to its own time;
+    # the TP all-reduces are all the I's)
+    tp_h = 0.0 if host == "life.bwd_w" else max(0.0, hu["fwd" if host == "life.fwd" else "bwd"] - solo(host_ph))
     tp_g = max(0.0, gu[work["dur"]] - solo(guest_ph))
     return extra(_to(host_ph, own - tp_h), _to(guest_ph, dur - tp_g)) + tp_g
 

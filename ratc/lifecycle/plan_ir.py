@@ -13,7 +13,7 @@ from ratc.codegen.op_kernels import without
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
 from ratc.step.schedules import check_interleaved, rank_of
-from ratc.step.config import parse_keep, refuse_zero_bubble, schedule_shape_error
+from ratc.step.config import parse_keep, schedule_shape_error
 from ratc.step.plan import Plan
 from ratc.step.unit_costs import UnitCosts
 from ratc.step.rules import gathers, reduces_per_micro_batch, shards, syncs_by_reduce_scatter, tp_allreduces
@@ -102,11 +102,11 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
 
 def _zero_bubble(cand, u, b: int) -> dict:
     """A unit's attributes under a zero-bubble schedule (none otherwise): its W's seconds and
-    what its I keeps for it, and the kernels codegen charges each (W its dW GEMMs, I the rest
-    of the Backward)."""
+    what its I keeps for it (its weighted GEMMs' output gradients and inputs), and the
+    kernels codegen charges each (W its dW GEMMs, I the rest of the Backward)."""
     if cand.sched == "1f1b":
         return {}
-    return {"bwd_w": b * u.bwd_weight, "w_grads": _b(b * u.wgrad_bytes),
+    return {"bwd_w": b * u.bwd_weight, "w_grads": _b(b * u.wgrad_bytes), "w_inputs": _b(b * u.wx_bytes),
             "bwd_i_kernels": _calls(without(u.kernels.bwd, u.kernels.wgrad), b),
             "bwd_w_kernels": _calls(u.kernels.wgrad, b)}
 
@@ -119,7 +119,6 @@ def _virtual_stages(planner, cand, units) -> tuple[list, list]:
     P, v = cand.P, cand.v
     decoders = sum(u.decoder for u in units)
     check_interleaved(P, v, cand.A, cand.sched)
-    refuse_zero_bubble(cand.sched, cand.act, cand.keep, cand.label())
     if schedule_shape_error(cand.sched, v):
         raise RatcError(f"{cand.label()}: {schedule_shape_error(cand.sched, v)}")
     if v > 1 and P * v > decoders:

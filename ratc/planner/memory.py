@@ -136,29 +136,29 @@ def stage_memory(sc: StageCosts, c: CandidateBatch, boundary_bytes: float, recip
     mem = StageMemory(params=params + zero, grads=grads + zero, optimizer=optimizer + zero,
                       activations=activations, boundary=boundary, grad_bucket=grad_bucket,
                       param_view=param_view, workspace=workspace, at_edge=at_edge)
-    return mem if c.v == 1 else _zero_bubble(_per_rank(mem, held, c.P, c.v, c.sched), held, sc, c, boundary_bytes)
+    return mem if c.v == 1 else _zero_bubble(_per_rank(mem, held, c.P, c.v, c.sched), held, sc, c)
 
 
-def _zero_bubble(ranked: StageMemory, held, sc: StageCosts, c: CandidateBatch, boundary_bytes: float) -> StageMemory:
+def _zero_bubble(ranked: StageMemory, held, sc: StageCosts, c: CandidateBatch) -> StageMemory:
     """A rank's memory (_per_rank's) under a zero-bubble schedule; as it is under 1F1B."""
     if c.sched == "1f1b":
         return ranked
     recovers, b = recomputes(c.act), c.b
     zero = np.zeros_like(held)
-    # zero bubble: what a Forward saved lives until its W, and from its I to its W what
-    # that reads: its GEMMs' output gradients and a recomputed layer's activations (the
-    # recovered layers' whole saved bytes, their inputs counted again). Counted over the
-    # order, not as chunk peaks.
+    # zero bubble: what a Forward saved lives until its I ends (a Recover's rebuilt
+    # activations too: the transient terms, as under 1F1B), and from its I to its W what
+    # that reads (ratc.step.rules.held_for_w, sc.wgrad). Counted over the order, not as
+    # chunk peaks.
     kept = np.where(recovers, b * sc.ckpt, b * sc.saved_full) + zero
-    rebuilt = b * sc.wgrad + np.where(recovers, b * (sc.saved_full - sc.ckpt + sc.n_rec * boundary_bytes), 0.0)
+    for_w = b * sc.wgrad + zero
     rank_held = ranked.activations - held[:, rank_columns(c.P, c.v, c.sched)].reshape(len(held), c.v, c.P).sum(axis=1)
-    return dataclasses.replace(ranked, activations=rank_held + _until_w(np.concatenate([kept, rebuilt], axis=1), c))
+    return dataclasses.replace(ranked, activations=rank_held + _until_w(np.concatenate([kept, for_w], axis=1), c))
 
 
 def _until_w(per_mb: np.ndarray, c: CandidateBatch) -> np.ndarray:
     """[C, P] the most bytes a rank holds for its Ws to come: over its zero-bubble order, the
     micro-batches in flight per chunk (pending_weight_grads) times that chunk's bytes per
-    micro-batch (`per_mb` [C, 2 P*v]: what a Forward keeps, then what an I rebuilds)."""
+    micro-batch (`per_mb` [C, 2 P*v]: what a Forward keeps, then what an I keeps for its W)."""
     P, v = c.P, c.v
     M = np.broadcast_to(np.asarray(c.M), (per_mb.shape[0], 1))[:, 0].astype(int)
     out = np.zeros((per_mb.shape[0], P))

@@ -53,9 +53,11 @@ class UnitCost:
     # Of bwd, the seconds of its weight gradients (a zero-bubble W task;
     # ratc.step.rules.weight_gradient_share): the dW GEMMs.
     bwd_weight: float = 0.0
-    # ... and what those W tasks read besides the saved activations: the output gradients of
-    # the GEMMs with weights, kept from the input-gradient task (I) until W runs
+    # ... and what those W tasks read (ratc.step.rules.held_for_w), kept from the
+    # input-gradient task (I) until W runs: the output gradients of the GEMMs with weights,
     wgrad_bytes: float = 0.0
+    # ... and those GEMMs' saved inputs X (dW = X^T dY reads nothing else of the Forward)
+    wx_bytes: float = 0.0
 
     @property
     def recovers(self) -> bool:
@@ -166,7 +168,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     align = attention_alignment(platform.vliw) if kernels else None
     ddr = platform.cluster.ddr_bandwidth
     runs_kernels = exec_profile.runs_kernels
-    f = fc = fd = b = bc = bd = bw = wg = 0.0
+    f = fc = fd = b = bc = bd = bw = wg = wx = 0.0
     saved = workspace = 0.0
     kf, kb, kw, other_f, other_b = [], [], [], 0.0, 0.0
     ph_f, ph_b = [], []     # per op: [(compute, DDR)] of its kernels and its stream / roofline
@@ -211,8 +213,8 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
             if ks is None:
                 other_f += max(c1, d1)
                 other_b += max(c2, d2)
-        w_s, w_b = _weight_part(op, ks, ph_b[-1], div, exec_profile, ddr, runs_kernels)
-        bw, wg = bw + w_s, wg + w_b
+        w_s, w_b, w_x = _weight_part(op, ks, ph_b[-1], div, exec_profile, ddr, runs_kernels)
+        bw, wg, wx = bw + w_s, wg + w_b, wx + w_x
         if op.grad and core_bytes(op, eb):
             core.add(core_bytes(op, eb) / div, (f, fc, fd, other_f), before, kf, ph_f[-1])
         saved += op.saved_bytes / div
@@ -230,7 +232,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     return UnitCost(name=layer.name, decoder=decoder, fwd=f, fwd_compute=fc, fwd_ddr=fd,
                     bwd=b, bwd_compute=bc, bwd_ddr=bd, params=layer.param_count / tp,
                     trainable=layer.trainable_count / tp, tied=layer.tied_count(trainable=True) / tp,
-                    bwd_weight=bw, wgrad_bytes=wg, saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
+                    bwd_weight=bw, wgrad_bytes=wg, wx_bytes=wx, saved_bytes=saved, ckpt_bytes=float(layer.input_bytes),
                     workspace=workspace, kernels=kernels, backward=any(op.grad for op in layer.ops),
                     fwd_phases=phases([x for op in ph_f for x in op] + tail_f),
                     bwd_phases=phases([x for op in reversed(ph_b) for x in op] + tail_b),
@@ -238,15 +240,19 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
 
 
 def _weight_part(op, ks, bwd_phases, div: int, exec_profile, ddr: float, runs_kernels: bool) -> tuple:
-    """(seconds, bytes) of one op's backward that a zero-bubble W runs and reads: its dW
-    GEMM kernels' own time when kernels price it, else the dW FLOPs' share of its roofline
-    backward (ratc.step.rules.weight_gradient_share); the output gradient of a GEMM with one."""
+    """(seconds, gradient bytes, input bytes) of one op's backward that a zero-bubble W runs
+    and reads: its dW GEMM kernels' own time when kernels price it, else the dW FLOPs' share
+    of its roofline backward (ratc.step.rules.weight_gradient_share); the output gradient and
+    the saved input of a GEMM with one (opcosts: a weighted matmul saves its activation
+    input; a tensor saved twice counts in the first op saving it, as in saved_bytes)."""
     share = weight_gradient_share(op.gemm is not None, op.bwd_input_flops, op.bwd_weight_flops)
     if ks is not None and runs_kernels:
         seconds = _kernel_time(exec_profile, ks.wgrad, ddr)[0]
     else:
         seconds = max(bwd_phases[0]) * share
-    return seconds, (op.bytes_written / div if share > 0 else 0.0)
+    if share <= 0:
+        return seconds, 0.0, 0.0
+    return seconds, op.bytes_written / div, op.saved_bytes / div
 
 
 class _Core:

@@ -7,8 +7,8 @@ max(end of the rank's previous action, end of its data dependency + send) + its 
 The actions are grouped into levels (all of a level's inputs end at earlier levels) once
 per order and cached, so the candidates' ends are computed a level at a time. Zero
 bubble (ZB1P), a backward is an I, which waits as a Backward does, and a W after its own I.
-FSR: an action right before a Backward on its rank hosts that Backward's first Recover
-(ratc.lifecycle.placement.fsr) and lasts what the co-run adds longer.
+FSR: an action right before a Backward (zero bubble: an I) on its rank hosts that
+Backward's first Recover (ratc.lifecycle.placement.fsr) and lasts what the co-run adds longer.
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from functools import lru_cache
 import numpy as np
 
 from ratc.errors import RatcError
-from ratc.step.schedules import interleaved_orders
+from ratc.step.schedules import interleaved_orders, recover_hosts
 
 
 @dataclass(frozen=True)
 class ActionGraph:
     """The actions of an order by level: per level (indices, rank predecessor, data
     dependency, whether that dependency crosses ranks, duration column, host column: the
-    co-run its action hosts, F of s hosting stage g's guest g, B of s S + g, none 2S)."""
+    co-run its action hosts, F of s hosting stage g's guest g, B (or I) of s S + g, W 2S + g,
+    none 3S)."""
 
     n: int                  # actions; index n is a sentinel that ends at 0
     stages: int             # virtual stages S (duration columns: F of s is s, B of s is S + s)
@@ -37,10 +38,11 @@ class ActionGraph:
 _BLOCK = {"F": 0, "B": 1, "I": 1, "W": 2}
 
 
-def action_graph(orders: tuple, stages: int) -> ActionGraph:
+def action_graph(orders: tuple, stages: int, host: str = "prev") -> ActionGraph:
     """The level structure of per-rank orders: `orders[r]` is rank r's (stage, kind, mb) tuples,
     kind "F" or "B" (zero bubble: "I" in B's place, and "W", which waits for its own I);
-    stage s runs on the rank whose order holds it."""
+    stage s runs on the rank whose order holds it; FSR's hosts by the plan's `host`
+    (ratc.step.schedules.recover_hosts)."""
     n = sum(map(len, orders))
     M = 1 + max(mb for order in orders for _, _, mb in order)
     code = lambda s, kind, mb: ((s + stages * _BLOCK[kind]) * M) + mb  # noqa: E731
@@ -48,13 +50,12 @@ def action_graph(orders: tuple, stages: int) -> ActionGraph:
     level = [0] * (n + 1)                     # by index; the sentinel n is level -1 (below)
     level[n] = -1
     rank_of = [0] * (3 * stages)
-    host = {}                                 # (rank, position) -> host column
+    hosts = {}                                # (rank, position) -> host column
     for r, order in enumerate(orders):
+        guest = {j: order[i][0] for i, j in recover_hosts(order, host).items()}
         for i, (s, kind, _) in enumerate(order):
             rank_of[s + stages * _BLOCK[kind]] = r
-            nxt = order[i + 1] if i + 1 < len(order) else None
-            # (a zero-bubble I or W hosts nothing: FSR runs with whole Backwards only)
-            host[r, i] = nxt[0] + stages * (kind != "F") if nxt and nxt[1] == "B" and kind in "FB" else 2 * stages
+            hosts[r, i] = guest[i] + stages * _BLOCK[kind] if i in guest else 3 * stages
     coded = [[code(*a) for a in order] for order in orders]
     rows = []
     pos = [0] * len(orders)
@@ -73,7 +74,7 @@ def action_graph(orders: tuple, stages: int) -> ActionGraph:
                 p = idx[order[i - 1]] if i else n
                 idx[a] = k
                 level[k] = 1 + max(level[p], level[d])
-                rows.append((level[k], k, p, d, dep is not None and rank_of[dep] != r, col, host[r, i]))
+                rows.append((level[k], k, p, d, dep is not None and rank_of[dep] != r, col, hosts[r, i]))
                 k += 1
                 i += 1
                 moved = True
@@ -101,17 +102,17 @@ def _dependency(col: int, stages: int):
 
 
 @lru_cache(maxsize=256)     # (interleaved 1F1B's and ZB1P's, per (P, v, M))
-def interleaved_graph(P: int, v: int, M: int, sched: str = "1f1b") -> ActionGraph:
+def interleaved_graph(P: int, v: int, M: int, sched: str = "1f1b", host: str = "prev") -> ActionGraph:
     """The action graph of interleaved 1F1B (ratc.step.schedules.interleaved_1f1b), or of
-    the plan's `sched` (ZB1P)."""
-    return action_graph(interleaved_orders(P, v, M, sched), P * v)
+    the plan's `sched` (ZB1P), with FSR's `host` placement."""
+    return action_graph(interleaved_orders(P, v, M, sched), P * v, host)
 
 
 def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=None, hosts=None) -> np.ndarray:
     """[C] end of the last action: fc, bc [C, S] each virtual stage's Forward and Backward
     compute-stream time (zero bubble: bc its I's and wc its W's), send [C, 1] one boundary
-    transfer (on the link, between ranks); FSR: hosts = (hf, hc) [C, S], what a Forward and
-    a Backward add hosting stage s's Backward's first Recover."""
+    transfer (on the link, between ranks); FSR: hosts = (hf, hc[, hw]) [C, S], what a Forward,
+    a Backward (an I) and a W add hosting stage s's Backward's (I's) first Recover."""
     C = fc.shape[0]
     dur = np.concatenate([fc, bc] + ([wc] if wc is not None else []), axis=1)
     send = np.broadcast_to(np.asarray(send, dtype=float), (C, 1))
@@ -120,23 +121,24 @@ def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=
         for idx, prev, dep, cross, col, _ in graph.levels:
             end[:, idx] = np.maximum(end[:, prev], end[:, dep] + send * cross) + dur[:, col]
     else:
-        extra = np.concatenate([*hosts, np.zeros((C, 1))], axis=1)
+        none = [np.zeros_like(fc)] * (3 - len(hosts)) + [np.zeros((C, 1))]
+        extra = np.concatenate([*hosts, *none], axis=1)
         for idx, prev, dep, cross, col, host in graph.levels:
             end[:, idx] = np.maximum(end[:, prev], end[:, dep] + send * cross) + dur[:, col] + extra[:, host]
     return end[:, :graph.n].max(axis=1)
 
 
 def interleaved_makespan(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, M, wc=None,
-                         sched: str = "1f1b", hosts=None) -> np.ndarray:
+                         sched: str = "1f1b", hosts=None, host: str = "prev") -> np.ndarray:
     """[C] makespan of interleaved 1F1B with v chunks on P ranks (fc, bc [C, P*v]; M [C, 1]);
     of a zero-bubble `sched` (ZB1P, ZBV) given wc [C, P*v], the W tasks' times (bc then its I's);
-    FSR's co-runs given hosts = (hf, hc) [C, P*v] (graph_makespan)."""
+    FSR's co-runs given hosts = (hf, hc[, hw]) [C, P*v] (graph_makespan), placed by `host`."""
     M = np.broadcast_to(np.asarray(M), (fc.shape[0], 1))[:, 0].astype(int)
     send = np.broadcast_to(np.asarray(send, dtype=float), (fc.shape[0], 1))
     out = np.empty(fc.shape[0])
     for m in np.unique(M):
         rows = M == m
-        out[rows] = graph_makespan(interleaved_graph(P, v, int(m), sched), fc[rows], bc[rows], send[rows],
+        out[rows] = graph_makespan(interleaved_graph(P, v, int(m), sched, host), fc[rows], bc[rows], send[rows],
                                    None if wc is None else wc[rows],
                                    None if hosts is None else tuple(h[rows] for h in hosts))
     return out

@@ -13,7 +13,7 @@ from ratc.errors import RatcError
 from ratc.io import progress_shown
 from ratc.planner.collectives import check_algorithm
 from ratc.planner.config import CandidateBatch
-from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep, refuse_zero_bubble, schedule_shape_error
+from ratc.step.config import PREF_POLICIES, RECIPE, Candidate, parse_keep, schedule_shape_error
 from ratc.step.schedules import check_interleaved, whole_rounds
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.memory import stage_memory
@@ -169,12 +169,13 @@ class Planner:
                 for balance in strategy.balance:
                     if balance != strategy.balance[0] and self._same_partition(P, T, strategy.balance[0], balance):
                         continue
-                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance, v=v, sched=s)
+                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance, v=v, sched=s, host=h)
                              for b in micro if b <= per_replica and per_replica % b == 0
                              for Z in zeros for act in strategy.act for pref in strategy.pref
                              for v in strategy.v if v == 1 or self._interleaves(P, v, per_replica // b)
                              for s in (strategy.sched if v > 1 else ("1f1b",))
-                             if not schedule_shape_error(s, v) and (s == "1f1b" or act != "fsr")]
+                             if not schedule_shape_error(s, v)
+                             for h in (strategy.hosts if s != "1f1b" and act == "fsr" else ("prev",))]
                     if cands:
                         groups.setdefault(P, []).extend(cands)
         return groups
@@ -322,11 +323,11 @@ class Planner:
         return evs
 
     def _by_v(self, cands: list) -> tuple:
-        """_costed over candidates of several v (or schedules), a batch per (v, schedule), in
-        the candidates' order."""
+        """_costed over candidates of several v (or schedules, FSR hosts), a batch per (v,
+        schedule, host), in the candidates' order."""
         evs, total = [None] * len(cands), np.zeros((len(cands), cands[0].P))
-        for v in sorted({(c.v, c.sched) for c in cands}):
-            ks = [k for k, c in enumerate(cands) if (c.v, c.sched) == v]
+        for v in sorted({(c.v, c.sched, c.host) for c in cands}):
+            ks = [k for k, c in enumerate(cands) if (c.v, c.sched, c.host) == v]
             part, part_total = self._costed([cands[k] for k in ks])
             for k, e in zip(ks, part):
                 evs[k] = e
@@ -341,7 +342,7 @@ class Planner:
         """
         from ratc.planner.timing import step_time
         _check_interleaved(cands, self.layers)
-        if len({(c.v, c.sched) for c in cands}) > 1:      # (a batch shares v: its stage tables are P*v stages)
+        if len({(c.v, c.sched, c.host) for c in cands}) > 1:    # (a batch shares v: its stage tables are P*v stages)
             return self._by_v(cands)
         reps, inv = {}, []
         for c in cands:
@@ -535,13 +536,12 @@ def _check_pipeline(pipeline) -> int:
 
 
 def _check_interleaved(cands, layers: int) -> None:
-    """Refuse v > 1 where interleaved 1F1B cannot run, and the schedules FSR or a keep cannot run with."""
+    """Refuse v > 1 where interleaved 1F1B cannot run, and a schedule its v cannot run."""
     for c in cands:
         if c.v > 1:
             if c.P * c.v > layers:
                 raise RatcError(f"{c.label()}: P x v = {c.P * c.v} virtual stages exceed the model's "
                                 f"{layers} decoder layers (at most one virtual stage per layer)")
             check_interleaved(c.P, c.v, c.A, c.sched)
-        refuse_zero_bubble(c.sched, c.act, c.keep, c.label())
         if schedule_shape_error(c.sched, c.v):
             raise RatcError(f"{c.label()}: {schedule_shape_error(c.sched, c.v)}")

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ratc.planner.corun import extra
+from ratc.planner.corun import extra, scaled, solo
 from ratc.planner.partition import partition
 from ratc.step.config import RECIPE, SAVE_CHOICES
-from ratc.step.rules import kept_bytes, recompute, tp_allreduces
+from ratc.step.rules import held_for_w, kept_bytes, recompute, tp_allreduces
 
 _SUM_FIELDS = ("fwd", "fwd_compute", "fwd_ddr", "bwd", "bwd_compute", "bwd_ddr", "params", "trainable", "saved_bytes",
-               "backward", "bwd_weight", "wgrad_bytes")
+               "backward", "bwd_weight", "wgrad_bytes", "wx_bytes")
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class StageCosts:
     bwd_c: np.ndarray
     bwd_d: np.ndarray
     bwd_w: np.ndarray              # ... of which its weight gradients (a zero-bubble W: the dW GEMMs)
-    wgrad: np.ndarray              # bytes a W reads besides the saved activations (its GEMMs' output gradients)
+    wgrad: np.ndarray              # bytes an I keeps for its W (its GEMMs' output gradients and inputs)
     rec: np.ndarray                # recomputation (forward of the stage's recovered layers)
     rec_c: np.ndarray
     rec_d: np.ndarray
@@ -82,6 +82,9 @@ class StageCosts:
     co_f: np.ndarray               # a Forward's last unit hosting the next Backward's first Recover
     co_b: np.ndarray               # a Backward's units hosting its own Recovers (unit j hosts j - 1)
     co_c: np.ndarray               # a Backward's first unit hosting the next one's first Recover (cool-down)
+    co_bi: np.ndarray              # co_b, zero bubble: each I (its share of the Backward's phases) hosting
+    co_i: np.ndarray               # ... zero bubble: its I hosting it (the I's share of its phases)
+    co_w: np.ndarray               # ... and its W (the W's share)
     params: np.ndarray             # parameters on the stage (per TP rank)
     trainable: np.ndarray          # ... of which get gradients and optimizer state (not frozen)
     n_dec: np.ndarray              # decoder layers on the stage
@@ -131,7 +134,7 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
     ssum = lambda a: np.add.reduceat(a, starts)  # noqa: E731
     rec_pad, whole_pad = pad(rec) > 0, pad(whole) > 0
     u_fwd = pad(c["fwd"])
-    co_f, u_co, co_c = _corun_extras(table, ranges, P, U)
+    co_f, u_co, co_c, co_i, co_w, co_bi = _corun_extras(table, ranges, P, U)
     u_params = pad(c["params"])
     # The lowering gathers a unit's view one task ahead, within a Forward or Backward: the
     # current and the next unit of the stage (a lone unit has no neighbour: the zero padding).
@@ -157,9 +160,9 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
         names=tuple(tuple(u.name for u in table.units[s:e]) for s, e in ranges),
         fwd=ssum(c["fwd"]), fwd_c=ssum(c["fwd_compute"]), fwd_d=ssum(c["fwd_ddr"]),
         bwd=ssum(c["bwd"]), bwd_c=ssum(c["bwd_compute"]), bwd_d=ssum(c["bwd_ddr"]),
-        bwd_w=ssum(c["bwd_weight"]), wgrad=ssum(c["wgrad_bytes"]),
+        bwd_w=ssum(c["bwd_weight"]), wgrad=ssum(held_for_w(c["wgrad_bytes"], c["wx_bytes"])),
         rec=ssum(c["rec_fwd"]), rec_c=ssum(c["rec_c"]), rec_d=ssum(c["rec_d"]),
-        co_f=co_f, co_b=u_co.sum(axis=1), co_c=co_c,
+        co_f=co_f, co_b=u_co.sum(axis=1), co_c=co_c, co_i=co_i, co_w=co_w, co_bi=co_bi,
         params=ssum(c["params"]), trainable=ssum(c["trainable"]), n_dec=ssum(table.decoder.astype(float)),
         n_dec_bwd=ssum(table.decoder * c["backward"]),
         n_rec=ssum(rec), n_rec_tp=ssum(whole), last_rec=table.recovers[[e - 1 for _, e in ranges]],
@@ -176,7 +179,7 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
         u_whole=whole_pad.astype(float), u_rec=pad(c["rec_fwd"]), u_co=u_co, u_tied=pad(c["tied"]))
 
 
-_ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "bwd_w", "wgrad", "rec", "rec_c", "rec_d", "co_f", "co_b", "co_c", "params", "trainable",
+_ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "bwd_w", "wgrad", "rec", "rec_c", "rec_d", "co_f", "co_b", "co_c", "co_i", "co_w", "co_bi", "params", "trainable",
            "n_dec", "n_dec_bwd", "n_rec", "n_rec_tp", "last_rec", "last_rec_tp", "view_pair", "max_rec_params", "saved_full", "ckpt", "rec_buf", "stream_buf",
            "workspace",
            "rec_workspace", "guest_workspace", "edge_workspace", "bucket_pair", "bucket_pair1", "head_saved", "head_tp_bwd")
@@ -184,13 +187,15 @@ _UNIT_ARRAYS = ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_recovered", "u_w
 
 
 def _corun_extras(table: UnitTable, ranges, P: int, U: int):
-    """co_f [P], u_co [P, U] (co_b per unit), co_c [P] (see StageCosts): the fsr pass's hosts.
+    """co_f [P], u_co [P, U] (co_b per unit), co_c, co_i, co_w, co_bi [P] (see StageCosts): the
+    fsr pass's hosts.
 
     A Backward visits its units last to first, and unit j's Backward hosts the Recover of
     unit j - 1 (the head's, on the last stage, the last decoder layer's). The stage's last
     unit has no Backward after it on the stage: when it is recovered, its Recover is issued
     after the stage's previous compute task -- a Forward's last unit in the 1F1B steady
-    state, the previous Backward's first unit in the cool-down.
+    state, the previous Backward's first unit in the cool-down (zero bubble: its I or W,
+    each its share of the Backward's phases, as ratc.lifecycle.placement prices them).
     """
     units, rec, guests = table.units, table.recovers, table.guests
     pairs = table.corun_cache
@@ -201,16 +206,26 @@ def _corun_extras(table: UnitTable, ranges, P: int, U: int):
             pairs[key] = extra(host, guest)
         return pairs[key]
 
-    co_f, u_co, co_c = np.zeros(P), np.zeros((P, U)), np.zeros(P)
+    co_f, u_co, co_c, co_i, co_w, co_bi = (np.zeros(P), np.zeros((P, U)), *np.zeros((4, P)))
     for p, (s, e) in enumerate(ranges):
         for i in range(s + 1, e):
             if rec[i - 1]:
                 u_co[p, i - s] = pair(units[i].bwd_phases, guests[i - 1])
+                co_bi[p] += pair(_parts(units[i])[0], guests[i - 1])
         if rec[e - 1]:
             guest = guests[e - 1]
             co_f[p] = pair(units[e - 1].fwd_phases, guest)
             co_c[p] = pair(units[s].bwd_phases, guest)
-    return co_f, u_co, co_c
+            co_i[p], co_w[p] = (pair(ph, guest) for ph in _parts(units[s]))
+    return co_f, u_co, co_c, co_i, co_w, co_bi
+
+
+def _parts(unit) -> tuple:
+    """(I, W) phases of a unit's zero-bubble Backward: its phases scaled to each part's share
+    (the W its dW GEMMs' seconds), as ratc.lifecycle.placement prices an I or W host."""
+    ph = unit.bwd_phases
+    w = unit.bwd_weight / solo(ph) if solo(ph) > 0 else 0.0
+    return scaled(ph, 1 - w), scaled(ph, w)
 
 
 def stack(tables: list, which) -> StageCosts:

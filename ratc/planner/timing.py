@@ -313,7 +313,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     tp_one = per_layer * tp_ar
     rec = b * sc.rec + tp_one * n_rec
 
-    host_f, host_b, host_c = _fsr_hosts(sc, b, tp_one, fsr)
+    host_f, host_b, host_c = _fsr_hosts(sc, b, tp_one, fsr, c.sched)
     path = fwd + bwd
     busy_c = b * (sc.fwd_c + sc.bwd_c)
     busy_d = b * (sc.fwd_d + sc.bwd_d) + comm_ddr
@@ -351,9 +351,10 @@ def _zero3_exposed(sc: StageCosts, b, u_ag) -> tuple:
 
 
 
-def _fsr_hosts(sc: StageCosts, b, tp_one, fsr) -> tuple:
+def _fsr_hosts(sc: StageCosts, b, tp_one, fsr, sched: str = "1f1b") -> tuple:
     """(host_f, host_b, host_c) [C, P]: what FSR's co-runs add to the Forward, the Backwards and
-    the cool-down's first Backward unit hosting them.
+    the cool-down's first Backward unit hosting them; under a zero-bubble `sched` host_b is
+    the Is' and host_c the pair (an I's, a W's), each its share of the Backward's phases.
 
     Checkpointing runs every Recover in the stage's compute stream right before its Backward.
     FSR co-runs each with the compute task issued before it, sharing the cluster's compute
@@ -363,10 +364,12 @@ def _fsr_hosts(sc: StageCosts, b, tp_one, fsr) -> tuple:
     (on the last stage the head is last, and its Backward hosts the last decoder layer's).
     A guest's TP all-reduces still run on the link, after its host's."""
     has = sc.last_rec_tp
+    zb = sched != "1f1b"
     host_f = np.where(fsr & sc.last_rec, b * sc.co_f + tp_one * has, 0.0)
-    host_b = np.where(fsr, b * sc.co_b + tp_one * (sc.n_rec_tp - has), 0.0)
-    host_c = np.where(fsr & sc.last_rec, b * sc.co_c + tp_one * has, 0.0)
-    return host_f, host_b, host_c
+    host_b = np.where(fsr, b * (sc.co_bi if zb else sc.co_b) + tp_one * (sc.n_rec_tp - has), 0.0)
+    host_c = tuple(np.where(fsr & sc.last_rec, b * co + tp_one * has, 0.0)
+                   for co in ((sc.co_i, sc.co_w) if zb else (sc.co_c,)))
+    return host_f, host_b, host_c if zb else host_c[0]
 
 
 def _unit_recovery(sc: StageCosts, c: CandidateBatch, b, tp_one, fsr):
@@ -414,23 +417,24 @@ def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, host
     FSR (host_f, host_c [C, P*v], _fsr_hosts): the co-run of a Backward's first Recover is
     on the task its rank runs before it, a Forward or a Backward of any chunk, not on the
     Backward (an approximation: priced with the guest stage's own Forward or Backward unit
-    as the host, the ones v = 1 pairs)."""
+    as the host, the ones v = 1 pairs); zero bubble, host_c is (host_i, host_w), an I's or
+    a W's (_zero_bubble_hosts)."""
     S = path.shape[1]
     fc = fwd - p2p * _boundaries(S, c.sched)[0]
     zero = np.zeros_like(fc)
-    hf, hc = host_f + zero, host_c + zero
+    hf, *hc = (h + zero for h in (host_f, *(host_c if isinstance(host_c, tuple) else (host_c,))))
     works = [path - sends, slots(-sends, 0.0, 0.0, 0.0), slot_rec - hf]
     C = len(fc)
     w = [] if wc is None else [np.concatenate([wc + zero] * 3)]
     rows = np.concatenate([np.concatenate([c.M + np.zeros((C, 1)), p2p + np.zeros((C, 1))], axis=1)] * 3)
     back = np.concatenate([x - fc for x in works]) - (w[0] if w else 0.0)
-    fsr = [np.concatenate([zero, zero, h]) for h in (hf, hc)] if hf.any() or hc.any() else []
+    fsr = [np.concatenate([zero, zero, h]) for h in (hf, *hc)] if hf.any() or any(h.any() for h in hc) else []
     rows = np.concatenate([rows, np.concatenate([fc] * 3), back] + w + fsr, axis=1)
     # rows that differ only where the main path does not look (state policy, ZeRO, ...) are one
     key, inverse = _distinct_rows(rows)
     cols = [key[:, 2 + k * S:2 + (k + 1) * S] for k in range(2 + len(w) + len(fsr))]
     three = interleaved_makespan(cols[0], cols[1], key[:, 1:2], c.P, c.v, key[:, :1],
-                                 cols[2] if w else None, c.sched, tuple(cols[-2:]) if fsr else None)
+                                 cols[2] if w else None, c.sched, tuple(cols[2 + len(w):]) if fsr else None, c.host)
     return _three(three[inverse])
 
 

@@ -29,6 +29,10 @@ KEEP_LETTERS = {"f": "full", "s": "selective", "l": "layer"}
 # schedule, which splits each backward into its input-gradient (I) and weight-gradient (W)
 # tasks: ZB1P (interleaved layout) or ZBV (v = 2 chunks laid out in a V) (ratc.step.schedules).
 SCHEDULES = ("1f1b", "zb1p", "zbv")
+# Under FSR with a zero-bubble schedule, which task hosts each I's first Recover
+# (ratc.step.schedules.recover_hosts): the one its rank runs right before the I (the deadline
+# placement), or the latest W before it (the W and the Recover share the idle slot).
+HOSTS = ("prev", "w")
 
 
 @dataclass(frozen=True, order=True)
@@ -53,6 +57,8 @@ class Candidate:
     v: int = 1
     # the pipeline schedule (SCHEDULES); zb1p needs v >= 2, zbv v = 2
     sched: str = "1f1b"
+    # FSR under a zero-bubble schedule: the task hosting each I's first Recover (HOSTS)
+    host: str = "prev"
 
     @property
     def clusters(self) -> int:
@@ -76,6 +82,8 @@ class Candidate:
             parts.append(f"v={self.v}")
         if self.sched != "1f1b":
             parts.append(f"sched={self.sched}")
+        if self.host != "prev":
+            parts.append(f"host={self.host}")
         return ",".join(parts)
 
     def as_dict(self) -> dict:
@@ -87,6 +95,8 @@ class Candidate:
             d["v"] = self.v
         if self.sched != "1f1b":
             d["sched"] = self.sched
+        if self.host != "prev":
+            d["host"] = self.host
         return d
 
 
@@ -148,7 +158,7 @@ def parse_config(text: str) -> Candidate:
     T, Z, b default to 1, 2, 1; the activation policy to FSR and the state policy to deadline.
     """
     values = {"T": 1, "Z": 2, "b": 1, "v": 1, "act": "fsr", "pref": "deadline", "balance": "time", "keep": "",
-              "sched": "1f1b"}
+              "sched": "1f1b", "host": "prev"}
     if not text.strip():
         raise RatcError("--plan is empty (expected e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline')")
     given: set = set()
@@ -164,7 +174,7 @@ def parse_config(text: str) -> Candidate:
             if not re.fullmatch(r"\d+", val):
                 raise RatcError(f"--plan: {key} must be a positive integer, got {val!r}")
             values[key] = int(val)
-        elif eq and key in ("act", "pref", "balance", "keep", "sched"):
+        elif eq and key in ("act", "pref", "balance", "keep", "sched", "host"):
             values[key] = val.lower()
         elif not eq and part.lower() in _ACT_NAMES:
             values["act"] = _ACT_NAMES[part.lower()]
@@ -196,18 +206,23 @@ def parse_config(text: str) -> Candidate:
         if set(parse_keep(values["keep"])) == {"layer"}:
             values["keep"] = ""     # every layer whole-layer recomputed: the default
     _check_schedule(text, values)
-    return Candidate(**{k: values[k] for k in (*_INT_KEYS, "act", "pref", "balance", "keep", "sched")})
+    return Candidate(**{k: values[k] for k in (*_INT_KEYS, "act", "pref", "balance", "keep", "sched", "host")})
 
 
 def _check_schedule(text: str, values: dict) -> None:
-    """Refuse a `sched=` the plan cannot run (zb1p: v >= 2, zbv: v = 2; act full or ckpt)."""
+    """Refuse a `sched=` the plan cannot run (zb1p: v >= 2, zbv: v = 2), and a `host=` but
+    FSR's under a zero-bubble schedule."""
     sched = values["sched"]
     if sched not in SCHEDULES:
         raise RatcError(f"--plan {text!r}: sched must be one of {', '.join(SCHEDULES)}, got {sched!r}")
     why = schedule_shape_error(sched, values["v"])
     if why:
         raise RatcError(f"--plan {text!r}: {why}")
-    refuse_zero_bubble(sched, values["act"], values["keep"], f"--plan {text!r}")
+    if values["host"] not in HOSTS:
+        raise RatcError(f"--plan {text!r}: host must be one of {', '.join(HOSTS)}, got {values['host']!r}")
+    if values["host"] != "prev" and (sched == "1f1b" or values["act"] != "fsr"):
+        raise RatcError(f"--plan {text!r}: host={values['host']} places FSR's Recovers under a zero-bubble "
+                        "schedule (needs FSR and sched=zb1p or zbv)")
 
 
 def schedule_shape_error(sched: str, v: int) -> str:
@@ -217,16 +232,3 @@ def schedule_shape_error(sched: str, v: int) -> str:
     if sched == "zbv" and v != 2:
         return f"sched=zbv lays v = 2 chunks per rank out in a V (rank r holds stages r and 2P-1-r), got v = {v}"
     return ""
-
-
-def refuse_zero_bubble(sched: str, act: str, keep: str, where: str) -> None:
-    """Zero-bubble schedules run Full and whole-layer Ckpt only: FSR's co-run placement and
-    selective recomputation assume one Backward task per layer."""
-    if sched == "1f1b":
-        return
-    if act == "fsr":
-        raise RatcError(f"{where}: sched={sched} splits each Backward into I and W tasks; FSR's co-run "
-                        "placement assumes whole Backwards (use ckpt or full)")
-    if keep and set(parse_keep(keep)) != {"layer"}:
-        raise RatcError(f"{where}: sched={sched} runs whole-layer recomputation only (keep={keep} recomputes "
-                        "selectively or saves layers whole; drop keep=)")

@@ -181,6 +181,13 @@ def weight_gradient_share(gemm: bool, input_flops: float, weight_flops: float) -
     return weight_flops / total if gemm and total > 0 else 0.0
 
 
+def held_for_w(w_grads, w_inputs):
+    """Bytes a zero-bubble I keeps for its W (the layer's other saved activations and its
+    output gradient die with the I): each weighted GEMM's output gradient dY and saved input
+    X, as dW = X^T dY reads nothing else."""
+    return w_grads + w_inputs
+
+
 def backward_parts(u: dict) -> dict:
     """A unit's Backward split into its zero-bubble tasks: {"I": (dur, compute, ddr), "W":
     (...)}. W is the unit's `bwd_w` seconds (its dW GEMMs, weight_gradient_share), its

@@ -157,35 +157,59 @@ def interleaved_orders(P: int, v: int, M: int, sched: str = "1f1b") -> tuple:
 @lru_cache(maxsize=256)
 def chunk_in_flight(P: int, v: int, M: int, sched: str = "1f1b") -> tuple[int, ...]:
     """Per virtual stage s (chunk s // P of rank s % P): the most micro-batches whose Forward
-    has run and Backward not yet, over its rank's order (zero bubble: whose W has not, as
-    W reads what the Forward saved)."""
+    has run and Backward not yet, over its rank's order (zero bubble: whose I has not; what
+    its W reads lives on, pending_weight_grads)."""
     peak = [0] * (P * v)
     live = [0] * (P * v)
     for order in interleaved_orders(P, v, M, sched):
         for s, kind, _ in order:
-            live[s] += 1 if kind == "F" else -1 if kind in ("B", "W") else 0
+            live[s] += 1 if kind == "F" else -1 if kind in ("B", "I") else 0
             peak[s] = max(peak[s], live[s])
     return tuple(peak)
 
 
 @lru_cache(maxsize=256)
 def pending_weight_grads(P: int, v: int, M: int, sched: str = "zb1p") -> tuple:
-    """Per rank, after each of its zero-bubble actions: per chunk the micro-batches whose Forward
-    has run and W not yet, then per chunk those whose I has run and W not yet (2v counts:
-    what a W reads is held until it runs)."""
+    """Per rank, while each of its zero-bubble actions runs: per chunk the micro-batches whose
+    Forward has run and I not ended, then per chunk those whose I has begun and W not ended
+    (2v counts: what a Forward saved lives until its I ends, what the I keeps for its W
+    from the I's start until the W ends, ratc.step.rules.held_for_w)."""
     out = []
     for order in interleaved_orders(P, v, M, sched):
         live, rows = [0] * (2 * v), []
         for s, kind, _ in order:
             c = s // P
-            if kind == "W":
-                live[c] -= 1
-                live[v + c] -= 1
-            else:
+            if kind != "W":     # (a Forward's saved values, an I's kept ones, are born as it starts)
                 live[c if kind == "F" else v + c] += 1
             rows.append(tuple(live))
+            if kind == "I":
+                live[c] -= 1
+            elif kind == "W":
+                live[v + c] -= 1
         out.append(tuple(rows))
     return tuple(out)
+
+
+def recover_hosts(order, host: str = "prev") -> dict:
+    """FSR under a schedule's rank `order` ((stage, kind, mb) actions): {index of a Backward
+    (zero bubble: an I): index of the action hosting its first Recover}. 'prev' (the deadline
+    placement) is the action right before it; 'w' the latest W before it that follows the
+    Forward the Recover rebuilds and hosts no other (zero bubble: the Ws and Recovers compete
+    for the same idle slots), else the action right before it."""
+    out: dict = {}
+    taken, forward = set(), {}
+    for i, (stage, kind, mb) in enumerate(order):
+        if kind == "F":
+            forward[stage, mb] = i
+        if kind not in ("B", "I") or i == 0:
+            continue
+        j = i - 1
+        if host == "w":
+            j = next((k for k in range(i - 1, forward.get((stage, mb), i), -1)
+                      if order[k][1] == "W" and k not in taken), j)
+        taken.add(j)
+        out[i] = j
+    return out
 
 
 def check_interleaved(P: int, v: int, M: int, sched: str = "1f1b") -> None:

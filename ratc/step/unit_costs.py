@@ -55,6 +55,8 @@ class UnitCosts:
     bwd_w_kernels: list = _attr("list", "... and its W's (the weight-gradient GEMMs)", optional=True)
     w_grads: object = _attr("bytes", "zero-bubble schedules: the output gradients of its weighted GEMMs, which its "
                             "I keeps for its W", optional=True)
+    w_inputs: object = _attr("bytes", "zero-bubble schedules: its weighted GEMMs' saved inputs, which its I keeps "
+                             "for its W (ratc.step.rules.held_for_w)", optional=True)
     stream: object = _attr("bytes", "headroom a Recover streaming into its Backward needs", optional=True)
     chunk: int = _attr("int", "interleaved (v > 1): the rank's model chunk holding it, virtual stage "
                        "chunk * P + stage", optional=True)

@@ -48,7 +48,10 @@ class _Saved:
 
 class _Held:
     """What a zero-bubble I keeps for its W: the unit's forward (its graph retained), and the
-    outputs and gradients the Backward starts from."""
+    outputs and gradients the Backward starts from. That is the whole autograd graph, more
+    than the program's I keeps for its W (ratc.step.rules.held_for_w: the weighted GEMMs'
+    inputs and output gradients): the executor's and the runtime's memory is the host's, not
+    the modelled accelerator's, whose the planner, the verifier and the system VM count."""
 
     __slots__ = ("saved", "outs", "seeds")
 
