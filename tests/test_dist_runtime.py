@@ -68,8 +68,8 @@ def test_launch_equals_the_one_process_executor_bit_for_bit(P, D, Z, act, state_
     dict(act="fsr", Z=2, M=2, keep="2s1l1f"),        # selective, whole-layer and full-save layers (issue 31)
     dict(act="ckpt", Z=2, M=3, v=2, sched="zbv"),    # ZB-V: I and W; rank 1 hands over to itself (issue 31)
     dict(act="fsr", Z=1, M=4, v=2),                  # interleaved FSR: each chunk's Recovers co-run
-    dict(act="fsr", Z=2, M=4, v=2, sched="zb1p", host="w"),   # ZB1P + FSR: Recovers in W slots too
-], ids=["selective", "zbv", "interleaved-fsr-v2", "zb1p-fsr-host-w"])
+    dict(act="fsr", Z=2, M=4, v=2, sched="zb1p", corun="w"),   # ZB1P + FSR: Recovers in W slots too
+], ids=["selective", "zbv", "interleaved-fsr-v2", "zb1p-fsr-corun-w"])
 def test_two_ranks_train_as_pytorch_over_20_steps(kw):
     """Oracle: plain PyTorch on the same batches; every step's loss and the final weights within
     1e-5, and equal bit for bit to the one-process executor's."""

@@ -203,9 +203,9 @@ def test_the_plan_text_and_ir_carry_the_schedule_only_when_not_1f1b():
     ("P=2,D=1,A=4,Full,sched=zb1p", "v >= 2"),
     ("P=2,D=1,A=4,Full,v=2,sched=zbx", "sched must be one of 1f1b, zb1p, zbv"),
     ("P=2,D=1,A=8,Full,v=4,sched=zbv", "sched=zbv lays v = 2 chunks per rank out in a V"),
-    ("P=2,D=1,A=4,Ckpt,v=2,sched=zb1p,host=w", "host=w places FSR's Recovers under a zero-bubble schedule"),
-    ("P=2,D=1,A=4,FSR,v=2,host=w", "needs FSR and sched=zb1p or zbv"),
-    ("P=2,D=1,A=4,FSR,v=2,sched=zb1p,host=f", "host must be one of prev, w"),
+    ("P=2,D=1,A=4,Ckpt,v=2,sched=zb1p,corun=w", "corun=w places FSR's Recovers under a zero-bubble schedule"),
+    ("P=2,D=1,A=4,FSR,v=2,corun=w", "needs FSR and sched=zb1p or zbv"),
+    ("P=2,D=1,A=4,FSR,v=2,sched=zb1p,corun=f", "corun must be one of prev, w"),
 ])
 def test_plans_zero_bubble_cannot_run_are_refused_saying_why(text, why):
     with pytest.raises(RatcError, match=why):
@@ -216,7 +216,7 @@ def test_zero_bubble_plans_run_fsr_and_selective_layers():
     for text in ("P=2,D=1,Z=2,b=1,A=4,FSR,deadline,v=2,sched=zb1p",
                  "P=2,D=1,Z=2,b=1,A=4,Ckpt,deadline,keep=2s2l,v=2,sched=zbv",
                  "P=2,D=1,Z=2,b=1,A=4,FSR,deadline,keep=1s1l1f1s,v=2,sched=zb1p",
-                 "P=2,D=1,Z=2,b=1,A=4,FSR,deadline,v=2,sched=zbv,host=w"):
+                 "P=2,D=1,Z=2,b=1,A=4,FSR,deadline,v=2,sched=zbv,corun=w"):
         cand = parse_config(text)
         assert cand.label() == text
         module = compile_program(tiny(), cand, mt3000(), CompileOptions(verify="each"))

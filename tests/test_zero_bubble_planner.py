@@ -73,7 +73,7 @@ def test_zero_bubble_with_fsr_is_priced_within_1_percent_of_the_system_vm(sched,
     """FSR: each I's first Recover co-runs with the F, I or W its rank runs before it (host
     'prev'), or in the latest W's slot before it ('w'): the order makespan's host columns; the
     others with the I before them (each I its share of the Backward's phases)."""
-    cand = Candidate(P=P, D=2, T=1, Z=Z, b=1, A=A, act="fsr", pref="deadline", v=v, sched=sched, keep=keep, host=host)
+    cand = Candidate(P=P, D=2, T=1, Z=Z, b=1, A=A, act="fsr", pref="deadline", v=v, sched=sched, keep=keep, corun=host)
     ev, sim = _both(cand)
     assert abs(ev.t_step - sim.step_seconds) <= 0.01 * sim.step_seconds
     peak = max(sim.stage_peak_bytes)
@@ -87,12 +87,12 @@ def test_the_planner_decides_where_zero_bubble_fsr_recovers_co_run():
 
     planner = Planner(trace_preset("llama2-7b", 64), mt3000())
     cands = [c for cs in planner.space(8, 64, get_strategy("zerobubble")).values() for c in cs]
-    w = {c for c in cands if c.host == "w"}
+    w = {c for c in cands if c.corun == "w"}
     assert w and all(c.act == "fsr" and c.sched != "1f1b" for c in w)
-    assert {dataclasses.replace(c, host="prev") for c in w} == {c for c in cands if c.act == "fsr" and c.sched != "1f1b"
-                                                                and c.host == "prev"}
+    assert {dataclasses.replace(c, corun="prev") for c in w} == {c for c in cands if c.act == "fsr" and c.sched != "1f1b"
+                                                                and c.corun == "prev"}
     base = Candidate(P=4, D=2, T=1, Z=2, b=1, A=8, act="fsr", pref="deadline", v=2, sched="zb1p")
-    (ev_p, sim_p), (ev_w, sim_w) = (_both(dataclasses.replace(base, host=h)) for h in ("prev", "w"))
+    (ev_p, sim_p), (ev_w, sim_w) = (_both(dataclasses.replace(base, corun=h)) for h in ("prev", "w"))
     # they rank the two alike: here the slot before the I wins (mostly a Forward's; a W is
     # all dW GEMMs, compute-bound, and hides less of a Recover)
     assert ev_p.t_step < ev_w.t_step and sim_p.step_seconds < sim_w.step_seconds
@@ -152,7 +152,7 @@ def test_the_zerobubble_search_adds_zero_bubble_twins_to_the_interleaved_candida
 
     planner = Planner(trace_preset("llama2-7b", 64), mt3000())
     cands = [c for cs in planner.space(8, 64, get_strategy("zerobubble")).values() for c in cs]
-    zb1p, zbv = ({c for c in cands if c.sched == s and c.host == "prev"} for s in ("zb1p", "zbv"))
+    zb1p, zbv = ({c for c in cands if c.sched == s and c.corun == "prev"} for s in ("zb1p", "zbv"))
     # (FSR too: its Recovers co-run with the F, I or W before each I)
     interleaved = {c for c in cands if c.v > 1 and c.sched == "1f1b"}
     assert zb1p and {dataclasses.replace(c, sched="1f1b") for c in zb1p} == interleaved

@@ -38,7 +38,7 @@ CASES = [
     dict(sched="zb1p", act="fsr", Z=0, D=1, M=4),
     dict(sched="zbv", act="fsr", Z=2, D=2, M=4),
     dict(sched="zb1p", act="fsr", Z=3, D=2, M=4, keep="1s3l"),
-    dict(sched="zbv", act="fsr", Z=1, D=2, M=4, host="w"),      # ... or in the latest W's slot before it
+    dict(sched="zbv", act="fsr", Z=1, D=2, M=4, corun="w"),      # ... or in the latest W's slot before it
 ]
 
 
@@ -53,7 +53,7 @@ def _ops(module, name: str) -> list:
 
 
 @pytest.mark.parametrize("kw", CASES, ids=lambda kw: "{sched}-{act}-Z{Z}-D{D}-M{M}{k}{h}".format(
-    k=f"-keep{kw['keep']}" if "keep" in kw else "", h=f"-host{kw['host']}" if "host" in kw else "", **kw))
+    k=f"-keep{kw['keep']}" if "keep" in kw else "", h=f"-corun{kw['corun']}" if "corun" in kw else "", **kw))
 def test_zero_bubble_trains_as_pytorch_over_20_steps(kw):
     s = Session(_config(kw))
     # the program really splits its Backwards: no whole one, an I and a W per unit and micro-batch

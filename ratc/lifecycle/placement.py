@@ -149,7 +149,7 @@ def fsr(pipe, plan, rec_buffers: int, clock: float | None = None, stream: bool =
     zb = plan.attributes.get("sched", "1f1b") != "1f1b"
     for stage in pipe.region.ops:
         ops = stage.region.ops
-        slots = _w_slots(ops, chunk_of) if zb and plan.attributes.get("host", "prev") == "w" else {}
+        slots = _w_slots(ops, chunk_of) if zb and plan.attributes.get("corun", "prev") == "w" else {}
         _move_first_recovers(ops, rec_buffers, chunk_of, zb, slots)
         host = None
         last = None               # the last compute task so far (hosts never move here)
@@ -232,7 +232,7 @@ def _move_first_recovers(ops: list, rec_buffers: int, chunk_of: dict | None = No
 
 
 def _w_slots(ops: list, chunk_of: dict) -> dict:
-    """{zero-bubble I task: the W op whose slot hosts its first Recover} by the plan's host
+    """{zero-bubble I task: the W op whose slot hosts its first Recover} by the plan's corun
     'w' (ratc.step.schedules.recover_hosts), over the rank's tasks in the order their compute
     ops run."""
     tasks, last = [], {}

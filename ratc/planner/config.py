@@ -21,7 +21,7 @@ class CandidateBatch:
     pref: object    # index into PREF_POLICIES
     v: int = 1      # virtual stages per rank (interleaved 1F1B when > 1)
     sched: str = "1f1b"     # the schedule (ratc.step.config.SCHEDULES), shared too
-    host: str = "prev"      # FSR's host under a zero-bubble schedule (ratc.step.config.HOSTS), shared too
+    corun: str = "prev"      # FSR's host under a zero-bubble schedule (ratc.step.config.CORUNS), shared too
 
     @classmethod
     def of(cls, cands: list) -> "CandidateBatch":
@@ -32,4 +32,4 @@ class CandidateBatch:
                    b=col([c.b for c in cands]), M=col([c.A for c in cands]),
                    act=col([ACT_POLICIES.index(c.act) for c in cands]),
                    pref=col([PREF_POLICIES.index(c.pref) for c in cands]), v=cands[0].v,
-                   sched=cands[0].sched, host=cands[0].host)
+                   sched=cands[0].sched, corun=cands[0].corun)

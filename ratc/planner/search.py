@@ -169,13 +169,13 @@ class Planner:
                 for balance in strategy.balance:
                     if balance != strategy.balance[0] and self._same_partition(P, T, strategy.balance[0], balance):
                         continue
-                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance, v=v, sched=s, host=h)
+                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance, v=v, sched=s, corun=h)
                              for b in micro if b <= per_replica and per_replica % b == 0
                              for Z in zeros for act in strategy.act for pref in strategy.pref
                              for v in strategy.v if v == 1 or self._interleaves(P, v, per_replica // b)
                              for s in (strategy.sched if v > 1 else ("1f1b",))
                              if not schedule_shape_error(s, v)
-                             for h in (strategy.hosts if s != "1f1b" and act == "fsr" else ("prev",))]
+                             for h in (strategy.coruns if s != "1f1b" and act == "fsr" else ("prev",))]
                     if cands:
                         groups.setdefault(P, []).extend(cands)
         return groups
@@ -326,8 +326,8 @@ class Planner:
         """_costed over candidates of several v (or schedules, FSR hosts), a batch per (v,
         schedule, host), in the candidates' order."""
         evs, total = [None] * len(cands), np.zeros((len(cands), cands[0].P))
-        for v in sorted({(c.v, c.sched, c.host) for c in cands}):
-            ks = [k for k, c in enumerate(cands) if (c.v, c.sched, c.host) == v]
+        for v in sorted({(c.v, c.sched, c.corun) for c in cands}):
+            ks = [k for k, c in enumerate(cands) if (c.v, c.sched, c.corun) == v]
             part, part_total = self._costed([cands[k] for k in ks])
             for k, e in zip(ks, part):
                 evs[k] = e
@@ -342,7 +342,7 @@ class Planner:
         """
         from ratc.planner.timing import step_time
         _check_interleaved(cands, self.layers)
-        if len({(c.v, c.sched, c.host) for c in cands}) > 1:    # (a batch shares v: its stage tables are P*v stages)
+        if len({(c.v, c.sched, c.corun) for c in cands}) > 1:    # (a batch shares v: its stage tables are P*v stages)
             return self._by_v(cands)
         reps, inv = {}, []
         for c in cands:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ratc.errors import RatcError
-from ratc.step.config import ACT_POLICIES, BALANCES, HOSTS, PREF_POLICIES, ZERO_STAGES
+from ratc.step.config import ACT_POLICIES, BALANCES, CORUNS, PREF_POLICIES, ZERO_STAGES
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,8 @@ class Strategy:
     # add the zero-bubble schedules beside interleaved 1F1B (zbv at v = 2)
     sched: tuple = ("1f1b",)
     # FSR under those zero-bubble schedules: where each I's first Recover co-runs
-    # (ratc.step.config.HOSTS); both let the search price the deadline host against a W's slot
-    hosts: tuple = ("prev",)
+    # (ratc.step.config.CORUNS); both let the search price the deadline host against a W's slot
+    coruns: tuple = ("prev",)
 
 
 STRATEGIES = {s.name: s for s in (
@@ -63,7 +63,7 @@ STRATEGIES = {s.name: s for s in (
     Strategy("zerobubble", "the interleaved space, each interleaved candidate also as ZB1P and, at v = 2, as ZBV "
                            "(zero bubble: every Backward split into input- and weight-gradient tasks; under FSR "
                            "each I's first Recover co-run with the task before it or in a W's slot)",
-             v=(1, 2, 4), sched=("1f1b", "zb1p", "zbv"), hosts=HOSTS),
+             v=(1, 2, 4), sched=("1f1b", "zb1p", "zbv"), coruns=CORUNS),
     Strategy("any", "every dimension free, including TP, ZeRO-3 and interleaved 1F1B (v = 2, 4)",
              tp=(1, 2, 4, 8), zero=ZERO_STAGES, v=(1, 2, 4)),
 )}

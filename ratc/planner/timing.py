@@ -434,7 +434,7 @@ def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, host
     key, inverse = _distinct_rows(rows)
     cols = [key[:, 2 + k * S:2 + (k + 1) * S] for k in range(2 + len(w) + len(fsr))]
     three = interleaved_makespan(cols[0], cols[1], key[:, 1:2], c.P, c.v, key[:, :1],
-                                 cols[2] if w else None, c.sched, tuple(cols[2 + len(w):]) if fsr else None, c.host)
+                                 cols[2] if w else None, c.sched, tuple(cols[2 + len(w):]) if fsr else None, c.corun)
     return _three(three[inverse])
 
 

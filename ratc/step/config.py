@@ -32,7 +32,7 @@ SCHEDULES = ("1f1b", "zb1p", "zbv")
 # Under FSR with a zero-bubble schedule, which task hosts each I's first Recover
 # (ratc.step.schedules.recover_hosts): the one its rank runs right before the I (the deadline
 # placement), or the latest W before it (the W and the Recover share the idle slot).
-HOSTS = ("prev", "w")
+CORUNS = ("prev", "w")
 
 
 @dataclass(frozen=True, order=True)
@@ -57,8 +57,8 @@ class Candidate:
     v: int = 1
     # the pipeline schedule (SCHEDULES); zb1p needs v >= 2, zbv v = 2
     sched: str = "1f1b"
-    # FSR under a zero-bubble schedule: the task hosting each I's first Recover (HOSTS)
-    host: str = "prev"
+    # FSR under a zero-bubble schedule: the task hosting each I's first Recover (CORUNS)
+    corun: str = "prev"
 
     @property
     def clusters(self) -> int:
@@ -82,8 +82,8 @@ class Candidate:
             parts.append(f"v={self.v}")
         if self.sched != "1f1b":
             parts.append(f"sched={self.sched}")
-        if self.host != "prev":
-            parts.append(f"host={self.host}")
+        if self.corun != "prev":
+            parts.append(f"corun={self.corun}")
         return ",".join(parts)
 
     def as_dict(self) -> dict:
@@ -95,8 +95,8 @@ class Candidate:
             d["v"] = self.v
         if self.sched != "1f1b":
             d["sched"] = self.sched
-        if self.host != "prev":
-            d["host"] = self.host
+        if self.corun != "prev":
+            d["corun"] = self.corun
         return d
 
 
@@ -158,7 +158,7 @@ def parse_config(text: str) -> Candidate:
     T, Z, b default to 1, 2, 1; the activation policy to FSR and the state policy to deadline.
     """
     values = {"T": 1, "Z": 2, "b": 1, "v": 1, "act": "fsr", "pref": "deadline", "balance": "time", "keep": "",
-              "sched": "1f1b", "host": "prev"}
+              "sched": "1f1b", "corun": "prev"}
     if not text.strip():
         raise RatcError("--plan is empty (expected e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline')")
     given: set = set()
@@ -174,7 +174,7 @@ def parse_config(text: str) -> Candidate:
             if not re.fullmatch(r"\d+", val):
                 raise RatcError(f"--plan: {key} must be a positive integer, got {val!r}")
             values[key] = int(val)
-        elif eq and key in ("act", "pref", "balance", "keep", "sched", "host"):
+        elif eq and key in ("act", "pref", "balance", "keep", "sched", "corun"):
             values[key] = val.lower()
         elif not eq and part.lower() in _ACT_NAMES:
             values["act"] = _ACT_NAMES[part.lower()]
@@ -206,11 +206,11 @@ def parse_config(text: str) -> Candidate:
         if set(parse_keep(values["keep"])) == {"layer"}:
             values["keep"] = ""     # every layer whole-layer recomputed: the default
     _check_schedule(text, values)
-    return Candidate(**{k: values[k] for k in (*_INT_KEYS, "act", "pref", "balance", "keep", "sched", "host")})
+    return Candidate(**{k: values[k] for k in (*_INT_KEYS, "act", "pref", "balance", "keep", "sched", "corun")})
 
 
 def _check_schedule(text: str, values: dict) -> None:
-    """Refuse a `sched=` the plan cannot run (zb1p: v >= 2, zbv: v = 2), and a `host=` but
+    """Refuse a `sched=` the plan cannot run (zb1p: v >= 2, zbv: v = 2), and a `corun=` but
     FSR's under a zero-bubble schedule."""
     sched = values["sched"]
     if sched not in SCHEDULES:
@@ -218,10 +218,10 @@ def _check_schedule(text: str, values: dict) -> None:
     why = schedule_shape_error(sched, values["v"])
     if why:
         raise RatcError(f"--plan {text!r}: {why}")
-    if values["host"] not in HOSTS:
-        raise RatcError(f"--plan {text!r}: host must be one of {', '.join(HOSTS)}, got {values['host']!r}")
-    if values["host"] != "prev" and (sched == "1f1b" or values["act"] != "fsr"):
-        raise RatcError(f"--plan {text!r}: host={values['host']} places FSR's Recovers under a zero-bubble "
+    if values["corun"] not in CORUNS:
+        raise RatcError(f"--plan {text!r}: corun must be one of {', '.join(CORUNS)}, got {values['corun']!r}")
+    if values["corun"] != "prev" and (sched == "1f1b" or values["act"] != "fsr"):
+        raise RatcError(f"--plan {text!r}: corun={values['corun']} places FSR's Recovers under a zero-bubble "
                         "schedule (needs FSR and sched=zb1p or zbv)")
 
 
