@@ -19,6 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 from ratc.errors import RatcError
+from ratc.step.rules import BUCKET_BUFFERS, bucket_chain
 from ratc.step.schedules import interleaved_orders
 
 
@@ -100,6 +101,53 @@ def _dependency(col: int, stages: int):
     return col + 1 if s < stages - 1 else s
 
 
+def _bucket_ends(graph: ActionGraph, dur, send, end, buckets, hosts, zb: bool) -> np.ndarray:
+    """graph_makespan with each rank's bucket buffers carried along its order: buckets =
+    (before, work, reduce, holds) [C, S, U], each virtual stage's units in Backward issue
+    order (ratc.step.rules.bucket_chain); a gradient task ends no earlier than its chain,
+    which starts from the reduces its rank's earlier gradient tasks left on the link. A
+    boundary send waits for the reduce on the link at either end (it goes before the queued ones)."""
+    before, work, reduce, holds = buckets
+    C, S = dur.shape[0], graph.stages
+    lo = 2 * S if zb else S          # the gradient tasks' duration columns: [lo, lo + S)
+    ring = np.full((C, graph.n + 1, BUCKET_BUFFERS), -np.inf)
+    is_grad = np.zeros(graph.n + 1, dtype=bool)
+    extra = np.concatenate([*hosts, np.zeros((C, 1))], axis=1) if hosts is not None else None
+    for idx, prev, dep, cross, col, host in graph.levels:
+        ready = end[:, dep]
+        start = np.maximum(end[:, prev], np.where(cross > 0, _send_start(ready, ring[:, dep], ring[:, prev], is_grad[dep],
+                                                                         is_grad[prev] & (end[:, prev] >= ready)) + send, ready))
+        e = start + dur[:, col] + (extra[:, host] if extra is not None else 0.0)
+        r = ring[:, prev]
+        grad = (col >= lo) & (col < lo + S)
+        is_grad[idx] = grad
+        if grad.any():
+            s = col[grad] - lo
+            ends, r[:, grad] = bucket_chain(before[:, s], work[:, s], reduce[:, s], holds[:, s], start[:, grad],
+                                            r[:, grad])
+            e[:, grad] = np.maximum(e[:, grad], ends[..., -1])
+        ring[:, idx] = r
+        end[:, idx] = e
+    return end[:, :graph.n].max(axis=1)
+
+
+def _send_start(t, sender, receiver, fresh_s, fresh_r):
+    """When a send issued at t [C, n] holds both ends' links (the reduces on them: rings
+    [C, n, 2], see _link_free): if the receiver's is busy when the sender's frees, the
+    sender's link takes its queued reduce meanwhile (first come, first served)."""
+    first = _link_free(t, sender, fresh_s)
+    second = _link_free(first, receiver, fresh_r)
+    return np.where(second > first, _link_free(second, sender, np.zeros_like(fresh_s)), second)
+
+
+def _link_free(t, ring, fresh):
+    """When a send issued at t [C, n] finds its rank's link free of reduces (ring [C, n, 2],
+    their ends, FIFO): after the one in flight; the newest does not count when `fresh` [n]
+    (released by a task that ends at t or later, it queues behind the send)."""
+    older, newest = ring[..., -2], ring[..., -1]
+    return np.where(older > t, older, np.where((newest > t) & ~fresh, newest, t))
+
+
 @lru_cache(maxsize=256)     # (interleaved 1F1B's and ZB1P's, per (P, v, M))
 def interleaved_graph(P: int, v: int, M: int, sched: str = "1f1b") -> ActionGraph:
     """The action graph of interleaved 1F1B (ratc.step.schedules.interleaved_1f1b), or of
@@ -107,15 +155,20 @@ def interleaved_graph(P: int, v: int, M: int, sched: str = "1f1b") -> ActionGrap
     return action_graph(interleaved_orders(P, v, M, sched), P * v)
 
 
-def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=None, hosts=None) -> np.ndarray:
+def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=None, hosts=None,
+                   buckets=None) -> np.ndarray:
     """[C] end of the last action: fc, bc [C, S] each virtual stage's Forward and Backward
     compute-stream time (zero bubble: bc its I's and wc its W's), send [C, 1] one boundary
     transfer (on the link, between ranks); FSR: hosts = (hf, hc) [C, S], what a Forward and
-    a Backward add hosting stage s's Backward's first Recover."""
+    a Backward add hosting stage s's Backward's first Recover; ZeRO >= 2: buckets (see
+    _bucket_ends), each gradient task (a Backward; zero bubble, a W) at least its units'
+    bucket chain."""
     C = fc.shape[0]
     dur = np.concatenate([fc, bc] + ([wc] if wc is not None else []), axis=1)
     send = np.broadcast_to(np.asarray(send, dtype=float), (C, 1))
     end = np.zeros((C, graph.n + 1))
+    if buckets is not None:
+        return _bucket_ends(graph, dur, send, end, buckets, hosts, wc is not None)
     if hosts is None:
         for idx, prev, dep, cross, col, _ in graph.levels:
             end[:, idx] = np.maximum(end[:, prev], end[:, dep] + send * cross) + dur[:, col]
@@ -127,16 +180,22 @@ def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=
 
 
 def interleaved_makespan(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, M, wc=None,
-                         sched: str = "1f1b", hosts=None) -> np.ndarray:
+                         sched: str = "1f1b", hosts=None, buckets=None) -> np.ndarray:
     """[C] makespan of interleaved 1F1B with v chunks on P ranks (fc, bc [C, P*v]; M [C, 1]);
     of a zero-bubble `sched` (ZB1P, ZBV) given wc [C, P*v], the W tasks' times (bc then its I's);
-    FSR's co-runs given hosts = (hf, hc) [C, P*v] (graph_makespan)."""
-    M = np.broadcast_to(np.asarray(M), (fc.shape[0], 1))[:, 0].astype(int)
-    send = np.broadcast_to(np.asarray(send, dtype=float), (fc.shape[0], 1))
-    out = np.empty(fc.shape[0])
+    FSR's co-runs given hosts = (hf, hc) [C, P*v]; ZeRO >= 2's bucket chains (graph_makespan)."""
+    C = fc.shape[0]
+    M = np.broadcast_to(np.asarray(M), (C, 1))[:, 0].astype(int)
+    send = np.broadcast_to(np.asarray(send, dtype=float), (C, 1))
+    # (rows whose units hold no bucket take the plain, cheaper level loop)
+    chained = np.zeros(C, dtype=bool) if buckets is None else np.asarray(buckets[3]).reshape(C, -1).any(axis=1)
+    out = np.empty(C)
     for m in np.unique(M):
-        rows = M == m
-        out[rows] = graph_makespan(interleaved_graph(P, v, int(m), sched), fc[rows], bc[rows], send[rows],
-                                   None if wc is None else wc[rows],
-                                   None if hosts is None else tuple(h[rows] for h in hosts))
+        for chain in (False, True):
+            rows = (M == m) & (chained == chain)
+            if rows.any():
+                out[rows] = graph_makespan(interleaved_graph(P, v, int(m), sched), fc[rows], bc[rows], send[rows],
+                                           None if wc is None else wc[rows],
+                                           None if hosts is None else tuple(h[rows] for h in hosts),
+                                           tuple(x[rows] for x in buckets) if chain else None)
     return out
