@@ -1,7 +1,7 @@
 """The planner's interleaved 1F1B step against the system VM's, configuration by configuration.
 
     python benchmarks/interleaved_agreement.py [--seq 2048] [--cfg llama2-7b:2 llama2-7b:4]
-        [--v 2 4] [--per-rank 2 4 8] [--Z 0 1 2 3] [--act full ckpt]
+        [--v 2 4] [--per-rank 2 4 8] [--Z 0 1 2 3] [--act full ckpt] [--sched 1f1b]
 
 Each line: model, P, v, A, recompute policy, ZeRO stage, the planner's step, the VM's step
 (seconds) and the planner's error; the last line the worst |error| (D = 2, T = 1, b = 1,
@@ -20,7 +20,7 @@ from ratc.errors import RatcError  # noqa: E402
 from ratc.frontend import trace_preset  # noqa: E402
 from ratc.planner.search import Planner  # noqa: E402
 from ratc.platform import load_platform  # noqa: E402
-from ratc.step.config import Candidate  # noqa: E402
+from ratc.step.config import SCHEDULES, Candidate  # noqa: E402
 from ratc.vm.system.driver import compile_candidate, run_module  # noqa: E402
 
 
@@ -47,6 +47,7 @@ def main(argv=None) -> int:
     ap.add_argument("--per-rank", type=_positive, nargs="+", default=[2, 4, 8], help="A / P")
     ap.add_argument("--Z", type=int, nargs="+", choices=range(4), default=[0, 1, 2, 3])
     ap.add_argument("--act", nargs="+", choices=["full", "ckpt"], default=["full", "ckpt"])
+    ap.add_argument("--sched", choices=SCHEDULES, default="1f1b", help="the order (zbv: v = 2 only)")
     a = ap.parse_args(argv)
     import torch
     torch.set_num_threads(1)
@@ -68,13 +69,14 @@ def _table(a) -> float:
             for k in a.per_rank:
                 for act in a.act:
                     for Z in a.Z:
-                        cand = Candidate(P=P, D=2, T=1, Z=Z, b=1, A=k * P, act=act, pref="deadline", v=v)
+                        cand = Candidate(P=P, D=2, T=1, Z=Z, b=1, A=k * P, act=act, pref="deadline", v=v,
+                                         sched=a.sched)
                         (ev,) = planner.evaluate_group([cand])
                         sim = run_module(compile_candidate(planner.model, cand, planner.platform, planner),
                                          planner.platform, memory_limit=False)[1]
                         err = 100 * (ev.t_step / sim.step_seconds - 1)
                         worst = max(worst, abs(err))
-                        print(f"{preset} P={P} v={v} A={k}P {act} Z{Z} {ev.t_step:.4f} {sim.step_seconds:.4f} "
+                        print(f"{preset} P={P} v={v}{'' if a.sched == '1f1b' else ' ' + a.sched} A={k}P {act} Z{Z} {ev.t_step:.4f} {sim.step_seconds:.4f} "
                               f"{err:+.2f}%", flush=True)
     return worst
 

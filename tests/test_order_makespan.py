@@ -92,3 +92,41 @@ def test_a_deadlocking_order_is_refused():
 
 def test_interleaved_graph_is_cached_per_shape():
     assert interleaved_graph(2, 2, 4) is interleaved_graph(2, 2, 4)
+
+
+def _buckets(S: int, U: int, work: float, red: float) -> tuple:
+    """(before, work, reduce, holds) [1, S, U]: every unit a bucket holder, no Recover."""
+    return (np.zeros((1, S, U)), np.full((1, S, U), work), np.full((1, S, U), red), np.ones((1, S, U), dtype=bool))
+
+
+def test_a_backward_takes_over_the_bucket_its_rank_s_backward_before_left_on_the_link():
+    # hand-worked, one rank: F 1 s, Backwards of two 1 s units with 3 s reduces. F0 0-1;
+    # B0 1-2 (reduce 2-5), 2-3 (5-8); F1 3-4; B1's units take over those buffers: 5-6, 8-9
+    # (without buckets B1 runs 4-6)
+    graph = action_graph((((0, "F", 0), (0, "B", 0), (0, "F", 1), (0, "B", 1)),), 1)
+    fc, bc = np.ones((1, 1)), np.full((1, 1), 2.0)
+    assert graph_makespan(graph, fc, bc, 0.0)[0] == 6.0
+    assert graph_makespan(graph, fc, bc, 0.0, buckets=_buckets(1, 2, 1.0, 3.0))[0] == 9.0
+
+
+def test_a_gradient_send_waits_for_the_reduce_on_the_link_but_goes_before_the_queued_one():
+    # hand-worked, two ranks, sends of 0.5 s: F(0) 0-1, F(1) 1.5-2.5; B(1) 2.5-3.5 (reduce
+    # 3.5-6.5), 3.5-4.5 (reduce queued to 6.5-9.5); its gradient goes 6.5-7, before that queued
+    # reduce; B(0) 7-8, 8-9 (without buckets B(0) would end at 7)
+    graph = action_graph((((0, "F", 0), (0, "B", 0)), ((1, "F", 0), (1, "B", 0))), 2)
+    fc, bc = np.ones((1, 2)), np.full((1, 2), 2.0)
+    assert graph_makespan(graph, fc, bc, 0.5)[0] == 7.0
+    assert graph_makespan(graph, fc, bc, 0.5, buckets=_buckets(2, 2, 1.0, 3.0))[0] == 9.0
+
+
+@pytest.mark.parametrize("P,v,M", [(2, 2, 4), (4, 2, 8), (2, 4, 4)])
+def test_buckets_reduced_in_no_time_leave_the_interleaved_makespan_as_it_is(P, v, M):
+    # (the level loop that carries the buckets computes what the plain one does)
+    rng = np.random.default_rng(P + v + M)
+    S = P * v
+    fc, bc = rng.uniform(1, 2, (3, S)), rng.uniform(2, 4, (3, S))
+    U = 3
+    buckets = (np.zeros((3, S, U)), bc[:, :, None] / U + np.zeros((3, S, U)), np.zeros((3, S, U)),
+               np.ones((3, S, U), dtype=bool))
+    plain = interleaved_makespan(fc, bc, 0.01, P, v, np.full((3, 1), M))
+    assert np.allclose(interleaved_makespan(fc, bc, 0.01, P, v, np.full((3, 1), M), buckets=buckets), plain)

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratc.step.config import ACT_POLICIES
-from ratc.step.rules import (gathers, prefetches, recomputes, recoverable, recovered, reduces_per_micro_batch,
+from ratc.step.rules import (bucket_chain, gathers, prefetches, recomputes, recoverable, recovered, reduces_per_micro_batch,
                              shards, syncs_by_reduce_scatter, tp_allreduces)
 
 
@@ -65,3 +65,38 @@ def test_every_rule_gives_the_planners_arrays_what_it_gives_plain_numbers(rows):
         assert bool(recomputes(actc)[k, 0]) == recomputes(a)
         assert bool(recoverable(np.array(decoder), np.array(saved))[k]) == recoverable(dec, s)
         assert bool(recovered(actc[:, 0], np.array(decoder), np.array(saved))[k]) == recovered(a, dec, s)
+
+
+def test_a_bucket_holder_waits_for_the_reduce_two_holders_back_on_a_fifo_link():
+    # hand-worked: Backwards of 1 s, reduces of 3 s. B0 0-1 (reduce 1-4), B1 1-2 (4-7),
+    # B2 takes B0's buffer at 4: 4-5 (7-10), B3 B1's at 7: 7-8 (10-13)
+    ends, ring = bucket_chain(0.0, np.ones(4), np.full(4, 3.0), np.ones(4, dtype=bool))
+    assert ends.tolist() == [1.0, 2.0, 5.0, 8.0] and ring.tolist() == [10.0, 13.0]
+
+
+def test_a_recover_before_a_waiting_backward_hides_in_the_wait():
+    # hand-worked, 1 s Recovers before 1 s Backwards, 4 s reduces: R0 B0 0-2 (2-6), R1 B1 2-4
+    # (6-10), R2 4-5 then B2 waits for 6: 6-7 (10-14), R3 7-8, B3 waits for 10: 10-11; without
+    # the Recovers the run ends at 10: four seconds of recovery add one
+    args = (np.ones(4), np.full(4, 4.0), np.ones(4, dtype=bool))
+    assert bucket_chain(np.ones(4), *args)[0].tolist() == [2.0, 4.0, 7.0, 11.0]
+    assert bucket_chain(0.0, *args)[0][-1] == 10.0
+
+
+def test_a_unit_without_a_bucket_neither_waits_nor_takes_one_and_a_run_starts_from_the_ring_left():
+    # a frozen unit in the middle and a ring left by earlier holders (their reduces end at 3, 9):
+    # h0 waits for 3: 3-4 (reduce 9-11); frozen 4-5; h1 waits for 9: 9-10 (reduce 11-13)
+    ends, ring = bucket_chain(0.0, np.ones(3), np.array([2.0, 0.0, 2.0]), np.array([True, False, True]),
+                              ring=np.array([3.0, 9.0]))
+    assert ends.tolist() == [4.0, 5.0, 10.0] and ring.tolist() == [11.0, 13.0]
+
+
+def test_the_bucket_chain_of_a_batch_is_each_row_s_chain():
+    rng = np.random.default_rng(7)
+    before, work, red = rng.uniform(0, 1, (3, 5, 6)), rng.uniform(0, 1, (3, 5, 6)), rng.uniform(0, 3, (3, 5, 6))
+    holds = rng.uniform(size=(3, 5, 6)) < 0.8
+    start = rng.uniform(0, 1, (3, 5))
+    ends, ring = bucket_chain(before, work, red, holds, start=start)
+    for i, j in np.ndindex(3, 5):
+        row = bucket_chain(before[i, j], work[i, j], red[i, j], holds[i, j], start=start[i, j])
+        assert np.array_equal(ends[i, j], row[0]) and np.array_equal(ring[i, j], row[1])

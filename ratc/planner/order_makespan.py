@@ -19,6 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 from ratc.errors import RatcError
+from ratc.step.rules import BUCKET_BUFFERS, bucket_chain
 from ratc.step.schedules import interleaved_orders, recover_hosts
 
 
@@ -101,6 +102,59 @@ def _dependency(col: int, stages: int):
     return col + 1 if s < stages - 1 else s
 
 
+def _bucket_ends(graph: ActionGraph, dur, send, end, buckets, hosts, zb: bool) -> np.ndarray:
+    """graph_makespan with each rank's bucket buffers carried along its order: buckets =
+    (before, work, reduce, holds) [C, S, U], each virtual stage's units in Backward issue
+    order (ratc.step.rules.bucket_chain); a gradient task ends no earlier than its chain,
+    which starts from the reduces its rank's earlier gradient tasks left on the link. A
+    boundary send waits for the reduce on the link at either end (it goes before the queued ones)."""
+    before, work, reduce, holds = buckets
+    C, S = dur.shape[0], graph.stages
+    lo = 2 * S if zb else S          # the gradient tasks' duration columns: [lo, lo + S)
+    ring = np.full((C, graph.n + 1, BUCKET_BUFFERS), -np.inf)
+    is_grad = np.zeros(graph.n + 1, dtype=bool)
+    extra = _host_columns(hosts, C) if hosts is not None else None
+    for idx, prev, dep, cross, col, host in graph.levels:
+        ready = end[:, dep]
+        start = np.maximum(end[:, prev], np.where(cross > 0, _send_start(ready, ring[:, dep], ring[:, prev], is_grad[dep],
+                                                                         is_grad[prev] & (end[:, prev] >= ready)) + send, ready))
+        e = start + dur[:, col] + (extra[:, host] if extra is not None else 0.0)
+        r = ring[:, prev]
+        grad = (col >= lo) & (col < lo + S)
+        is_grad[idx] = grad
+        if grad.any():
+            s = col[grad] - lo
+            ends, r[:, grad] = bucket_chain(before[:, s], work[:, s], reduce[:, s], holds[:, s], start[:, grad],
+                                            r[:, grad])
+            e[:, grad] = np.maximum(e[:, grad], ends[..., -1])
+        ring[:, idx] = r
+        end[:, idx] = e
+    return end[:, :graph.n].max(axis=1)
+
+
+def _host_columns(hosts, C: int) -> np.ndarray:
+    """[C, 3S + 1] what each host column adds (ActionGraph.levels' last field): a Forward's, a
+    Backward's (an I's) and a W's co-run per stage (zeros where not given), then no host."""
+    return np.concatenate([*hosts, *[np.zeros_like(hosts[0])] * (3 - len(hosts)), np.zeros((C, 1))], axis=1)
+
+
+def _send_start(t, sender, receiver, fresh_s, fresh_r):
+    """When a send issued at t [C, n] holds both ends' links (the reduces on them: rings
+    [C, n, 2], see _link_free): if the receiver's is busy when the sender's frees, the
+    sender's link takes its queued reduce meanwhile (first come, first served)."""
+    first = _link_free(t, sender, fresh_s)
+    second = _link_free(first, receiver, fresh_r)
+    return np.where(second > first, _link_free(second, sender, np.zeros_like(fresh_s)), second)
+
+
+def _link_free(t, ring, fresh):
+    """When a send issued at t [C, n] finds its rank's link free of reduces (ring [C, n, 2],
+    their ends, FIFO): after the one in flight; the newest does not count when `fresh` [n]
+    (released by a task that ends at t or later, it queues behind the send)."""
+    older, newest = ring[..., -2], ring[..., -1]
+    return np.where(older > t, older, np.where((newest > t) & ~fresh, newest, t))
+
+
 @lru_cache(maxsize=256)     # (interleaved 1F1B's and ZB1P's, per (P, v, M))
 def interleaved_graph(P: int, v: int, M: int, sched: str = "1f1b", host: str = "prev") -> ActionGraph:
     """The action graph of interleaved 1F1B (ratc.step.schedules.interleaved_1f1b), or of
@@ -108,37 +162,48 @@ def interleaved_graph(P: int, v: int, M: int, sched: str = "1f1b", host: str = "
     return action_graph(interleaved_orders(P, v, M, sched), P * v, host)
 
 
-def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=None, hosts=None) -> np.ndarray:
+def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=None, hosts=None,
+                   buckets=None) -> np.ndarray:
     """[C] end of the last action: fc, bc [C, S] each virtual stage's Forward and Backward
     compute-stream time (zero bubble: bc its I's and wc its W's), send [C, 1] one boundary
     transfer (on the link, between ranks); FSR: hosts = (hf, hc[, hw]) [C, S], what a Forward,
-    a Backward (an I) and a W add hosting stage s's Backward's (I's) first Recover."""
+    a Backward (an I) and a W add hosting stage s's Backward's (I's) first Recover; ZeRO >= 2:
+    buckets (see _bucket_ends), each gradient task (a Backward; zero bubble, a W) at least its
+    units' bucket chain."""
     C = fc.shape[0]
     dur = np.concatenate([fc, bc] + ([wc] if wc is not None else []), axis=1)
     send = np.broadcast_to(np.asarray(send, dtype=float), (C, 1))
     end = np.zeros((C, graph.n + 1))
+    if buckets is not None:
+        return _bucket_ends(graph, dur, send, end, buckets, hosts, wc is not None)
     if hosts is None:
         for idx, prev, dep, cross, col, _ in graph.levels:
             end[:, idx] = np.maximum(end[:, prev], end[:, dep] + send * cross) + dur[:, col]
     else:
-        none = [np.zeros_like(fc)] * (3 - len(hosts)) + [np.zeros((C, 1))]
-        extra = np.concatenate([*hosts, *none], axis=1)
+        extra = _host_columns(hosts, C)
         for idx, prev, dep, cross, col, host in graph.levels:
             end[:, idx] = np.maximum(end[:, prev], end[:, dep] + send * cross) + dur[:, col] + extra[:, host]
     return end[:, :graph.n].max(axis=1)
 
 
 def interleaved_makespan(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, M, wc=None,
-                         sched: str = "1f1b", hosts=None, host: str = "prev") -> np.ndarray:
+                         sched: str = "1f1b", hosts=None, host: str = "prev", buckets=None) -> np.ndarray:
     """[C] makespan of interleaved 1F1B with v chunks on P ranks (fc, bc [C, P*v]; M [C, 1]);
     of a zero-bubble `sched` (ZB1P, ZBV) given wc [C, P*v], the W tasks' times (bc then its I's);
-    FSR's co-runs given hosts = (hf, hc[, hw]) [C, P*v] (graph_makespan), placed by `host`."""
-    M = np.broadcast_to(np.asarray(M), (fc.shape[0], 1))[:, 0].astype(int)
-    send = np.broadcast_to(np.asarray(send, dtype=float), (fc.shape[0], 1))
-    out = np.empty(fc.shape[0])
+    FSR's co-runs given hosts = (hf, hc[, hw]) [C, P*v], placed by `host`; ZeRO >= 2's bucket
+    chains (graph_makespan)."""
+    C = fc.shape[0]
+    M = np.broadcast_to(np.asarray(M), (C, 1))[:, 0].astype(int)
+    send = np.broadcast_to(np.asarray(send, dtype=float), (C, 1))
+    # (rows whose units hold no bucket take the plain, cheaper level loop)
+    chained = np.zeros(C, dtype=bool) if buckets is None else np.asarray(buckets[3]).reshape(C, -1).any(axis=1)
+    out = np.empty(C)
     for m in np.unique(M):
-        rows = M == m
-        out[rows] = graph_makespan(interleaved_graph(P, v, int(m), sched, host), fc[rows], bc[rows], send[rows],
-                                   None if wc is None else wc[rows],
-                                   None if hosts is None else tuple(h[rows] for h in hosts))
+        for chain in (False, True):
+            rows = (M == m) & (chained == chain)
+            if rows.any():
+                out[rows] = graph_makespan(interleaved_graph(P, v, int(m), sched, host), fc[rows], bc[rows], send[rows],
+                                           None if wc is None else wc[rows],
+                                           None if hosts is None else tuple(h[rows] for h in hosts),
+                                           tuple(x[rows] for x in buckets) if chain else None)
     return out

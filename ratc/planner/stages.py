@@ -111,6 +111,7 @@ class StageCosts:
     u_trainable: np.ndarray        # [P, U] of which trainable (gradient buckets, syncs, updates)
     u_fwd: np.ndarray
     u_bwd: np.ndarray
+    u_bwd_w: np.ndarray            # ... of which its weight gradients (a zero-bubble W, whose reduce frees its bucket)
     u_recovered: np.ndarray        # 1.0 where the unit is recovered (recomputed by Recover)
     u_whole: np.ndarray            # 1.0 where that Recover re-runs the whole layer (its view, its TP all-reduces)
     u_rec: np.ndarray              # [P, U] seconds the unit's Recover re-runs (per sequence)
@@ -175,7 +176,8 @@ def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=
         rec_workspace=np.where(rec_pad, ws, 0.0).max(axis=1),
         guest_workspace=np.where(rec_pad, pad(c["rec_ws"]), 0.0).max(axis=1), edge_workspace=np.where(edge, ws, 0.0).max(axis=1),
         head_saved=head_saved, head_tp_bwd=head_tp_bwd, bucket_pair=pair, bucket_pair1=pair1,
-        u_params=u_params, u_trainable=u_trainable, u_fwd=u_fwd, u_bwd=pad(c["bwd"]), u_recovered=rec_pad.astype(float),
+        u_params=u_params, u_trainable=u_trainable, u_fwd=u_fwd, u_bwd=pad(c["bwd"]), u_bwd_w=pad(c["bwd_weight"]),
+        u_recovered=rec_pad.astype(float),
         u_whole=whole_pad.astype(float), u_rec=pad(c["rec_fwd"]), u_co=u_co, u_tied=pad(c["tied"]))
 
 
@@ -183,7 +185,7 @@ _ARRAYS = ("fwd", "fwd_c", "fwd_d", "bwd", "bwd_c", "bwd_d", "bwd_w", "wgrad", "
            "n_dec", "n_dec_bwd", "n_rec", "n_rec_tp", "last_rec", "last_rec_tp", "view_pair", "max_rec_params", "saved_full", "ckpt", "rec_buf", "stream_buf",
            "workspace",
            "rec_workspace", "guest_workspace", "edge_workspace", "bucket_pair", "bucket_pair1", "head_saved", "head_tp_bwd")
-_UNIT_ARRAYS = ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_recovered", "u_whole", "u_rec", "u_co", "u_tied")
+_UNIT_ARRAYS = ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_bwd_w", "u_recovered", "u_whole", "u_rec", "u_co", "u_tied")
 
 
 def _corun_extras(table: UnitTable, ranges, P: int, U: int):

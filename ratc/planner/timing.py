@@ -21,7 +21,7 @@ from ratc.planner.stream_update import in_stream_tail
 from ratc.step.schedules import rank_columns
 from ratc.planner.state_chain import gather_time, rank_links, state_costs
 from ratc.step.config import ACT_POLICIES, PREF_POLICIES, RECIPE
-from ratc.step.rules import recomputes, reduces_per_micro_batch, tp_allreduces
+from ratc.step.rules import bucket_chain, gathers, recomputes, reduces_per_micro_batch, tp_allreduces
 from ratc.step.schedules import chunk_lead_ins
 
 CKPT, FSR = (ACT_POLICIES.index(a) for a in ("ckpt", "fsr"))
@@ -295,15 +295,15 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
         layers = per_layer * np.stack([n_dec, sc.n_dec_bwd]) * ar
         busy = (layers.sum(axis=0) + (first * embedding_f + sc.head_tp_bwd) * ar + _sends(P, send, c.sched)
                 + 2 * ag.sum(axis=2) + rs)
-        return ar, layers, send, ag, busy, np.where(recovers, per_layer * n_rec * ar, 0.0)
+        return ar, layers, send, ag, rs, busy, np.where(recovers, per_layer * n_rec * ar, 0.0)
 
-    tp_ar, (tp_layer_f, tp_layer_b), p2p, u_ag, link_busy, link_rec = traffic(tp_link, pp_link, dp_link)
+    tp_ar, (tp_layer_f, tp_layer_b), p2p, u_ag, reduces, link_busy, link_rec = traffic(tp_link, pp_link, dp_link)
     tp_fwd, tp_bwd = tp_layer_f + first * embedding_f * tp_ar, tp_layer_b + sc.head_tp_bwd * tp_ar
     # MT-3000 links move data DDR to DDR: each byte a cluster sends is read from its DDR and
     # each byte it receives written to it, so communication takes DDR time too: that of its
     # bytes (the same traffic over a latency-free 1 B/s link), not of message latencies.
     per_byte = Link(0.0, 1.0)
-    *_, sent, sent_rec = traffic(per_byte, per_byte, per_byte)
+    *_, reduced, sent, sent_rec = traffic(per_byte, per_byte, per_byte)
     comm_ddr = 2 * (sent + sent_rec) / ddr
 
     z3_fwd, z3_bwd = _zero3_exposed(sc, b, u_ag)
@@ -323,22 +323,101 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     sync, update, prefetch, window, e_comm, e_upd, e_pref, by_pref = _state_chain(
         sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe)
 
-    def slots(on_path, c_rec, d_rec, l_rec):
-        """A stage's slot by its busiest resource: the compute stream's path and each engine."""
-        return np.maximum.reduce([path + on_path, busy_c + c_rec, busy_d + d_rec, link_busy + l_rec])
-
+    buckets = _buckets(sc, c, b, u_rec, dp_link, recipe)
+    slots, wait, wait_rec = _slot_bounds(c, path, busy_c, busy_d, link_busy, (reduces, 2 * reduced / ddr), buckets)
     on_slot = np.where(fsr, host_f + host_b, rec_on)
-    rec_exposed = slots(on_slot, rec_c, rec_d, link_rec) - slots(0.0, 0.0, 0.0, 0.0)
+    rec_exposed = slots(on_slot, rec_c, rec_d, link_rec, wait_rec) - slots(0.0, 0.0, 0.0, 0.0, wait)
     sends, wc = _sends(P, p2p, c.sched), (b * sc.bwd_w if c.sched != "1f1b" else None)    # (wc: its Ws)
-    slot_rec = slots(on_slot - sends, rec_c, rec_d, link_rec)
-    t_1f1b, e_link, e_rec = (_makespans(slots, path, fwd, sends, p2p, M, host_f, host_c, slot_rec) if c.v == 1 else
-                             _interleaved_makespans(slots, path, fwd, sends, p2p, c, host_f, host_c, slot_rec, wc))
+    slot_rec = slots(on_slot - sends, rec_c, rec_d, link_rec, wait_rec)
+    t_1f1b, e_link, e_rec = (
+        _makespans(slots, path, fwd, sends, p2p, M, host_f, host_c, slot_rec, wait) if c.v == 1 else
+        _interleaved_makespans(slots, path, fwd, sends, p2p, c, host_f, host_c, slot_rec, wc, buckets))
     return StepTime(fwd=fwd, bwd=bwd, rec=rec, rec_exposed=rec_exposed, host_f=host_f, host_b=host_b,
                     host_c=host_c, tp_allreduce=tp_ar, p2p=p2p,
                     link_busy=link_busy, sync=sync, update=update, prefetch=prefetch, window=window,
                     t_1f1b=t_1f1b, e_comm=e_comm + e_link, e_upd=e_upd, e_pref=e_pref, e_rec=e_rec,
                     e_link=e_link, state_by_pref=by_pref)
 
+
+
+def _slot_bounds(c: CandidateBatch, path, busy_c, busy_d, link_busy, reduces: tuple, buckets) -> tuple:
+    """(slots, wait, wait_rec): slots(on_path, c_rec, d_rec, l_rec, waits) a stage's slot by
+    its busiest resource, the compute stream's path (with its bucket waits) and each engine;
+    wait, wait_rec [C, P] the v = 1 bucket waits (_bucket_waits) without and with recovery.
+    `reduces`: (link, DDR) seconds of a micro-batch's reduce-scatters under ZeRO >= 2."""
+    # v = 1: a stage's Backwards wait for their buckets within one micro-batch's run (the
+    # link-bound slot covers a backlog across runs); ordered plans carry the link across actions
+    wait, wait_rec = _bucket_waits(buckets, _boundaries(path.shape[1])[1]) if c.v == 1 else (0.0, 0.0)
+    # Ordered plans: the bucket chains price the link's reduces action by action; the DDR
+    # traffic of the reduces runs while the compute stream waits for them, not beside its work.
+    # (ZeRO 3's gathers share the link with them: there the slot keeps its whole link bound)
+    chained = c.v > 1 and buckets is not None
+    link, ddr = reduces
+    link_slot = link_busy - (np.where(gathers(c.Z), 0.0, link) if chained else 0.0)
+
+    def slots(on_path, c_rec, d_rec, l_rec, waits=0.0):
+        overlap = ddr if chained else np.minimum(ddr, waits)
+        return np.maximum.reduce([path + on_path + waits, busy_c + c_rec, busy_d + d_rec - overlap, link_slot + l_rec])
+
+    return slots, wait, wait_rec
+
+
+def _buckets(sc: StageCosts, c: CandidateBatch, b, u_rec, dp_link, recipe, whole: bool = False):
+    """ZeRO >= 2, the bucket chain's units per (virtual) stage in Backward issue order, [C, S, U]
+    each: (the holder's gradient task: a Backward, a zero-bubble W; its micro-batch's reduce;
+    whether it holds a bucket; what recovery runs before it, checkpointing's Recover; what
+    recovery adds to it, FSR's co-run); None when no candidate's bucket chain can bind.
+    `whole`: zero bubble too, whole Backwards (the state chain's clock).
+
+    A candidate's chains bind only where one waits, started on a free link, or a stage's
+    gradient send would queue behind its reduces: else its holds stay False and it keeps
+    the plain makespans (the search's usual case; what that leaves out, a reduce still on
+    the link when the next gradient task's second unit is due, only back to back ones meet)."""
+    # (zero bubble under ZeRO 3: its I's keep the link's slot bound, gathers and reduces
+    # alike, and the W's no chain of their own, which would count the reduces twice)
+    per_mb = reduces_per_micro_batch(c.Z)[:, :, None] & ~(gathers(c.Z)[:, :, None] & (c.sched != "1f1b"))
+    if not per_mb.any():
+        return None
+    holds = per_mb & (sc.u_trainable > 0)
+    red = np.where(holds, reduce_scatter(c.D[:, :, None], sc.u_trainable * recipe.grad_bytes, _ex(dp_link)), 0.0)
+    zb = c.sched != "1f1b" and not whole          # (a W holds the bucket; recovery comes before its I)
+    work = b[:, :, None] * (sc.u_bwd_w if zb else sc.u_bwd)
+    ckpt = (c.act == CKPT)[:, :, None] & (not zb)
+    before = np.where(ckpt, u_rec, 0.0)
+    work_rec = work + np.where(ckpt | zb, 0.0, u_rec)
+    shape = np.broadcast_shapes(red.shape, work.shape, np.shape(u_rec))
+    work, red, holds, before, work_rec = (np.ascontiguousarray(np.broadcast_to(a, shape)[..., ::-1])
+                                          for a in (work, red, holds, before, work_rec))
+    # Without waits unit j ends at e_j and the link frees after its reduce at d_j = max_{i<=j}
+    # (e_i + R_i + ... + R_j); the holder two later, which starts at e_{j+1}, waits iff d_j >
+    # e_{j+1}; so does a gradient send after the last unit behind the last but one's reduce.
+    if shape[2] < 2:            # (a lone unit per stage takes over no buffer)
+        return None
+    e, cum = np.cumsum(work, axis=2), np.cumsum(red, axis=2)
+    late = (cum + np.maximum.accumulate(e - cum + red, axis=2))[..., :-1] > e[..., 1:]
+    sends = _boundaries(shape[1], c.sched)[1] > 0
+    waits = late[..., :-1].any(axis=2) | (late[..., -1] & sends)
+    holds = holds & waits.any(axis=1)[:, None, None]
+    return (work, red, holds, before, work_rec) if holds.any() else None
+
+
+def _bucket_waits(buckets, out_b) -> tuple:
+    """([C, P], [C, P]) how long a stage's compute stream waits for buckets in one micro-batch's
+    Backward, without and with recovery (ratc.step.rules.bucket_chain, the link free at its
+    start), and after it where it sends its gradient (`out_b` [P]): that send, and the next
+    Forward's activation coming in, queue behind the reduce still on the link when the
+    Backward ends (the last but one; the last is released after them)."""
+    if buckets is None:
+        return 0.0, 0.0
+    work, red, holds, before, work_rec = buckets
+
+    def wait(before, work):
+        ends, ring = bucket_chain(before, work, red, holds)
+        end = ends[..., -1]
+        behind = np.maximum(0.0, ring[..., -2] - end) * out_b
+        return end + behind - (before + work).sum(axis=2)
+
+    return wait(0.0, work), wait(before, work_rec)
 
 
 def _zero3_exposed(sc: StageCosts, b, u_ag) -> tuple:
@@ -384,12 +463,12 @@ def _unit_recovery(sc: StageCosts, c: CandidateBatch, b, tp_one, fsr):
                     np.where(fsr[:, :, None], u_host, 0.0))
 
 
-def _makespans(slots, path, fwd, sends, p2p, M, host_f, host_c, slot_rec) -> tuple:
+def _makespans(slots, path, fwd, sends, p2p, M, host_f, host_c, slot_rec, wait=0.0) -> tuple:
     """(T_1F1B, E_link, E_rec) [C]: three makespans in one pass over the rounds: the
-    recovery-free main path; with the resource bounds; with recovery. The steady slot counts
-    compute-stream work, which the sends leave."""
+    recovery-free main path; with the resource bounds (and the bucket waits, `wait`); with
+    recovery. The steady slot counts compute-stream work, which the sends leave."""
     zero = np.zeros_like(path)
-    bound = slots(-sends, 0.0, 0.0, 0.0)
+    bound = slots(-sends, 0.0, 0.0, 0.0, wait)
     three = makespan(np.concatenate([path - sends, bound, slot_rec]),
                      np.concatenate([p2p + zero[:, :1]] * 3), np.concatenate([M + zero[:, :1]] * 3),
                      fwd=np.concatenate([fwd] * 3), host_f=np.concatenate([zero, zero, host_f + zero]),
@@ -408,7 +487,7 @@ def _three(three: np.ndarray) -> tuple:
 
 
 def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, host_f, host_c, slot_rec,
-                           wc=None) -> tuple:
+                           wc=None, buckets=None) -> tuple:
     """(T_1F1B, E_link, E_rec) [C] of interleaved 1F1B: _makespans' three slots (the arrays
     are per virtual stage, [C, P*v]) over its order, each Forward its compute-stream part,
     each Backward the rest of its slot (so recovery, under Ckpt, is on the Backward). The
@@ -429,13 +508,32 @@ def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, host
     rows = np.concatenate([np.concatenate([c.M + np.zeros((C, 1)), p2p + np.zeros((C, 1))], axis=1)] * 3)
     back = np.concatenate([x - fc for x in works]) - (w[0] if w else 0.0)
     fsr = [np.concatenate([zero, zero, h]) for h in (hf, *hc)] if hf.any() or any(h.any() for h in hc) else []
-    rows = np.concatenate([rows, np.concatenate([fc] * 3), back] + w + fsr, axis=1)
+    bk = _bucket_rows(buckets, C)
+    rows = np.concatenate([rows, np.concatenate([fc] * 3), back] + w + fsr + bk, axis=1)
     # rows that differ only where the main path does not look (state policy, ZeRO, ...) are one
     key, inverse = _distinct_rows(rows)
-    cols = [key[:, 2 + k * S:2 + (k + 1) * S] for k in range(2 + len(w) + len(fsr))]
+    n = 2 + len(w) + len(fsr)
+    cols = [key[:, 2 + k * S:2 + (k + 1) * S] for k in range(n)]
+    chains = None
+    if bk:
+        U = buckets[0].shape[2]
+        chains = tuple(key[:, 2 + n * S + k * S * U:2 + n * S + (k + 1) * S * U].reshape(-1, S, U) for k in range(4))
     three = interleaved_makespan(cols[0], cols[1], key[:, 1:2], c.P, c.v, key[:, :1],
-                                 cols[2] if w else None, c.sched, tuple(cols[2 + len(w):]) if fsr else None, c.corun)
+                                 cols[2] if w else None, c.sched, tuple(cols[2 + len(w):n]) if fsr else None,
+                                 c.corun, chains)
     return _three(three[inverse])
+
+
+def _bucket_rows(buckets, C: int) -> list:
+    """The bucket chains (_buckets) of the three makespans' rows, flat, [3C, S*U] each of
+    (before, work, reduce, holds): none on the main path, without recovery, with it."""
+    if buckets is None:
+        return []
+    work, red, holds, before, work_rec = buckets
+    flat = lambda a: np.broadcast_to(a, work.shape).reshape(C, -1)  # noqa: E731
+    none = np.zeros_like(flat(work))
+    return [np.concatenate([none, none, flat(before)]), np.concatenate([none, flat(work), flat(work_rec)]),
+            np.concatenate([none, flat(red), flat(red)]), np.concatenate([none, flat(holds), flat(holds)]).astype(float)]
 
 
 def _state_chain(sc: StageCosts, c: CandidateBatch, fwd, bwd, u_rec, *links_ddr_recipe) -> tuple:
@@ -496,7 +594,7 @@ def _per_rank_units(sc: StageCosts, v: int, u_rec, sched: str = "1f1b") -> tuple
         return np.swapaxes(a[..., cols, :].reshape(*lead, v, P, U), -3, -2).reshape(*lead, P, v * U)
 
     view = dataclasses.replace(sc, P=P, **{k: fold(getattr(sc, k)) for k in
-                                           ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_tied")})
+                                           ("u_params", "u_trainable", "u_fwd", "u_bwd", "u_bwd_w", "u_tied")})
     return view, fold(u_rec)
 
 
@@ -529,6 +627,11 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, late=
     # and the syncs run on the link one at a time in that order. The last, unit 0's, ends
     # S_exp = max_j (sum_{k<=j} RS_k - sum_{k<j} B_k) after the stage's backward.
     released = -(np.cumsum(u_bwd, axis=2) - u_bwd)     # Backward(j) ends, relative to the stage's last
+    buckets = _buckets(sc, c, c.b, u_rec, dp_link, recipe, whole=True)
+    if buckets is not None:      # ZeRO >= 2: ... each waiting for its bucket (bucket_chain)
+        work, red, holds, before, work_rec = buckets
+        ends = bucket_chain(before, work_rec, red, holds)[0]
+        released = np.flip(ends - ends[..., -1:], axis=2)
     cum_rs = np.cumsum(rs, axis=2)
     sync_end = _fifo_ends(released, rs, cum_rs)
     s_exp = sync_end[:, :, 0]

@@ -133,6 +133,33 @@ def bucket_reused(k: int):
     return k - BUCKET_BUFFERS if k >= BUCKET_BUFFERS else None
 
 
+def bucket_chain(before, work, reduce, holds, start=0.0, ring=None) -> tuple:
+    """The planner's form of bucket_reused: a run of Backwards (arrays [..., K], issue order)
+    on one stage, unit k after `before[k]` seconds of compute that waits for no bucket (a
+    checkpointed layer's Recover), then its Backward `work[k]`, which, if it `holds` a bucket,
+    waits until the bucket BUCKET_BUFFERS holders back is reduced; each holder's reduce
+    (`reduce[k]`) follows its Backward on the link, one at a time in release order.
+
+    `ring` [..., BUCKET_BUFFERS]: the reduce ends of the last holders before the run, oldest
+    first (-inf: none). Returns (each unit's Backward end [..., K], the ring after the run)."""
+    holds = np.asarray(holds, dtype=bool)
+    shape = np.broadcast_shapes(np.shape(before), np.shape(work), np.shape(reduce), holds.shape)
+    before, work, reduce, holds = (x if np.shape(x) == shape else np.broadcast_to(x, shape)
+                                   for x in (before, work, reduce, holds))
+    t = np.broadcast_to(np.asarray(start, dtype=float), shape[:-1])
+    # the ring as a list of its buffers' arrays, oldest first (taking one over shifts it)
+    ring = ([np.full(shape[:-1], -np.inf)] * BUCKET_BUFFERS if ring is None else
+            [np.asarray(ring, dtype=float)[..., i] for i in range(BUCKET_BUFFERS)])
+    ends = np.empty(shape)
+    for k in range(shape[-1]):
+        h = holds[..., k]
+        t = np.where(h, np.maximum(t + before[..., k], ring[0]), t + before[..., k]) + work[..., k]
+        ends[..., k] = t
+        done = np.maximum(t, ring[-1]) + reduce[..., k]
+        ring = [np.where(h, new, old) for old, new in zip(ring, ring[1:] + [done])]
+    return ends, np.stack(ring, axis=-1)
+
+
 def recover_reads_weights(choice: str) -> bool:
     """Whether a unit's Recover needs its parameters: a whole-layer one does; the attention
     core re-runs on the saved Q, K, V alone."""
