@@ -191,7 +191,7 @@ class _AttnGen:
         e.bundle(f"wait {CH_O}", f"addi r1, r1, {S}", "addi r28, r28, 1")
         if kv:
             e.close_loop(kv)
-        return e.program(attention_name(H, S, d, Hkv, self.staged), self.ndsp, self.buffers(), self.platform)
+        return e.program(self.name(), self.ndsp, self.buffers(), self.platform)
 
     def share_loop(self, dmas) -> None:
         """This DSP's share of a head's seq*d accumulator, ZERO_CHUNK elements per step."""
@@ -236,7 +236,7 @@ class _AttnGen:
         e.bundle(f"dma {CH_Q}, Qa[0], Q[r4, 0], {br}, {d}, {d}, {d}, clip")
         e.bundle(f"dma {CH_Q}, dOa[0], dO[r4, 0], {br}, {d}, {d}, {d}, clip", "add r5, r1, r9")
         e.bundle(f"dma {CH_Q}, Da[0], D[r4, 0], {br}, 1, 1, 1, clip", "add r22, r7, r9", "li r12, 0")
-        self.next_probs("r10")
+        self.first_probs()
         self.kv_slices()
         e.bundle(f"wait {CH_Q}")
         self.resident_copies()
@@ -254,6 +254,13 @@ class _AttnGen:
         e.bundle(f"wait {CH_O}")
         e.bundle(f"dma {CH_O}, dQ[r4, 0], dQa[r29], {br}, {d}, {d}, {d}, clip", f"addi r3, r3, {self.ndsp}")
         e.bundle("mov r29, r30", "mov r30, r29")
+
+    def name(self) -> str:
+        return attention_name(self.H, self.S, self.d, self.Hkv, self.staged)
+
+    def first_probs(self):
+        """Start loading the wave's first P_ij (into slot r10)."""
+        self.next_probs("r10")
 
     def next_probs(self, slot: str = "r11"):
         """Start loading the next key tile's P_ij from DDR into a Pa slot (P columns advance in r6)."""
