@@ -38,6 +38,9 @@ class Strategy:
     # the schedules of those interleaved candidates (ratc.step.config.SCHEDULES): zb1p and zbv
     # add the zero-bubble schedules beside interleaved 1F1B (zbv at v = 2)
     sched: tuple = ("1f1b",)
+    # the attention kernels (ratc.step.config.ATTENTION): the strategies beyond the paper also
+    # try fused attention (ratc.codegen.flash) on platforms that run generated kernels
+    attn: tuple = ("paper",)
 
 
 STRATEGIES = {s.name: s for s in (
@@ -54,14 +57,14 @@ STRATEGIES = {s.name: s for s in (
              act=("full", "ckpt"), pref=("bulk",)),
     Strategy("selective", "RATrain's space, each recomputed layer choosing under the budget what it saves: "
                           "everything, all but its attention core (selective recomputation), or its input",
-             keep=True),
+             keep=True, attn=("paper", "fused")),
     Strategy("interleaved", "RATrain's space plus interleaved 1F1B (v = 2, 4 model chunks per rank; "
-                            "Full, Ckpt or FSR)", v=(1, 2, 4)),
+                            "Full, Ckpt or FSR)", v=(1, 2, 4), attn=("paper", "fused")),
     Strategy("zerobubble", "the interleaved space, each interleaved candidate also as ZB1P and, at v = 2, as ZBV "
                            "(zero bubble: every Backward split into input- and weight-gradient tasks)",
-             v=(1, 2, 4), sched=("1f1b", "zb1p", "zbv")),
+             v=(1, 2, 4), sched=("1f1b", "zb1p", "zbv"), attn=("paper", "fused")),
     Strategy("any", "every dimension free, including TP, ZeRO-3 and interleaved 1F1B (v = 2, 4)",
-             tp=(1, 2, 4, 8), zero=ZERO_STAGES, v=(1, 2, 4)),
+             tp=(1, 2, 4, 8), zero=ZERO_STAGES, v=(1, 2, 4), attn=("paper", "fused")),
 )}
 
 
