@@ -3,8 +3,6 @@
 import numpy as np
 import pytest
 import torch
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
 
 from ratc.codegen.attention import generate_attention_backward
 from ratc.codegen.flash import flash_constants, flash_footprint, generate_flash_backward
@@ -48,12 +46,10 @@ def check(heads, seq, d, kv_heads, seed=0, logit_scale=1.0, **tiles):
     return kernel
 
 
-@settings(max_examples=4, deadline=None)
-@given(st.sampled_from([(1, 1), (2, 1), (2, 2), (4, 2)]), st.sampled_from([64, 128, 192]),
-       st.sampled_from([64, 128]), st.integers(0, 1000))
-def test_fused_backward_matches_autograd(heads_kv, seq, head_dim, seed):
-    assume(heads_kv[0] * seq * head_dim <= 2 * 128 * 128)  # keep the full-execution run short
-    check(heads_kv[0], seq, head_dim, heads_kv[1], seed)
+@pytest.mark.parametrize("heads,seq,head_dim,kv_heads", [(1, 64, 64, 1), (2, 128, 64, 1), (2, 64, 128, 2),
+                                                        (1, 192, 128, 1), (4, 128, 64, 2)])
+def test_fused_backward_matches_autograd(heads, seq, head_dim, kv_heads):
+    check(heads, seq, head_dim, kv_heads, seed=heads * seq + head_dim)
 
 
 def test_gqa_heads_sharing_kv_tiles_across_waves_match_autograd():

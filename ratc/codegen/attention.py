@@ -42,12 +42,7 @@ def generate_attention_backward(platform, heads: int, seq: int, head_dim: int, k
     kv_heads = heads if kv_heads is None else kv_heads
     check_kernel_size(f"attention backward, {heads} heads, sequence {seq}, head dim {head_dim}",
                       4 * heads * seq * seq * head_dim)
-    gen = _AttnGen(platform, heads, seq, head_dim, kv_heads, ddr_staged, br, bc)
-    program = gen.emit()
-    h, s, d, hk = heads, seq, head_dim, kv_heads
-    min_bytes = 2 * (2 * h * s * d + 2 * hk * s * d + h * s * s) + 4 * h * s + 2 * (h * s * d + 2 * hk * s * d)
-    return Kernel(attention_name(h, s, d, hk, ddr_staged), program, platform, 4 * h * s * s * d, min_bytes,
-                  {"br": gen.br, "bc": gen.bc, "dsps": gen.ndsp, "ddr_staged": ddr_staged})
+    return _AttnGen(platform, heads, seq, head_dim, kv_heads, ddr_staged, br, bc).kernel()
 
 
 def eq1_footprint(br: int, bc: int, d: int) -> dict[str, int]:
@@ -147,6 +142,17 @@ class _AttnGen:
                 if best is None or key < best[0]:
                     best = (key, br, ndsp)
         return best[1:] if best else None
+
+    def kernel(self) -> Kernel:
+        """The generated kernel: useful MACs are the GEMMs', compulsory DDR bytes every input
+        (P, or the fused kernel's L) read and every output written once."""
+        h, s, d, hk = self.H, self.S, self.d, self.Hkv
+        rows = 2 * s * s if self.P_COLS else 4 * s     # a head's P (FP16), or its L (FP32)
+        min_bytes = 2 * (2 * h * s * d + 2 * hk * s * d) + h * rows + 4 * h * s + 2 * (h * s * d + 2 * hk * s * d)
+        return Kernel(self.name(), self.emit(), self.platform, self.GEMMS * h * s * s * d, min_bytes, self.options())
+
+    def options(self) -> dict:
+        return {"br": self.br, "bc": self.bc, "dsps": self.ndsp, "ddr_staged": self.staged}
 
     def emit(self):
         e, S, d, br, bc = self.e, self.S, self.d, self.br, self.bc

@@ -50,12 +50,7 @@ def generate_flash_backward(platform, heads: int, seq: int, head_dim: int, kv_he
     kv_heads = heads if kv_heads is None else kv_heads
     check_kernel_size(f"fused attention backward, {heads} heads, sequence {seq}, head dim {head_dim}",
                       5 * heads * seq * seq * head_dim)
-    gen = _FlashBwdGen(platform, heads, seq, head_dim, kv_heads, False, br, bc)
-    program = gen.emit()
-    h, s, d, hk = heads, seq, head_dim, kv_heads
-    min_bytes = 2 * (2 * h * s * d + 2 * hk * s * d) + 8 * h * s + 2 * (h * s * d + 2 * hk * s * d)
-    return Kernel(flash_name(h, s, d, hk), program, platform, 5 * h * s * s * d, min_bytes,
-                  {"br": gen.br, "bc": gen.bc, "dsps": gen.ndsp})
+    return _FlashBwdGen(platform, heads, seq, head_dim, kv_heads, False, br, bc).kernel()
 
 
 class _FlashBwdGen(_AttnGen):
@@ -71,6 +66,9 @@ class _FlashBwdGen(_AttnGen):
 
     def name(self) -> str:
         return flash_name(self.H, self.S, self.d, self.Hkv)
+
+    def options(self) -> dict:
+        return {"br": self.br, "bc": self.bc, "dsps": self.ndsp}
 
     def buffers(self) -> list[tuple]:
         H, S, d, br, bc = self.H, self.S, self.d, self.br, self.bc

@@ -250,7 +250,20 @@ class Planner:
         else:
             choices = unit_choices(units, cand.keep) if cand.keep else ["layer" if u.recovers else "full" for u in units]
         ranges = self.stages(cand.P, cand.T, cand.balance, ranks, cand.b, "", cand.attn).ranges
-        return describe(units, ranges, choices, cand.b)
+        return describe(units, ranges, choices, cand.b) + self._fused_note(cand)
+
+    def _fused_note(self, cand: Candidate) -> list[str]:
+        """What fused attention changes of every layer's saved tensors ([] under the paper's kernels)."""
+        if cand.attn != "fused":
+            return []
+        from ratc.units import format_bytes
+        ranks = cand.P * cand.D * cand.T
+        pick = next(k for k, u in enumerate(self.units(cand.T, ranks, cand.b).units) if u.decoder)
+        paper, fused = (self.units(cand.T, ranks, cand.b, a).units[pick] for a in ("paper", "fused"))
+        less = format_bytes(cand.b * (paper.saved_bytes - fused.saved_bytes))
+        return [f"  attention (every layer): fused kernels: a layer that keeps its attention keeps Q, K, V and the "
+                f"rows' log-sum-exp, not the s x s probabilities ({less} less per micro-batch), which its Backward "
+                "recomputes on chip"]
 
     def _keeps(self, evs: list, total: np.ndarray, best: float) -> list:
         """evs with each recomputing, feasible candidate replaced by its best per-layer save
