@@ -95,3 +95,18 @@ def test_fused_tiles_must_fit_sm_and_am():
         generate_flash_backward(P, 1, 1024, 128, 1, br=64, bc=128)
     with pytest.raises(RatcError, match="multiple of kv_heads"):
         generate_flash_backward(P, 3, 64, 64, 2)
+
+
+def test_spot_check_runs_the_fused_kernel_against_numpy():
+    from ratc.codegen.spot_check import check_kernel
+    kernel = generate_flash_backward(P, 2, 128, 64, 1)
+    result = check_kernel(kernel.program, P, (2, 128, 64, 1), seed=0, kind="flash_bwd")
+    assert result.ok and result.kernel == "flash_bwd_h2_s128_d64_kv1_f16"
+
+
+def test_kernel_cli_generates_and_times_the_fused_backward(capsys):
+    from ratc.cli.main import main
+    assert main(["kernel", "attention-backward-fused", "2", "128", "64", "--kv-heads", "1", "--run"]) == 0
+    out = capsys.readouterr().out
+    assert "flash_bwd_h2_s128_d64_kv1_f16" in out
+    assert f"{generate_flash_backward(P, 2, 128, 64, 1).cycles}" in out.replace(",", "")
