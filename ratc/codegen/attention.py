@@ -293,7 +293,7 @@ class _AttnGen:
         self.e.bundle(f"dma {CH_L}, Ps[0], Pa[r10], {self.br}, {self.bc}, {self.bc}, {self.bc}")
 
     def probs_computed(self):
-        """After K_j, V_j arrive: nothing here, P_ij came from DDR."""
+        """Before K_j, V_j are waited for: nothing here, P_ij came from DDR."""
 
     def kv_slices(self):
         """This DSP's rows of the next K and V tiles, DDR -> GSM slot (r22 = slot row + my rows)."""
@@ -320,8 +320,8 @@ class _AttnGen:
             e.bundle("add r22, r8, r9")
             self.kv_slices()
             self.next_probs()
-        e.bundle(f"wait {CH_G}")
         self.probs_computed()
+        e.bundle(f"wait {CH_G}")
         # dP = dO_i V_j^T
         self.gemm(br, bc, d, ("dOt", 0, br), ("Va", 0, bc), ("Pd", 0, bc), False)
         if self.staged:

@@ -21,7 +21,7 @@ row's log-sum-exp would come out wrong; attention logits are orders of magnitude
 
 from __future__ import annotations
 
-from ratc.codegen.attention import CH_G, CH_L, CH_Q, _AttnGen, eq1_footprint
+from ratc.codegen.attention import CH_L, CH_Q, CH_X, _AttnGen, eq1_footprint
 from ratc.codegen.kernel import Kernel, check_kernel_size
 
 EXP_SQUARINGS = 10
@@ -106,13 +106,15 @@ class _FlashBwdGen(_AttnGen):
         e.close_loop(label)
 
     def kv_copies(self):
-        """K_j, V_j^T and K_j^T (the S GEMM's right operand) from the GSM slot into AM."""
+        """K_j^T (the S GEMM's right operand) first, on a channel of its own, then K_j and V_j^T:
+        P_ij is computed while those two still arrive."""
+        self.e.bundle(f"dma {CH_X}, Kt[0], Kg[r7, 0], {self.bc}, {self.d}, {self.bc}, {self.d}, t")
         super().kv_copies()
-        self.e.bundle(f"dma {CH_G}, Kt[0], Kg[r7, 0], {self.bc}, {self.d}, {self.bc}, {self.d}, t")
 
     def probs_computed(self):
         """S_ij = Q_i K_j^T into Pd, P_ij = exp(scale S_ij - L_i) into Pa (slot r10), staged into SM."""
         br, bc, d = self.br, self.bc, self.d
+        self.e.bundle(f"wait {CH_X}")
         self.gemm(br, bc, d, ("Qt", 0, br), ("Kt", 0, bc), ("Pd", 0, bc), False)
         self.exp_tile()
         self.stage_probs()
