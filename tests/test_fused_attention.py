@@ -111,3 +111,17 @@ def test_fused_backward_is_priced_by_its_kernel_on_the_kernel_vm_profile():
     shape = (32, 256, 128, 32)
     assert fused.bwd - paper.bwd == pytest.approx(profile.kernel("flash_bwd", shape)["seconds"]
                                                   - profile.kernel("attn_bwd", shape)["seconds"])
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_fused_attention_programs_train_as_pytorch_does():
+    """The functional executor runs a fused-attention program's schedule with the same math
+    (only what the layer keeps on the DSP changes): plain PyTorch within 1e-5 over 20 steps."""
+    from ratc.lifecycle.lowering import find_plan
+    from ratc.step.plan import Plan
+    from ratc.vm.functional.session import Session, TrainConfig, relative_deviation
+    s = Session(TrainConfig(model="examples/llama.py", M=4, b=1, P=2, D=2, Z=2, act="fsr", keep="2f2l",
+                            attn="fused", state_pipeline=True))
+    assert Plan.from_ir(find_plan(s.module)).config.attn == "fused"
+    worst = max(relative_deviation(*s.step(i)) for i in range(20))
+    assert worst <= 1e-5 and s.parameter_deviation() <= 1e-5

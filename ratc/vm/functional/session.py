@@ -34,6 +34,7 @@ class TrainConfig:
     keep: str = ""                      # what each decoder layer keeps (Candidate.keep; "" every one its input)
     v: int = 1                          # model chunks (virtual stages) per stage: interleaved 1F1B when > 1
     sched: str = "1f1b"                 # the pipeline schedule (ratc.step.schedules): 1f1b, zb1p or zbv
+    attn: str = "paper"                 # the attention kernels (placement only: the same math either way)
     opt: AdamW = field(default_factory=AdamW)
 
     @property
@@ -136,7 +137,8 @@ def compile_for(cfg: TrainConfig):
         raise RatcError(f"activation policy must be one of {', '.join(ACT_POLICIES)}, got '{cfg.act}'")
     profile = trace_model_file(cfg.model, cfg.preset)
     cand = Candidate(P=cfg.P, D=cfg.D, T=1, Z=cfg.Z, b=cfg.b, A=cfg.M, act=cfg.act,
-                     pref="deadline" if cfg.state_pipeline else "bulk", keep=cfg.keep, v=cfg.v, sched=cfg.sched)
+                     pref="deadline" if cfg.state_pipeline else "bulk", keep=cfg.keep, v=cfg.v, sched=cfg.sched,
+                     attn=cfg.attn)
     return compile_program(profile, cand, load_platform(cfg.platform), CompileOptions(memory_limit=False))
 
 
