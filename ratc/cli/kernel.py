@@ -10,8 +10,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("kernel", help="generate a GEMM or attention-backward kernel (.rasm)",
                               description="Generate a kernel for one cluster; print its .rasm, or --run it "
                                           "on the kernel VM and print the report.")
-    p.add_argument("op", choices=("gemm", "attention-backward", "attention-backward-ddr"),
-                   help="gemm: M N K (C[M,N] = A[M,K] B[K,N]); attention-backward[-ddr]: HEADS SEQ HEAD_DIM")
+    p.add_argument("op", choices=("gemm", "attention-backward", "attention-backward-ddr", "attention-backward-fused"),
+                   help="gemm: M N K (C[M,N] = A[M,K] B[K,N]); attention-backward[-ddr|-fused]: HEADS SEQ "
+                        "HEAD_DIM (fused: P recomputed on chip from Q, K and the log-sum-exp)")
     p.add_argument("dims", nargs="+", type=int, help="shape")
     p.add_argument("--kv-heads", type=int, help="key/value heads for attention (default: HEADS)")
     p.add_argument("--tile", action="append", default=[], metavar="NAME=VALUE",
@@ -75,6 +76,10 @@ def _generate(platform, args, options):
     from ratc.codegen.attention import generate_attention_backward
 
     heads, seq, head_dim = args.dims
+    if args.op.endswith("-fused"):
+        from ratc.codegen.flash import generate_flash_backward
+        return generate_flash_backward(platform, heads, seq, head_dim,
+                                       heads if args.kv_heads is None else args.kv_heads, **options)
     staged = args.op.endswith("-ddr")
     return generate_attention_backward(platform, heads, seq, head_dim, heads if args.kv_heads is None else args.kv_heads,
                                        ddr_staged=staged, **options)

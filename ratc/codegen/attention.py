@@ -42,12 +42,7 @@ def generate_attention_backward(platform, heads: int, seq: int, head_dim: int, k
     kv_heads = heads if kv_heads is None else kv_heads
     check_kernel_size(f"attention backward, {heads} heads, sequence {seq}, head dim {head_dim}",
                       4 * heads * seq * seq * head_dim)
-    gen = _AttnGen(platform, heads, seq, head_dim, kv_heads, ddr_staged, br, bc)
-    program = gen.emit()
-    h, s, d, hk = heads, seq, head_dim, kv_heads
-    min_bytes = 2 * (2 * h * s * d + 2 * hk * s * d + h * s * s) + 4 * h * s + 2 * (h * s * d + 2 * hk * s * d)
-    return Kernel(attention_name(h, s, d, hk, ddr_staged), program, platform, 4 * h * s * s * d, min_bytes,
-                  {"br": gen.br, "bc": gen.bc, "dsps": gen.ndsp, "ddr_staged": ddr_staged})
+    return _AttnGen(platform, heads, seq, head_dim, kv_heads, ddr_staged, br, bc).kernel()
 
 
 def eq1_footprint(br: int, bc: int, d: int) -> dict[str, int]:
@@ -69,6 +64,12 @@ class _AttnGen:
     r24, r26 partial-sum buffers; r25 this DSP's dP/dS staging rows; r27 its share of the
     accumulators; r28 KV head; r29, r30 dQ accumulators (current, other).
     """
+
+    P_COLS, GEMMS = 1, 4  # P read per query row (columns per key), GEMMs per tile: for ranking tiles
+
+    def footprint(self, br: int, bc: int, d: int) -> dict[str, int]:
+        """SM and AM bytes per DSP of (br, bc) tiles."""
+        return eq1_footprint(br, bc, d)
 
     def __init__(self, platform, heads, seq, d, kv_heads, staged, br, bc):
         vl = platform.vliw
@@ -94,7 +95,7 @@ class _AttnGen:
             self.br, self.ndsp = chosen
         if problems:
             raise RatcError(f"attention backward h={heads} s={seq} d={d} kv={kv_heads}: " + "; ".join(problems))
-        fp = eq1_footprint(self.br, self.bc, d)
+        fp = self.footprint(self.br, self.bc, d)
         if fp["sm"] > platform.dsp.sm_size or fp["am"] > platform.dsp.am_size:
             raise RatcError(f"attention tiles br={self.br} bc={self.bc} d={d} need {fp['sm']} B of SM and "
                             f"{fp['am']} B of AM (capacities {platform.dsp.sm_size}, {platform.dsp.am_size})")
@@ -122,7 +123,7 @@ class _AttnGen:
         for br in ([br_fixed] if br_fixed is not None else (self.mr, 2 * self.mr, 4 * self.mr)):
             if S % br or br % self.mr:
                 continue
-            fp = eq1_footprint(br, bc, d)
+            fp = self.footprint(br, bc, d)
             if br_fixed is None and (fp["sm"] > p.dsp.sm_size or fp["am"] > p.dsp.am_size):
                 continue  # a fixed br that does not fit is reported with its footprint below
             nq = S // br
@@ -132,15 +133,26 @@ class _AttnGen:
                 waves = math.ceil(nq / ndsp)
                 slots = waves * ndsp
                 kv_rows = waves * (S // bc) * ndsp * math.ceil(bc / ndsp)
-                ddr = 2 * slots * br * (S + 3 * d) + 4 * slots * br + 4 * kv_rows * d + 4 * S * d
+                ddr = 2 * slots * br * (self.P_COLS * S + 3 * d) + 4 * slots * br + 4 * kv_rows * d + 4 * S * d
                 # ~1.6x: micro-kernel prologues, softmax backward and exposed K/V copies per key
                 # tile (measured on the timing mode, docs/kernels.md); only used to rank choices.
-                vmac = 1.6 * waves * 4 * br * S * d / macs_per_cycle
+                vmac = 1.6 * waves * self.GEMMS * br * S * d / macs_per_cycle
                 est = max(ddr / p.cluster.ddr_bandwidth, vmac / p.dsp.clock)
                 key = (est, -ndsp, -br)
                 if best is None or key < best[0]:
                     best = (key, br, ndsp)
         return best[1:] if best else None
+
+    def kernel(self) -> Kernel:
+        """The generated kernel: useful MACs are the GEMMs', compulsory DDR bytes every input
+        (P, or the fused kernel's L) read and every output written once."""
+        h, s, d, hk = self.H, self.S, self.d, self.Hkv
+        rows = 2 * s * s if self.P_COLS else 4 * s     # a head's P (FP16), or its L (FP32)
+        min_bytes = 2 * (2 * h * s * d + 2 * hk * s * d) + h * rows + 4 * h * s + 2 * (h * s * d + 2 * hk * s * d)
+        return Kernel(self.name(), self.emit(), self.platform, self.GEMMS * h * s * s * d, min_bytes, self.options())
+
+    def options(self) -> dict:
+        return {"br": self.br, "bc": self.bc, "dsps": self.ndsp, "ddr_staged": self.staged}
 
     def emit(self):
         e, S, d, br, bc = self.e, self.S, self.d, self.br, self.bc
@@ -185,7 +197,7 @@ class _AttnGen:
         e.bundle(f"wait {CH_O}", f"addi r1, r1, {S}", "addi r28, r28, 1")
         if kv:
             e.close_loop(kv)
-        return e.program(attention_name(H, S, d, Hkv, self.staged), self.ndsp, self.buffers(), self.platform)
+        return e.program(self.name(), self.ndsp, self.buffers(), self.platform)
 
     def share_loop(self, dmas) -> None:
         """This DSP's share of a head's seq*d accumulator, ZERO_CHUNK elements per step."""
@@ -230,10 +242,10 @@ class _AttnGen:
         e.bundle(f"dma {CH_Q}, Qa[0], Q[r4, 0], {br}, {d}, {d}, {d}, clip")
         e.bundle(f"dma {CH_Q}, dOa[0], dO[r4, 0], {br}, {d}, {d}, {d}, clip", "add r5, r1, r9")
         e.bundle(f"dma {CH_Q}, Da[0], D[r4, 0], {br}, 1, 1, 1, clip", "add r22, r7, r9", "li r12, 0")
-        e.bundle(f"dma {CH_P}, Pa[r10], P[r4, r6], {br}, {bc}, {bc}, {S}, clip", f"addi r6, r6, {bc}")
+        self.first_probs()
         self.kv_slices()
         e.bundle(f"wait {CH_Q}")
-        e.bundle(f"dma {CH_L}, dOt[0], dOa[0], {br}, {d}, {br}, {d}, t")
+        self.resident_copies()
         e.bundle(f"wait {CH_L}")
         nk = self.nk
         self.key_tile(first=True, last=nk == 1)
@@ -248,6 +260,40 @@ class _AttnGen:
         e.bundle(f"wait {CH_O}")
         e.bundle(f"dma {CH_O}, dQ[r4, 0], dQa[r29], {br}, {d}, {d}, {d}, clip", f"addi r3, r3, {self.ndsp}")
         e.bundle("mov r29, r30", "mov r30, r29")
+
+    def name(self) -> str:
+        return attention_name(self.H, self.S, self.d, self.Hkv, self.staged)
+
+    def first_probs(self):
+        """Start loading the wave's first P_ij (into slot r10)."""
+        self.next_probs("r10")
+
+    def next_probs(self, slot: str = "r11"):
+        """Start loading the next key tile's P_ij from DDR into a Pa slot (P columns advance in r6)."""
+        self.e.bundle(f"dma {CH_P}, Pa[{slot}], P[r4, r6], {self.br}, {self.bc}, {self.bc}, {self.S}, clip",
+                      f"addi r6, r6, {self.bc}")
+
+    def resident_copies(self):
+        """On-chip copies of the wave's resident tiles: dO_i^T into SM as a left operand."""
+        self.e.bundle(f"dma {CH_L}, dOt[0], dOa[0], {self.br}, {self.d}, {self.br}, {self.d}, t")
+
+    def kv_copies(self):
+        """K_j and V_j^T from the GSM slot into AM."""
+        e, d, bc = self.e, self.d, self.bc
+        e.bundle(f"dma {CH_G}, Ka[0], Kg[r7, 0], {bc}, {d}, {d}, {d}")
+        e.bundle(f"dma {CH_G}, Va[0], Vg[r7, 0], {bc}, {d}, {bc}, {d}, t")
+
+    def probs_ready(self):
+        """Wait for P_ij (in AM) and stage it into SM as the dV GEMM's left operand."""
+        self.e.bundle(f"wait {CH_P}")
+        self.stage_probs()
+
+    def stage_probs(self):
+        """Copy P_ij from AM (slot r10) into SM."""
+        self.e.bundle(f"dma {CH_L}, Ps[0], Pa[r10], {self.br}, {self.bc}, {self.bc}, {self.bc}")
+
+    def probs_computed(self):
+        """Before K_j, V_j are waited for: nothing here, P_ij came from DDR."""
 
     def kv_slices(self):
         """This DSP's rows of the next K and V tiles, DDR -> GSM slot (r22 = slot row + my rows)."""
@@ -264,18 +310,17 @@ class _AttnGen:
         e, S, d, br, bc = self.e, self.S, self.d, self.br, self.bc
         e.bundle(f"wait {CH_KV}")
         e.bundle("barrier")
-        e.bundle(f"dma {CH_G}, Ka[0], Kg[r7, 0], {bc}, {d}, {d}, {d}")
-        e.bundle(f"dma {CH_G}, Va[0], Vg[r7, 0], {bc}, {d}, {bc}, {d}, t")
+        self.kv_copies()
         if not first:
             # The previous tile's partials queue behind this tile's K/V copy on the GSM port.
             self.reduce()
         # A wait covers every transfer on its channel: wait for P_ij before starting P_i,j+1.
-        e.bundle(f"wait {CH_P}")
-        e.bundle(f"dma {CH_L}, Ps[0], Pa[r10], {br}, {bc}, {bc}, {bc}")
+        self.probs_ready()
         if not last:
             e.bundle("add r22, r8, r9")
             self.kv_slices()
-            e.bundle(f"dma {CH_P}, Pa[r11], P[r4, r6], {br}, {bc}, {bc}, {S}, clip", f"addi r6, r6, {bc}")
+            self.next_probs()
+        self.probs_computed()
         e.bundle(f"wait {CH_G}")
         # dP = dO_i V_j^T
         self.gemm(br, bc, d, ("dOt", 0, br), ("Va", 0, bc), ("Pd", 0, bc), False)

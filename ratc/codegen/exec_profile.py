@@ -15,7 +15,7 @@ _CACHE: dict[tuple, dict] = {}
 def kernel_profile(platform, kind: str, shape: tuple, **options) -> dict:
     """Cycles, seconds, MAC utilization and DDR figures of a generated kernel.
 
-    kind is 'gemm' (shape m, n, k) or 'attn_bwd' (heads, seq, head_dim, kv_heads).
+    kind is 'gemm' (shape m, n, k), 'attn_bwd' or 'flash_bwd' (heads, seq, head_dim, kv_heads).
     Cached in memory and on disk (ratc.codegen.kernel_cache).
     """
     shape = tuple(int(x) for x in shape)
@@ -49,7 +49,10 @@ def generate_kernel(platform, kind: str, shape: tuple, **options):
     if kind == "attn_bwd":
         from ratc.codegen.attention import generate_attention_backward
         return generate_attention_backward(platform, *shape, **options)
-    raise RatcError(f"unknown kernel kind {kind!r} (known: gemm, attn_bwd)")
+    if kind == "flash_bwd":
+        from ratc.codegen.flash import generate_flash_backward
+        return generate_flash_backward(platform, *shape, **options)
+    raise RatcError(f"unknown kernel kind {kind!r} (known: gemm, attn_bwd, flash_bwd)")
 
 
 def gemm_profile(platform, m: int, n: int, k: int, **options) -> dict:
@@ -73,7 +76,8 @@ def attention_backward_time(platform, heads: int, seq: int, head_dim: int, kv_he
     return attention_backward_profile(platform, heads, seq, head_dim, kv_heads)["seconds"]
 
 
-_SHAPE_KEYS = {"gemm": ("m", "n", "k"), "attn_bwd": ("heads", "seq", "head_dim", "kv_heads")}
+_SHAPE_KEYS = {"gemm": ("m", "n", "k"), "attn_bwd": ("heads", "seq", "head_dim", "kv_heads"),
+               "flash_bwd": ("heads", "seq", "head_dim", "kv_heads")}
 
 
 def _entry(kernel, kind: str, shape: tuple) -> dict:

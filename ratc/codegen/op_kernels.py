@@ -7,6 +7,10 @@ backward, Alg. 1 line 5, reloads the probabilities P from DDR): per head S = Q K
 (seq x seq x head_dim) and O = P V (seq x head_dim x seq) as GEMM kernels, with the
 softmax streaming S in and P out through DDR between them. Backward is the
 memory-resident attention-backward kernel, after a stream computing D = rowsum(dO * O).
+Under fused attention (a plan's attn=fused) the forward is the same (the softmax stream also
+writes the rows' log-sum-exp L, a column beside P), and the backward is the fused kernel of
+ratc.codegen.flash, which recomputes P from Q, K and L on chip instead of reloading it: the
+ISA has no max or reciprocal, so the online-softmax forward cannot run fused on it.
 Every other op (norms, RoPE, element-wise, embedding, loss) runs at its roofline:
 max(vector compute at peak, its bytes at DDR bandwidth).
 """
@@ -17,7 +21,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-GEMM, ATTN_BWD = "gemm", "attn_bwd"
+GEMM, ATTN_BWD, FLASH_BWD = "gemm", "attn_bwd", "flash_bwd"
 TILE_ROWS = 32  # attention micro-tile rows: tiles stay multiples of 32 whatever the VMAC height
 
 
@@ -42,12 +46,13 @@ class OpKernels:
     wgrad: tuple = ()       # of bwd, the weight-gradient GEMMs (a zero-bubble W task's)
 
 
-def op_kernels(op, div: int, dtype_bytes: int, align: int = 1) -> OpKernels | None:
+def op_kernels(op, div: int, dtype_bytes: int, align: int = 1, attn: str = "paper") -> OpKernels | None:
     """The kernels of one op on a tensor-parallel rank that does 1/div of its work; None if none.
 
     The attention-backward kernel runs on head_dim and seq zero-padded to multiples of
     `align` (attention_alignment): zero rows and columns of Q, K, V, dO and P add nothing
-    to dQ, dK, dV, so padding changes the cycles, not the result.
+    to dQ, dK, dV, so padding changes the cycles, not the result (fused: padded keys get
+    P > 0 but zero K and V rows, so they add nothing to dQ either).
     """
     if op.gemm is not None:
         m, n, k = op.gemm
@@ -65,7 +70,8 @@ def op_kernels(op, div: int, dtype_bytes: int, align: int = 1) -> OpKernels | No
         if not op.bwd_input_flops:        # no input needs a gradient (behind frozen layers)
             return OpKernels(fwd=fwd, bwd=(), fwd_stream_bytes=2 * probs)
         return OpKernels(
-            fwd=fwd, bwd=(((ATTN_BWD, (heads, _pad(seq, align), _pad(head_dim, align), kv_heads)), 1),),
+            fwd=fwd, bwd=((((FLASH_BWD if attn == "fused" else ATTN_BWD),
+                            (heads, _pad(seq, align), _pad(head_dim, align), kv_heads)), 1),),
             fwd_stream_bytes=2 * probs,
             bwd_stream_bytes=2 * heads * seq * head_dim * dtype_bytes)
     return None
@@ -94,9 +100,10 @@ def without(calls, part) -> tuple:
 def kernel_symbol(kind: str, shape: tuple) -> str:
     """The kernel's symbol in a program (the name its generator gives it)."""
     from ratc.codegen.attention import attention_name
+    from ratc.codegen.flash import flash_name
     from ratc.codegen.gemm import gemm_name
 
     if kind == GEMM:
         return gemm_name(*shape)
     heads, seq, head_dim, kv_heads = shape
-    return attention_name(heads, seq, head_dim, kv_heads)
+    return (flash_name if kind == FLASH_BWD else attention_name)(heads, seq, head_dim, kv_heads)

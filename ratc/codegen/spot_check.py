@@ -30,9 +30,9 @@ class KernelCheck:
 
 
 def check_kernel(program, platform, shape: tuple, seed: int, kind: str = "gemm") -> KernelCheck:
-    """Execute an assembled kernel (gemm or attn_bwd) on random inputs and compare with numpy."""
-    if kind == "attn_bwd":
-        return check_attention(program, platform, shape, seed)
+    """Execute an assembled kernel (gemm, attn_bwd or flash_bwd) on random inputs and compare with numpy."""
+    if kind in ("attn_bwd", "flash_bwd"):
+        return check_attention(program, platform, shape, seed, fused=kind == "flash_bwd")
     from ratc.vm.kernel_vm import run_program
 
     m, n, k = shape
@@ -51,12 +51,13 @@ def check_kernel(program, platform, shape: tuple, seed: int, kind: str = "gemm")
     return KernelCheck(program.name, shape, result.cycles, float(np.max(np.abs(c - want))), tolerance)
 
 
-def check_attention(program, platform, shape: tuple, seed: int) -> KernelCheck:
+def check_attention(program, platform, shape: tuple, seed: int, fused: bool = False) -> KernelCheck:
     """Execute an attention-backward kernel on random inputs; dQ, dK, dV against numpy.
 
     The oracle is the textbook softmax backward in float64: P = softmax(scale Q K^T),
     dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = scale dS K,
-    dK = scale dS^T Q, with each K/V head shared by heads / kv_heads query heads.
+    dK = scale dS^T Q, with each K/V head shared by heads / kv_heads query heads. The fused
+    kernel (ratc.codegen.flash) reads the rows' log-sum-exp of scale Q K^T instead of P.
     """
     from ratc.vm.kernel_vm import run_program
 
@@ -83,6 +84,12 @@ def check_attention(program, platform, shape: tuple, seed: int) -> KernelCheck:
             "dV": (P.transpose(0, 2, 1) @ dO).reshape(kv, rep, seq, d).sum(1)}
     inputs = {"Q": q.reshape(-1, d), "dO": do.reshape(-1, d), "K": k.reshape(-1, d), "V": v.reshape(-1, d),
               "P": p16.reshape(heads * seq, seq), "D": D.reshape(-1, 1), "Sc": np.array([[scale]])}
+    if fused:
+        from ratc.codegen.flash import flash_constants
+        top = s.max(-1, keepdims=True)
+        lse = top + np.log(np.exp(s - top).sum(-1, keepdims=True))
+        del inputs["P"]
+        inputs.update(L=lse.reshape(-1, 1), Ex=np.array(flash_constants()))
     result = run_program(program, platform, inputs, "full")
     error = tolerance = 0.0
     for name, ref in want.items():

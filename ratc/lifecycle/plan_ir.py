@@ -31,7 +31,7 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     P, D, T, Z, b, M = cand.P, cand.D, cand.T, cand.Z, cand.b, cand.A
     if min(P, D, T, b, M) < 1 or Z not in (0, 1, 2, 3):
         raise RatcError(f"invalid configuration {cand.label()}: P, D, T, b, A must be >= 1 and Z in 0..3")
-    units = planner.units(T, P * D * T, b).units
+    units = planner.units(T, P * D * T, b, cand.attn).units
     stage_of, chunk_of = _virtual_stages(planner, cand, units)
     choices = unit_choices(units, cand.keep) if cand.keep else None
     # (each decoder layer's letter as the plan writes it: what Plan.from_ir reads back)
@@ -124,7 +124,7 @@ def _virtual_stages(planner, cand, units) -> tuple[list, list]:
     if v > 1 and P * v > decoders:
         raise RatcError(f"{cand.label()}: P * v = {P * v} virtual stages need at least as many decoder "
                         f"layers, the model has {decoders}")
-    ranges = planner.stages(P * v, cand.T, cand.balance, P * cand.D * cand.T, cand.b).ranges
+    ranges = planner.stages(P * v, cand.T, cand.balance, P * cand.D * cand.T, cand.b, "", cand.attn).ranges
     virtual_of = [vs for vs, (s, e) in enumerate(ranges) for _ in range(s, e)]
     return ([rank_of(vs, P, cand.sched) for vs in virtual_of],
             [{"chunk": vs // P} if v > 1 else {} for vs in virtual_of])

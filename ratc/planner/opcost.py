@@ -8,7 +8,7 @@ from ratc.errors import RatcError
 from ratc.frontend.profile import LayerProfile, ModelProfile, OpProfile
 from ratc.ir.types import DTYPE_BYTES
 from ratc.planner.corun import corun_within, least_headroom, merged_runs, phases
-from ratc.step.rules import kept_bytes, recomputes, recompute, recoverable, weight_gradient_share
+from ratc.step.rules import attention_kept, kept_bytes, recomputes, recompute, recoverable, weight_gradient_share
 
 
 # Ops Megatron-style tensor parallelism splits across the T ranks (by heads or by the FFN
@@ -115,13 +115,15 @@ def op_split(op: OpProfile, hidden: int) -> bool:
     return op.kind == "elementwise" and bool(op.out_shape) and op.out_shape[-1] != hidden
 
 
-def op_times(op: OpProfile, exec_profile, platform, tp: int, split: bool, dtype_bytes: int):
+def op_times(op: OpProfile, exec_profile, platform, tp: int, split: bool, dtype_bytes: int, attn: str = "paper"):
     """(fwd compute, fwd ddr, bwd compute, bwd ddr) seconds of one op for one sequence.
 
     GEMMs run at the execution profile's sustained rate; every other op at the peak
     vector rate (2 FLOPs per MAC). DDR time is bytes / bandwidth. Backward re-reads each
     forward input and writes its gradient, and reads the output gradient once:
-    2 * bytes_read + bytes_written; an op whose output needs no gradient has none.
+    2 * bytes_read + bytes_written; an op whose output needs no gradient has none. Fused
+    attention's backward reads the rows' log-sum-exp instead of the probabilities and
+    computes S = Q K^T again.
     """
     div = tp if split else 1
     if exec_profile.prices_ops:
@@ -142,9 +144,11 @@ def op_times(op: OpProfile, exec_profile, platform, tp: int, split: bool, dtype_
     if op.kind == "attention" and op.attention is not None:
         # The paper's attention backward (Alg. 1, line 5) reloads the saved probability
         # tiles P_ij from DDR, so the forward writes heads x s x s of them once.
-        probs = core_bytes(op, dtype_bytes) / div
-        fwd_ddr_bytes += probs
-        bwd_ddr_bytes += probs if op.grad else 0.0
+        heads, _, seq, head_dim = op.attention
+        fwd_ddr_bytes += core_bytes(op, dtype_bytes) / div
+        bwd_ddr_bytes += attention_kept(heads / div, seq, dtype_bytes, attn) if op.grad else 0.0
+        if attn == "fused" and op.grad:
+            bwd_macs += heads * seq * seq * head_dim / div
     return fwd_macs / rate, fwd_ddr_bytes / ddr, bwd_macs / rate, bwd_ddr_bytes / ddr
 
 
@@ -157,9 +161,19 @@ def core_bytes(op: OpProfile, dtype_bytes: int) -> float:
     return float(heads * seq * seq * dtype_bytes)
 
 
+def saved_by(op: OpProfile, dtype_bytes: int, attn: str) -> float:
+    """Bytes one op saves for its backward for one sequence (all TP ranks): fused attention
+    keeps the rows' log-sum-exp in place of its probabilities (ratc.step.rules.attention_kept)."""
+    if attn == "paper" or not core_bytes(op, dtype_bytes):
+        return op.saved_bytes
+    heads, _, seq, _ = op.attention
+    return op.saved_bytes - core_bytes(op, dtype_bytes) + attention_kept(heads, seq, dtype_bytes, attn)
+
+
 def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, tp: int,
-              decoder: bool) -> UnitCost:
-    """Costs of one layer for one sequence at tensor-parallel degree tp."""
+              decoder: bool, attn: str = "paper") -> UnitCost:
+    """Costs of one layer for one sequence at tensor-parallel degree tp, with the attention
+    kernels `attn` (ratc.step.config.ATTENTION)."""
     from ratc.codegen.op_kernels import attention_alignment, merge, op_kernels
 
     eb = elem_bytes(model.dtype)
@@ -177,7 +191,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
     for op in layer.ops:
         split = op_split(op, model.hidden)
         div = tp if split else 1
-        ks = op_kernels(op, div, eb, align) if kernels else None
+        ks = op_kernels(op, div, eb, align, attn) if kernels else None
         before = (f, fc, fd, len(kf), other_f)
         if ks is not None:
             kf += ks.fwd
@@ -201,7 +215,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
             ph_f.append([(c1, d1), (0.0, s1)])
             ph_b.append([(c2, d2), (0.0, s2)])
         else:
-            c1, d1, c2, d2 = op_times(op, exec_profile, platform, tp, split, eb)
+            c1, d1, c2, d2 = op_times(op, exec_profile, platform, tp, split, eb, attn)
             f += max(c1, d1)
             fc += c1
             fd += d1
@@ -215,10 +229,11 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
                 other_b += max(c2, d2)
         w_s, w_b, w_x = _weight_part(op, ks, ph_b[-1], div, exec_profile, ddr, runs_kernels)
         bw, wg, wx = bw + w_s, wg + w_b, wx + w_x
-        if op.grad and core_bytes(op, eb):
+        if op.grad and core_bytes(op, eb) and attn == "paper":    # (fused: no core to recompute)
             core.add(core_bytes(op, eb) / div, (f, fc, fd, other_f), before, kf, ph_f[-1])
-        saved += op.saved_bytes / div
-        op_saved.append(op.saved_bytes / div)
+        kept = saved_by(op, eb, attn) / div
+        saved += kept
+        op_saved.append(kept)
         op_written.append(op.bytes_written / div)
         if op.kind != "attention":
             # The attention backward keeps its score-gradient tiles in AM/SM (paper Alg. 1),
@@ -335,11 +350,12 @@ def _kernel_time(exec_profile, calls, ddr: float) -> tuple[float, float]:
     return seconds, busy
 
 
-def model_units(model: ModelProfile, exec_profile, platform, tp: int) -> list[UnitCost]:
+def model_units(model: ModelProfile, exec_profile, platform, tp: int, attn: str = "paper") -> list[UnitCost]:
     """The model as a list of unit costs in forward order: pre, decoder layers, post."""
-    pre = unit_cost(model.pre, model, exec_profile, platform, tp, decoder=False)
-    post = unit_cost(model.post, model, exec_profile, platform, tp, decoder=False)
-    templates = {id(t): unit_cost(t, model, exec_profile, platform, tp, decoder=True) for t in model.layers}
+    pre = unit_cost(model.pre, model, exec_profile, platform, tp, decoder=False, attn=attn)
+    post = unit_cost(model.post, model, exec_profile, platform, tp, decoder=False, attn=attn)
+    templates = {id(t): unit_cost(t, model, exec_profile, platform, tp, decoder=True, attn=attn)
+                 for t in model.layers}
     # a decoder Backward may host the Recover of any decoder layer (the one below, or in the
     # cool-down its stage's last): the headroom it needs for the hungriest
     templates = {k: replace(u, stream=max(stream_headroom(u, g) for g in templates.values()))

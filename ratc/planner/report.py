@@ -77,7 +77,7 @@ def explain(result, limit: int = 8, times: Times = SECONDS, saves: list | None =
         lines += saves
     if best is not None:
         lines.append("best per choice (what each alternative costs against the winner):")
-        for dim in ("P", "Z", "T", "b", "act", "pref", "balance"):
+        for dim in ("P", "Z", "T", "b", "act", "pref", "balance", "attn"):
             seen = {}
             for ev in result.feasible:
                 seen.setdefault(getattr(ev.cand, dim), ev)

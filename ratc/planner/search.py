@@ -90,8 +90,8 @@ class PlanResult:
 
 
 def _table_key(c: Candidate) -> tuple:
-    """(T, balance, ranks, b, keep): what a candidate's stage table depends on besides P."""
-    return c.T, c.balance, c.P * c.D * c.T, c.b, c.keep
+    """(T, balance, ranks, b, keep, attn): what a candidate's stage table depends on besides P."""
+    return c.T, c.balance, c.P * c.D * c.T, c.b, c.keep, c.attn
 
 
 def _one_of(name: str, values) -> str:
@@ -128,28 +128,30 @@ class Planner:
     def layers(self) -> int:
         return self.model.num_layers
 
-    def units(self, T: int, ranks: int = 1, b: int = 1):
+    def units(self, T: int, ranks: int = 1, b: int = 1, attn: str = "paper"):
         """The unit table at tensor-parallel degree T of a program of `ranks` processes running
         micro-batches of `b` sequences, per sequence (a host profile's ranks share its cores and
-        its tasks pay fixed costs once per micro-batch; a DSP profile's units depend on neither)."""
+        its tasks pay fixed costs once per micro-batch; a DSP profile's units depend on neither),
+        with the attention kernels `attn`."""
         profile = self.exec_profile.for_program(ranks, b)
-        key = (T, (ranks, b) if profile is not self.exec_profile else None)
+        key = (T, (ranks, b) if profile is not self.exec_profile else None, attn)
         if key not in self._units:
-            self._units[key] = UnitTable.of(model_units(self.model, profile, self.platform, T))
+            self._units[key] = UnitTable.of(model_units(self.model, profile, self.platform, T, attn))
         return self._units[key]
 
-    def stages(self, P: int, T: int, balance: str, ranks: int = 1, b: int = 1, keep: str = ""):
+    def stages(self, P: int, T: int, balance: str, ranks: int = 1, b: int = 1, keep: str = "",
+               attn: str = "paper"):
         """The stage tables of (P, T, balance) of a program of `ranks` processes running
         micro-batches of `b` sequences, the decoder layers keeping what `keep` says."""
         shaped = self.exec_profile.for_program(ranks, b) is not self.exec_profile
-        key = (P, T, balance, (ranks, b) if shaped else None, keep)
+        key = (P, T, balance, (ranks, b) if shaped else None, keep, attn)
         if key not in self._stages:
+            table = self.units(T, ranks, b, attn)
             if keep:        # (what layers keep changes no partition: the default's)
-                table = self.units(T, ranks, b)
                 self._stages[key] = stage_costs(table.with_choices(unit_choices(table.units, keep)), P, T, balance,
-                                                self.recipe, self.stages(P, T, balance, ranks, b).ranges)
+                                                self.recipe, self.stages(P, T, balance, ranks, b, "", attn).ranges)
             else:
-                self._stages[key] = stage_costs(self.units(T, ranks, b), P, T, balance, self.recipe)
+                self._stages[key] = stage_costs(table, P, T, balance, self.recipe)
         return self._stages[key]
 
     # -- the search space ------------------------------------------------------------
@@ -169,7 +171,9 @@ class Planner:
                 for balance in strategy.balance:
                     if balance != strategy.balance[0] and self._same_partition(P, T, strategy.balance[0], balance):
                         continue
-                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance, v=v, sched=s, corun=h)
+                    cands = [Candidate(P, D, T, Z, b, per_replica // b, act, pref, balance, v=v, sched=s, corun=h,
+                                       attn=a)
+                             for a in self._attentions(strategy)
                              for b in micro if b <= per_replica and per_replica % b == 0
                              for Z in zeros for act in strategy.act for pref in strategy.pref
                              for v in strategy.v if v == 1 or self._interleaves(P, v, per_replica // b)
@@ -179,6 +183,10 @@ class Planner:
                     if cands:
                         groups.setdefault(P, []).extend(cands)
         return groups
+
+    def _attentions(self, strategy: Strategy) -> tuple:
+        """The attention kernels a strategy tries here: fused ones only where kernels are generated."""
+        return strategy.attn if self.platform.has_kernels else strategy.attn[:1]
 
     def _interleaves(self, P: int, v: int, M: int) -> bool:
         """Whether the search proposes a candidate with v > 1 chunks per rank: one the planner
@@ -238,12 +246,26 @@ class Planner:
         """What each decoder layer of a candidate keeps and recomputes, by runs of layers."""
         from ratc.planner.keep import describe
         ranks = cand.P * cand.D * cand.T
-        units = self.units(cand.T, ranks, cand.b).units
+        units = self.units(cand.T, ranks, cand.b, cand.attn).units
         if cand.act == "full":
             choices = ["full"] * len(units)
         else:
             choices = unit_choices(units, cand.keep) if cand.keep else ["layer" if u.recovers else "full" for u in units]
-        return describe(units, self.stages(cand.P, cand.T, cand.balance, ranks, cand.b).ranges, choices, cand.b)
+        ranges = self.stages(cand.P, cand.T, cand.balance, ranks, cand.b, "", cand.attn).ranges
+        return describe(units, ranges, choices, cand.b) + self._fused_note(cand)
+
+    def _fused_note(self, cand: Candidate) -> list[str]:
+        """What fused attention changes of every layer's saved tensors ([] under the paper's kernels)."""
+        if cand.attn != "fused":
+            return []
+        from ratc.units import format_bytes
+        ranks = cand.P * cand.D * cand.T
+        pick = next(k for k, u in enumerate(self.units(cand.T, ranks, cand.b).units) if u.decoder)
+        paper, fused = (self.units(cand.T, ranks, cand.b, a).units[pick] for a in ("paper", "fused"))
+        less = format_bytes(cand.b * (paper.saved_bytes - fused.saved_bytes))
+        return [f"  attention (every layer): fused kernels: a layer that keeps its attention keeps Q, K, V and the "
+                f"rows' log-sum-exp, not the s x s probabilities ({less} less per micro-batch), which its Backward "
+                "recomputes on chip"]
 
     def _keeps(self, evs: list, total: np.ndarray, best: float) -> list:
         """evs with each recomputing, feasible candidate replaced by its best per-layer save
@@ -258,11 +280,11 @@ class Planner:
         by_table: dict = {}
         for k in rows:
             c = evs[k].cand
-            by_table.setdefault(_table_key(c)[:4], []).append(k)
-        for (T, balance, ranks, size), ks in by_table.items():
+            by_table.setdefault((c.T, c.balance, c.P * c.D * c.T, c.b, c.attn), []).append(k)
+        for (T, balance, ranks, size, attn), ks in by_table.items():
             P = evs[ks[0]].cand.P
-            units = self.units(T, ranks, size).units
-            ranges = self.stages(P, T, balance, ranks, size).ranges
+            units = self.units(T, ranks, size, attn).units
+            ranges = self.stages(P, T, balance, ranks, size, "", attn).ranges
             flight = np.stack([n_in_flight(P, evs[k].cand.A) for k in ks]).astype(float)
             b = np.array([[evs[k].cand.b] for k in ks], dtype=float)
             texts = choose(units, ranges, self.budget - total[ks], flight, b)
@@ -299,8 +321,8 @@ class Planner:
         for k, c in tried:
             if c.act == "fsr" and c.keep:
                 ranks = c.P * c.D * c.T
-                units = self.units(c.T, ranks, c.b).units
-                ranges = self.stages(c.P, c.T, c.balance, ranks, c.b).ranges
+                units = self.units(c.T, ranks, c.b, c.attn).units
+                ranges = self.stages(c.P, c.T, c.balance, ranks, c.b, "", c.attn).ranges
                 alts += [(k, p, ch) for p, ch in stage_orders(units, ranges, c.keep)]
         if not alts:
             return evs

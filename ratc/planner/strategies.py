@@ -41,6 +41,9 @@ class Strategy:
     # FSR under those zero-bubble schedules: where each I's first Recover co-runs
     # (ratc.step.config.CORUNS); both let the search price the deadline host against a W's slot
     coruns: tuple = ("prev",)
+    # the attention kernels (ratc.step.config.ATTENTION): the strategies beyond the paper also
+    # try fused attention (ratc.codegen.flash) on platforms that run generated kernels
+    attn: tuple = ("paper",)
 
 
 STRATEGIES = {s.name: s for s in (
@@ -57,15 +60,16 @@ STRATEGIES = {s.name: s for s in (
              act=("full", "ckpt"), pref=("bulk",)),
     Strategy("selective", "RATrain's space, each recomputed layer choosing under the budget what it saves: "
                           "everything, all but its attention core (selective recomputation), or its input",
-             keep=True),
+             keep=True, attn=("paper", "fused")),
     Strategy("interleaved", "RATrain's space plus interleaved 1F1B (v = 2, 4 model chunks per rank; "
-                            "Full, Ckpt or FSR)", v=(1, 2, 4)),
+                            "Full, Ckpt or FSR)", v=(1, 2, 4), attn=("paper", "fused")),
     Strategy("zerobubble", "the interleaved space, each interleaved candidate also as ZB1P and, at v = 2, as ZBV "
                            "(zero bubble: every Backward split into input- and weight-gradient tasks; under FSR "
                            "each I's first Recover co-run with the task before it or in a W's slot)",
-             v=(1, 2, 4), sched=("1f1b", "zb1p", "zbv"), coruns=CORUNS),
+             v=(1, 2, 4), sched=("1f1b", "zb1p", "zbv"), coruns=CORUNS,
+             attn=("paper", "fused")),
     Strategy("any", "every dimension free, including TP, ZeRO-3 and interleaved 1F1B (v = 2, 4)",
-             tp=(1, 2, 4, 8), zero=ZERO_STAGES, v=(1, 2, 4)),
+             tp=(1, 2, 4, 8), zero=ZERO_STAGES, v=(1, 2, 4), attn=("paper", "fused")),
 )}
 
 

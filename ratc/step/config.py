@@ -33,6 +33,10 @@ SCHEDULES = ("1f1b", "zb1p", "zbv")
 # (ratc.step.schedules.recover_hosts): the one its rank runs right before the I (the deadline
 # placement), or the latest W before it (the W and the Recover share the idle slot).
 CORUNS = ("prev", "w")
+# The attention kernels: the paper's (unfused forward, whose probabilities the memory-resident
+# backward of Alg. 1 reloads) or fused (the same forward, saving the per-row log-sum-exp; a
+# FlashAttention-style backward recomputes the probabilities on chip: ratc.codegen.flash).
+ATTENTION = ("paper", "fused")
 
 
 @dataclass(frozen=True, order=True)
@@ -59,6 +63,8 @@ class Candidate:
     sched: str = "1f1b"
     # FSR under a zero-bubble schedule: the task hosting each I's first Recover (CORUNS)
     corun: str = "prev"
+    # the attention kernels (ATTENTION)
+    attn: str = "paper"
 
     @property
     def clusters(self) -> int:
@@ -84,6 +90,8 @@ class Candidate:
             parts.append(f"sched={self.sched}")
         if self.corun != "prev":
             parts.append(f"corun={self.corun}")
+        if self.attn != "paper":
+            parts.append(f"attn={self.attn}")
         return ",".join(parts)
 
     def as_dict(self) -> dict:
@@ -97,6 +105,8 @@ class Candidate:
             d["sched"] = self.sched
         if self.corun != "prev":
             d["corun"] = self.corun
+        if self.attn != "paper":
+            d["attn"] = self.attn
         return d
 
 
@@ -158,7 +168,7 @@ def parse_config(text: str) -> Candidate:
     T, Z, b default to 1, 2, 1; the activation policy to FSR and the state policy to deadline.
     """
     values = {"T": 1, "Z": 2, "b": 1, "v": 1, "act": "fsr", "pref": "deadline", "balance": "time", "keep": "",
-              "sched": "1f1b", "corun": "prev"}
+              "sched": "1f1b", "corun": "prev", "attn": "paper"}
     if not text.strip():
         raise RatcError("--plan is empty (expected e.g. 'P=2,D=4,Z=2,b=1,A=128,FSR,deadline')")
     given: set = set()
@@ -174,7 +184,7 @@ def parse_config(text: str) -> Candidate:
             if not re.fullmatch(r"\d+", val):
                 raise RatcError(f"--plan: {key} must be a positive integer, got {val!r}")
             values[key] = int(val)
-        elif eq and key in ("act", "pref", "balance", "keep", "sched", "corun"):
+        elif eq and key in ("act", "pref", "balance", "keep", "sched", "corun", "attn"):
             values[key] = val.lower()
         elif not eq and part.lower() in _ACT_NAMES:
             values["act"] = _ACT_NAMES[part.lower()]
@@ -195,9 +205,11 @@ def parse_config(text: str) -> Candidate:
     if values["v"] > 1 and values["P"] < 2:
         raise RatcError(f"--plan {text!r}: v = {values['v']} virtual stages per rank interleave a pipeline of "
                         "P >= 2 ranks")
+    if values["attn"] not in ATTENTION:
+        raise RatcError(f"--plan {text!r}: attn must be one of {', '.join(ATTENTION)}, got {values['attn']!r}")
     if values["keep"]:
         try:
-            values["keep"] = keep_text(parse_keep(values["keep"]))
+            values["keep"] = keep_text(fused_keep(parse_keep(values["keep"]), values["attn"]))
         except ValueError as e:
             raise RatcError(f"--plan {text!r}: {e}") from None
         if values["act"] == "full":
@@ -206,7 +218,13 @@ def parse_config(text: str) -> Candidate:
         if set(parse_keep(values["keep"])) == {"layer"}:
             values["keep"] = ""     # every layer whole-layer recomputed: the default
     _check_schedule(text, values)
-    return Candidate(**{k: values[k] for k in (*_INT_KEYS, "act", "pref", "balance", "keep", "sched", "corun")})
+    return Candidate(**{k: values[k] for k in (*_INT_KEYS, "act", "pref", "balance", "keep", "sched", "corun", "attn")})
+
+
+def fused_keep(choices, attn: str) -> tuple:
+    """Save choices as they run under the attention kernels: fused attention saves no
+    probabilities, so a selective layer has no core to drop and keeps what a full one does."""
+    return tuple("full" if attn == "fused" and c == "selective" else c for c in choices)
 
 
 def _check_schedule(text: str, values: dict) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ratc.ir.attributes import ByteSize
-from ratc.step.config import ACT_POLICIES, BALANCES, CORUNS, PREF_POLICIES, SCHEDULES, Candidate, keep_text
+from ratc.step.config import ACT_POLICIES, ATTENTION, BALANCES, CORUNS, PREF_POLICIES, SCHEDULES, Candidate, keep_text
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,9 @@ class Plan:
 
     def attributes(self) -> dict:
         """The configuration's `life.plan` attributes (the layer balance only when not `time`,
-        v only when interleaved, the schedule only when not 1F1B and FSR's corun only when not
-        'prev', the defaults, so other programs read as before)."""
+        v only when interleaved, the schedule only when not 1F1B, FSR's corun only when not
+        'prev' and the attention kernels only when fused: the defaults, so other programs read
+        as before)."""
         c = self.config
         attrs = {"P": c.P, "D": c.D, "T": c.T, "Z": c.Z, "b": c.b, "A": c.A, "act": c.act, "pref": c.pref,
                  "budget": ByteSize(int(self.budget))}
@@ -35,6 +36,8 @@ class Plan:
             attrs["sched"] = c.sched
         if c.corun != "prev":
             attrs["corun"] = c.corun
+        if c.attn != "paper":
+            attrs["attn"] = c.attn
         return attrs
 
     @classmethod
@@ -43,14 +46,15 @@ class Plan:
         a = plan_op.attributes
         return cls(Candidate(a["P"], a["D"], a["T"], a["Z"], a["b"], a["A"], a["act"], a["pref"],
                              a.get("balance", "time"), _keep(plan_op), a.get("v", 1),
-                             a.get("sched", "1f1b"), a.get("corun", "prev")), int(a["budget"]))
+                             a.get("sched", "1f1b"), a.get("corun", "prev"), a.get("attn", "paper")), int(a["budget"]))
 
     @staticmethod
     def spec() -> dict:
         """{attribute: IR kind} of the plan's part of `life.plan`."""
         return {"P": "int", "D": "int", "T": "int", "Z": "int", "b": "int", "A": "int", "act": "|".join(ACT_POLICIES),
                 "pref": "|".join(PREF_POLICIES), "balance": "|".join(BALANCES) + "?", "budget": "bytes",
-                "v": "int?", "sched": "|".join(SCHEDULES) + "?", "corun": "|".join(CORUNS) + "?"}
+                "v": "int?", "sched": "|".join(SCHEDULES) + "?", "corun": "|".join(CORUNS) + "?",
+                "attn": "|".join(ATTENTION) + "?"}
 
     def label(self) -> str:
         """The configuration as `--plan` writes it."""

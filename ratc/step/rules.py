@@ -85,6 +85,18 @@ def recompute(choice, layer, core):
     return np.where(choice == _LAYER, layer, np.where(choice == _SELECTIVE, core, 0 * layer))
 
 
+# Fused attention keeps one FP32 log-sum-exp per query row (FlashAttention's L; torch's
+# flash SDPA saves the same `logsumexp`) where the paper's kernels keep the probabilities.
+LSE_BYTES = 4
+
+
+def attention_kept(heads: float, seq: int, dtype_bytes: int, attn: str) -> float:
+    """Bytes one sequence's attention core keeps for its Backward beyond Q, K, V (and O, its
+    output projection's input): the s x s probabilities the paper's backward reloads, or
+    under fused attention (ratc.codegen.flash) the rows' log-sum-exp it recomputes them from."""
+    return heads * seq * (LSE_BYTES if attn == "fused" else seq * dtype_bytes)
+
+
 def shards(Z, D, state: str):
     """Over how many replicas a part of the training state ('optimizer', 'grad', 'param') is
     split under ZeRO stage Z: D once Z reaches the stage that shards it, else 1."""

@@ -35,6 +35,7 @@ class TrainConfig:
     v: int = 1                          # model chunks (virtual stages) per stage: interleaved 1F1B when > 1
     sched: str = "1f1b"                 # the pipeline schedule (ratc.step.schedules): 1f1b, zb1p or zbv
     corun: str = "prev"                  # FSR under zb1p / zbv: each I's first Recover's host (Candidate.corun)
+    attn: str = "paper"                 # the attention kernels (placement only: the same math either way)
     opt: AdamW = field(default_factory=AdamW)
 
     @property
@@ -138,7 +139,7 @@ def compile_for(cfg: TrainConfig):
     profile = trace_model_file(cfg.model, cfg.preset)
     cand = Candidate(P=cfg.P, D=cfg.D, T=1, Z=cfg.Z, b=cfg.b, A=cfg.M, act=cfg.act,
                      pref="deadline" if cfg.state_pipeline else "bulk", keep=cfg.keep, v=cfg.v, sched=cfg.sched,
-                     corun=cfg.corun)
+                     corun=cfg.corun, attn=cfg.attn)
     return compile_program(profile, cand, load_platform(cfg.platform), CompileOptions(memory_limit=False))
 
 
