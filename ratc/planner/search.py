@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field, fields, replace
@@ -124,8 +125,9 @@ class Planner:
             return self
         return Planner(self.model, self.platform, exec_profile, self.budget, self.recipe, self.micro_batches)
 
-    @property
+    @functools.cached_property
     def layers(self) -> int:
+        """The model's decoder layers (read per candidate group: counted once)."""
         return self.model.num_layers
 
     def units(self, T: int, ranks: int = 1, b: int = 1, attn: str = "paper"):

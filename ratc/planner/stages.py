@@ -208,17 +208,24 @@ def _corun_extras(table: UnitTable, ranges, P: int, U: int):
             pairs[key] = extra(host, guest)
         return pairs[key]
 
+    def parts(unit):
+        """_parts(unit), once per unit over the planner's tables (kept with the unit it is of)."""
+        key = ("parts", id(unit))
+        if key not in pairs or pairs[key][0] is not unit:
+            pairs[key] = (unit, _parts(unit))
+        return pairs[key][1]
+
     co_f, u_co, co_c, co_i, co_w, co_bi = (np.zeros(P), np.zeros((P, U)), *np.zeros((4, P)))
     for p, (s, e) in enumerate(ranges):
         for i in range(s + 1, e):
             if rec[i - 1]:
                 u_co[p, i - s] = pair(units[i].bwd_phases, guests[i - 1])
-                co_bi[p] += pair(_parts(units[i])[0], guests[i - 1])
+                co_bi[p] += pair(parts(units[i])[0], guests[i - 1])
         if rec[e - 1]:
             guest = guests[e - 1]
             co_f[p] = pair(units[e - 1].fwd_phases, guest)
             co_c[p] = pair(units[s].bwd_phases, guest)
-            co_i[p], co_w[p] = (pair(ph, guest) for ph in _parts(units[s]))
+            co_i[p], co_w[p] = (pair(ph, guest) for ph in parts(units[s]))
     return co_f, u_co, co_c, co_i, co_w, co_bi
 
 
@@ -235,6 +242,9 @@ def stack(tables: list, which) -> StageCosts:
     U = max(t.u_params.shape[1] for t in tables)
     arrays = {f: np.stack([getattr(t, f) for t in tables])[which] for f in _ARRAYS}
     for f in _UNIT_ARRAYS:
-        padded = [np.pad(getattr(t, f), ((0, 0), (0, U - t.u_params.shape[1]))) for t in tables]
-        arrays[f] = np.stack(padded)[which]
+        padded = np.zeros((len(tables), tables[0].P, U), dtype=np.result_type(*(getattr(t, f) for t in tables)))
+        for k, t in enumerate(tables):
+            a = getattr(t, f)
+            padded[k, :, :a.shape[1]] = a
+        arrays[f] = padded[which]
     return StageCosts(P=tables[0].P, T=0, balance="mixed", ranges=(), names=(), **arrays)
