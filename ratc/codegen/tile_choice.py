@@ -1,0 +1,104 @@
+"""The GEMM tile chooser: the analytic estimate shortlists tilings, the kernel VM picks among them.
+
+The estimate (tiling.estimate_cycles) ranks thousands of tilings in a fraction of a second
+but charges every C block a pipeline fill that the generated code's K-step stream hides
+across blocks, so it underrates tilings with few K steps: for the per-head 2048x2048x128
+GEMM it ranks the full-K tiling (kt = 128) 90th, and that tiling runs 17 % faster. The
+chooser therefore times a shortlist on the kernel VM's timing mode and keeps the fewest
+cycles. Timing costs 0.02-0.2 s per tiling, so it runs only where the estimate leaves room
+(estimated MAC utilization below RACE_BELOW; the large GEMMs at 86-91 % gain nothing), and
+each choice is kept in memory and in the kernel cache under a key holding CHOOSER_VERSION.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ratc.codegen import kernel_cache
+from ratc.codegen.tiling import (GemmTiles, check_options, check_tiles, fixed_tiles, platform_key,
+                                 ranked_tilings)
+
+# Bump when the shortlist or the gate changes what is chosen: cached choices then miss.
+CHOOSER_VERSION = 1
+SHORTLIST = 8           # the estimate's best tilings, all timed
+FEW_STEPS = (1, 2)      # K-step counts whose best tilings are always timed ...
+PER_STEPS = 2           # ... this many of each
+RACE_BELOW = 0.75       # time the shortlist when the estimate's best runs below this MAC utilization
+
+_CHOSEN: dict[tuple, tuple[GemmTiles, int | None]] = {}
+
+
+def shortlist(ranked: list, k: int) -> list[GemmTiles]:
+    """The estimate's SHORTLIST best, then the best PER_STEPS of each K-step count in FEW_STEPS."""
+    picked = [t for _, t in ranked[:SHORTLIST]]
+    for steps in FEW_STEPS:
+        few = [t for _, t in ranked if math.ceil(k / t.kt) == steps]
+        picked += [t for t in few[:PER_STEPS] if t not in picked]
+    return picked
+
+
+def time_tiling(platform, m: int, n: int, k: int, tiles: GemmTiles) -> int:
+    """Kernel-VM cycles (timing mode) of the GEMM generated with these tiles."""
+    from ratc.codegen.gemm import generate_program
+    from ratc.vm.kernel_timing import run_timing
+
+    return run_timing(generate_program(platform, m, n, k, tiles), platform)
+
+
+def race(platform, m: int, n: int, k: int, tilings: list[GemmTiles]) -> tuple[GemmTiles, int]:
+    """The tiling with the fewest kernel-VM cycles and its cycles (a tie goes to the earlier one)."""
+    timed = [(time_tiling(platform, m, n, k, t), i) for i, t in enumerate(tilings)]
+    cycles, best = min(timed)
+    return tilings[best], cycles
+
+
+def estimated_utilization(platform, m: int, n: int, k: int, cycles: float) -> float:
+    """MAC utilization of a GEMM that takes `cycles` on one cluster."""
+    per_cycle = platform.vliw.vmac_rows * platform.vliw.vector_lanes * platform.cluster.dsps
+    return m * n * k / (cycles * per_cycle)
+
+
+def _choose(platform, m: int, n: int, k: int, fixed: tuple) -> tuple[GemmTiles, int | None]:
+    ranked = ranked_tilings(m, n, k, platform, fixed)
+    if estimated_utilization(platform, m, n, k, ranked[0][0]) >= RACE_BELOW:
+        return ranked[0][1], None
+    return race(platform, m, n, k, shortlist(ranked, k))
+
+
+def choice_key(platform, m: int, n: int, k: int, fixed: tuple) -> list:
+    """The kernel-cache key of a tile choice: the chooser's version and settings, platform, shape, options."""
+    settings = [CHOOSER_VERSION, SHORTLIST, list(FEW_STEPS), PER_STEPS, RACE_BELOW]
+    return ["gemm-tiles", settings, list(platform_key(platform)), [m, n, k], [list(kv) for kv in fixed]]
+
+
+def _load(key) -> tuple[GemmTiles, int | None] | None:
+    entry = kernel_cache.load(key)
+    if entry is None:
+        return None
+    tiles = entry.get("tiles")
+    if not isinstance(tiles, dict) or set(tiles) != set(GemmTiles.__dataclass_fields__):
+        return None
+    return GemmTiles(**tiles), (entry["cycles"] if entry.get("timed") else None)
+
+
+def choose_gemm_tiles(platform, m: int, n: int, k: int, **options) -> tuple[GemmTiles, int | None]:
+    """The tiling a GEMM is generated with, and its kernel-VM cycles when the choice timed it.
+
+    Options are held fixed; all of gm, gn, md, nd, kt fix the tiling outright.
+    """
+    check_options(m, n, k, options)
+    tiles = fixed_tiles(platform, options)
+    if tiles is not None:
+        return tiles, None
+    fixed = tuple(sorted(options.items()))
+    memo = (platform_key(platform), m, n, k, fixed)
+    if memo not in _CHOSEN:
+        key = choice_key(platform, m, n, k, fixed)
+        chosen = _load(key)
+        if chosen is None:
+            chosen = _choose(platform, m, n, k, fixed)
+            tiles, cycles = chosen
+            kernel_cache.store(key, {"tiles": dict(vars(tiles)), "cycles": cycles or 1, "timed": cycles is not None})
+        _CHOSEN[memo] = chosen
+    check_tiles(_CHOSEN[memo][0], platform)
+    return _CHOSEN[memo]
