@@ -111,9 +111,6 @@ def platform_key(platform) -> tuple:
     return (platform.name, repr(sorted(item for item in platform.sections.items() if item[0] != "failures")))
 
 
-_CHOSEN: dict[tuple, GemmTiles] = {}
-
-
 def _kt_options(k: int, step: int, top: int) -> list[int]:
     """K steps worth trying: the largest, half of it, and the smallest ones covering K in as
     few steps (less padding)."""
@@ -188,19 +185,5 @@ def fixed_tiles(platform, options: dict) -> GemmTiles | None:
     if not {"gm", "gn", "md", "nd", "kt"} <= set(options):
         return None
     tiles = GemmTiles(**{"groups": default_groups(platform), **options})
-    check_tiles(tiles, platform)
-    return tiles
-
-
-def choose_tiles(platform, m: int, n: int, k: int, **options) -> GemmTiles:
-    """The tiling with the lowest estimated cycles; given options are held fixed."""
-    check_options(m, n, k, options)
-    tiles = fixed_tiles(platform, options)
-    if tiles is not None:
-        return tiles
-    key = (platform_key(platform), m, n, k, tuple(sorted(options.items())))
-    if key not in _CHOSEN:
-        _CHOSEN[key] = ranked_tilings(m, n, k, platform, tuple(sorted(options.items())))[0][1]
-    tiles = _CHOSEN[key]
     check_tiles(tiles, platform)
     return tiles
