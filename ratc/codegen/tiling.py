@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from ratc.errors import RatcError
 
 
@@ -165,7 +165,8 @@ def ranked_tilings(m: int, n: int, k: int, platform, fixed: tuple = ()) -> list[
         why = f" ({skipped}, ...)" if skipped else ""
         raise RatcError(f"no GEMM tiling of {m}x{n}x{k} satisfies the options {opts} "
                         f"and the SM/AM/GSM capacities{why}")
-    return sorted(out, key=lambda ct: (ct[0], astuple(ct[1])))
+    # A stable sort: equal estimates keep the enumeration's order, which is the tile values' order.
+    return sorted(out, key=lambda ct: ct[0])
 
 
 def check_options(m: int, n: int, k: int, options: dict) -> None:
