@@ -7,7 +7,7 @@ GEMM it ranks the full-K tiling (kt = 128) 90th, and that tiling runs 17 % faste
 chooser therefore times a shortlist on the kernel VM's timing mode and keeps the fewest
 cycles. Timing costs 0.02-0.2 s per tiling, so the estimate's own pick is timed first (the
 kernel it becomes reuses those cycles) and the rest of the shortlist only when that pick runs
-below RACE_BELOW MAC utilization: most large GEMMs run at 84-94 % and gain under 2 % from the
+below RACE_BELOW MAC utilization: most large GEMMs run at 84-91 % and gain under 2 % from the
 race. Each choice is kept in memory and in the kernel cache under a key with CHOOSER_VERSION.
 """
 
@@ -21,8 +21,8 @@ from ratc.codegen.tiling import (GemmTiles, check_options, check_tiles, fixed_ti
 
 # Bump when the shortlist or the gate changes what is chosen: cached choices then miss.
 CHOOSER_VERSION = 1
-SHORTLIST = 8           # the estimate's best tilings, all timed
-FEW_STEPS = (1, 2)      # K-step counts whose best tilings are always timed ...
+SHORTLIST = 8           # the estimate's best tilings, all timed in a race
+FEW_STEPS = (1, 2)      # K-step counts whose best tilings join the race ...
 PER_STEPS = 2           # ... this many of each
 RACE_BELOW = 0.75       # time the shortlist when the estimate's pick runs below this MAC utilization
 
@@ -48,8 +48,7 @@ def time_tiling(platform, m: int, n: int, k: int, tiles: GemmTiles) -> int:
 
 def race(platform, m: int, n: int, k: int, tilings: list[GemmTiles], first_cycles: int | None = None
          ) -> tuple[GemmTiles, int]:
-    """The tiling with the fewest kernel-VM cycles and its cycles (a tie goes to the earlier one);
-    first_cycles, when given, are the first tiling's, already measured."""
+    """The fewest-cycles tiling on the kernel VM and its cycles (ties: the earlier; first_cycles: the first's)."""
     timed = [(first_cycles if i == 0 and first_cycles is not None else time_tiling(platform, m, n, k, t), i)
              for i, t in enumerate(tilings)]
     cycles, best = min(timed)

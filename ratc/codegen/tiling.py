@@ -112,8 +112,7 @@ def platform_key(platform) -> tuple:
 
 
 def _kt_options(k: int, step: int, top: int) -> list[int]:
-    """K steps worth trying: the largest, half of it, and the smallest ones covering K in as
-    few steps (less padding)."""
+    """K steps worth trying: the largest, half of it, and the smallest covering K in as few steps."""
     kts = {top, max(step, top // 2 // step * step)}
     for steps in range(math.ceil(k / top), math.ceil(k / top) + 3):
         kts.add(step * math.ceil(math.ceil(k / steps) / step))
@@ -146,8 +145,7 @@ def _grid_tilings(m: int, n: int, k: int, platform, opts: dict, gm: int, gn: int
 
 
 def ranked_tilings(m: int, n: int, k: int, platform, fixed: tuple = ()) -> list[tuple[float, GemmTiles]]:
-    """Every tiling the search considers, as (estimated cycles, tiles), best estimate first
-    (ties by the tile values, so the order is deterministic)."""
+    """Every tiling that fits, as (estimated cycles, tiles), best first (ties in tile-value order)."""
     opts = dict(fixed)
     unroll = opts.get("unroll", 2)
     dsps = platform.cluster.dsps
