@@ -109,6 +109,8 @@ def test_the_choice_key_names_the_chooser_settings_and_the_fixed_options(monkeyp
 
 def test_a_cached_choice_of_unknown_fields_is_not_trusted(fresh, monkeypatch):
     key = tile_choice.choice_key(P, *SMALL, ())
-    kernel_cache.store(key, {"tiles": {"gm": 1}, "cycles": 7})
-    tiles, cycles = tile_choice.choose_gemm_tiles(P, *SMALL)
-    assert cycles != 7 and cycles == vm_cycles(SMALL, tiles)
+    for tiles in ({"gm": 1}, {**vars(estimate_pick(*SMALL)), "kt": "32"}):
+        kernel_cache.store(key, {"tiles": tiles, "cycles": 7})
+        monkeypatch.setattr(tile_choice, "_CHOSEN", {})
+        chosen, cycles = tile_choice.choose_gemm_tiles(P, *SMALL)
+        assert cycles != 7 and cycles == vm_cycles(SMALL, chosen)

@@ -81,15 +81,14 @@ def _load(key) -> tuple[GemmTiles, int] | None:
     if entry is None:
         return None
     tiles = entry.get("tiles")
-    if not isinstance(tiles, dict) or set(tiles) != set(GemmTiles.__dataclass_fields__):
-        return None
+    if (not isinstance(tiles, dict) or set(tiles) != set(GemmTiles.__dataclass_fields__)
+            or any(type(v) is not int or v < 1 for v in tiles.values())):
+        return None                 # not a choice this chooser wrote: choose again
     return GemmTiles(**tiles), entry["cycles"]
 
 
 def choose_gemm_tiles(platform, m: int, n: int, k: int, **options) -> tuple[GemmTiles, int | None]:
-    """The tiling a GEMM is generated with, and its kernel-VM cycles (None when the options
-    fix gm, gn, md, nd and kt: that tiling is taken untimed); other options are held fixed.
-    """
+    """The tiling a GEMM is generated with and its kernel-VM cycles (None when options fix gm, gn, md, nd, kt)."""
     check_options(m, n, k, options)
     tiles = fixed_tiles(platform, options)
     if tiles is not None:
