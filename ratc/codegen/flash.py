@@ -38,6 +38,16 @@ def flash_constants() -> list[list[float]]:
     return [[1 / EXP_BASE, -1.0, 0.5]]
 
 
+def exp_steps() -> list[str]:
+    """exp(x) on the VMAC slot, y = x as {y} (a score), {t} a temporary, {off} the offset / N.
+
+    y = {y} scale/N - {off}, p = (y/2 + 1) y + 1 (v59 = 1/2, v58 = -1), squared n times;
+    the first two steps make y from a raw score (a caller with y ready skips them).
+    """
+    return (["vmul {y}, {y}, v56", "vsub {y}, {y}, {off}", "vmul {t}, {y}, v59", "vsub {t}, {t}, v58",
+             "vmul {t}, {t}, {y}", "vsub {y}, {t}, v58"] + ["vmul {y}, {y}, {y}"] * EXP_SQUARINGS)
+
+
 def flash_footprint(br: int, bc: int, d: int, lanes: int) -> dict[str, int]:
     """Bytes per DSP (SM, AM): Algorithm 1's tiles, plus Q_i^T, K_j^T and the row terms of L_i."""
     base = eq1_footprint(br, bc, d)
@@ -131,11 +141,9 @@ class _FlashBwdGen(_AttnGen):
             loads += [f"vld v{52 + r}, Pd[r18+{r * bc}]", f"vld v{36 + r}, Lb[r19+{r * lanes}]"]
         for b in range(0, len(loads), 2):
             e.bundle(*loads[b:b + 2])
-        steps = ["vmul {y}, {y}, v56", "vsub {y}, {y}, {t}", "vmul {t}, {y}, v59", "vsub {t}, {t}, v58",
-                 "vmul {t}, {t}, {y}", "vsub {y}, {t}, v58"] + ["vmul {y}, {y}, {y}"] * EXP_SQUARINGS
-        for step in steps:
+        for step in exp_steps():
             for r in range(4):
-                e.bundle(step.format(y=f"v{52 + r}", t=f"v{36 + r}"))
+                e.bundle(step.format(y=f"v{52 + r}", t=f"v{36 + r}", off=f"v{36 + r}"))
         e.bundle("vst v52, Pa[r21]", f"vst v53, Pa[r21+{bc}]")
         e.bundle(f"vst v54, Pa[r21+{2 * bc}]", f"vst v55, Pa[r21+{3 * bc}]", f"addi r18, r18, {lanes}",
                  f"addi r21, r21, {lanes}")
