@@ -145,9 +145,9 @@ class _AttnGen:
 
     def kernel(self) -> Kernel:
         """The generated kernel: useful MACs are the GEMMs', compulsory DDR bytes every input
-        (P, or the fused kernel's L) read and every output written once."""
+        (P, or the fused kernel's m, r) read and every output written once."""
         h, s, d, hk = self.H, self.S, self.d, self.Hkv
-        rows = 2 * s * s if self.P_COLS else 4 * s     # a head's P (FP16), or its L (FP32)
+        rows = 2 * s * s if self.P_COLS else 8 * s     # a head's P (FP16), or its m, r (FP32)
         min_bytes = 2 * (2 * h * s * d + 2 * hk * s * d) + h * rows + 4 * h * s + 2 * (h * s * d + 2 * hk * s * d)
         return Kernel(self.name(), self.emit(), self.platform, self.GEMMS * h * s * s * d, min_bytes, self.options())
 

@@ -104,6 +104,7 @@ class _FlashFwdGen:
             raise RatcError(f"{where}: tiles br={self.br} bc={self.bc} need {fp['sm']} B of SM and {fp['am']} B "
                             f"of AM (capacities {platform.dsp.sm_size}, {platform.dsp.am_size})")
         self.nq, self.nk = seq // self.br, seq // self.bc
+        self.ndsp = min(self.ndsp, heads * self.nq)     # a DSP without a query tile would stream K, V for nothing
         self.waves = math.ceil(heads * self.nq / self.ndsp)
         self.e = Emitter()
 
@@ -117,7 +118,7 @@ class _FlashFwdGen:
         best = None
         for br in (self.lanes * k for k in (1, 2, 4, 8)):
             fp = flash_forward_footprint(br, bc, d)
-            if S % br or fp["sm"] > p.dsp.sm_size or fp["am"] > p.dsp.am_size:
+            if S % br or fp["am"] > p.dsp.am_size:     # (SM holds K, V tiles only: checked by the caller)
                 continue
             waves = math.ceil(self.H * (S // br) / self.ndsp)
             # ~1.15x the GEMMs' MACs, ~18 VMAC ops per probability vector (exp, max, row sum)
