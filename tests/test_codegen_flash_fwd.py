@@ -127,3 +127,10 @@ def test_kernel_cli_generates_and_times_the_fused_forward(capsys):
     out = capsys.readouterr().out
     assert "flash_fwd_h2_s128_d64_kv1_f16" in out
     assert f"{generate_flash_forward(P, 2, 128, 64, 1).cycles}" in out.replace(",", "")
+
+
+def test_spot_check_runs_the_fused_forward_against_numpy():
+    from ratc.codegen.spot_check import check_kernel
+    kernel = generate_flash_forward(P, 2, 128, 64, 1)
+    result = check_kernel(kernel.program, P, (2, 128, 64, 1), seed=0, kind="flash_fwd")
+    assert result.ok and result.kernel == "flash_fwd_h2_s128_d64_kv1_f16" and result.max_abs_error > 0
