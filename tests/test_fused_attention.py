@@ -80,7 +80,9 @@ def test_fused_program_round_trips_and_runs_the_fused_kernel(planner_7b):
 
 @pytest.mark.parametrize("config", ["P=4,D=1,Z=2,b=1,A=8,full,deadline,attn=fused",
                                     "P=4,D=1,Z=2,b=1,A=8,ckpt,deadline,keep=4f4l4f20l,attn=fused",
-                                    "P=4,D=2,Z=3,b=1,A=8,fsr,deadline,keep=2f6l2f6l8f8l,attn=fused"])
+                                    "P=4,D=2,Z=3,b=1,A=8,fsr,deadline,keep=2f6l2f6l8f8l,attn=fused",
+                                    # the shape of llama2-7b's best fused plan on 8 clusters (beyond_paper)
+                                    "P=8,D=1,Z=0,b=1,A=16,fsr,deadline,keep=3l3f2l3f1l20f,attn=fused"])
 def test_planner_agrees_with_the_system_vm_on_fused_programs(planner_7b, config):
     """Oracle: the system VM simulating the compiled program task by task: the planner's step
     time within 1 %, its Eq. 9 peak never below the program's memory plan on any stage."""
