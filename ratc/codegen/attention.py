@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from ratc.codegen.kernel import Emitter, Kernel, check_kernel_size
+from ratc.codegen.kernel import Emitter, Kernel, check_kernel_size, peeled_loop
 from ratc.codegen.microkernel import gemm_tile
 from ratc.codegen.op_kernels import attention_tile_rows
 from ratc.errors import RatcError
@@ -247,14 +247,7 @@ class _AttnGen:
         e.bundle(f"wait {CH_Q}")
         self.resident_copies()
         e.bundle(f"wait {CH_L}")
-        nk = self.nk
-        self.key_tile(first=True, last=nk == 1)
-        if nk > 2:
-            label = e.open_loop("kt", nk - 2)
-            self.key_tile(first=False, last=False)
-            e.close_loop(label)
-        if nk > 1:
-            self.key_tile(first=False, last=True)
+        peeled_loop(e, "kt", self.nk, self.key_tile)
         self.reduce()
         # dQ_i leaves while the next wave computes into the other accumulator.
         e.bundle(f"wait {CH_O}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from ratc.codegen.flash import EXP_BASE, exp_steps
-from ratc.codegen.kernel import Emitter, Kernel, check_kernel_size
+from ratc.codegen.kernel import Emitter, Kernel, check_kernel_size, peeled_loop
 from ratc.codegen.microkernel import gemm_tile
 from ratc.codegen.op_kernels import attention_tile_rows
 from ratc.errors import RatcError
@@ -174,14 +174,7 @@ class _FlashFwdGen:
         e.bundle(f"dma {CH_Q}, Qt[0], Q[r4, 0], {br}, {d}, {br}, {d}, t clip")
         self.kv_load("r6", "r8")
         e.bundle(f"wait {CH_Q}")
-        nk = self.nk
-        self.key_tile(first=True, last=nk == 1)
-        if nk > 2:
-            label = e.open_loop("kt", nk - 2)
-            self.key_tile(first=False, last=False)
-            e.close_loop(label)
-        if nk > 1:
-            self.key_tile(first=False, last=True)
+        peeled_loop(e, "kt", self.nk, self.key_tile)
         self.finish()
 
     def kv_load(self, kslot: str, vslot: str):
