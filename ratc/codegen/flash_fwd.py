@@ -53,9 +53,9 @@ def newton_steps(seq: int) -> int:
 
 
 def flash_forward_footprint(br: int, bc: int, d: int) -> dict[str, int]:
-    """Bytes per DSP (SM, AM): two K_j^T and V_j slots; Q_i^T, S^T, P^T, O^T, its FP16 copy, row terms."""
+    """Bytes per DSP (SM, AM): two K_j^T and V_j slots; two Q_i^T, S^T, P^T, O^T, its FP16 copy, row terms."""
     sm = 2 * 2 * (2 * d * bc)
-    am = 2 * d * br + 4 * bc * br + 2 * bc * br + 4 * d * br + 2 * d * br + 4 * 4 * br + 4 * (CONSTANTS + 1)
+    am = 2 * 2 * d * br + 4 * bc * br + 2 * bc * br + 4 * d * br + 2 * d * br + 4 * 4 * br + 4 * (CONSTANTS + 1)
     return {"sm": sm, "am": am}
 
 
@@ -72,7 +72,8 @@ class _FlashFwdGen:
     """Emits the fused forward. Scalar registers: r0 DSP id; r3 this DSP's tile (head-major);
     r4 its first Q row (past every head when the tile does not exist: loads zeros, stores
     nothing); r5 the next K/V row; r6/r7 the current/other K^T slot, r8/r9 the V slots;
-    r13-r17 GEMM pointers; r18-r23 vector-loop pointers and scratch."""
+    r13-r17 GEMM pointers; r18-r23 vector-loop pointers and scratch; r24/r25 the current/next
+    Q^T buffer; r26 the next tile's first Q row, r27 its index."""
 
     def __init__(self, platform, heads, seq, d, kv_heads, br, bc):
         vl = platform.vliw
@@ -142,9 +143,10 @@ class _FlashFwdGen:
                 ("ddr", "Sc", "f32", (1, 1)), ("ddr", "Ex", "f32", (1, CONSTANTS)),
                 ("ddr", "O", "f16", (H * S, d)), ("ddr", "MR", "f32", (H * S, 2)),
                 ("sm", "Kt", "f16", (2, d, bc)), ("sm", "Vs", "f16", (2, bc, d)),
-                ("am", "Qt", "f16", (d, br)), ("am", "ST", "f32", (bc, br)), ("am", "PT", "f16", (bc, br)),
+                ("am", "Qt", "f16", (2, d, br)), ("am", "ST", "f32", (bc, br)), ("am", "PT", "f16", (bc, br)),
                 ("am", "OT", "f32", (d, br)), ("am", "Oh", "f16", (d, br)),
                 ("am", "Ma", "f32", (br,)), ("am", "NLa", "f32", (br,)), ("am", "Ra", "f32", (br,)),
+                ("am", "Mo", "f32", (br,)),
                 ("am", "Exa", "f32", (1, CONSTANTS + 1))]
 
     def emit(self):
@@ -154,7 +156,11 @@ class _FlashFwdGen:
         e.bundle(f"wait {CH_Q}")
         for i in range(CONSTANTS + 1):
             e.bundle(f"vbc v{57 + i}, Exa[{i}]")
-        e.bundle("vmul v56, v63, v57")   # scale / N
+        e.bundle("vmul v56, v63, v57", "li r6, 0", f"li r7, {self.d * self.bc}")   # scale / N; K, V slots
+        e.bundle("li r8, 0", f"li r9, {self.bc * self.d}", "li r24, 0")
+        e.bundle(f"li r25, {self.d * self.br}", "mov r27, r3")
+        self.prefetch_tile("r24", "r6", "r8")
+        e.bundle("mov r4, r26")
         label = e.open_loop("qt", self.waves) if self.waves > 1 else None
         self.query_tile()
         if label:
@@ -164,18 +170,23 @@ class _FlashFwdGen:
                          self.platform)
 
     def query_tile(self):
-        """One query tile: Q_i^T resident, every key tile, then O, m, r out."""
-        e, S, d, br, bc = self.e, self.S, self.d, self.br, self.bc
-        group = self.H // self.Hkv
-        e.bundle(f"divi r22, r3, {self.nq}", f"remi r23, r3, {self.nq}")
-        e.bundle(f"muli r4, r22, {S}", f"muli r23, r23, {br}", f"divi r22, r22, {group}")
-        e.bundle("add r4, r4, r23", f"muli r5, r22, {S}", "li r6, 0")
-        e.bundle(f"li r7, {d * bc}", "li r8, 0", f"li r9, {bc * d}")
-        e.bundle(f"dma {CH_Q}, Qt[0], Q[r4, 0], {br}, {d}, {br}, {d}, t clip")
-        self.kv_load("r6", "r8")
+        """One query tile (its Q_i^T and first K, V tiles already on the way): every key tile,
+        the last one prefetching the next query tile's, then O, m, r out."""
+        e = self.e
         e.bundle(f"wait {CH_Q}")
         peeled_loop(e, "kt", self.nk, self.key_tile)
         self.finish()
+        e.bundle("mov r4, r26", "mov r24, r25", "mov r25, r24")
+
+    def prefetch_tile(self, qslot: str, kslot: str, vslot: str):
+        """Start loading tile r27's Q^T (into Qt at qslot) and first K_j^T, V_j; r26 = its first Q row,
+        r5 its K/V row (a tile past the last is past every head: zeros, as a clipped DMA reads)."""
+        e, S, d, br = self.e, self.S, self.d, self.br
+        e.bundle(f"divi r22, r27, {self.nq}", f"remi r23, r27, {self.nq}")
+        e.bundle(f"muli r26, r22, {S}", f"muli r23, r23, {br}", f"divi r22, r22, {self.H // self.Hkv}")
+        e.bundle("add r26, r26, r23", f"muli r5, r22, {S}")
+        e.bundle(f"dma {CH_Q}, Qt[{qslot}], Q[r26, 0], {br}, {d}, {br}, {d}, t clip")
+        self.kv_load(kslot, vslot)
 
     def kv_load(self, kslot: str, vslot: str):
         """K_j^T and V_j of the KV head, DDR -> SM slots (r5 the key row, advanced)."""
@@ -194,7 +205,10 @@ class _FlashFwdGen:
         e.bundle(f"wait {CH_KV}")
         if not last:
             self.kv_load("r7", "r9")
-        self.gemm(bc, br, d, ("Kt", "r6", bc), ("Qt", 0, br), ("ST", 0, br), False)
+        else:
+            e.bundle(f"addi r27, r3, {self.ndsp}")
+            self.prefetch_tile("r25", "r7", "r9")
+        self.gemm(bc, br, d, ("Kt", "r6", bc), ("Qt", "r24", br), ("ST", 0, br), False)
         e.bundle("li r18, 0")
         label = e.open_loop("qv", br // self.lanes) if br > self.lanes else None
         self.softmax_step(first)
@@ -293,11 +307,12 @@ class _FlashFwdGen:
             e.bundle("vmul v36, v44, v35")                   # -l x
             e.bundle("vsub v36, v36, v60")                   # 2 - l x
             e.bundle("vmul v35, v35, v36")
-        e.bundle("vst v35, Ra[r18]")
+        e.bundle("vst v35, Ra[r18]", "vld v49, Ma[r18]")
+        e.bundle("vst v49, Mo[r18]")          # the next tile rewrites Ma while this tile's m leaves
         self.scale_rows("OT", "Oh", "v35")
         e.bundle(f"addi r18, r18, {self.lanes}")
         if label:
             e.close_loop(label)
         e.bundle(f"dma {CH_O}, O[r4, 0], Oh[0], {d}, {br}, {d}, {br}, t clip")
-        e.bundle(f"dma {CH_O}, MR[r4, 0], Ma[0], {br}, 1, 2, 1, clip")
+        e.bundle(f"dma {CH_O}, MR[r4, 0], Mo[0], {br}, 1, 2, 1, clip")
         e.bundle(f"dma {CH_O}, MR[r4, 1], Ra[0], {br}, 1, 2, 1, clip", f"addi r3, r3, {self.ndsp}")
