@@ -95,9 +95,9 @@ class _FlashFwdGen:
                                                  self.mr)
         if self.bc % self.mr or seq % self.bc:
             problems.append(f"bc={self.bc} must divide seq and be a multiple of {self.mr}")
-        self.br = br if br is not None or problems else self._choose()
-        if self.br is None or self.br % self.lanes or seq % self.br:
-            problems.append(f"br={br} must divide seq, be a multiple of {self.lanes}, and fit SM and AM")
+        self.br = None if problems else br if br is not None else self._choose()
+        if not problems and (self.br is None or self.br % self.lanes or seq % self.br):
+            problems.append(f"br={br} must divide seq, be a multiple of {self.lanes}, and fit AM")
         if problems:
             raise RatcError(f"{where}: " + "; ".join(problems))
         fp = flash_forward_footprint(self.br, self.bc, d)
@@ -195,6 +195,7 @@ class _FlashFwdGen:
         self.e.bundle(f"dma {CH_KV}, Vs[{vslot}], V[r5, 0], {bc}, {d}, {d}, {d}, clip", f"addi r5, r5, {bc}")
 
     def gemm(self, m, n, k, left, right, out, accumulate):
+        """A local GEMM on resident tiles (see microkernel.gemm_tile)."""
         gemm_tile(self.e, rows=self.rows, lanes=self.lanes, groups=self.mr // self.rows, unroll=UNROLL, m=m, n=n,
                   k=k, left=left, right=right, out=out, accumulate=accumulate,
                   regs=("r13", "r14", "r15", "r16", "r17"))
