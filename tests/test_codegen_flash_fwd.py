@@ -50,7 +50,8 @@ def check(heads, seq, d, kv_heads, seed=0, logit_scale=1.0, **tiles):
 
 
 # (the last: 30 heads of one 64-row tile each, more tiles than DSPs: a second wave)
-@pytest.mark.parametrize("shape", [(1, 64, 64, 1), (2, 128, 64, 1), (2, 256, 128, 2), (4, 192, 64, 2), (30, 64, 64, 30)])
+@pytest.mark.parametrize("shape", [(1, 64, 64, 1), (2, 128, 64, 1), (2, 256, 128, 2), (4, 192, 64, 2),
+                                   (30, 64, 64, 30)])
 def test_fused_forward_matches_torch_softmax_attention(shape):
     check(*shape, seed=sum(shape))
 

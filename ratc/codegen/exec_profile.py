@@ -15,7 +15,8 @@ _CACHE: dict[tuple, dict] = {}
 def kernel_profile(platform, kind: str, shape: tuple, **options) -> dict:
     """Cycles, seconds, MAC utilization and DDR figures of a generated kernel.
 
-    kind is 'gemm' (shape m, n, k), 'attn_bwd', 'flash_bwd' or 'flash_fwd' (heads, seq, head_dim, kv_heads).
+    kind is 'gemm' (shape m, n, k), 'attn_bwd', 'flash_bwd' or 'flash_fwd' (heads, seq,
+    head_dim, kv_heads).
     Cached in memory and on disk (ratc.codegen.kernel_cache).
     """
     shape = tuple(int(x) for x in shape)
@@ -80,7 +81,8 @@ def attention_backward_time(platform, heads: int, seq: int, head_dim: int, kv_he
 
 
 _SHAPE_KEYS = {"gemm": ("m", "n", "k"), "attn_bwd": ("heads", "seq", "head_dim", "kv_heads"),
-               "flash_bwd": ("heads", "seq", "head_dim", "kv_heads"), "flash_fwd": ("heads", "seq", "head_dim", "kv_heads")}
+               "flash_bwd": ("heads", "seq", "head_dim", "kv_heads"),
+               "flash_fwd": ("heads", "seq", "head_dim", "kv_heads")}
 
 
 def _entry(kernel, kind: str, shape: tuple) -> dict:

@@ -65,7 +65,8 @@ def _check_pipeline(op):
 
 
 # A kernel list entry (fwd_kernels, bwd_kernels): [kind, *shape, calls per micro-batch].
-KERNEL_DIMS = {"gemm": 3, "attn_bwd": 4, "flash_bwd": 4, "flash_fwd": 4}  # (m, n, k), (heads, seq, head_dim, kv_heads)
+# (m, n, k), (heads, seq, head_dim, kv_heads)
+KERNEL_DIMS = {"gemm": 3, "attn_bwd": 4, "flash_bwd": 4, "flash_fwd": 4}
 
 
 def _finite(x) -> bool:
@@ -96,7 +97,8 @@ def _check_unit(op):
             if dims is None or len(entry) != dims + 2 or \
                     not all(type(x) is int and x >= 1 for x in entry[1:]):
                 raise VerifyError(f"'{op.name}' attribute '{key}': each entry must be [kind, *shape, calls] with "
-                                  f"kind gemm (m, n, k), attn_bwd, flash_bwd or flash_fwd (heads, seq, head_dim, kv_heads) and "
+                                  f"kind gemm (m, n, k), attn_bwd, flash_bwd or flash_fwd (heads, seq, head_dim, "
+                                  f"kv_heads) and "
                                   f"positive "
                                   f"integers, got {entry!r}", op)
     if op.block is None or op.block.parent is None or op.block.parent.name != "life.plan":
