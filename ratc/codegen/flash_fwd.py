@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from ratc.codegen.flash import EXP_BASE, exp_steps
-from ratc.codegen.kernel import Emitter, Kernel, check_kernel_size, peeled_loop
+from ratc.codegen.kernel import Emitter, Kernel, check_kernel_size, peeled_loop, repeated
 from ratc.codegen.microkernel import gemm_tile
 from ratc.codegen.op_kernels import attention_tile_rows
 from ratc.errors import RatcError
@@ -161,10 +161,7 @@ class _FlashFwdGen:
         e.bundle(f"li r25, {self.d * self.br}", "mov r27, r3")
         self.prefetch_tile("r24", "r6", "r8")
         e.bundle("mov r4, r26")
-        label = e.open_loop("qt", self.waves) if self.waves > 1 else None
-        self.query_tile()
-        if label:
-            e.close_loop(label)
+        repeated(e, "qt", self.waves, self.query_tile)
         e.bundle(f"wait {CH_O}")
         return e.program(flash_forward_name(self.H, self.S, self.d, self.Hkv), self.ndsp, self.buffers(),
                          self.platform)

@@ -113,3 +113,11 @@ def peeled_loop(e: Emitter, stem: str, count: int, body) -> None:
         e.close_loop(label)
     if count > 1:
         body(False, True)
+
+
+def repeated(e: Emitter, stem: str, count: int, body) -> None:
+    """body() once, inside a counted loop when count > 1."""
+    label = e.open_loop(stem, count) if count > 1 else None
+    body()
+    if label:
+        e.close_loop(label)
