@@ -31,7 +31,7 @@ MAX_CALLS = 2 ** 40             # kernel calls per step on one stage
 MAX_TASK_SECONDS = 1e6          # one task's duration (~11.6 days), and any per-unit cost in seconds
 
 PROGRAM_IR, MODEL_IR, KERNELS_JSON, PLATFORM_TOML = "program.ir", "model.ir", "kernels.json", "platform.toml"
-KERNEL_DIMS = {"gemm": 3, "attn_bwd": 4, "flash_bwd": 4}
+KERNEL_DIMS = {"gemm": 3, "attn_bwd": 4, "flash_bwd": 4, "flash_fwd": 4}
 
 
 class LocatedProgramError(LocatedError, ProgramError):

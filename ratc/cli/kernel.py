@@ -1,4 +1,4 @@
-"""`ratc kernel gemm M N K` / `ratc kernel attention-backward ...`: generate (and run) kernels."""
+"""`ratc kernel gemm M N K` / `ratc kernel attention-{backward,forward-fused} ...`: generate (and run) kernels."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("kernel", help="generate a GEMM or attention-backward kernel (.rasm)",
                               description="Generate a kernel for one cluster; print its .rasm, or --run it "
                                           "on the kernel VM and print the report.")
-    p.add_argument("op", choices=("gemm", "attention-backward", "attention-backward-ddr", "attention-backward-fused"),
+    p.add_argument("op", choices=("gemm", "attention-backward", "attention-backward-ddr", "attention-backward-fused",
+                                  "attention-forward-fused"),
                    help="gemm: M N K (C[M,N] = A[M,K] B[K,N]); attention-backward[-ddr|-fused]: HEADS SEQ "
-                        "HEAD_DIM (fused: P recomputed on chip from Q, K and the log-sum-exp)")
+                        "HEAD_DIM (fused: P recomputed on chip from Q, K and each row's max and 1/sum); "
+                        "attention-forward-fused: HEADS SEQ HEAD_DIM (online softmax, scores kept on chip)")
     p.add_argument("dims", nargs="+", type=int, help="shape")
     p.add_argument("--kv-heads", type=int, help="key/value heads for attention (default: HEADS)")
     p.add_argument("--tile", action="append", default=[], metavar="NAME=VALUE",
@@ -76,6 +78,10 @@ def _generate(platform, args, options):
     from ratc.codegen.attention import generate_attention_backward
 
     heads, seq, head_dim = args.dims
+    if args.op == "attention-forward-fused":
+        from ratc.codegen.flash_fwd import generate_flash_forward
+        return generate_flash_forward(platform, heads, seq, head_dim,
+                                      heads if args.kv_heads is None else args.kv_heads, **options)
     if args.op.endswith("-fused"):
         from ratc.codegen.flash import generate_flash_backward
         return generate_flash_backward(platform, heads, seq, head_dim,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from ratc.codegen.kernel import Emitter, Kernel, check_kernel_size
+from ratc.codegen.kernel import Emitter, Kernel, check_kernel_size, peeled_loop
 from ratc.codegen.microkernel import gemm_tile
 from ratc.codegen.op_kernels import attention_tile_rows
 from ratc.errors import RatcError
@@ -145,9 +145,9 @@ class _AttnGen:
 
     def kernel(self) -> Kernel:
         """The generated kernel: useful MACs are the GEMMs', compulsory DDR bytes every input
-        (P, or the fused kernel's L) read and every output written once."""
+        (P, or the fused kernel's m, r) read and every output written once."""
         h, s, d, hk = self.H, self.S, self.d, self.Hkv
-        rows = 2 * s * s if self.P_COLS else 4 * s     # a head's P (FP16), or its L (FP32)
+        rows = 2 * s * s if self.P_COLS else 8 * s     # a head's P (FP16), or its m, r (FP32)
         min_bytes = 2 * (2 * h * s * d + 2 * hk * s * d) + h * rows + 4 * h * s + 2 * (h * s * d + 2 * hk * s * d)
         return Kernel(self.name(), self.emit(), self.platform, self.GEMMS * h * s * s * d, min_bytes, self.options())
 
@@ -247,14 +247,7 @@ class _AttnGen:
         e.bundle(f"wait {CH_Q}")
         self.resident_copies()
         e.bundle(f"wait {CH_L}")
-        nk = self.nk
-        self.key_tile(first=True, last=nk == 1)
-        if nk > 2:
-            label = e.open_loop("kt", nk - 2)
-            self.key_tile(first=False, last=False)
-            e.close_loop(label)
-        if nk > 1:
-            self.key_tile(first=False, last=True)
+        peeled_loop(e, "kt", self.nk, self.key_tile)
         self.reduce()
         # dQ_i leaves while the next wave computes into the other accumulator.
         e.bundle(f"wait {CH_O}")

@@ -15,7 +15,8 @@ _CACHE: dict[tuple, dict] = {}
 def kernel_profile(platform, kind: str, shape: tuple, **options) -> dict:
     """Cycles, seconds, MAC utilization and DDR figures of a generated kernel.
 
-    kind is 'gemm' (shape m, n, k), 'attn_bwd' or 'flash_bwd' (heads, seq, head_dim, kv_heads).
+    kind is 'gemm' (shape m, n, k), 'attn_bwd', 'flash_bwd' or 'flash_fwd' (heads, seq,
+    head_dim, kv_heads).
     Cached in memory and on disk (ratc.codegen.kernel_cache).
     """
     shape = tuple(int(x) for x in shape)
@@ -52,7 +53,10 @@ def generate_kernel(platform, kind: str, shape: tuple, **options):
     if kind == "flash_bwd":
         from ratc.codegen.flash import generate_flash_backward
         return generate_flash_backward(platform, *shape, **options)
-    raise RatcError(f"unknown kernel kind {kind!r} (known: gemm, attn_bwd, flash_bwd)")
+    if kind == "flash_fwd":
+        from ratc.codegen.flash_fwd import generate_flash_forward
+        return generate_flash_forward(platform, *shape, **options)
+    raise RatcError(f"unknown kernel kind {kind!r} (known: gemm, attn_bwd, flash_bwd, flash_fwd)")
 
 
 def gemm_profile(platform, m: int, n: int, k: int, **options) -> dict:
@@ -77,7 +81,8 @@ def attention_backward_time(platform, heads: int, seq: int, head_dim: int, kv_he
 
 
 _SHAPE_KEYS = {"gemm": ("m", "n", "k"), "attn_bwd": ("heads", "seq", "head_dim", "kv_heads"),
-               "flash_bwd": ("heads", "seq", "head_dim", "kv_heads")}
+               "flash_bwd": ("heads", "seq", "head_dim", "kv_heads"),
+               "flash_fwd": ("heads", "seq", "head_dim", "kv_heads")}
 
 
 def _entry(kernel, kind: str, shape: tuple) -> dict:

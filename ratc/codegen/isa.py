@@ -41,6 +41,8 @@ OPS: dict[str, OpSpec] = {
     "vmacz": OpSpec("vmac", "vqv", "v[d..d+rows) = outer(q, v[b]) (starts an accumulation)"),
     "vsub": OpSpec("vmac", "vvv", "v[d] = v[a] - v[b] (lane-wise)"),
     "vmul": OpSpec("vmac", "vvv", "v[d] = v[a] * v[b] (lane-wise)"),
+    # Not used by the paper's kernels: the fused attention forward's running row max.
+    "vmax": OpSpec("vmac", "vvv", "v[d] = max(v[a], v[b]) (lane-wise)"),
     "li": OpSpec("alu", "ri", "r[d] = imm"),
     "mov": OpSpec("alu", "rr", "r[d] = r[a]"),
     "add": OpSpec("alu", "rrr", "r[d] = r[a] + r[b]"),

@@ -102,3 +102,22 @@ class Emitter:
                                                   for space, bname, dtype, shape in buffers), tuple(self.stack[0]))
         validate(program, platform)
         return program
+
+
+def peeled_loop(e: Emitter, stem: str, count: int, body) -> None:
+    """body(first, last) for each of `count` iterations: the first and last peeled, the rest a loop."""
+    body(True, count == 1)
+    if count > 2:
+        label = e.open_loop(stem, count - 2)
+        body(False, False)
+        e.close_loop(label)
+    if count > 1:
+        body(False, True)
+
+
+def repeated(e: Emitter, stem: str, count: int, body) -> None:
+    """body() once, inside a counted loop when count > 1."""
+    label = e.open_loop(stem, count) if count > 1 else None
+    body()
+    if label:
+        e.close_loop(label)

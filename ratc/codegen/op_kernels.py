@@ -7,10 +7,10 @@ backward, Alg. 1 line 5, reloads the probabilities P from DDR): per head S = Q K
 (seq x seq x head_dim) and O = P V (seq x head_dim x seq) as GEMM kernels, with the
 softmax streaming S in and P out through DDR between them. Backward is the
 memory-resident attention-backward kernel, after a stream computing D = rowsum(dO * O).
-Under fused attention (a plan's attn=fused) the forward is the same (the softmax stream also
-writes the rows' log-sum-exp L, a column beside P), and the backward is the fused kernel of
-ratc.codegen.flash, which recomputes P from Q, K and L on chip instead of reloading it: the
-ISA has no max or reciprocal, so the online-softmax forward cannot run fused on it.
+Under fused attention (a plan's attn=fused) the forward is the fused kernel of
+ratc.codegen.flash_fwd (online softmax: no per-head GEMMs, no softmax stream; it writes O and
+each row's max m and r = 1/sum), and the backward the fused kernel of ratc.codegen.flash,
+which recomputes P from Q, K, m and r on chip instead of reloading it.
 Every other op (norms, RoPE, element-wise, embedding, loss) runs at its roofline:
 max(vector compute at peak, its bytes at DDR bandwidth).
 """
@@ -21,7 +21,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-GEMM, ATTN_BWD, FLASH_BWD = "gemm", "attn_bwd", "flash_bwd"
+GEMM, ATTN_BWD, FLASH_BWD, FLASH_FWD = "gemm", "attn_bwd", "flash_bwd", "flash_fwd"
 TILE_ROWS = 32  # attention micro-tile rows: tiles stay multiples of 32 whatever the VMAC height
 
 
@@ -52,7 +52,9 @@ def op_kernels(op, div: int, dtype_bytes: int, align: int = 1, attn: str = "pape
     The attention-backward kernel runs on head_dim and seq zero-padded to multiples of
     `align` (attention_alignment): zero rows and columns of Q, K, V, dO and P add nothing
     to dQ, dK, dV, so padding changes the cycles, not the result (fused: padded keys get
-    P > 0 but zero K and V rows, so they add nothing to dQ either).
+    P > 0 but zero K and V rows, so they add nothing to dQ either). The fused forward runs on
+    the same padded shape: its cycles are what is used (padded keys would add exp(-m) to a
+    row's sum, so an executed forward is run unpadded).
     """
     if op.gemm is not None:
         m, n, k = op.gemm
@@ -65,14 +67,17 @@ def op_kernels(op, div: int, dtype_bytes: int, align: int = 1, attn: str = "pape
     if op.kind == "attention" and op.attention is not None:
         heads, kv_heads, seq, head_dim = op.attention
         heads, kv_heads = max(1, heads // div), max(1, kv_heads // div)
-        probs = heads * seq * seq * dtype_bytes
-        fwd = (((GEMM, (seq, seq, head_dim)), heads), ((GEMM, (seq, head_dim, seq)), heads))
+        padded = (heads, _pad(seq, align), _pad(head_dim, align), kv_heads)
+        if attn == "fused":
+            fwd, stream = (((FLASH_FWD, padded), 1),), 0.0
+        else:
+            fwd = (((GEMM, (seq, seq, head_dim)), heads), ((GEMM, (seq, head_dim, seq)), heads))
+            stream = 2.0 * heads * seq * seq * dtype_bytes
         if not op.bwd_input_flops:        # no input needs a gradient (behind frozen layers)
-            return OpKernels(fwd=fwd, bwd=(), fwd_stream_bytes=2 * probs)
+            return OpKernels(fwd=fwd, bwd=(), fwd_stream_bytes=stream)
         return OpKernels(
-            fwd=fwd, bwd=((((FLASH_BWD if attn == "fused" else ATTN_BWD),
-                            (heads, _pad(seq, align), _pad(head_dim, align), kv_heads)), 1),),
-            fwd_stream_bytes=2 * probs,
+            fwd=fwd, bwd=((((FLASH_BWD if attn == "fused" else ATTN_BWD), padded), 1),),
+            fwd_stream_bytes=stream,
             bwd_stream_bytes=2 * heads * seq * head_dim * dtype_bytes)
     return None
 
@@ -101,9 +106,11 @@ def kernel_symbol(kind: str, shape: tuple) -> str:
     """The kernel's symbol in a program (the name its generator gives it)."""
     from ratc.codegen.attention import attention_name
     from ratc.codegen.flash import flash_name
+    from ratc.codegen.flash_fwd import flash_forward_name
     from ratc.codegen.gemm import gemm_name
 
     if kind == GEMM:
         return gemm_name(*shape)
     heads, seq, head_dim, kv_heads = shape
-    return (flash_name if kind == FLASH_BWD else attention_name)(heads, seq, head_dim, kv_heads)
+    name = {FLASH_BWD: flash_name, FLASH_FWD: flash_forward_name}.get(kind, attention_name)
+    return name(heads, seq, head_dim, kv_heads)

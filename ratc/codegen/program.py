@@ -50,7 +50,7 @@ class Instr:
             return [Reg("v", ops[0].index + i) for i in range(vmac_rows)] + [ops[1], ops[2]]
         if self.op in ("vmacz",):
             return [ops[1], ops[2]]
-        if self.op in ("vsub", "vmul"):
+        if self.op in ("vsub", "vmul", "vmax"):
             return [ops[1], ops[2]]
         if self.op == "vst":
             return [ops[0]] + _mem_regs(ops[1])
@@ -67,7 +67,7 @@ class Instr:
         ops = self.operands
         if self.op in ("vmac", "vmacz"):
             return [Reg("v", ops[0].index + i) for i in range(vmac_rows)]
-        if self.op in ("vsub", "vmul", "vld", "vbc", "sldq") or OPS[self.op].unit == "alu":
+        if self.op in ("vsub", "vmul", "vmax", "vld", "vbc", "sldq") or OPS[self.op].unit == "alu":
             return [ops[0]]
         return []
 

@@ -40,7 +40,7 @@ def task_work(name: str, unit_attrs: dict) -> tuple | None:
         return work["kernels"], work["other"]
     return TASK_WORK.get(name)
 # Tile options each generator accepts.
-TILE_OPTIONS = {"gemm": OPTION_NAMES, "attn_bwd": ("br", "bc"), "flash_bwd": ("br", "bc")}
+TILE_OPTIONS = {"gemm": OPTION_NAMES, "attn_bwd": ("br", "bc"), "flash_bwd": ("br", "bc"), "flash_fwd": ("br", "bc")}
 _TILE = re.compile(r"([a-z]+)=(\d+)")
 
 
@@ -77,7 +77,7 @@ def unit_kernels(units) -> dict[str, tuple[str, tuple]]:
 
 
 def check_tile_options(kind: str, options, where: str) -> None:
-    """Raise unless every tile option is one the kernel kind ('gemm', 'attn_bwd', 'flash_bwd') takes."""
+    """Raise unless every tile option is one the kernel kind ('gemm', 'attn_bwd', 'flash_bwd', 'flash_fwd') takes."""
     bad = sorted(set(options) - set(TILE_OPTIONS[kind]))
     if bad:
         raise RatcError(f"{where}: unknown option '{bad[0]}' ({kind} kernels take {', '.join(TILE_OPTIONS[kind])})")

@@ -30,7 +30,9 @@ class KernelCheck:
 
 
 def check_kernel(program, platform, shape: tuple, seed: int, kind: str = "gemm") -> KernelCheck:
-    """Execute an assembled kernel (gemm, attn_bwd or flash_bwd) on random inputs and compare with numpy."""
+    """Execute an assembled kernel (gemm, attn_bwd, flash_bwd or flash_fwd) on random inputs and compare with numpy."""
+    if kind == "flash_fwd":
+        return check_flash_forward(program, platform, shape, seed)
     if kind in ("attn_bwd", "flash_bwd"):
         return check_attention(program, platform, shape, seed, fused=kind == "flash_bwd")
     from ratc.vm.kernel_vm import run_program
@@ -57,7 +59,7 @@ def check_attention(program, platform, shape: tuple, seed: int, fused: bool = Fa
     The oracle is the textbook softmax backward in float64: P = softmax(scale Q K^T),
     dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = scale dS K,
     dK = scale dS^T Q, with each K/V head shared by heads / kv_heads query heads. The fused
-    kernel (ratc.codegen.flash) reads the rows' log-sum-exp of scale Q K^T instead of P.
+    kernel (ratc.codegen.flash) reads each row's max m of scale Q K^T and r = 1 / sum exp(. - m) instead of P.
     """
     from ratc.vm.kernel_vm import run_program
 
@@ -87,9 +89,9 @@ def check_attention(program, platform, shape: tuple, seed: int, fused: bool = Fa
     if fused:
         from ratc.codegen.flash import flash_constants
         top = s.max(-1, keepdims=True)
-        lse = top + np.log(np.exp(s - top).sum(-1, keepdims=True))
+        r = 1 / np.exp(s - top).sum(-1, keepdims=True)
         del inputs["P"]
-        inputs.update(L=lse.reshape(-1, 1), Ex=np.array(flash_constants()))
+        inputs.update(MR=np.concatenate([top, r], -1).reshape(-1, 2), Ex=np.array(flash_constants()))
     result = run_program(program, platform, inputs, "full")
     error = tolerance = 0.0
     for name, ref in want.items():
@@ -98,3 +100,30 @@ def check_attention(program, platform, shape: tuple, seed: int, fused: bool = Fa
         # FP16 P, dS and outputs: a few FP16 ulps of each gradient's scale.
         tolerance = max(tolerance, float(4e-3 * np.abs(ref).max()))
     return KernelCheck(program.name, tuple(shape), result.cycles, error, tolerance)
+
+
+def check_flash_forward(program, platform, shape: tuple, seed: int) -> KernelCheck:
+    """Execute a fused attention-forward kernel on random Q, K, V; O against numpy's
+    softmax(scale Q K^T) V in float64 (each K/V head shared by heads / kv_heads query heads)."""
+    from ratc.codegen.flash_fwd import flash_forward_constants
+    from ratc.vm.kernel_vm import run_program
+
+    heads, seq, d, kv = shape
+    if 2 * heads * seq * seq * d > MAX_FULL_EXECUTION_MACS:
+        raise RatcError(f"kernel {program.name} ({heads} heads, sequence {seq}, head_dim {d}) is too large "
+                        f"for full execution (> {MAX_FULL_EXECUTION_MACS:,} MACs); spot-check a smaller model")
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((heads, seq, d)).astype(np.float16)
+    k, v = (rng.standard_normal((kv, seq, d)).astype(np.float16) for _ in range(2))
+    scale = 1 / np.sqrt(d)
+    K, V = (np.repeat(x.astype(np.float64), heads // kv, axis=0) for x in (k, v))
+    s = scale * q.astype(np.float64) @ K.transpose(0, 2, 1)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ V
+    inputs = {"Q": q.reshape(-1, d), "K": k.reshape(-1, d), "V": v.reshape(-1, d), "Sc": np.array([[scale]]),
+              "Ex": np.array(flash_forward_constants(seq))}
+    result = run_program(program, platform, inputs, "full")
+    got = result.ddr["O"].astype(np.float64).reshape(want.shape)
+    # FP16 probabilities and output: a few FP16 ulps of the output's scale
+    return KernelCheck(program.name, tuple(shape), result.cycles, float(np.max(np.abs(got - want))),
+                       float(4e-3 * np.abs(want).max()))

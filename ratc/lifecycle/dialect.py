@@ -65,7 +65,8 @@ def _check_pipeline(op):
 
 
 # A kernel list entry (fwd_kernels, bwd_kernels): [kind, *shape, calls per micro-batch].
-KERNEL_DIMS = {"gemm": 3, "attn_bwd": 4, "flash_bwd": 4}     # (m, n, k), (heads, seq, head_dim, kv_heads)
+# (m, n, k), (heads, seq, head_dim, kv_heads)
+KERNEL_DIMS = {"gemm": 3, "attn_bwd": 4, "flash_bwd": 4, "flash_fwd": 4}
 
 
 def _finite(x) -> bool:
@@ -96,7 +97,8 @@ def _check_unit(op):
             if dims is None or len(entry) != dims + 2 or \
                     not all(type(x) is int and x >= 1 for x in entry[1:]):
                 raise VerifyError(f"'{op.name}' attribute '{key}': each entry must be [kind, *shape, calls] with "
-                                  f"kind gemm (m, n, k), attn_bwd or flash_bwd (heads, seq, head_dim, kv_heads) and "
+                                  f"kind gemm (m, n, k), attn_bwd, flash_bwd or flash_fwd (heads, seq, head_dim, "
+                                  f"kv_heads) and "
                                   f"positive "
                                   f"integers, got {entry!r}", op)
     if op.block is None or op.block.parent is None or op.block.parent.name != "life.plan":
@@ -222,7 +224,7 @@ def _check_kernel(op):
 
 
 LIFE.op("kernel", "a generated kernel that tasks call (codegen pass); its code is kernels/<symbol>.rasm",
-        symbol=True, verify=_check_kernel, attrs={"kind": "gemm|attn_bwd|flash_bwd", "shape": "list<int>", "cycles": "int", "mac_util": "float",
+        symbol=True, verify=_check_kernel, attrs={"kind": "gemm|attn_bwd|flash_bwd|flash_fwd", "shape": "list<int>", "cycles": "int", "mac_util": "float",
                             "ddr_bytes": "int", "tiles": "dict"})
 LIFE.op("pipeline", "one training step of all pipeline stages", symbol=True, region=True,
         verify=_check_pipeline_counts, attrs={

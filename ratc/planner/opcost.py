@@ -122,7 +122,7 @@ def op_times(op: OpProfile, exec_profile, platform, tp: int, split: bool, dtype_
     vector rate (2 FLOPs per MAC). DDR time is bytes / bandwidth. Backward re-reads each
     forward input and writes its gradient, and reads the output gradient once:
     2 * bytes_read + bytes_written; an op whose output needs no gradient has none. Fused
-    attention's backward reads the rows' log-sum-exp instead of the probabilities and
+    attention's backward reads the rows' (m, r) instead of the probabilities and
     computes S = Q K^T again.
     """
     div = tp if split else 1
@@ -143,9 +143,10 @@ def op_times(op: OpProfile, exec_profile, platform, tp: int, split: bool, dtype_
     bwd_ddr_bytes = 2 * read + written if op.grad else 0.0
     if op.kind == "attention" and op.attention is not None:
         # The paper's attention backward (Alg. 1, line 5) reloads the saved probability
-        # tiles P_ij from DDR, so the forward writes heads x s x s of them once.
+        # tiles P_ij from DDR, so the forward writes heads x s x s of them once (the fused
+        # forward writes only each row's m, r).
         heads, _, seq, head_dim = op.attention
-        fwd_ddr_bytes += core_bytes(op, dtype_bytes) / div
+        fwd_ddr_bytes += attention_kept(heads / div, seq, dtype_bytes, attn)
         bwd_ddr_bytes += attention_kept(heads / div, seq, dtype_bytes, attn) if op.grad else 0.0
         if attn == "fused" and op.grad:
             bwd_macs += heads * seq * seq * head_dim / div
@@ -163,7 +164,7 @@ def core_bytes(op: OpProfile, dtype_bytes: int) -> float:
 
 def saved_by(op: OpProfile, dtype_bytes: int, attn: str) -> float:
     """Bytes one op saves for its backward for one sequence (all TP ranks): fused attention
-    keeps the rows' log-sum-exp in place of its probabilities (ratc.step.rules.attention_kept)."""
+    keeps the rows' (m, r) in place of its probabilities (ratc.step.rules.attention_kept)."""
     if attn == "paper" or not core_bytes(op, dtype_bytes):
         return op.saved_bytes
     heads, _, seq, _ = op.attention

@@ -266,8 +266,8 @@ class Planner:
         paper, fused = (self.units(cand.T, ranks, cand.b, a).units[pick] for a in ("paper", "fused"))
         less = format_bytes(cand.b * (paper.saved_bytes - fused.saved_bytes))
         return [f"  attention (every layer): fused kernels: a layer that keeps its attention keeps Q, K, V and the "
-                f"rows' log-sum-exp, not the s x s probabilities ({less} less per micro-batch), which its Backward "
-                "recomputes on chip"]
+                f"rows' max and reciprocal softmax sum, not the s x s probabilities ({less} less per micro-batch), "
+                "which its Backward recomputes on chip"]
 
     def _keeps(self, evs: list, total: np.ndarray, best: float) -> list:
         """evs with each recomputing, feasible candidate replaced by its best per-layer save

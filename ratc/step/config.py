@@ -34,8 +34,9 @@ SCHEDULES = ("1f1b", "zb1p", "zbv")
 # placement), or the latest W before it (the W and the Recover share the idle slot).
 CORUNS = ("prev", "w")
 # The attention kernels: the paper's (unfused forward, whose probabilities the memory-resident
-# backward of Alg. 1 reloads) or fused (the same forward, saving the per-row log-sum-exp; a
-# FlashAttention-style backward recomputes the probabilities on chip: ratc.codegen.flash).
+# backward of Alg. 1 reloads) or fused (an online-softmax forward, ratc.codegen.flash_fwd, saving
+# each row's max and 1/sum; a FlashAttention-style backward recomputes the probabilities on chip
+# from them: ratc.codegen.flash).
 ATTENTION = ("paper", "fused")
 
 

@@ -85,16 +85,17 @@ def recompute(choice, layer, core):
     return np.where(choice == _LAYER, layer, np.where(choice == _SELECTIVE, core, 0 * layer))
 
 
-# Fused attention keeps one FP32 log-sum-exp per query row (FlashAttention's L; torch's
-# flash SDPA saves the same `logsumexp`) where the paper's kernels keep the probabilities.
-LSE_BYTES = 4
+# Fused attention keeps two FP32 numbers per query row where the paper's kernels keep the
+# probabilities: the row's max m and r = 1 / sum exp(. - m) (FlashAttention keeps L = m + log(1/r),
+# torch's flash SDPA the same `logsumexp`; the ISA has no log, so ratc.codegen.flash_fwd keeps both).
+ROW_STATS_BYTES = 8
 
 
 def attention_kept(heads: float, seq: int, dtype_bytes: int, attn: str) -> float:
     """Bytes one sequence's attention core keeps for its Backward beyond Q, K, V (and O, its
     output projection's input): the s x s probabilities the paper's backward reloads, or
-    under fused attention (ratc.codegen.flash) the rows' log-sum-exp it recomputes them from."""
-    return heads * seq * (LSE_BYTES if attn == "fused" else seq * dtype_bytes)
+    under fused attention (ratc.codegen.flash) the rows' (m, r) it recomputes them from."""
+    return heads * seq * (ROW_STATS_BYTES if attn == "fused" else seq * dtype_bytes)
 
 
 def shards(Z, D, state: str):

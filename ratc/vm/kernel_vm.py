@@ -26,8 +26,10 @@ NP_DTYPES = {"f16": np.float16, "f32": np.float32}
 SHARED = ("gsm", "ddr")
 
 # Readers of a register file run before its writers inside one bundle (ALU ops last, two-phase).
-_READ_ORDER = {"vst": 0, "dma": 1, "wait": 1, "barrier": 1, "vmac": 2, "vmacz": 2, "vsub": 2, "vmul": 2,
+_READ_ORDER = {"vst": 0, "dma": 1, "wait": 1, "barrier": 1, "vmac": 2, "vmacz": 2, "vsub": 2, "vmul": 2, "vmax": 2,
                "sldq": 3, "vld": 3, "vbc": 3}
+
+_LANE_WISE = {"vsub": np.subtract, "vmul": np.multiply, "vmax": np.maximum}
 
 
 class VMFault(RatcError):
@@ -222,9 +224,9 @@ class _DSP:
             if op == "vmac":
                 return lambda: acc.__iadd__(qv * vb)
             return lambda: np.multiply(qv, vb, out=acc)
-        if op in ("vsub", "vmul"):
+        if op in _LANE_WISE:
             d, a, b = V[ops[0].index], V[ops[1].index], V[ops[2].index]
-            ufunc = np.subtract if op == "vsub" else np.multiply
+            ufunc = _LANE_WISE[op]
             return lambda: ufunc(a, b, out=d)
         if op == "sldq":
             arr, addr = self._addr(tb, ins, ops[1], rows)
