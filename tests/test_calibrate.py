@@ -63,9 +63,9 @@ def test_quick_calibration_figures_are_physically_sane(calibrated):
     adds = sorted((r.bytes, r.seconds.median) for r in p.memory if r.op == "add")
     assert adds[0][1] < adds[1][1]
     # an operator's and a parameter's fixed costs are microseconds; a task runs one operator and
-    # more (autograd, functional_call), a Backward more than its Forward
+    # more (autograd, functional_call, and in a step's order the caches the tasks before it took)
     assert max(c.operator_forward.median, c.operator_backward.median, c.parameter_forward.median) < 1e-4
-    assert c.operator_forward.median < c.task_forward.median < c.task_backward.median
+    assert c.operator_forward.median < c.task_forward.median and c.operator_backward.median < c.task_backward.median
     # the update, from memory: its 80 B an element counted, at more than 1 GB/s and at most a
     # few times an add streaming from memory (some of its passes find their tensor in cache)
     (nbytes, seconds), = [(r.bytes, r.seconds.median) for r in p.memory if r.op == "update"]
@@ -206,7 +206,7 @@ def test_fixed_costs_are_the_synthetic_units_differences_per_node():
     forward = {"task": 30, "chain": 62, "params": 382, "block": 130, "blocks": 530}
     backward = {"task": 50, "chain": 130, "params": 162, "block": 150, "blocks": 750}
     times = {(k, "forward"): [forward[k] * us] * 3 for k in forward}
-    times.update({(k, "both"): [(forward[k] + backward[k]) * us] * 3 for k in forward})
+    times.update({(k, "backward"): [backward[k] * us] * 3 for k in forward})
     got = {k: f.median for k, f in compute.fixed_costs(times).items()}
     assert got["task_forward"] == pytest.approx(30 * us) and got["task_backward"] == pytest.approx(50 * us)
     # (382 - 62) / 16 = 20 us a parameter forward, (162 - 130) / 16 = 2 us backward
@@ -214,6 +214,53 @@ def test_fixed_costs_are_the_synthetic_units_differences_per_node():
     # (530 - 130) / 4 = 100 us a block, less its 2 parameters, over its 20 operators
     assert got["operator_forward"] == pytest.approx((100 - 2 * 20) / 20 * us)
     assert got["operator_backward"] == pytest.approx((150 - 2 * 2) / 20 * us)
+
+
+def test_the_fixed_cost_units_run_in_a_step_s_order_forwards_then_backwards_in_reverse():
+    calls = []
+
+    def pair(key):
+        return (lambda: calls.append(("F", key)) or key), (lambda state: calls.append(("B", state)))
+    units = {k: pair(k) for k in ("a", "b", "c")}
+    settings = Settings(quick=True)
+    times = compute.run_sequence(units, settings, lambda: None)
+    assert set(times) == {(k, way) for k in units for way in ("forward", "backward")}
+    assert all(len(v) == settings.repeats and min(v) > 0 for v in times.values())
+    # each round: every Forward, then every Backward of what the Forward returned, in reverse;
+    # round r starts at unit r mod 3
+    rounds = [calls[i:i + 6] for i in range(0, 6 * compute.SEQUENCE_ROUNDS, 6)]
+    assert rounds[0] == [("F", "a"), ("F", "b"), ("F", "c"), ("B", "c"), ("B", "b"), ("B", "a")]
+    assert rounds[1] == [("F", "b"), ("F", "c"), ("F", "a"), ("B", "a"), ("B", "c"), ("B", "b")]
+    assert len(calls) == 6 * compute.SEQUENCE_ROUNDS * settings.repeats
+
+
+def test_a_cold_gemm_runs_the_product_of_a_new_copy_of_its_second_operand_each_call():
+    ops, cold = compute.Operands(torch.device("cpu")), compute.Rotation(torch.device("cpu"), span=1 << 16)
+    copies = cold.copies(8, 16)
+    # separate allocations spanning the rotation: at least two, together at least its span
+    assert len(copies) >= 2 and len(copies) * 8 * 16 * 4 >= 1 << 16
+    assert len({c.data_ptr() for c in copies}) == len(copies)
+    call = compute.gemm(ops, 4, 16, 8, "nn", cold=cold)
+    a = ops(4, 8)
+    for i in range(len(copies) + 1):
+        assert torch.allclose(call(), a @ copies[i % len(copies)])
+    # a weight gradient's second operand, the saved input, rotates too
+    tn = compute.gemm(ops, 4, 16, 8, "tn", cold=cold)
+    assert torch.allclose(tn(), ops(8, 4).t() @ copies[0]) and torch.allclose(tn(), ops(8, 4).t() @ copies[1])
+
+
+def test_the_private_cache_is_the_level_below_the_last(tmp_path, monkeypatch):
+    from ratc.calibrate import machine
+
+    for i, (level, size) in enumerate(((1, "32K"), (1, "32K"), (2, "1024K"), (3, "32768K"))):
+        (tmp_path / f"index{i}").mkdir()
+        (tmp_path / f"index{i}" / "level").write_text(f"{level}\n")
+        (tmp_path / f"index{i}" / "size").write_text(f"{size}\n")
+    monkeypatch.setattr(machine, "CACHE_DIR", tmp_path)
+    assert machine.private_cache() == 1 << 20
+    assert machine.last_level_cache() == (32 << 20, "L3 cache (sysfs)")
+    monkeypatch.setattr(machine, "CACHE_DIR", tmp_path / "absent")
+    assert machine.private_cache() == machine.FALLBACK_CACHE
 
 
 def test_rank_figures_fit_known_links_and_take_each_sharing_figure_as_together_over_alone():

@@ -3,7 +3,10 @@ task, an operator and a parameter, and the optimizer's step, in fp32 as `ratc la
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
+import time
 
 import torch
 
@@ -35,16 +38,47 @@ class Operands:
         return self.made[shape]
 
 
-def gemm(ops: Operands, m: int, n: int, k: int, layout: str):
-    """A call that runs the (m, n, k) GEMM with its operands in `layout`."""
+class Rotation:
+    """Operands that run cold: for each shape, separately allocated copies spanning several
+    private caches, a new one each call. In a training step a GEMM's weight (its saved input,
+    in a weight gradient) was last touched a unit's work or more ago and comes from beyond the
+    core's private cache, through TLB misses on its own pages: under torch.profiler a `ratc
+    train` step of `tiny` ran its GEMMs at 1.15-1.2x the time of a loop of calls on one
+    operand (2026-12-05), and copies spanning 8 MiB (COLD x this machine's 1 MiB L2) give
+    1.16x; spanning 16 MiB or more, 1.3-1.4x (memory). Copies cut from one large pool run
+    nearly as fast as one operand (its huge pages, and the prefetcher streaming on from one
+    copy into the next), hence separate allocations."""
+
+    def __init__(self, device: torch.device, span: int):
+        self.device, self.span, self.made = device, span, {}
+
+    def copies(self, *shape: int) -> list:
+        """At least two tensors of `shape`, together at least `span` bytes (deterministic values)."""
+        if shape not in self.made:
+            gen = torch.Generator().manual_seed(len(self.made))
+            count = max(2, -(-self.span // (FP32 * math.prod(shape))))
+            self.made[shape] = [torch.randn(shape, generator=gen).to(self.device) for _ in range(count)]
+        return self.made[shape]
+
+
+def gemm(ops: Operands, m: int, n: int, k: int, layout: str, cold: Rotation | None = None):
+    """A call that runs the (m, n, k) GEMM with its operands in `layout`; with `cold`, its
+    second operand (the weight forward and in the input gradient, the saved input in the
+    weight gradient) is a new view of the rotation each call."""
     out = torch.empty(m, n, device=ops.device)
+    second = (n, k) if layout == "nt" else (k, n)
+    seconds = cold.copies(*second) if cold is not None else [ops(*second)]
     if layout == "nt":          # forward: y = x @ w.T (torch.nn.functional.linear)
-        a, b = ops(m, k), ops(n, k).t()
+        a, bs = ops(m, k), [w.t() for w in seconds]
     elif layout == "nn":        # input gradient: dx = dy @ w
-        a, b = ops(m, k), ops(k, n)
+        a, bs = ops(m, k), seconds
     else:                       # weight gradient: dw = dy.T @ x
-        a, b = ops(k, m).t(), ops(k, n)
-    return lambda: torch.mm(a, b, out=out)
+        a, bs = ops(k, m).t(), seconds
+    if len(bs) == 1:
+        b = bs[0]
+        return lambda: torch.mm(a, b, out=out)
+    turn = itertools.cycle(bs)
+    return lambda: torch.mm(a, next(turn), out=out)
 
 
 def memory_op(ops: Operands, op: str, elements: int):
@@ -63,6 +97,8 @@ def memory_op(ops: Operands, op: str, elements: int):
 
 CHAIN = 17      # nodes of the longer traced chains whose extra time per node is a fixed cost
 BLOCKS = 5      # blocks of the longer block stack (the shorter has one)
+SEQUENCE_ROUNDS = 40   # rounds of the fixed costs' sequence per repeat
+COLD = 8        # private caches' worth of second GEMM operands each [[matmul]] row rotates through
 
 
 class _Chain(torch.nn.Module):
@@ -165,11 +201,12 @@ def synthetic_unit(module: torch.nn.Module, device: torch.device):
     return unit, torch.cat([p.detach().reshape(-1) for _, p in named])
 
 
-def unit_calls(module: torch.nn.Module, shape: tuple, device: torch.device) -> tuple:
-    """(a Forward, a Forward and its Backward) of the module as the executor runs a unit
-    (ratc.vm.functional.executor): its Unit's views of a flat parameter vector as leaves, the
-    graph through functional_call on a leaf input under autograd; then torch.autograd.grad for
-    the input and the parameters, and the parameters' gradients flattened."""
+def unit_pair(module: torch.nn.Module, shape: tuple, device: torch.device) -> tuple:
+    """(a Forward, the Backward of a Forward's result) of the module as the executor runs a
+    unit (ratc.vm.functional.executor): its Unit's views of a flat parameter vector as
+    leaves, the graph through functional_call on a leaf input under autograd; then
+    torch.autograd.grad for the input and the parameters, and the parameters' gradients
+    flattened."""
     unit, flat = synthetic_unit(module, device)
     x = torch.ones(*shape, device=device)
 
@@ -179,11 +216,17 @@ def unit_calls(module: torch.nn.Module, shape: tuple, device: torch.device) -> t
         with torch.enable_grad():
             return leaf, params, unit.run(params, [leaf])
 
-    def both():
-        leaf, params, outs = forward()
+    def backward(state):
+        leaf, params, outs = state
         grads = torch.autograd.grad(list(outs), [leaf, *params], [torch.ones_like(o) for o in outs])
         return unit.flat_grad(list(grads[1:]))
-    return forward, both
+    return forward, backward
+
+
+def unit_calls(module: torch.nn.Module, shape: tuple, device: torch.device) -> tuple:
+    """(a Forward, a Forward and its Backward) of the module as the executor runs a unit."""
+    forward, backward = unit_pair(module, shape, device)
+    return forward, lambda: backward(forward())
 
 
 def update_call(elements: int, device: torch.device) -> tuple:
@@ -203,11 +246,6 @@ def per_node(one: list, longer: list, nodes: int) -> list:
     """Per repeat, the extra seconds of each of `nodes` further nodes (floored at 1 ns: a noisy
     repeat of a figure that must be positive)."""
     return [max((c - o) / nodes, 1e-9) for o, c in zip(one, longer)]
-
-
-def backward_part(forward: list, both: list) -> list:
-    """Per repeat, a Backward's seconds: the Forward-and-Backward call's less the Forward's."""
-    return [max(b - f, 1e-9) for f, b in zip(forward, both)]
 
 
 def run_repeats(calls: dict, settings: Settings, sync, progress, renew=None) -> dict:
@@ -230,22 +268,51 @@ def run_repeats(calls: dict, settings: Settings, sync, progress, renew=None) -> 
     return samples
 
 
-def fixed_cost_calls(device: torch.device) -> dict:
-    """The synthetic units whose Forwards and Backwards give the fixed costs, as two calls each."""
+def fixed_cost_units(device: torch.device) -> dict:
+    """{key: (Forward, Backward)} of the synthetic units whose tasks give the fixed costs."""
     units = {"task": (_Chain(1), (1,)), "chain": (_Chain(CHAIN), (1,)), "params": (_Params(CHAIN), (1,)),
              "block": (_Stack(1), (1, 2, 4)), "blocks": (_Stack(BLOCKS), (1, 2, 4))}
-    calls = {}
-    for key, (module, shape) in units.items():
-        calls[(key, "forward")], calls[(key, "both")] = unit_calls(module, shape, device)
-    return calls
+    return {key: unit_pair(module, shape, device) for key, (module, shape) in units.items()}
+
+
+def run_sequence(units: dict, settings: Settings, sync) -> dict:
+    """{(key, "forward" | "backward"): [seconds, one per repeat]}: the units run as a step runs
+    a micro-batch's units, every Forward in order and then every Backward in reverse, each
+    call timed alone, for SEQUENCE_ROUNDS rounds per repeat (each starting at another unit),
+    a repeat's figure the median of its rounds. A task runs after other units' tasks, not
+    after itself: in a `ratc train` step of `tiny` (2026-12-05) a unit's Forward run twice
+    in a row took 0.105 ms (the embedding) to 0.86 ms (a layer) the second time and 0.30 to
+    1.06 ms the first, when the tasks before it had taken the caches, and a loop of calls of
+    one task finds them warm (a one-operator unit's Forward 35 us alone, 80 us in a sequence)."""
+    keys = list(units)
+    samples = {(key, way): [] for key in keys for way in ("forward", "backward")}
+    for _ in range(settings.repeats):
+        rounds = {k: [] for k in samples}
+        for r in range(SEQUENCE_ROUNDS):
+            order = keys[r % len(keys):] + keys[:r % len(keys)]
+            states = {}
+            for key in order:
+                start = time.perf_counter()
+                states[key] = units[key][0]()
+                sync()
+                rounds[(key, "forward")].append(time.perf_counter() - start)
+            for key in reversed(order):
+                start = time.perf_counter()
+                units[key][1](states.pop(key))
+                sync()
+                rounds[(key, "backward")].append(time.perf_counter() - start)
+        for k, seconds in rounds.items():
+            samples[k].append(statistics.median(seconds))
+    return samples
 
 
 def fixed_costs(times: dict) -> dict:
-    """[compute]'s fixed costs from the synthetic units' samples: a one-operator unit's tasks;
-    per further parameter (held by its own submodule) the chain of them over the chain of one;
-    per further operator the block stack's extra blocks, less their parameters' work."""
+    """[compute]'s fixed costs from the synthetic units' samples (run_sequence): a one-operator
+    unit's tasks; per further parameter (held by its own submodule) the chain of them over the
+    chain of one; per further operator the block stack's extra blocks, less their parameters'
+    work."""
     def split(key):
-        return times[(key, "forward")], backward_part(times[(key, "forward")], times[(key, "both")])
+        return times[(key, "forward")], times[(key, "backward")]
     task, chain, params, block, blocks = (split(k) for k in ("task", "chain", "params", "block", "blocks"))
     out = {"task_forward": figure(task[0]), "task_backward": figure(task[1])}
     for i, way in enumerate(("forward", "backward")):
@@ -257,7 +324,7 @@ def fixed_costs(times: dict) -> dict:
     return out
 
 
-def measure_compute(settings: Settings, cache_bytes: int, progress) -> dict:
+def measure_compute(settings: Settings, cache_bytes: int, private_bytes: int, progress) -> dict:
     """The single-rank figures: [[matmul]] and [[memory]] rows, and [compute]'s fixed costs."""
     device = torch.device(settings.device)
     ops = Operands(device)
@@ -265,9 +332,10 @@ def measure_compute(settings: Settings, cache_bytes: int, progress) -> dict:
     shapes = [(m, n, k, lay) for lay in settings.layouts for m in dims for n in dims for k in dims]
 
     def gemms(r: int = 0) -> dict:
-        # run r's operands start r cache lines (16 fp32) into their allocations
-        fresh = Operands(device, 16 * r)
-        return {s: gemm(fresh, *s) for s in shapes}
+        # run r's operands start r cache lines (16 fp32) into their allocations; the second
+        # operands rotate through COLD private caches' worth of copies
+        fresh, cold = Operands(device, 16 * r), Rotation(device, COLD * private_bytes)
+        return {s: gemm(fresh, *s, cold=cold) for s in shapes}
     calls = gemms()
     # 256 KB tensors (an add's three fit a 1 MiB L2, or else the last level), and tensors twice
     # the last-level cache (in whole rows): the first stay in cache, the second stream from memory
@@ -283,8 +351,9 @@ def measure_compute(settings: Settings, cache_bytes: int, progress) -> dict:
     elements = -(-2 * cache_bytes // (5 * FP32))
     calls[("update", elements)], moved[("update", elements)] = update_call(elements, device)[0], \
         UPDATE_TRAFFIC * elements
-    calls.update(fixed_cost_calls(device))
     times = run_repeats(calls, settings, synchronizer(device), progress, renew=gemms)
+    progress("fixed costs: synthetic units in a step's order")
+    times.update(run_sequence(fixed_cost_units(device), settings, synchronizer(device)))
     add_small, add_large = ("add", sizes[0]), ("add", sizes[1])
     return {
         "matmul": [(s, figure(s[0] * s[1] * s[2] / t for t in times[s])) for s in shapes],

@@ -22,12 +22,13 @@ def facts(settings: Settings) -> dict:
         gpu = machine.gpu_facts()
         found = {"dsps": gpu["sms"], "dsps_source": f"streaming multiprocessors of a {gpu['name']}",
                  "memory_budget": MEMORY_SHARE * gpu["memory"], "memory_source": f"{MEMORY_SHARE:.0%} of a GPU's memory",
-                 "cache": gpu["l2"], "cache_source": "the GPU's L2 cache"}
+                 "cache": gpu["l2"], "cache_source": "the GPU's L2 cache", "private_cache": gpu["l2"]}
     else:
         cache, source = machine.last_level_cache()
         found = {"dsps": settings.threads, "dsps_source": "torch threads per rank",
                  "memory_budget": MEMORY_SHARE * machine.memory_bytes() / settings.ranks, "memory_source": share,
-                 "cache": cache, "cache_source": f"the last-level cache: {source}"}
+                 "cache": cache, "cache_source": f"the last-level cache: {source}",
+                 "private_cache": machine.private_cache()}
     found.update(ranks=settings.ranks, host={
         "device": f'"{settings.device}"', "backend": f'"{settings.backend}"', "cores": cores,
         "ranks": settings.ranks, "threads": settings.threads, "dtype": '"float32"', "repeats": settings.repeats,
@@ -50,7 +51,7 @@ def calibrate(settings: Settings, output: str, progress) -> str:
     before = torch.get_num_threads()
     torch.set_num_threads(settings.threads)
     try:
-        compute = measure_compute(settings, found["cache"], progress)
+        compute = measure_compute(settings, found["cache"], found["private_cache"], progress)
     finally:
         torch.set_num_threads(before)
     compute["matmul_peak"] = max((rate for _, rate in compute["matmul"]), key=lambda fig: fig.median)
