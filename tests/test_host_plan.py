@@ -319,3 +319,42 @@ def test_a_hosts_vm_runs_each_update_in_the_compute_stream(host_file, tmp_path):
     assert all(a["ts"] + a["dur"] <= b["ts"] + 1e-6 for a, b in zip(stream, stream[1:]))
     # on a DSP platform the update runs on the DDR engine, beside the compute (the old layout)
     assert not load_platform("mt3000").updates_in_compute_stream
+
+
+def test_a_hosts_collectives_run_in_the_compute_stream_once_its_ranks_take_every_core(host):
+    # the made-up host has 2 cores and one thread per rank
+    assert host.collectives_in_compute_stream(2) and host.collectives_in_compute_stream(4)
+    assert not host.collectives_in_compute_stream(1)
+    assert list(host.collectives_in_compute_stream(np.array([[1], [2]]))[:, 0]) == [False, True]
+    assert not load_platform("mt3000").collectives_in_compute_stream(1024)
+
+
+def test_a_sync_and_prefetch_in_the_compute_stream_delay_what_follows_them():
+    from ratc.planner.stream_update import in_stream_tail
+
+    # One stage, two units as in the update test above (Backward(1) ends 3 s before the
+    # stage's last, syncs 1 s and 2 s, updates 4 s and 6 s), with prefetches of 5 s, all in
+    # the thread: sync(1) -3..-1, update(1) -1..5, prefetch(1) 5..10, Backward(0) 10..13, sync(0)
+    # 13..14, update(0) 14..18, prefetch(0) 18..23: 23 s late, 2 + 5 + 1 + 5 of them on messages.
+    a = lambda *x: np.array(x, dtype=float).reshape(1, 1, -1)     # noqa: E731
+    zero = np.zeros((1, 1))
+    total, comm, upd = in_stream_tail(a(0, -3), a(1, 2), a(4, 6), a(5, 5), zero, a(0, 1), True,
+                                      inline=np.ones((1, 1), dtype=bool))
+    assert (total[0, 0], comm[0, 0], upd[0, 0]) == pytest.approx((23.0, 13.0, 10.0))
+
+
+@pytest.mark.parametrize("plan", ["P=1,D=2,Z=2,b=1,A=4,Full,deadline", "P=1,D=2,Z=3,b=1,A=4,FSR,deadline",
+                                  "P=1,D=2,Z=1,b=2,A=2,Ckpt,deadline"])
+def test_a_hosts_vm_runs_its_collectives_in_the_compute_stream_and_the_planner_agrees(host_file, tmp_path, plan):
+    out, trace, run = tmp_path / "prog", tmp_path / "trace.json", tmp_path / "run.json"
+    assert main(["compile", EXAMPLE, "--preset", "tiny", "--platform", host_file, "--plan", plan,
+                 "--no-run", "-o", str(out)]) == 0
+    assert main(["run", str(out), "--trace", str(trace), "--json", "-o", str(run)]) == 0
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    comm = [e for e in events if e["cat"] in ("grad_sync", "prefetch", "gather")]
+    assert comm and all(e["tid"] == 0 for e in comm)
+    stream = sorted((e for e in events if e["tid"] == 0), key=lambda e: e["ts"])
+    assert all(a["ts"] + a["dur"] <= b["ts"] + 1e-6 for a, b in zip(stream, stream[1:]))
+    # the planner prices the thread's work as the VM runs it
+    sim = json.loads(run.read_text())
+    assert sim["results"]["step_time_s"] == pytest.approx(sim["predicted_step_time_s"], rel=0.005)

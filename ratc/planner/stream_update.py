@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def in_stream_tail(released, rs, upd, ag, window, due, real, holds_up: bool = True) -> tuple:
+def in_stream_tail(released, rs, upd, ag, window, due, real, holds_up: bool = True, inline=False) -> tuple:
     """(exposed tail, its comm part, its update part) [C, P] of the deadline state chain when
     the compute stream runs the updates. Arrays [C, P, U] in forward unit order: `released`
     the end of the last micro-batch's Backward of each unit relative to the stage's last
@@ -25,7 +25,10 @@ def in_stream_tail(released, rs, upd, ag, window, due, real, holds_up: bool = Tr
     sync are done; the next Backward starts after the update; the prefetch follows the
     update on the link. Under 1F1B (`holds_up`) the delay a stage adds holds up every stage
     before it as well: its gradient's send to the stage before it follows its last update.
-    A zero-bubble schedule sends from its I tasks, ahead of the W tasks the updates follow."""
+    A zero-bubble schedule sends from its I tasks, ahead of the W tasks the updates follow.
+    `inline` (broadcast to [C, P, 1]): the rank's collectives run in its compute stream too
+    (Platform.collectives_in_compute_stream): the sync right after its Backward, the prefetch
+    right after its update, each delaying what follows as the update does."""
     shape = np.broadcast_shapes(np.shape(released), np.shape(rs), np.shape(upd), np.shape(ag))
     released, rs, upd, ag, due, real = (np.broadcast_to(a, shape) for a in (released, rs, upd, ag, due, real))
     upd = np.where(real, upd, 0.0)
@@ -34,15 +37,18 @@ def in_stream_tail(released, rs, upd, ag, window, due, real, holds_up: bool = Tr
     waited = np.zeros((C, P))           # ... of it, waiting for a sync
     link = np.full((C, P), -np.inf)
     pref_end = np.full(shape, -np.inf)
+    inline = np.broadcast_to(np.asarray(inline, dtype=bool), shape)[:, :, 0]
     for j in range(U - 1, -1, -1):
         b_end = released[:, :, j] + delay
-        link = np.maximum(link, b_end) + rs[:, :, j]
-        start = np.where(real[:, :, j], np.maximum(b_end, link), b_end)
+        link = np.where(inline, b_end, np.maximum(link, b_end)) + rs[:, :, j]
+        start = np.where(real[:, :, j] | inline, np.maximum(b_end, link), b_end)
         waited += start - b_end
         u_end = start + upd[:, :, j]
         link = np.where(ag[:, :, j] > 0, np.maximum(link, u_end) + ag[:, :, j], link)
         pref_end[:, :, j] = np.where(ag[:, :, j] > 0, link, -np.inf)
-        delay = u_end - released[:, :, j]
+        thread = np.where(inline, np.maximum(u_end, link), u_end)
+        waited += thread - u_end
+        delay = thread - released[:, :, j]
     # the next step's first Forward reaches the stage once its thread is free and the step has come round
     start_next = np.maximum(delay, window)
     late = np.maximum(0.0, (pref_end - (start_next[:, :, None] + due - window[:, :, None])).max(axis=2))

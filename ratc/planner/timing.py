@@ -306,7 +306,16 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     *_, reduced, sent, sent_rec = traffic(per_byte, per_byte, per_byte)
     comm_ddr = 2 * (sent + sent_rec) / ddr
 
+    # On a host whose ranks take every core a rank's collectives run in its compute stream
+    # (Platform.collectives_in_compute_stream): every ZeRO-3 gather (a unit's Forward's, and its
+    # Backward's or its Recover's) and a micro-batch's ZeRO >= 2 reduce-scatters add to its tasks.
+    inline = np.asarray(getattr(platform, "kind", "dsp") == "host" and platform.collectives_in_compute_stream(P * D * T))
     z3_fwd, z3_bwd = _zero3_exposed(sc, b, u_ag)
+    if inline.any():        # (each unit's reduce a message of its own, as the Backwards issue them)
+        u_red = reduce_scatter(D[:, :, None], sc.u_trainable * recipe.grad_bytes, _ex(dp_link)) * (sc.u_trainable > 0)
+        unit_reduces = u_red.sum(axis=2) * reduces_per_micro_batch(Z)
+        z3_fwd, z3_bwd = (np.where(inline, u_ag.sum(axis=2), z3_fwd),
+                          np.where(inline, u_ag.sum(axis=2) + unit_reduces, z3_bwd))
 
     fwd = b * sc.fwd + tp_fwd + z3_fwd + _boundaries(P, c.sched)[0] * p2p
     bwd = b * sc.bwd + tp_bwd + z3_bwd + _boundaries(P, c.sched)[1] * p2p
@@ -321,9 +330,9 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     rec_c, rec_d = np.where(recovers, b * sc.rec_c, 0.0), np.where(recovers, b * sc.rec_d, 0.0)
     u_rec = _unit_recovery(sc, c, b, tp_one, fsr)
     sync, update, prefetch, window, e_comm, e_upd, e_pref, by_pref = _state_chain(
-        sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe)
+        sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, inline=inline)
 
-    buckets = _buckets(sc, c, b, u_rec, dp_link, recipe)
+    buckets = _buckets(sc, c, b, u_rec, dp_link, recipe, inline=inline)
     slots, wait, wait_rec = _slot_bounds(c, path, busy_c, busy_d, link_busy, (reduces, 2 * reduced / ddr), buckets)
     on_slot = np.where(fsr, host_f + host_b, rec_on)
     rec_exposed = slots(on_slot, rec_c, rec_d, link_rec, wait_rec) - slots(0.0, 0.0, 0.0, 0.0, wait)
@@ -362,12 +371,13 @@ def _slot_bounds(c: CandidateBatch, path, busy_c, busy_d, link_busy, reduces: tu
     return slots, wait, wait_rec
 
 
-def _buckets(sc: StageCosts, c: CandidateBatch, b, u_rec, dp_link, recipe, whole: bool = False):
+def _buckets(sc: StageCosts, c: CandidateBatch, b, u_rec, dp_link, recipe, whole: bool = False, inline=False):
     """ZeRO >= 2, the bucket chain's units per (virtual) stage in Backward issue order, [C, S, U]
     each: (the holder's gradient task: a Backward, a zero-bubble W; its micro-batch's reduce;
     whether it holds a bucket; what recovery runs before it, checkpointing's Recover; what
     recovery adds to it, FSR's co-run); None when no candidate's bucket chain can bind.
-    `whole`: zero bubble too, whole Backwards (the state chain's clock).
+    `whole`: zero bubble too, whole Backwards (the state chain's clock). `inline` [C, 1]:
+    candidates whose collectives run in the compute stream, their reduces in the Backwards.
 
     A candidate's chains bind only where one waits, started on a free link, or a stage's
     gradient send would queue behind its reduces: else its holds stay False and it keeps
@@ -375,7 +385,8 @@ def _buckets(sc: StageCosts, c: CandidateBatch, b, u_rec, dp_link, recipe, whole
     the link when the next gradient task's second unit is due, only back to back ones meet)."""
     # (zero bubble under ZeRO 3: its I's keep the link's slot bound, gathers and reduces
     # alike, and the W's no chain of their own, which would count the reduces twice)
-    per_mb = reduces_per_micro_batch(c.Z)[:, :, None] & ~(gathers(c.Z)[:, :, None] & (c.sched != "1f1b"))
+    per_mb = (reduces_per_micro_batch(c.Z)[:, :, None] & ~(gathers(c.Z)[:, :, None] & (c.sched != "1f1b"))
+              & ~np.asarray(inline, dtype=bool)[..., None])
     if not per_mb.any():
         return None
     holds = per_mb & (sc.u_trainable > 0)
@@ -536,16 +547,17 @@ def _bucket_rows(buckets, C: int) -> list:
             np.concatenate([none, flat(red), flat(red)]), np.concatenate([none, flat(holds), flat(holds)]).astype(float)]
 
 
-def _state_chain(sc: StageCosts, c: CandidateBatch, fwd, bwd, u_rec, *links_ddr_recipe) -> tuple:
+def _state_chain(sc: StageCosts, c: CandidateBatch, fwd, bwd, u_rec, *links_ddr_recipe, inline=False) -> tuple:
     """_state_pipeline per stage; with v > 1 per rank, its chunks' units in one row (the
     sync, update, prefetch and window it returns are then [C, P])."""
     if c.v == 1:
-        return _state_pipeline(sc, c, fwd, bwd, u_rec, *links_ddr_recipe)
+        return _state_pipeline(sc, c, fwd, bwd, u_rec, *links_ddr_recipe, inline=inline)
     view, rank_rec = _per_rank_units(sc, c.v, u_rec, c.sched)
     # (the chunks' lead-ins are counted over interleaved 1F1B's order; the zero-bubble
     # schedules keep the per-rank row's deadlines, within 1 % of the VM as they are)
     late = _chunk_deadlines(view, c, fwd) if c.sched == "1f1b" else 0.0
-    return _state_pipeline(view, c, fwd[:, :c.P], bwd[:, :c.P], rank_rec, *links_ddr_recipe, late=late)
+    return _state_pipeline(view, c, fwd[:, :c.P], bwd[:, :c.P], rank_rec, *links_ddr_recipe, late=late,
+                           inline=inline)
 
 
 def _chunk_deadlines(view, c: CandidateBatch, fwd) -> np.ndarray:
@@ -604,9 +616,11 @@ def _ex(link):
                                bandwidth=np.asarray(link.bandwidth)[..., None])
 
 
-def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, late=0.0):
+def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, late=0.0, inline=False):
     """GradSync -> UpdateShard -> PrefetchW per unit (Eq. 2-4) and the exposed tail; `late`
-    [C, P, U] moves each unit's deadline later (interleaved: _chunk_deadlines)."""
+    [C, P, U] moves each unit's deadline later (interleaved: _chunk_deadlines); `inline` [C, 1]
+    the candidates whose syncs and prefetches run in the compute stream (their ZeRO >= 2
+    reduce-scatter is the last micro-batch's, in its Backward already)."""
     D, Z, b, pref = c.D[:, :, None], c.Z[:, :, None], c.b[:, :, None], c.pref[:, 0]
     link = _ex(dp_link)
     # ZeRO-0 all-reduces gradients and updates every parameter locally; ZeRO >= 1 reduce-
@@ -619,6 +633,8 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, late=
     # the head only, on two stages when P > 1.
     cost = state_costs(D, Z, trained, sc.u_tied, min(sc.P, 2), link, _ex(pp_link), ddr, recipe)
     rs, upd, ag = cost.sync + cost.tie, cost.update, cost.prefetch
+    inline = np.asarray(inline, dtype=bool)[..., None]
+    rs = np.where(inline & reduces_per_micro_batch(Z), cost.tie, rs)
     u_fwd = b * sc.u_fwd
     # The last micro-batch's Backward of a unit, whose end releases its GradSync, with what
     # its recovery adds (checkpointing: the Recover before it; FSR: the co-run it hosts).
@@ -627,7 +643,7 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, late=
     # and the syncs run on the link one at a time in that order. The last, unit 0's, ends
     # S_exp = max_j (sum_{k<=j} RS_k - sum_{k<j} B_k) after the stage's backward.
     released = -(np.cumsum(u_bwd, axis=2) - u_bwd)     # Backward(j) ends, relative to the stage's last
-    buckets = _buckets(sc, c, c.b, u_rec, dp_link, recipe, whole=True)
+    buckets = _buckets(sc, c, c.b, u_rec, dp_link, recipe, whole=True, inline=inline[..., 0])
     if buckets is not None:      # ZeRO >= 2: ... each waiting for its bucket (bucket_chain)
         work, red, holds, before, work_rec = buckets
         ends = bucket_chain(before, work_rec, red, holds)[0]
@@ -641,7 +657,8 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, late=
     # Unit j's view is due when the next step's first Forward(j) starts, `due` after the
     # stage's last Backward; whatever ends later delays the next step by as much.
     due = window[:, :, None] + np.cumsum(u_fwd, axis=2) - u_fwd + late
-    e_deadline, dl_comm, dl_upd = (in_stream_tail(released, rs, upd, ag, window, due, real, c.sched == "1f1b")
+    e_deadline, dl_comm, dl_upd = (in_stream_tail(released, rs, upd, ag, window, due, real, c.sched == "1f1b",
+                                                  inline=inline)
                                    if recipe.update_in_stream
                                    else _deadline_tail(real, rs, ag, upd, released, sync_end, due, cum_rs))
     sum_rs, sum_upd, sum_ag = rs.sum(axis=2), upd.sum(axis=2), ag.sum(axis=2)

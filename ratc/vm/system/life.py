@@ -65,6 +65,7 @@ class _Translation:
         self.D = c.D
         self.clock = platform.cycles_per_second
         self.update_in_stream = platform.updates_in_compute_stream
+        self.comm_in_stream = platform.collectives_in_compute_stream(c.P * c.D)
         self.prog = TaskGraph(
             stages=c.P, replicas=c.D, symmetric=symmetric, steps=steps, clock=self.clock,
             memory_budget=plan.budget if memory_limit else None,
@@ -301,11 +302,7 @@ def _ddr(tr, op, p, k, pos):
     """DDR-bound state work (the optimizer step); on a host, in the compute stream's order
     (its one thread runs it between the compute tasks, which wait for it)."""
     if tr.update_in_stream:
-        chain = tr.chains[p]
-        deps = tr.operand_deps(op, k)
-        ids = tr.add(op, p, k, ((p, "compute"),), tr.cycles(op.attributes["dur"]),
-                     lambda r: deps(r) + ((chain[r],) if chain[r] is not None else ()), pos)
-        tr.chains[p] = list(ids)
+        ids = _in_stream(tr, op, p, k, pos, op.attributes["dur"])
     else:
         ids = tr.add(op, p, k, ((p, "ddr"),), tr.cycles(op.attributes["dur"]), tr.background(op, p, k), pos)
         tr.queues[tr.queue_key(op, p)] = [(i,) for i in ids]
@@ -337,14 +334,29 @@ def _recv(tr, op, p, k, pos):
     _buffers(tr, op, p, k, ids)
 
 
+def _in_stream(tr, op, p, k, pos, dur: float) -> list:
+    """A task in the stage's compute stream, in its scheduled order, after its operands."""
+    chain = tr.chains[p]
+    deps = tr.operand_deps(op, k)
+    ids = tr.add(op, p, k, ((p, "compute"),), tr.cycles(dur),
+                 lambda r: deps(r) + ((chain[r],) if chain[r] is not None else ()), pos)
+    tr.chains[p] = list(ids)
+    return ids
+
+
 @handler(*_COLLECTIVE)
 def _collective(tr, op, p, k, pos):
-    """A ring collective over the stage's D replicas; `dur` is the whole collective."""
+    """A ring collective over the stage's D replicas; `dur` is the whole collective. Where the
+    ranks' threads take every core of a host (Platform.collectives_in_compute_stream) it runs
+    in the compute stream's order, the compute waiting for it."""
     a = op.attributes
     kind = _COLLECTIVE[op.name] or a["kind"].replace("-", "_")
     n_steps = (2 if kind == "all_reduce" else 1) * (tr.D - 1)
     deps = tr.background(op, p, k)
-    if n_steps == 0:
+    if n_steps and tr.comm_in_stream:
+        ids = _in_stream(tr, op, p, k, pos, a["dur"])
+        done = [(i,) for i in ids]
+    elif n_steps == 0:
         ids = tr.add(op, p, k, (), 0, deps, pos)
         done = [(i,) for i in ids]
     else:
