@@ -49,7 +49,8 @@ def test_quick_calibration_figures_are_physically_sane(calibrated):
     p = load_platform(calibrated[0][0])
     c = p.compute
     figures = [c.matmul_peak, *(getattr(c, key) for key in FIXED_COSTS), c.cache_bandwidth, c.memory_bandwidth, p.p2p.latency,
-               p.p2p.bandwidth, p.sharing.matmul, p.sharing.memory, p.sharing.busy, *(r.rate for r in p.matmul),
+               p.p2p.bandwidth, p.sharing.matmul, p.sharing.memory, p.sharing.tasks, p.sharing.busy,
+               *(r.rate for r in p.matmul),
                *(r.seconds for r in p.memory), *(f for row in p.collectives for f in (row.latency, row.bandwidth, row.tail))]
     assert all(f.median > 0 for f in figures)
     # one thread per rank: at most one core's peak; at least what any CPU of this century does
@@ -74,7 +75,7 @@ def test_quick_calibration_figures_are_physically_sane(calibrated):
     # another rank cannot make a rank much faster (a ratio under 1 is the load's noise), nor
     # slow it by more than every rank and as much other load again on its core
     assert all(0.25 < f.median < 4 * p.host.ranks for f in (p.sharing.matmul, p.sharing.memory, p.sharing.load,
-                                                             p.sharing.busy))
+                                                             p.sharing.tasks, p.sharing.busy))
 
 
 def test_two_quick_calibrations_agree_on_the_efficiency_table_and_the_fixed_costs(calibrated):

@@ -27,7 +27,7 @@ FIGURES = {
                            ((256, 256, 256, "tn"), fig(30e9))],
                 "memory": [("add", 786432, fig(25e-6)), ("add", 201326592, fig(0.033))]},
     "p2p": {"latency": fig(100e-6), "bandwidth": fig(2e9)},
-    "sharing": {"matmul": fig(1.5), "memory": fig(1.8), "load": fig(1.25), "busy": fig(1.4)},
+    "sharing": {"matmul": fig(1.5), "memory": fig(1.8), "load": fig(1.25), "tasks": fig(1.3), "busy": fig(1.4)},
     "collectives": [(("all_reduce", 2), {"latency": fig(300e-6), "bandwidth": fig(1e9), "tail": fig(4e-3)})],
 }
 HOST = render("made-up", "ratc calibrate -o made-up.toml", FACTS, FIGURES)

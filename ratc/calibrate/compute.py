@@ -306,6 +306,16 @@ def run_sequence(units: dict, settings: Settings, sync) -> dict:
     return samples
 
 
+def step_round(units: dict):
+    """A call running the units as a step's micro-batch does: every Forward in order, then every
+    Backward in reverse (untimed: run_sequence times them call by call)."""
+    def call():
+        states = [(backward, forward()) for forward, backward in units.values()]
+        for backward, state in reversed(states):
+            backward(state)
+    return call
+
+
 def fixed_costs(times: dict) -> dict:
     """[compute]'s fixed costs from the synthetic units' samples (run_sequence): a one-operator
     unit's tasks; per further parameter (held by its own submodule) the chain of them over the

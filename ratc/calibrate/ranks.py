@@ -20,7 +20,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from ratc.calibrate.compute import BLOCKS, FP32, Operands, block_stack, gemm, memory_op, synchronizer, unit_calls
+from ratc.calibrate.compute import (BLOCKS, FP32, Operands, block_stack, fixed_cost_units, gemm, memory_op, step_round,
+                                    synchronizer, unit_calls)
 from ratc.calibrate.settings import Settings
 from ratc.calibrate.stats import CalibrationError, per_call
 
@@ -108,7 +109,8 @@ class _Rank:
         ops = Operands(self.device)
         n, seconds = self.settings.sharing_shape, self.settings.sharing_seconds
         calls = {"matmul": gemm(ops, n, n, n, "nt"), "memory": memory_op(ops, "add", 1 << 22)[0]}
-        out = {key: [] for key in [*calls, "load"]}
+        tasks = step_round(fixed_cost_units(self.device))
+        out = {key: [] for key in [*calls, "load", "tasks"]}
         for _ in range(self.settings.repeats):
             for key, call in calls.items():
                 before = self._alone(call, seconds)
@@ -117,8 +119,11 @@ class _Rank:
                 after = self._alone(call, seconds)
                 out[key].append(((before + after) / 2 if self.rank == 0 else None, together))
             # per_call's fastest loop is the unpreempted speed; a long task is preempted as the
-            # machine's load has it, which one continuous window sees
+            # machine's load has it, which one continuous window sees. Interpreter-bound work loses
+            # more to it than a GEMM does (2026-12-05, a 1-minute load of 3.2: a GEMM's window 1.26x
+            # its fastest loop, the synthetic units' round 1.58x), hence a figure of each.
             out["load"].append((self._alone(calls["matmul"], seconds), self._window(calls["matmul"])))
+            out["tasks"].append((self._alone(tasks, seconds), self._window(tasks)))
         out["busy"] = self.busy()
         return out
 

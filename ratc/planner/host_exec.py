@@ -75,23 +75,24 @@ class HostExecProfile(ExecutionProfile):
     @functools.cached_property
     def _sharing(self) -> tuple:
         """(GEMM, memory-bound, interpreter) slow-down of a rank of a program of `ranks`. A lone
-        rank's is [sharing].load, what the machine's other processes take from a long task.
-        Ranks sharing the cores take [sharing].busy from each other's interpreter work (a
+        rank's is [sharing].load, what the machine's other processes take from a long task, and
+        for its interpreter work [sharing].tasks, what they take from the synthetic units run in
+        a step's order. Ranks sharing the cores take [sharing].busy from each other's interpreter work (a
         unit's time with every rank running it and gloo's threads busy, over its unpreempted
         time alone: the load is in it), and from a GEMM or a memory-bound operator the larger
         of that and [sharing].matmul or .memory (their contention for cache and memory
         bandwidth): the larger, not the product, as each was measured with the other ranks
         running. Each figure is linear in the number of other busy ranks over the
-        calibration's, and at least the load (it was measured under it)."""
+        calibration's, and at least the lone rank's (it was measured under the same load)."""
         share, measured = self.platform.sharing, self.platform.host.ranks
-        load = share.load.median
+        load, tasks = share.load.median, share.tasks.median
         if self.ranks <= 1 or measured <= 1:
-            return load, load, load
+            return load, load, tasks
         frac = (self.ranks - 1) / (measured - 1)
 
         def scaled(fig) -> float:
             return 1 + (fig.median - 1) * frac
-        busy = max(load, scaled(share.busy))
+        busy = max(load, tasks, scaled(share.busy))
         return max(busy, scaled(share.matmul)), max(busy, scaled(share.memory)), busy
 
     @functools.cached_property

@@ -273,6 +273,10 @@ class SharingSpec:
     load: "Figure" = quantity(FIGURE + "float", "a lone rank's GEMM over one continuous window over its "
                                                 "unpreempted time: what the machine's other processes "
                                                 "take from a task longer than a scheduler slice")
+    tasks: "Figure" = quantity(FIGURE + "float", "a lone rank's synthetic units run in a step's order (every "
+                                                 "Forward, then the Backwards) over one continuous window over "
+                                                 "their unpreempted time: what the machine's other processes "
+                                                 "take from interpreter-bound work")
     busy: "Figure" = quantity(FIGURE + "float", "a rank's synthetic unit (a Forward and its Backward as the "
                                                 "executor runs them), timed call by call over a window while "
                                                 "every rank runs it with gloo messages in flight, over its "
