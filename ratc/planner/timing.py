@@ -21,7 +21,7 @@ from ratc.planner.stream_update import in_stream_tail
 from ratc.step.schedules import rank_columns
 from ratc.planner.state_chain import gather_time, rank_links, state_costs
 from ratc.step.config import ACT_POLICIES, PREF_POLICIES, RECIPE
-from ratc.step.rules import bucket_chain, gathers, recomputes, reduces_per_micro_batch, tp_allreduces
+from ratc.step.rules import bucket_chain, gathers, recomputes, reduces_per_micro_batch, gather_ahead, tp_allreduces
 from ratc.step.schedules import chunk_lead_ins
 
 CKPT, FSR = (ACT_POLICIES.index(a) for a in ("ckpt", "fsr"))
@@ -306,7 +306,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     *_, reduced, sent, sent_rec = traffic(per_byte, per_byte, per_byte)
     comm_ddr = 2 * (sent + sent_rec) / ddr
 
-    z3_fwd, z3_bwd = _zero3_exposed(sc, b, u_ag)
+    z3_fwd, z3_bwd = _zero3_exposed(sc, b, u_ag, fsr)
 
     fwd = b * sc.fwd + tp_fwd + z3_fwd + _boundaries(P, c.sched)[0] * p2p
     bwd = b * sc.bwd + tp_bwd + z3_bwd + _boundaries(P, c.sched)[1] * p2p
@@ -420,14 +420,43 @@ def _bucket_waits(buckets, out_b) -> tuple:
     return wait(0.0, work), wait(before, work_rec)
 
 
-def _zero3_exposed(sc: StageCosts, b, u_ag) -> tuple:
-    """(forward, backward) [C, P] of the ZeRO-3 gathers not hidden: each is issued one unit
-    ahead, so only the part longer than the previous unit's compute shows."""
-    pad = np.zeros(sc.u_fwd.shape[:-1] + (1,))
-    prev_f = b[:, :, None] * np.concatenate([pad, sc.u_fwd[..., :-1]], axis=-1)
-    next_b = b[:, :, None] * np.concatenate([sc.u_bwd[..., 1:], pad], axis=-1)
-    return np.maximum(0.0, u_ag - prev_f).sum(axis=2), np.maximum(0.0, u_ag - next_b).sum(axis=2)
+def _zero3_exposed(sc: StageCosts, b, u_ag, fsr) -> tuple:
+    """(forward, backward) [C, P] of the ZeRO-3 gathers not hidden: each runs beside the compute
+    task it is issued before (ratc.step.rules.gather_ahead), so only the part longer than that
+    task shows.
 
+    A Forward's view hides behind the previous unit's Forward, a Backward's behind the next
+    unit's Backward. Under FSR (`fsr` [C, 1]) a whole-layer recovered unit's Backward reads
+    the view its Recover gathered, and that Recover starts with its host, the Backward of the
+    unit after it: the view hides behind the task before that host, the Backward two units
+    on with its own co-run; the stage's last two units' Recovers ride on the Forwards that
+    the 1F1B steady state runs before the Backward (the last unit's hosting, the one before
+    it), as _fsr_hosts prices them (interleaved: the same approximation)."""
+    bb = b[:, :, None]
+    pad = np.zeros(sc.u_fwd.shape[:-1] + (1,))
+    prev_f = bb * np.concatenate([pad, sc.u_fwd[..., :-1]], axis=-1)
+    next_b = bb * np.concatenate([sc.u_bwd[..., 1:], pad], axis=-1)
+    exposed_b = np.maximum(0.0, u_ag - next_b)
+    if np.any(fsr):
+        ahead = gather_ahead(fsr[:, :, None] & (sc.u_whole > 0))
+        exposed_b = np.where(ahead == 2, np.maximum(0.0, u_ag - bb * _before_host(sc)), exposed_b)
+    return np.maximum(0.0, u_ag - prev_f).sum(axis=2), exposed_b.sum(axis=2)
+
+
+def _before_host(sc: StageCosts) -> np.ndarray:
+    """[P, U] or [C, P, U] per sequence, the compute task before the host of each unit's FSR
+    Recover (see _zero3_exposed): unit j + 2's Backward with its co-run, for the stage's last
+    but one unit the last unit's Forward with its co-run, for the last the Forward before."""
+    U = sc.u_fwd.shape[-1]
+    n = (sc.u_fwd > 0).sum(axis=-1, keepdims=True)            # units on the stage (the rest pads)
+    j = np.arange(U)
+    host_b = sc.u_bwd + sc.u_co
+    two_on = np.concatenate([host_b[..., 2:], np.zeros(sc.u_fwd.shape[:-1] + (min(2, U),))], axis=-1)[..., :U]
+    at = lambda k: np.take_along_axis(sc.u_fwd, np.clip(n - k, 0, U - 1), axis=-1)  # noqa: E731
+    last_f = at(1) + np.asarray(sc.co_f)[..., None]
+    # (a lone unit: the Forward before its own hosting one follows a Backward of the same unit)
+    before_last = np.where(n >= 2, at(2), sc.u_bwd[..., :1])
+    return np.where(j == n - 2, last_f, np.where(j == n - 1, before_last, two_on))
 
 
 def _fsr_hosts(sc: StageCosts, b, tp_one, fsr, sched: str = "1f1b") -> tuple:
