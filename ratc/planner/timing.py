@@ -306,7 +306,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     *_, reduced, sent, sent_rec = traffic(per_byte, per_byte, per_byte)
     comm_ddr = 2 * (sent + sent_rec) / ddr
 
-    z3_fwd, z3_bwd = _zero3_exposed(sc, b, u_ag, fsr)
+    z3_fwd, z3_bwd = _zero3_exposed(sc, b, u_ag, fsr & gathers(Z))
 
     fwd = b * sc.fwd + tp_fwd + z3_fwd + _boundaries(P, c.sched)[0] * p2p
     bwd = b * sc.bwd + tp_bwd + z3_bwd + _boundaries(P, c.sched)[1] * p2p
@@ -426,12 +426,13 @@ def _zero3_exposed(sc: StageCosts, b, u_ag, fsr) -> tuple:
     task shows.
 
     A Forward's view hides behind the previous unit's Forward, a Backward's behind the next
-    unit's Backward. Under FSR (`fsr` [C, 1]) a whole-layer recovered unit's Backward reads
-    the view its Recover gathered, and that Recover starts with its host, the Backward of the
-    unit after it: the view hides behind the task before that host, the Backward two units
-    on with its own co-run; the stage's last two units' Recovers ride on the Forwards that
-    the 1F1B steady state runs before the Backward (the last unit's hosting, the one before
-    it), as _fsr_hosts prices them (interleaved: the same approximation)."""
+    unit's Backward. Under FSR (`fsr` [C, 1], where ZeRO-3 gathers) a whole-layer recovered
+    unit's Backward reads the view its Recover gathered, and that Recover starts with its
+    host, the Backward of the unit after it: the view hides behind the task before that
+    host, the Backward two units on with its own co-run; the stage's last two units'
+    Recovers ride on the Forwards the 1F1B steady state runs before the Backward (the last
+    unit's, hosting, and the one before it), as _fsr_hosts prices them (interleaved and
+    zero bubble: the same approximation)."""
     bb = b[:, :, None]
     pad = np.zeros(sc.u_fwd.shape[:-1] + (1,))
     prev_f = bb * np.concatenate([pad, sc.u_fwd[..., :-1]], axis=-1)
