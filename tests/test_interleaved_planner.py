@@ -109,7 +109,7 @@ def test_ordered_fsr_and_selective_steps_at_zero3_are_within_1_percent_of_the_sy
     """ZeRO-3 gathers each use's view one compute task ahead; a co-running Recover's (FSR)
     one more, ahead of its host (ratc.step.rules.gather_ahead), which hides it behind that
     host's predecessor: priced so, interleaved 1F1B, ZB1P and ZB-V agree with the system VM
-    within 0.4 % (FSR was 0.4-2.7 % above it: benchmarks/interleaved_agreement.py, docs/planner.md)."""
+    within 0.6 % (FSR was 0.4-2.7 % above it: benchmarks/interleaved_agreement.py, docs/planner.md)."""
     cand = Candidate(P=P, D=2, T=1, Z=3, b=1, A=per_rank * P, act="fsr", pref="deadline", v=v, sched=sched, keep=keep)
     assert abs(_error(_planner("llama2-7b", 2048), cand)) <= TOLERANCE
 
