@@ -64,3 +64,18 @@ def test_beyond_paper_marks_a_search_met_only_at_or_under_its_target():
                                 ("b", {**run, "step_s": 1155.7})])]).splitlines()[2:]
     assert [r.rsplit("|", 2)[1].strip() for r in rows] == ["", "yes", "**no**"]
     assert "| -12.5 % |" in rows[1] and "| +0.0 % |" in rows[0]
+
+
+def test_interleaved_agreement_runs_selective_as_fsr_keeping_the_choice_and_refuses_a_wrong_keep(capsys):
+    ia = _script("interleaved_agreement")
+    assert ia._policy("selective", "", 4, "paper") == ("fsr", "4s")
+    assert ia._policy("selective", "2s2l", 4, "paper") == ("fsr", "2s2l")
+    assert ia._policy("selective", "", 4, "fused") == ("fsr", "4f")    # (fused attention: no core to drop)
+    assert ia._policy("ckpt", "", 4, "paper") == ("ckpt", "")
+    assert ia.main(["--cfg", "tiny:2", "--seq", "64", "--v", "2", "--per-rank", "2", "--Z", "3",
+                    "--act", "selective", "--keep", "3s"]) == 2
+    assert "--keep '3s' names 3 layers; the model has 4" in capsys.readouterr().err
+    assert ia.main(["--cfg", "tiny:2", "--seq", "64", "--v", "2", "--per-rank", "2", "--Z", "3",
+                    "--act", "fsr", "selective"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[4] for line in out[:-1]] == ["fsr", "selective"] and out[-1].startswith("worst ")

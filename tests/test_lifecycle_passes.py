@@ -1,6 +1,7 @@
 """The lifecycle passes on the tiny model: random plans, placement rules, memory plan."""
 
 import re
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from ratc.lifecycle.liveness import corun_hosts
 from ratc.lifecycle.lowering import find_pipeline, find_plan
 from ratc.lifecycle.schedule import main_task
 from ratc.passes import PassFailure
+from ratc.step.rules import gather_ahead
 from tiny_programs import compile_tiny
 
 PLANS = st.fixed_dictionaries({
@@ -200,21 +202,37 @@ def test_fsr_corun_places_each_recover_after_its_host():
                                                                                op.attributes["mb"])
 
 
-def test_fsr_zero3_gathers_a_coruns_view_one_compute_task_earlier():
-    # Under ZeRO-3 a co-running Recover's parameter view must be there when its host starts:
-    # its gather sits right before the compute task issued before the host (only other such
-    # gathers between them), or before the host when there is none.
+_KIND = {"life.fwd": "F", "life.bwd": "B", "life.bwd_i": "B", "life.recover": "B", "life.bwd_w": "W"}
+
+
+@pytest.mark.parametrize("kw", [dict(act="fsr"), dict(act="ckpt"), dict(act="fsr", v=2), dict(act="fsr", v=2, sched="zbv"),
+                                dict(act="fsr", v=2, sched="zb1p")], ids=["fsr", "ckpt", "fsr-v2", "fsr-zbv", "fsr-zb1p"])
+def test_a_zero3_view_is_gathered_as_many_compute_tasks_ahead_of_its_reader_as_the_rule_says(kw):
+    # ratc.step.rules.gather_ahead, which the planner prices ZeRO-3's exposed gathers by: a
+    # view is gathered beside the compute task before its reader; a co-running Recover's
+    # beside the task before its host, so that it is there when the host (and the Recover
+    # with it) starts. Counted in the compiled program's own order; the first unit of a
+    # Forward or Backward run gathers right before it (after the run before has ended).
+    module = compile_tiny(P=2, A=4, Z=3, **kw)
+    chunk = {u.attributes["index"]: u.attributes.get("chunk", 0) for u in find_plan(module).region.ops}
     for p in (0, 1):
-        ops = _stage(compile_tiny(P=2, A=4, act="fsr", Z=3), p)
-        hosts = corun_hosts(ops)
-        assert hosts
-        for g, h in hosts.items():
-            view = ops[g].operands[-1].owner
-            assert view.name == "life.gather" and view.attributes["phase"] == "rec"
-            earlier = [i for i in range(h) if ops[i].name in ("life.fwd", "life.bwd")]
-            target = earlier[-1] if earlier else h
-            at = ops.index(view)
-            assert at < target and all(op.name == "life.gather" for op in ops[at:target])
+        ops = _stage(module, p)
+        compute = [i for i, op in enumerate(ops) if op.name in _KIND and op.attributes.get("placement") != "corun"]
+        task = lambda i: (_KIND[ops[i].name], ops[i].attributes["mb"], chunk[ops[i].attributes["unit"]])  # noqa: E731
+        counted = Counter()
+        for r, op in enumerate(ops):
+            for view in dict.fromkeys(v.owner for v in op.operands if v.owner.name == "life.gather"):
+                if id(view) in counted:
+                    continue
+                corun = op.attributes.get("placement") == "corun"
+                at = ops.index(view)
+                between = [i for i in compute if at < i < r]
+                earlier = [i for i in compute if i < r]
+                opens = not corun and (not earlier or task(earlier[-1]) != task(r))
+                assert len(between) == (0 if opens else gather_ahead(corun)), (p, r, op.name)
+                assert all(o.name == "life.gather" for o in ops[at:between[0] if between else r])
+                counted[id(view)] = corun
+        assert (sum(counted.values()) > 0) == (kw["act"] == "fsr")       # (FSR: every micro-batch's Recovers co-run)
 
 
 def test_memory_plan_tiers_and_peaks():

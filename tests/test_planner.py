@@ -133,12 +133,9 @@ def test_table2_winner_and_order(table2, name, P):
     # tuned search without the lifecycle mechanisms last, as in the paper.
     assert t["ratrain"] < min(t["zero3-heavy"], t["tp-heavy"])
     assert max(t["zero3-heavy"], t["tp-heavy"]) < t["backward-ckpt"] <= t["tuned-pp-dp-zero"]
-    if name == "llama2-13b":
-        assert sorted(PAPER_ORDER, key=t.get) == list(PAPER_ORDER)
-    else:
-        # Qwen2.5-32B's TP-heavy and ZeRO-3-heavy tie (0.03 s apart, 1.04x each; the paper's
-        # 1.21x and 1.13x): docs/paper_tables.md lists the order as a difference.
-        assert t["tp-heavy"] == pytest.approx(t["zero3-heavy"], rel=1e-3)
+    # (Qwen2.5-32B's ZeRO-3-heavy leads TP-heavy by 1.02x to 1.04x, the paper's 1.13x to 1.21x;
+    # they tied while a co-running Recover's gather was priced as exposed as a Backward's)
+    assert sorted(PAPER_ORDER, key=t.get) == list(PAPER_ORDER)
     # The baselines change one lever on RATrain's pipeline, as the paper's rows do.
     for s in ("tp-heavy", "zero3-heavy", "backward-ckpt", "full-save"):
         assert res[s].pipeline == P and res[s].pipeline_source == "ratrain"

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratc.step.config import ACT_POLICIES
-from ratc.step.rules import (bucket_chain, gathers, prefetches, recomputes, recoverable, recovered, reduces_per_micro_batch,
-                             shards, syncs_by_reduce_scatter, tp_allreduces)
+from ratc.step.rules import (bucket_chain, gather_ahead, gathers, prefetches, recomputes, recoverable, recovered,
+                             reduces_per_micro_batch, shards, syncs_by_reduce_scatter, tp_allreduces)
 
 
 @pytest.mark.parametrize("Z", [0, 1, 2, 3])
@@ -63,6 +63,7 @@ def test_every_rule_gives_the_planners_arrays_what_it_gives_plain_numbers(rows):
         for rule in (syncs_by_reduce_scatter, prefetches, reduces_per_micro_batch, gathers):
             assert bool(rule(Zc)[k, 0]) == rule(z)
         assert bool(recomputes(actc)[k, 0]) == recomputes(a)
+        assert gather_ahead(np.array([dec]))[0] == gather_ahead(dec)
         assert bool(recoverable(np.array(decoder), np.array(saved))[k]) == recoverable(dec, s)
         assert bool(recovered(actc[:, 0], np.array(decoder), np.array(saved))[k]) == recovered(a, dec, s)
 

@@ -22,8 +22,8 @@ def mt3000():
     return load_platform("mt3000")
 
 
-def candidate(P=2, D=2, T=1, Z=2, b=1, A=4, act="fsr", pref="deadline"):
-    return Candidate(P=P, D=D, T=T, Z=Z, b=b, A=A, act=act, pref=pref)
+def candidate(P=2, D=2, T=1, Z=2, b=1, A=4, act="fsr", pref="deadline", **more):
+    return Candidate(P=P, D=D, T=T, Z=Z, b=b, A=A, act=act, pref=pref, **more)
 
 
 def tiny_plan(**kw):

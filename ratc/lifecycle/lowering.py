@@ -20,8 +20,9 @@ from ratc.ir.types import OpaqueType
 from ratc.ir.verifier import verify_op
 from ratc.step.schedules import chunk_orders, rank_of, virtual_stage
 from ratc import limits
-from ratc.step.rules import (backward_parts, backward_view, bucket_reused, gathers, held_for_w, holds_bucket, kept_bytes,
-                             prefetches, reduces_per_micro_batch, syncs_by_reduce_scatter, unit_save_choice)
+from ratc.step.rules import (backward_parts, backward_view, bucket_reused, gather_ahead, gathers, held_for_w,
+                             holds_bucket, kept_bytes, prefetches, reduces_per_micro_batch, syncs_by_reduce_scatter,
+                             unit_save_choice)
 from ratc.step.unit_costs import recover_work
 
 ACT, SAVED, REC, GRAD, PARAM, OPT, VIEW, TOKEN = (
@@ -127,13 +128,15 @@ class _StageLowering:
                 [f"opt{i}"])).result
 
     def interleave(self, tasks: list[tuple[list, Operation, list]]) -> None:
-        """Emit (its gathers, task, followers) with each ZeRO-3 gather issued one task ahead of its use."""
-        for k, (its_gathers, op, followers) in enumerate(tasks):
+        """Emit (its gathers, task, followers) with each ZeRO-3 gather issued gather_ahead tasks
+        ahead of its use (the run's first tasks' before the first)."""
+        ahead = gather_ahead(False)
+        for k, (_, op, followers) in enumerate(tasks):
             if k == 0:
-                self.ops += its_gathers
+                self.ops += [g for its_gathers, _, _ in tasks[:ahead] for g in its_gathers]
             self.ops.append(op)
-            if k + 1 < len(tasks):
-                self.ops[-1:-1] = tasks[k + 1][0]
+            if k + ahead < len(tasks):
+                self.ops[-1:-1] = tasks[k + ahead][0]
             self.ops += followers
 
     def transfer(self, name: str, m: int, d: str, vs: int, unit: int, operands: list, name_of: str) -> Operation:

@@ -21,7 +21,7 @@ from ratc.lifecycle.checks import HOST_OPS, REC, plan_of
 from ratc.lifecycle.schedule import GRAD_OPS, main_task
 from ratc.lifecycle.timeline import estimate
 from ratc.planner.corun import extra, scaled, solo
-from ratc.step.rules import reduces_per_micro_batch
+from ratc.step.rules import gather_ahead, reduces_per_micro_batch
 from ratc.step.schedules import recover_hosts
 from ratc.step.unit_costs import recover_work
 
@@ -167,8 +167,11 @@ def fsr(pipe, plan, rec_buffers: int, clock: float | None = None, stream: bool =
                         need = units[host.attributes["unit"]].attributes.get("stream", 0)
                         op.attributes["stream"] = ByteSize(int(need))
                     if view is not None:
-                        # gathered one compute task earlier, so that it is there when its host starts
-                        target = host if before[id(host)] is None else before[id(host)]
+                        # gathered ahead of its host, so that it is there when the host starts
+                        # (the stage's first task has none before it)
+                        target = host
+                        for _ in range(gather_ahead(True) - 1):
+                            target = before[id(target)] or target
                         early.setdefault(id(target), []).append(view)
                 else:
                     op.attributes.update(placement="bwd", window=0.0, exposed=op.attributes["dur"])

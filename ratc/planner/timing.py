@@ -21,7 +21,7 @@ from ratc.planner.stream_update import in_stream_tail
 from ratc.step.schedules import rank_columns
 from ratc.planner.state_chain import gather_time, rank_links, state_costs
 from ratc.step.config import ACT_POLICIES, PREF_POLICIES, RECIPE
-from ratc.step.rules import bucket_chain, gathers, recomputes, reduces_per_micro_batch, tp_allreduces
+from ratc.step.rules import bucket_chain, gathers, recomputes, reduces_per_micro_batch, gather_ahead, tp_allreduces
 from ratc.step.schedules import chunk_lead_ins
 
 CKPT, FSR = (ACT_POLICIES.index(a) for a in ("ckpt", "fsr"))
@@ -310,7 +310,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     # (Platform.collectives_in_compute_stream): every ZeRO-3 gather (a unit's Forward's, and its
     # Backward's or its Recover's) and a micro-batch's ZeRO >= 2 reduce-scatters add to its tasks.
     inline = np.asarray(getattr(platform, "kind", "dsp") == "host" and platform.collectives_in_compute_stream(P * D * T))
-    z3_fwd, z3_bwd = _zero3_exposed(sc, b, u_ag)
+    z3_fwd, z3_bwd = _zero3_exposed(sc, b, u_ag, fsr & gathers(Z))
     if inline.any():        # (each unit's reduce a message of its own, as the Backwards issue them)
         u_red = reduce_scatter(D[:, :, None], sc.u_trainable * recipe.grad_bytes, _ex(dp_link)) * (sc.u_trainable > 0)
         unit_reduces = u_red.sum(axis=2) * reduces_per_micro_batch(Z)
@@ -431,14 +431,44 @@ def _bucket_waits(buckets, out_b) -> tuple:
     return wait(0.0, work), wait(before, work_rec)
 
 
-def _zero3_exposed(sc: StageCosts, b, u_ag) -> tuple:
-    """(forward, backward) [C, P] of the ZeRO-3 gathers not hidden: each is issued one unit
-    ahead, so only the part longer than the previous unit's compute shows."""
-    pad = np.zeros(sc.u_fwd.shape[:-1] + (1,))
-    prev_f = b[:, :, None] * np.concatenate([pad, sc.u_fwd[..., :-1]], axis=-1)
-    next_b = b[:, :, None] * np.concatenate([sc.u_bwd[..., 1:], pad], axis=-1)
-    return np.maximum(0.0, u_ag - prev_f).sum(axis=2), np.maximum(0.0, u_ag - next_b).sum(axis=2)
+def _zero3_exposed(sc: StageCosts, b, u_ag, fsr) -> tuple:
+    """(forward, backward) [C, P] of the ZeRO-3 gathers not hidden: each runs beside the compute
+    task it is issued before (ratc.step.rules.gather_ahead), so only the part longer than that
+    task shows.
 
+    A Forward's view hides behind the previous unit's Forward, a Backward's behind the next
+    unit's Backward. Under FSR (`fsr` [C, 1], where ZeRO-3 gathers) a whole-layer recovered
+    unit's Backward reads the view its Recover gathered, and that Recover starts with its
+    host, the Backward of the unit after it: the view hides behind the task before that
+    host, the Backward two units on with its own co-run; the stage's last two units'
+    Recovers ride on the Forwards the 1F1B steady state runs before the Backward (the last
+    unit's, hosting, and the one before it), as _fsr_hosts prices them (interleaved and
+    zero bubble: the same approximation)."""
+    bb = b[:, :, None]
+    pad = np.zeros(sc.u_fwd.shape[:-1] + (1,))
+    prev_f = bb * np.concatenate([pad, sc.u_fwd[..., :-1]], axis=-1)
+    next_b = bb * np.concatenate([sc.u_bwd[..., 1:], pad], axis=-1)
+    exposed_b = np.maximum(0.0, u_ag - next_b)
+    if np.any(fsr):
+        ahead = gather_ahead(fsr[:, :, None] & (sc.u_whole > 0))
+        exposed_b = np.where(ahead == 2, np.maximum(0.0, u_ag - bb * _before_host(sc)), exposed_b)
+    return np.maximum(0.0, u_ag - prev_f).sum(axis=2), exposed_b.sum(axis=2)
+
+
+def _before_host(sc: StageCosts) -> np.ndarray:
+    """[P, U] or [C, P, U] per sequence, the compute task before the host of each unit's FSR
+    Recover (see _zero3_exposed): unit j + 2's Backward with its co-run, for the stage's last
+    but one unit the last unit's Forward with its co-run, for the last the Forward before."""
+    U = sc.u_fwd.shape[-1]
+    n = (sc.u_fwd > 0).sum(axis=-1, keepdims=True)            # units on the stage (the rest pads)
+    j = np.arange(U)
+    host_b = sc.u_bwd + sc.u_co
+    two_on = np.concatenate([host_b[..., 2:], np.zeros(sc.u_fwd.shape[:-1] + (min(2, U),))], axis=-1)[..., :U]
+    at = lambda k: np.take_along_axis(sc.u_fwd, np.clip(n - k, 0, U - 1), axis=-1)  # noqa: E731
+    last_f = at(1) + np.asarray(sc.co_f)[..., None]
+    # (a lone unit: the Forward before its own hosting one follows a Backward of the same unit)
+    before_last = np.where(n >= 2, at(2), sc.u_bwd[..., :1])
+    return np.where(j == n - 2, last_f, np.where(j == n - 1, before_last, two_on))
 
 
 def _fsr_hosts(sc: StageCosts, b, tp_one, fsr, sched: str = "1f1b") -> tuple:

@@ -179,6 +179,14 @@ def recover_reads_weights(choice: str) -> bool:
     return choice == "layer"
 
 
+def gather_ahead(corun):
+    """How many compute tasks before the task reading a ZeRO-3 view its gather is issued (it
+    runs beside the task it is issued before): one; for a Recover co-running with its host
+    (FSR), two, the host and the task before it, as the Recover starts with its host.
+    `corun` a bool or a numpy array of them."""
+    return 1 + np.asarray(corun, dtype=int) if not isinstance(corun, bool) else 1 + int(corun)
+
+
 def backward_view(recovered: bool) -> str:
     """The phase of the ZeRO-3 view a Backward reads: a recovered layer's Backward reuses the
     view its Recover gathered ('rec'), any other gathers its own ('bwd')."""
