@@ -109,8 +109,9 @@ def test_the_choice_key_names_the_chooser_settings_and_the_fixed_options(monkeyp
 
 def test_a_cached_choice_of_unknown_fields_is_not_trusted(fresh, monkeypatch):
     key = tile_choice.choice_key(P, *SMALL, ())
-    for tiles in ({"gm": 1}, {**vars(estimate_pick(*SMALL)), "kt": "32"}):
-        kernel_cache.store(key, {"tiles": tiles, "cycles": 7})
+    good = vars(estimate_pick(*SMALL))
+    for tiles, bad in (({"gm": 1}, 7), ({**good, "kt": "32"}, 7), (good, "7"), (good, 0)):
+        kernel_cache.store(key, {"tiles": tiles, "cycles": bad})
         monkeypatch.setattr(tile_choice, "_CHOSEN", {})
         chosen, cycles = tile_choice.choose_gemm_tiles(P, *SMALL)
         assert cycles != 7 and cycles == vm_cycles(SMALL, chosen)

@@ -80,11 +80,11 @@ def _load(key) -> tuple[GemmTiles, int] | None:
     entry = kernel_cache.load(key)
     if entry is None:
         return None
-    tiles = entry.get("tiles")
+    tiles, cycles = entry.get("tiles"), entry.get("cycles")
     if (not isinstance(tiles, dict) or set(tiles) != set(GemmTiles.__dataclass_fields__)
-            or any(type(v) is not int or v < 1 for v in tiles.values())):
+            or any(type(v) is not int or v < 1 for v in tiles.values()) or type(cycles) is not int or cycles < 1):
         return None                 # not a choice this chooser wrote: choose again
-    return GemmTiles(**tiles), entry["cycles"]
+    return GemmTiles(**tiles), cycles
 
 
 def choose_gemm_tiles(platform, m: int, n: int, k: int, **options) -> tuple[GemmTiles, int | None]:
