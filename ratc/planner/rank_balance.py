@@ -67,17 +67,24 @@ def least_cap(prefix: list[float], groups: list, limit: float, ranks: list[int])
 
 def pack_ranks(prefix: list[float], limit: float, cap: float, ranks: list[int], delay: int) -> list | None:
     """Groups in order: before `delay` one block each, then as many blocks as keep the group
-    under `limit` and its rank under `cap`, always leaving a block for each later group;
-    None when a group (the last takes the rest) breaks either bound."""
+    under `limit` and its rank under `cap` less what the rank's later groups need at least
+    (a block each: the lightest, or the last block for the last group), always leaving a
+    block for each later group; None when a group (the last takes the rest) breaks a bound."""
     n, S = len(prefix) - 1, len(ranks)
-    loads = [0.0] * (max(ranks) + 1)
+    blocks = [prefix[i + 1] - prefix[i] for i in range(n)]
+    need = [min(blocks)] * (S - 1) + [blocks[-1]]       # the least each group holds
+    reserve = [0.0] * (max(ranks) + 1)
+    for j, r in enumerate(ranks):
+        reserve[r] += need[j]
+    loads = [0.0] * len(reserve)
     groups, start = [], 0
     limit, cap = limit * (1 + SLACK), cap * (1 + SLACK)
     for j, r in enumerate(ranks):
+        reserve[r] -= need[j]
         last = n - (S - 1 - j)
         end = start + 1
         while j >= delay and end < last and (prefix[end + 1] - prefix[start] <= limit
-                                             and loads[r] + prefix[end + 1] - prefix[start] <= cap):
+                                             and loads[r] + reserve[r] + prefix[end + 1] - prefix[start] <= cap):
             end += 1
         if j == S - 1:
             end = n
