@@ -15,6 +15,8 @@ one round of P micro-batches, no transfers), the earliest delay on a tie.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import numpy as np
 
 from ratc.planner.order_makespan import interleaved_makespan
@@ -37,10 +39,13 @@ def rank_balanced(units, prefix: list[float], groups: list, limit: float, layout
     (ranks, v, schedule): the least heaviest rank, then the shortest order (module docstring)."""
     P, v, sched = layout
     ranks = [rank_of(s, P, sched) for s in range(P * v)]
-    cap = least_cap(prefix, groups, limit, ranks)
+    reserve = reserves(prefix, ranks)
+    cap = least_cap(prefix, groups, limit, ranks, reserve)
     family = []
     for delay in range(len(ranks)):
-        packed = pack_ranks(prefix, limit, cap, ranks, delay)
+        packed = pack_ranks(prefix, limit, cap, ranks, delay, reserve)
+        if packed is None and family:
+            break           # a longer delay leaves still more blocks to fewer groups
         if packed is not None and packed not in family:
             family.append(packed)
     if not family:
@@ -49,7 +54,7 @@ def rank_balanced(units, prefix: list[float], groups: list, limit: float, layout
     return family[int(np.argmin(spans))]
 
 
-def least_cap(prefix: list[float], groups: list, limit: float, ranks: list[int]) -> float:
+def least_cap(prefix: list[float], groups: list, limit: float, ranks: list[int], reserve: list[float]) -> float:
     """The least heaviest-rank sum the greedy packer reaches (the given groups' when it reaches none lower)."""
     lo, hi = prefix[-1] / (max(ranks) + 1), max(rank_loads(prefix, groups, ranks))
     best = hi
@@ -57,7 +62,7 @@ def least_cap(prefix: list[float], groups: list, limit: float, ranks: list[int])
         if hi - lo <= SLACK * hi:
             break
         mid = (lo + hi) / 2
-        packed = pack_ranks(prefix, limit, mid, ranks, 0)
+        packed = pack_ranks(prefix, limit, mid, ranks, 0, reserve)
         if packed is None:
             lo = mid
         else:
@@ -65,27 +70,23 @@ def least_cap(prefix: list[float], groups: list, limit: float, ranks: list[int])
     return best
 
 
-def pack_ranks(prefix: list[float], limit: float, cap: float, ranks: list[int], delay: int) -> list | None:
+def pack_ranks(prefix: list[float], limit: float, cap: float, ranks: list[int], delay: int,
+               reserve: list[float]) -> list | None:
     """Groups in order: before `delay` one block each, then as many blocks as keep the group
     under `limit` and its rank under `cap` less what the rank's later groups need at least
     (a block each: the lightest, or the last block for the last group), always leaving a
-    block for each later group; None when a group (the last takes the rest) breaks a bound."""
+    block for each later group (`reserve`: reserves(prefix, ranks)); None when a group (the
+    last takes the rest) breaks a bound."""
     n, S = len(prefix) - 1, len(ranks)
-    blocks = [prefix[i + 1] - prefix[i] for i in range(n)]
-    need = [min(blocks)] * (S - 1) + [blocks[-1]]       # the least each group holds
-    reserve = [0.0] * (max(ranks) + 1)
-    for j, r in enumerate(ranks):
-        reserve[r] += need[j]
-    loads = [0.0] * len(reserve)
+    loads = [0.0] * (max(ranks) + 1)
     groups, start = [], 0
     limit, cap = limit * (1 + SLACK), cap * (1 + SLACK)
     for j, r in enumerate(ranks):
-        reserve[r] -= need[j]
-        last = n - (S - 1 - j)
+        last = n if j == S - 1 else n - (S - 1 - j)
         end = start + 1
-        while j >= delay and end < last and (prefix[end + 1] - prefix[start] <= limit
-                                             and loads[r] + reserve[r] + prefix[end + 1] - prefix[start] <= cap):
-            end += 1
+        if j >= delay and j < S - 1:
+            room = min(limit, cap - loads[r] - reserve[j])
+            end = max(end, min(last, bisect_right(prefix, prefix[start] + room) - 1))
         if j == S - 1:
             end = n
         weight = prefix[end] - prefix[start]
@@ -95,6 +96,20 @@ def pack_ranks(prefix: list[float], limit: float, cap: float, ranks: list[int], 
         groups.append((start, end))
         start = end
     return groups
+
+
+def reserves(prefix: list[float], ranks: list[int]) -> list[float]:
+    """Per group, the least its rank's later groups hold: a block each, the lightest, or the
+    last block for the last group (which always holds it)."""
+    n, S = len(prefix) - 1, len(ranks)
+    lightest = min(prefix[i + 1] - prefix[i] for i in range(n))
+    need = [lightest] * (S - 1) + [prefix[n] - prefix[n - 1]]
+    later = [0.0] * (max(ranks) + 1)
+    out = [0.0] * S
+    for j in range(S - 1, -1, -1):
+        out[j] = later[ranks[j]]
+        later[ranks[j]] += need[j]
+    return out
 
 
 def _makespans(units, family: list, P: int, v: int, sched: str) -> np.ndarray:
