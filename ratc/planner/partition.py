@@ -39,8 +39,9 @@ def partition(units, P: int, balance: str = "time", recipe=RECIPE, layout: tuple
     Every stage owns at least one decoder layer; the embedding joins the first stage and the
     head the last. The maximum stage weight is minimized (bisection on the bottleneck with
     a greedy packer), then stages are split further until there are exactly P. With a
-    `layout` (ranks, v, schedule) of P = ranks * v virtual stages, v > 1, the heaviest
-    rank's sum is then minimized too, under the same bottleneck (ratc.planner.rank_balance).
+    `layout` (ranks, v, schedule) of P = ranks * v virtual stages, v > 1, a re-cut under the
+    same bottleneck that balances the ranks replaces that split where its interleaved order
+    runs shorter (ratc.planner.rank_balance).
     """
     L = len(units) - 2
     if not 1 <= P <= L:

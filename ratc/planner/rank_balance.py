@@ -1,16 +1,18 @@
-"""Interleaved partitions that balance the ranks, not only the virtual stages.
+"""Interleaved partitions that weigh the ranks, not only the virtual stages.
 
 An interleaved schedule cuts the units into S = P * v contiguous virtual stages and gives
 each rank v of them (ratc.step.schedules.rank_of), so a rank's work is the sum of its
 chunks. The heaviest virtual stage alone leaves which chunks take an extra layer to the
 order ties happen to break in: llama2-70b's 80 layers in 64 chunks on 16 ranks need 16
-two-layer chunks, and a rounding-level change of the layer costs (a faster GEMM) moved
-them so that one rank ran 6 layers and another 4, 20 % more work on the critical rank
-(step 303.5 s instead of 233.9 s). Under the same bottleneck, this finds the least
-heaviest-rank sum (bisection with a greedy packer), then among the partitions reaching it
-that differ in where the heavier chunks sit (each chunk before a delay one block, greedy
-after it) keeps the one whose interleaved order runs shortest (ratc.planner.order_makespan,
-one round of P micro-batches, no transfers), the earliest delay on a tie.
+two-layer chunks, and a rounding-level change of the layer costs (the tile chooser's faster
+GEMM) moved them so that one rank ran 6 layers and another 4, 20 % more work on the critical
+rank (step 303.5 s instead of 231.7 s). Under the same bottleneck, this finds the least
+heaviest-rank sum (bisection with a greedy packer), builds the partitions reaching it that
+differ in where the heavier chunks sit (each chunk before a delay one block, greedy after
+it), and keeps, of those and the given split, the one whose interleaved order runs shortest
+(ratc.planner.order_makespan, one round of P micro-batches, no transfers; the given split on
+a tie, then the earliest delay): a lighter rank is not always a shorter order (llama2-70b at
+v = 2 runs 298.3 s with every rank at 5 layers, 286.9 s with the given split's 4 to 6).
 """
 
 from __future__ import annotations
@@ -35,21 +37,19 @@ def rank_loads(prefix: list[float], groups: list, ranks: list[int]) -> list[floa
 
 
 def rank_balanced(units, prefix: list[float], groups: list, limit: float, layout: tuple) -> list:
-    """`groups` (blocks of `prefix`, each under `limit`) re-cut for the interleaved `layout`
-    (ranks, v, schedule): the least heaviest rank, then the shortest order (module docstring)."""
+    """`groups` (blocks of `prefix`, each under `limit`), or a re-cut of them for the
+    interleaved `layout` (ranks, v, schedule) whose order runs shorter (module docstring)."""
     P, v, sched = layout
     ranks = [rank_of(s, P, sched) for s in range(P * v)]
     reserve = reserves(prefix, ranks)
     cap = least_cap(prefix, groups, limit, ranks, reserve)
-    family = []
+    family = [groups]       # (the given split competes: a lighter rank is not always a shorter order)
     for delay in range(len(ranks)):
         packed = pack_ranks(prefix, limit, cap, ranks, delay, reserve)
-        if packed is None and family:
+        if packed is None and len(family) > 1:
             break           # a longer delay leaves still more blocks to fewer groups
         if packed is not None and packed not in family:
             family.append(packed)
-    if not family:
-        return groups
     spans = _makespans(units, family, P, v, sched)
     return family[int(np.argmin(spans))]
 
