@@ -37,8 +37,7 @@ def rank_loads(prefix: list[float], groups: list, ranks: list[int]) -> list[floa
 
 
 def rank_balanced(units, prefix: list[float], groups: list, limit: float, layout: tuple) -> list:
-    """`groups` (blocks of `prefix`, each under `limit`), or a re-cut of them for the
-    interleaved `layout` (ranks, v, schedule) whose order runs shorter (module docstring)."""
+    """`groups`, or a re-cut under `limit` for `layout` (ranks, v, schedule) whose order runs shorter."""
     P, v, sched = layout
     ranks = [rank_of(s, P, sched) for s in range(P * v)]
     reserve = reserves(prefix, ranks)
@@ -72,11 +71,9 @@ def least_cap(prefix: list[float], groups: list, limit: float, ranks: list[int],
 
 def pack_ranks(prefix: list[float], limit: float, cap: float, ranks: list[int], delay: int,
                reserve: list[float]) -> list | None:
-    """Groups in order: before `delay` one block each, then as many blocks as keep the group
-    under `limit` and its rank under `cap` less what the rank's later groups need at least
-    (a block each: the lightest, or the last block for the last group), always leaving a
-    block for each later group (`reserve`: reserves(prefix, ranks)); None when a group (the
-    last takes the rest) breaks a bound."""
+    """Greedy groups under `limit` and their rank's `cap` (one block each before `delay`); None if none fit."""
+    # A group takes as many blocks as fit, less what its rank's later groups hold at least
+    # (`reserve`), leaving a block for each later group; the last group takes the rest.
     n, S = len(prefix) - 1, len(ranks)
     loads = [0.0] * (max(ranks) + 1)
     groups, start = [], 0
@@ -99,8 +96,7 @@ def pack_ranks(prefix: list[float], limit: float, cap: float, ranks: list[int], 
 
 
 def reserves(prefix: list[float], ranks: list[int]) -> list[float]:
-    """Per group, the least its rank's later groups hold: a block each, the lightest, or the
-    last block for the last group (which always holds it)."""
+    """Per group, the least its rank's later groups hold (the lightest block each; the last group the last block)."""
     n, S = len(prefix) - 1, len(ranks)
     lightest = min(prefix[i + 1] - prefix[i] for i in range(n))
     need = [lightest] * (S - 1) + [prefix[n] - prefix[n - 1]]
