@@ -18,13 +18,15 @@ v = 2 runs 298.3 s with every rank at 5 layers, 286.9 s with the given split's 4
 from __future__ import annotations
 
 from bisect import bisect_right
+from functools import lru_cache
 
 import numpy as np
 
 from ratc.planner.order_makespan import interleaved_makespan
 from ratc.step.schedules import rank_of
 
-RANK_ROUNDS = 40        # bisection steps on the heaviest rank's sum
+RANK_ROUNDS = 40        # bisection steps on the heaviest rank's sum ...
+CAP_PRECISION = 1e-6    # ... until its bracket is this narrow (relative)
 SLACK = 1e-9            # sums equal to this relative precision are equal (summation order aside)
 
 
@@ -39,7 +41,15 @@ def rank_loads(prefix: list[float], groups: list, ranks: list[int]) -> list[floa
 def rank_balanced(units, prefix: list[float], groups: list, limit: float, layout: tuple) -> list:
     """`groups`, or a re-cut under `limit` for `layout` (ranks, v, schedule) whose order runs shorter."""
     P, v, sched = layout
-    ranks = [rank_of(s, P, sched) for s in range(P * v)]
+    # ZB1P lays chunks out as interleaved 1F1B does: its split is its interleaved twin's
+    order = "zbv" if sched == "zbv" else "1f1b"
+    return list(_choice(tuple(prefix), tuple(groups), limit, P, v, order, _block_times(units)))
+
+
+@lru_cache(maxsize=256)
+def _choice(prefix: tuple, groups: tuple, limit: float, P: int, v: int, order: str, times: tuple) -> tuple:
+    """The split of rank_balanced: of `groups` and the rank-balanced ones, the shortest `order`."""
+    ranks = tuple(rank_of(s, P, order) for s in range(P * v))
     reserve = reserves(prefix, ranks)
     cap = least_cap(prefix, groups, limit, ranks, reserve)
     family = [groups]       # (the given split competes: a lighter rank is not always a shorter order)
@@ -47,10 +57,11 @@ def rank_balanced(units, prefix: list[float], groups: list, limit: float, layout
         packed = pack_ranks(prefix, limit, cap, ranks, delay, reserve)
         if packed is None and len(family) > 1:
             break           # a longer delay leaves still more blocks to fewer groups
-        if packed is not None and packed not in family:
-            family.append(packed)
-    spans = _makespans(units, family, P, v, sched)
-    return family[int(np.argmin(spans))]
+        if packed is not None and tuple(packed) not in family:
+            family.append(tuple(packed))
+    if len(family) == 1:
+        return groups
+    return family[int(np.argmin(_makespans(times, family, P, v, order)))]
 
 
 def least_cap(prefix: list[float], groups: list, limit: float, ranks: list[int], reserve: list[float]) -> float:
@@ -58,7 +69,7 @@ def least_cap(prefix: list[float], groups: list, limit: float, ranks: list[int],
     lo, hi = prefix[-1] / (max(ranks) + 1), max(rank_loads(prefix, groups, ranks))
     best = hi
     for _ in range(RANK_ROUNDS):
-        if hi - lo <= SLACK * hi:
+        if hi - lo <= CAP_PRECISION * hi:
             break
         mid = (lo + hi) / 2
         packed = pack_ranks(prefix, limit, mid, ranks, 0, reserve)
@@ -108,17 +119,21 @@ def reserves(prefix: list[float], ranks: list[int]) -> list[float]:
     return out
 
 
-def _makespans(units, family: list, P: int, v: int, sched: str) -> np.ndarray:
-    """[C] interleaved makespan of each partition of the blocks (one round, no transfers)."""
-    fwd = [u.fwd for u in units[1:-1]]
-    bwd = [u.bwd for u in units[1:-1]]
-    fwd[0] += units[0].fwd
-    bwd[0] += units[0].bwd
-    fwd[-1] += units[-1].fwd
-    bwd[-1] += units[-1].bwd
-    fp, bp = np.concatenate([[0.0], np.cumsum(fwd)]), np.concatenate([[0.0], np.cumsum(bwd)])
+def _block_times(units) -> tuple:
+    """(forward s, backward s) of each block: a decoder unit, the first with the embedding, the last with the head."""
+    times = [[u.fwd, u.bwd] for u in units[1:-1]]
+    for block, edge in ((times[0], units[0]), (times[-1], units[-1])):
+        block[0] += edge.fwd
+        block[1] += edge.bwd
+    return tuple(map(tuple, times))
+
+
+def _makespans(times: tuple, family: list, P: int, v: int, order: str) -> np.ndarray:
+    """[C] makespan of `order` (one round, no transfers) over each split of the blocks."""
+    t = np.array(times)
+    fp, bp = (np.concatenate([[0.0], np.cumsum(t[:, k])]) for k in (0, 1))
     cuts = np.array(family)                  # [C, S, 2]
     fc = fp[cuts[:, :, 1]] - fp[cuts[:, :, 0]]
     bc = bp[cuts[:, :, 1]] - bp[cuts[:, :, 0]]
-    wc = None if sched == "1f1b" else np.zeros_like(bc)     # zero bubble: the whole Backward as its I
-    return interleaved_makespan(fc, bc, 0.0, P, v, P, wc=wc, sched=sched)
+    wc = None if order == "1f1b" else np.zeros_like(bc)     # zero bubble: the whole Backward as its I
+    return interleaved_makespan(fc, bc, 0.0, P, v, P, wc=wc, sched=order)
