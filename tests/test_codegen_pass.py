@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ratc.cli.main import main
-from ratc.codegen import kernel_cache
+from ratc.codegen import kernel_cache, tile_choice
 from ratc.codegen.op_kernels import op_kernels
 from ratc.codegen.program_kernels import kernel_calls, parse_tiles, program_exec_profile
 from ratc.errors import RatcError
@@ -242,8 +242,9 @@ def test_kernel_cache_survives_processes_and_tracks_the_code(tmp_path, monkeypat
 
     monkeypatch.setenv("RATC_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(exec_profile, "_CACHE", {})
+    monkeypatch.setattr(tile_choice, "_CHOSEN", {})
     first = exec_profile.gemm_profile(PLATFORM, 64, 96, 64)
-    assert len(list(tmp_path.glob("kernels/*/*.json"))) == 1
+    assert len(list(tmp_path.glob("kernels/*/*.json"))) == 2     # the timing and the tile choice
     # A new process has an empty memory cache: the entry comes from disk, nothing is generated.
     monkeypatch.setattr(exec_profile, "_CACHE", {})
     monkeypatch.setattr(exec_profile, "generate_kernel", lambda *a, **k: pytest.fail("regenerated"))
@@ -262,8 +263,9 @@ def test_kernel_cache_ignores_damage_and_can_be_off(tmp_path, monkeypatch):
 
     monkeypatch.setenv("RATC_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(exec_profile, "_CACHE", {})
+    monkeypatch.setattr(tile_choice, "_CHOSEN", {})
     want = exec_profile.gemm_profile(PLATFORM, 32, 64, 32)
-    (path,) = tmp_path.glob("kernels/*/*.json")
+    (path,) = [p for p in tmp_path.glob("kernels/*/*.json") if json.loads(p.read_text())["key"][0] != "gemm-tiles"]
     path.write_text("{not json")
     monkeypatch.setattr(exec_profile, "_CACHE", {})
     assert exec_profile.gemm_profile(PLATFORM, 32, 64, 32) == want
@@ -272,4 +274,4 @@ def test_kernel_cache_ignores_damage_and_can_be_off(tmp_path, monkeypatch):
     assert kernel_cache.cache_dir() is None
     monkeypatch.setattr(exec_profile, "_CACHE", {})
     exec_profile.gemm_profile(PLATFORM, 32, 32, 32)
-    assert len(list(tmp_path.glob("kernels/*/*.json"))) == 1
+    assert len(list(tmp_path.glob("kernels/*/*.json"))) == 2     # 32x64x32's timing and tile choice

@@ -17,7 +17,8 @@ import math
 
 from ratc.codegen.kernel import Emitter, Kernel, check_kernel_size
 from ratc.codegen.microkernel import Operand, micro_tile
-from ratc.codegen.tiling import GemmTiles, choose_tiles
+from ratc.codegen.tile_choice import choose_gemm_tiles
+from ratc.codegen.tiling import GemmTiles
 
 # DMA channels: DDR->GSM panels, GSM->AM B, GSM->SM A, AM->DDR results.
 CH_DDR, CH_BS, CH_AS, CH_OUT = 0, 1, 2, 3
@@ -31,11 +32,17 @@ def gemm_name(m: int, n: int, k: int) -> str:
 def generate_gemm(platform, m: int, n: int, k: int, **tile_options) -> Kernel:
     """A GEMM kernel for one cluster; tile options (see GemmTiles) override the chooser."""
     check_kernel_size(f"gemm {m}x{n}x{k}", m * n * k)
-    tiles = choose_tiles(platform, m, n, k, **tile_options)
-    gen = _GemmGen(platform, m, n, k, tiles)
-    program = gen.emit()
-    return Kernel(gemm_name(m, n, k), program, platform, m * n * k, 2 * (m * k + k * n + m * n),
-                  dict(vars(tiles)))
+    tiles, cycles = choose_gemm_tiles(platform, m, n, k, **tile_options)
+    kernel = Kernel(gemm_name(m, n, k), generate_program(platform, m, n, k, tiles), platform, m * n * k,
+                    2 * (m * k + k * n + m * n), dict(vars(tiles)))
+    if cycles is not None:      # the chooser timed this very program: no need to time it again
+        kernel.cycles = cycles
+    return kernel
+
+
+def generate_program(platform, m: int, n: int, k: int, tiles: GemmTiles):
+    """The validated GEMM program of one tiling."""
+    return _GemmGen(platform, m, n, k, tiles).emit()
 
 
 class _GemmGen:

@@ -1,4 +1,4 @@
-"""GEMM tile selection under the SM/AM/GSM capacities, by an analytic cycle estimate."""
+"""GEMM tilings under the SM/AM/GSM capacities, ranked by an analytic cycle estimate."""
 
 from __future__ import annotations
 
@@ -111,61 +111,64 @@ def platform_key(platform) -> tuple:
     return (platform.name, repr(sorted(item for item in platform.sections.items() if item[0] != "failures")))
 
 
-_CHOSEN: dict[tuple, GemmTiles] = {}
+def _kt_options(k: int, step: int, top: int) -> list[int]:
+    """K steps worth trying: the largest, half of it, and the smallest covering K in as few steps."""
+    kts = {top, max(step, top // 2 // step * step)}
+    for steps in range(math.ceil(k / top), math.ceil(k / top) + 3):
+        kts.add(step * math.ceil(math.ceil(k / steps) / step))
+    return sorted(x for x in kts if step <= x <= top)
 
 
-def _choose(m: int, n: int, k: int, platform, fixed: tuple) -> GemmTiles:
+def _grid_tilings(m: int, n: int, k: int, platform, opts: dict, gm: int, gn: int):
+    """The tilings of one gm x gn DSP grid that fit SM, AM and GSM, honouring fixed options."""
     vl = platform.vliw
-    opts = dict(fixed)
     groups, unroll = opts.get("groups", default_groups(platform)), opts.get("unroll", 2)
     mr = vl.vmac_rows * groups
-    lanes = vl.vector_lanes
-    best, best_cost, skipped = None, math.inf, None
+    step = math.lcm(gm, gn, unroll)
+    mds = [opts["md"]] if "md" in opts else sorted(_candidates(m, mr, gm, 4096))
+    nds = [opts["nd"]] if "nd" in opts else sorted(_candidates(n, vl.vector_lanes, gn, 4096))
+    kmax = step * math.ceil(k / step)
+    caps = {"sm": platform.dsp.sm_size, "am": platform.dsp.am_size, "gsm": platform.cluster.gsm_size}
+    for md in mds:
+        for nd in nds:
+            if "kt" in opts:
+                kts = [opts["kt"]]
+            else:
+                sm_kt = platform.dsp.sm_size // (4 * mr)
+                am_kt = (platform.dsp.am_size - 6 * md * nd) // (4 * nd)
+                top = min(kmax, sm_kt, am_kt) // step * step
+                kts = _kt_options(k, step, top) if top >= step else []
+            for kt in kts:
+                t = GemmTiles(gm, gn, md, nd, kt, groups, unroll)
+                if all(need <= caps[space] for space, need in footprint(t, vl.vmac_rows).items()):
+                    yield t
+
+
+def ranked_tilings(m: int, n: int, k: int, platform, fixed: tuple = ()) -> list[tuple[float, GemmTiles]]:
+    """Every tiling that fits, as (estimated cycles, tiles), best first (ties in tile-value order)."""
+    opts = dict(fixed)
+    unroll = opts.get("unroll", 2)
     dsps = platform.cluster.dsps
+    out, skipped = [], None
     for gm in ([opts["gm"]] if "gm" in opts else range(1, dsps + 1)):
         for gn in ([opts["gn"]] if "gn" in opts else range(1, dsps // gm + 1)):
             if gm * gn > dsps:
                 continue
-            step = math.lcm(gm, gn, unroll)
-            if "kt" in opts and opts["kt"] % step:      # a fixed kt rules out the (gm, gn) it does not fit
+            if "kt" in opts and opts["kt"] % math.lcm(gm, gn, unroll):  # a fixed kt rules out grids it does not fit
                 skipped = skipped or f"kt={opts['kt']} is not a multiple of lcm(gm, gn, unroll) at gm={gm}, gn={gn}"
                 continue
-            mds = [opts["md"]] if "md" in opts else sorted(_candidates(m, mr, gm, 4096))
-            nds = [opts["nd"]] if "nd" in opts else sorted(_candidates(n, lanes, gn, 4096))
-            kmax = step * math.ceil(k / step)
-            for md in mds:
-                for nd in nds:
-                    if "kt" in opts:
-                        kts = [opts["kt"]]
-                    else:
-                        sm_kt = platform.dsp.sm_size // (4 * mr)
-                        am_kt = (platform.dsp.am_size - 6 * md * nd) // (4 * nd)
-                        top = min(kmax, sm_kt, am_kt) // step * step
-                        if top < step:
-                            continue
-                        # The largest step, and the smallest step covering K in as many steps (less padding).
-                        kts = {top, max(step, top // 2 // step * step)}
-                        for steps in range(math.ceil(k / top), math.ceil(k / top) + 3):
-                            kts.add(step * math.ceil(math.ceil(k / steps) / step))
-                        kts = sorted(x for x in kts if step <= x <= top)
-                    for kt in kts:
-                        t = GemmTiles(gm, gn, md, nd, kt, groups, unroll)
-                        fp = footprint(t, vl.vmac_rows)
-                        if (fp["sm"] > platform.dsp.sm_size or fp["am"] > platform.dsp.am_size
-                                or fp["gsm"] > platform.cluster.gsm_size):
-                            continue
-                        cost = estimate_cycles(t, m, n, k, platform)
-                        if cost < best_cost:
-                            best, best_cost = t, cost
-    if best is None:
+            out.extend((estimate_cycles(t, m, n, k, platform), t)
+                       for t in _grid_tilings(m, n, k, platform, opts, gm, gn))
+    if not out:
         why = f" ({skipped}, ...)" if skipped else ""
         raise RatcError(f"no GEMM tiling of {m}x{n}x{k} satisfies the options {opts} "
                         f"and the SM/AM/GSM capacities{why}")
-    return best
+    # A stable sort: equal estimates keep the enumeration's order, which is the tile values' order.
+    return sorted(out, key=lambda ct: ct[0])
 
 
-def choose_tiles(platform, m: int, n: int, k: int, **options) -> GemmTiles:
-    """The tiling with the lowest estimated cycles; given options are held fixed."""
+def check_options(m: int, n: int, k: int, options: dict) -> None:
+    """Raise RatcError for an unknown or non-positive tile option, or a non-positive shape."""
     unknown = sorted(set(options) - set(OPTION_NAMES))
     if unknown:
         raise RatcError(f"unknown GEMM tile option {unknown[0]!r} (known: {', '.join(OPTION_NAMES)})")
@@ -174,13 +177,12 @@ def choose_tiles(platform, m: int, n: int, k: int, **options) -> GemmTiles:
             raise RatcError(f"GEMM tile option {key}={value!r} must be a positive integer")
     if min(m, n, k) < 1:
         raise RatcError(f"GEMM shape {m}x{n}x{k} must be positive")
-    if {"gm", "gn", "md", "nd", "kt"} <= set(options):
-        tiles = GemmTiles(**{"groups": default_groups(platform), **options})
-        check_tiles(tiles, platform)
-        return tiles
-    key = (platform_key(platform), m, n, k, tuple(sorted(options.items())))
-    if key not in _CHOSEN:
-        _CHOSEN[key] = _choose(m, n, k, platform, tuple(sorted(options.items())))
-    tiles = _CHOSEN[key]
+
+
+def fixed_tiles(platform, options: dict) -> GemmTiles | None:
+    """The tiling the options fix completely (checked against the limits), else None."""
+    if not {"gm", "gn", "md", "nd", "kt"} <= set(options):
+        return None
+    tiles = GemmTiles(**{"groups": default_groups(platform), **options})
     check_tiles(tiles, platform)
     return tiles

@@ -12,6 +12,7 @@ from ratc.errors import RatcError
 from ratc.codegen.op_kernels import without
 from ratc.ir.attributes import ByteSize
 from ratc.ir.core import Block, Module, Operation
+from ratc.planner.partition import stage_layout
 from ratc.step.schedules import check_interleaved, rank_of
 from ratc.step.config import parse_keep, schedule_shape_error
 from ratc.step.plan import Plan
@@ -124,7 +125,8 @@ def _virtual_stages(planner, cand, units) -> tuple[list, list]:
     if v > 1 and P * v > decoders:
         raise RatcError(f"{cand.label()}: P * v = {P * v} virtual stages need at least as many decoder "
                         f"layers, the model has {decoders}")
-    ranges = planner.stages(P * v, cand.T, cand.balance, P * cand.D * cand.T, cand.b, "", cand.attn).ranges
+    ranges = planner.stages(P * v, cand.T, cand.balance, P * cand.D * cand.T, cand.b, "", cand.attn,
+                            stage_layout(P, v, cand.sched)).ranges
     virtual_of = [vs for vs, (s, e) in enumerate(ranges) for _ in range(s, e)]
     return ([rank_of(vs, P, cand.sched) for vs in virtual_of],
             [{"chunk": vs // P} if v > 1 else {} for vs in virtual_of])

@@ -1,4 +1,11 @@
-"""Layer-to-stage partitioning: contiguous stages, embedding first, head last, balanced."""
+"""Layer-to-stage partitioning: contiguous stages, embedding first, head last, balanced.
+
+An interleaved schedule (v > 1) cuts the units into P * v virtual stages and gives each rank
+v of them, so a rank's work is the sum of its chunks: the partition then also balances the
+ranks. Minimizing the heaviest virtual stage alone leaves which chunks take an extra layer
+to the order ties happen to break in, so a rounding-level change of the layer costs could
+give one rank 6 of llama2-70b's 80 layers and another 4 (20 % more work on the critical rank).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from itertools import accumulate
 import numpy as np
 
 from ratc.errors import RatcError
+from ratc.planner.rank_balance import rank_balanced
 from ratc.step.config import RECIPE
 
 
@@ -20,12 +28,20 @@ def unit_weight(unit, balance: str, recipe=RECIPE) -> float:
     return unit.params * recipe.param_bytes + unit.trainable * (recipe.grad_bytes + recipe.optimizer_bytes)
 
 
-def partition(units, P: int, balance: str = "time", recipe=RECIPE) -> list[tuple[int, int]]:
+def stage_layout(P: int, v: int, sched: str = "1f1b") -> tuple:
+    """What partition needs of an interleaved plan: (ranks, v, schedule); () when v = 1."""
+    return (P, v, sched) if v > 1 else ()
+
+
+def partition(units, P: int, balance: str = "time", recipe=RECIPE, layout: tuple = ()) -> list[tuple[int, int]]:
     """Split units [pre, layer_1..layer_L, post] into P contiguous (start, end) ranges.
 
     Every stage owns at least one decoder layer; the embedding joins the first stage and the
     head the last. The maximum stage weight is minimized (bisection on the bottleneck with
-    a greedy packer), then stages are split further until there are exactly P.
+    a greedy packer), then stages are split further until there are exactly P. With a
+    `layout` (ranks, v, schedule) of P = ranks * v virtual stages, v > 1, a re-cut under the
+    same bottleneck that balances the ranks replaces that split where its interleaved order
+    runs shorter (ratc.planner.rank_balance).
     """
     L = len(units) - 2
     if not 1 <= P <= L:
@@ -56,6 +72,8 @@ def partition(units, P: int, balance: str = "time", recipe=RECIPE) -> list[tuple
         mid = (prefix[s] + prefix[e]) / 2
         cut = min(max(bisect_right(prefix, mid, s, e), s + 1), e - 1)
         groups[i:i + 1] = [(s, cut), (cut, e)]
+    if layout:
+        groups = rank_balanced(units, prefix, groups, float(sums[hi]), layout)
     # block j is unit j + 1; the first block also holds unit 0 and the last unit L + 1
     ranges = [(s + 1, e + 1) for s, e in groups]
     ranges[0] = (0, ranges[0][1])
@@ -72,3 +90,4 @@ def _pack(prefix: list[float], limit: float, cap: int | None = None) -> list[tup
         groups.append((start, end))
         start = end
     return groups
+

@@ -19,6 +19,7 @@ from ratc.step.schedules import check_interleaved, whole_rounds
 from ratc.planner.exec_profile import load_exec_profile
 from ratc.planner.memory import stage_memory
 from ratc.planner.opcost import elem_bytes, model_units
+from ratc.planner.partition import stage_layout
 from ratc.planner.stages import UnitTable, stack, stage_costs
 from ratc.planner.strategies import Strategy, get_strategy
 from ratc.units import format_bytes
@@ -142,18 +143,19 @@ class Planner:
         return self._units[key]
 
     def stages(self, P: int, T: int, balance: str, ranks: int = 1, b: int = 1, keep: str = "",
-               attn: str = "paper"):
+               attn: str = "paper", layout: tuple = ()):
         """The stage tables of (P, T, balance) of a program of `ranks` processes running
-        micro-batches of `b` sequences, the decoder layers keeping what `keep` says."""
+        micro-batches of `b` sequences, the decoder layers keeping what `keep` says; with
+        v > 1, P counts virtual stages and `layout` gives each one's rank (partition.stage_layout)."""
         shaped = self.exec_profile.for_program(ranks, b) is not self.exec_profile
-        key = (P, T, balance, (ranks, b) if shaped else None, keep, attn)
+        key = (P, T, balance, (ranks, b) if shaped else None, keep, attn, layout)
         if key not in self._stages:
             table = self.units(T, ranks, b, attn)
             if keep:        # (what layers keep changes no partition: the default's)
                 self._stages[key] = stage_costs(table.with_choices(unit_choices(table.units, keep)), P, T, balance,
-                                                self.recipe, self.stages(P, T, balance, ranks, b, "", attn).ranges)
+                                                self.recipe, self.stages(P, T, balance, ranks, b, "", attn, layout).ranges)
             else:
-                self._stages[key] = stage_costs(table, P, T, balance, self.recipe)
+                self._stages[key] = stage_costs(table, P, T, balance, self.recipe, layout=layout)
         return self._stages[key]
 
     # -- the search space ------------------------------------------------------------
@@ -231,7 +233,8 @@ class Planner:
     def _stacked(self, cands: list):
         keys = sorted({_table_key(c) for c in cands})
         index = {k: i for i, k in enumerate(keys)}
-        tables = [self.stages(cands[0].P * cands[0].v, *key) for key in keys]
+        c = cands[0]
+        tables = [self.stages(c.P * c.v, *key, layout=stage_layout(c.P, c.v, c.sched)) for key in keys]
         return stack(tables, np.array([index[_table_key(c)] for c in cands]))
 
     def evaluate_group(self, cands: list, choose_keep: bool = False, best: float = math.inf) -> list:
@@ -398,7 +401,7 @@ class Planner:
         (with v > 1: costs and task times per virtual stage, memory and state chain per rank)."""
         from ratc.planner.timing import step_time
         _check_interleaved([cand], self.layers)
-        sc = self.stages(cand.P * cand.v, *_table_key(cand))
+        sc = self.stages(cand.P * cand.v, *_table_key(cand), layout=stage_layout(cand.P, cand.v, cand.sched))
         batch = CandidateBatch.of([cand])
         m = self.model
         mem = stage_memory(sc, batch, m.seq_len * m.hidden * self.elem, self.recipe)

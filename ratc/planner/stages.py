@@ -119,9 +119,11 @@ class StageCosts:
     u_tied: np.ndarray             # [P, U] trainable parameters tied to another unit's (tie_sum before the update)
 
 
-def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=RECIPE, ranges=None) -> StageCosts:
-    """Aggregate unit costs into P stages (`ranges`: the partition, when known)."""
-    ranges = ranges or partition(table.units, P, balance, recipe)
+def stage_costs(table: UnitTable, P: int, T: int, balance: str = "time", recipe=RECIPE, ranges=None,
+                layout: tuple = ()) -> StageCosts:
+    """Aggregate unit costs into P stages (`ranges`: the partition, when known; `layout`: each
+    stage's rank when ranks hold several, see ratc.planner.partition)."""
+    ranges = ranges or partition(table.units, P, balance, recipe, layout)
     starts = np.array([s for s, _ in ranges])
     n = len(table.units)
     U = max(e - s for s, e in ranges)
