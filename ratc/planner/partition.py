@@ -90,4 +90,3 @@ def _pack(prefix: list[float], limit: float, cap: int | None = None) -> list[tup
         groups.append((start, end))
         start = end
     return groups
-
