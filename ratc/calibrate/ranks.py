@@ -20,8 +20,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ratc.calibrate.compute import (BLOCKS, FP32, Operands, block_stack, fixed_cost_units, gemm, memory_op, step_round,
-                                    synchronizer, unit_calls)
+from ratc.calibrate.compute import FP32, Operands, fixed_cost_units, gemm, memory_op, step_round, synchronizer
 from ratc.calibrate.settings import Settings
 from ratc.calibrate.stats import CalibrationError, per_call
 
@@ -128,39 +127,29 @@ class _Rank:
         return out
 
     def busy(self) -> list:
-        """[(alone s, busy s) per repeat] of rank 0's synthetic unit, a Forward and its Backward
-        as the executor runs them: alone, its unpreempted time while the others wait; busy, its
-        mean over a window of calls while every rank runs it and keeps gloo's threads working
-        as a step does (a stage hand-off each way and an all-reduce in flight beside each
-        call; the waits for them are left out: the planner prices messages apart). Two ranks
-        on two cores take time from each other, as do those threads and the machine's other
-        processes; [sharing].matmul and .memory (fastest loops, no messages) see only the
-        ranks' contention for cache and memory. (A window alone is no steadier a baseline:
-        a burst of other load in it can make the ratio fall under 1.)"""
-        call = unit_calls(block_stack(BLOCKS), (1, 2, 4), self.device)[1]
-        traffic = _Traffic(self, self.settings.busy_bytes)
+        """[(alone s, busy s) per repeat] of rank 0's round of the fixed costs' synthetic units in
+        a step's order (as [sharing].tasks): alone, its unpreempted time while the others wait;
+        busy, its mean over a window of rounds while every rank runs them. Ranks sharing the
+        cores take time from each other, and the machine's other processes from them all;
+        [sharing].matmul and .memory (fastest loops) see only the ranks' contention for cache
+        and memory. No messages run beside it: a rank's collectives are priced in its compute
+        stream where its ranks take every core (Platform.collectives_in_compute_stream); with
+        gloo's threads busy beside the compute this figure counted them twice (two ranks of
+        `small` ran their tasks as fast as one rank did, 2026-12-05, idle, where it said 1.33)."""
+        call = step_round(fixed_cost_units(self.device))
         once = per_call(call, self.sync, self.settings.sharing_seconds) if self.rank == 0 else 0.0
         count = torch.tensor([math.ceil(self.settings.load_seconds / once) if self.rank == 0 else 0])
         self.wait(dist.broadcast(count, 0, async_op=True), "the broadcast of the busy window's length")
         pairs = []
         for _ in range(self.settings.repeats):
             alone = self._alone(call, self.settings.sharing_seconds)
-            pairs.append((alone, self._calls(call, int(count.item()), traffic)))
+            start = time.perf_counter()
+            for _ in range(int(count.item())):
+                call()
+            self.sync()
+            pairs.append((alone, (time.perf_counter() - start) / int(count.item())))
             self.barrier()
         return pairs
-
-    def _calls(self, call, calls: int, traffic: "_Traffic") -> float:
-        """Mean seconds of `calls` calls with the traffic in flight beside each, each call timed
-        alone (the traffic's posts and waits between them left out)."""
-        computing = 0.0
-        for _ in range(calls):
-            traffic.post()
-            start = time.perf_counter()
-            call()
-            self.sync()
-            computing += time.perf_counter() - start
-        traffic.drain()
-        return computing / calls
 
     def _window(self, call) -> float | None:
         """Rank 0's mean seconds per call over one continuous window while the others wait."""
@@ -182,32 +171,6 @@ class _Rank:
         alone = per_call(call, self.sync, seconds) if self.rank == 0 else None
         self.barrier()
         return alone
-
-
-class _Traffic:
-    """Messages kept in flight beside a rank's compute, as the runtime keeps a step's: a
-    send to the next rank, a receive from the previous one and an all-reduce over every rank,
-    each posted before a call and waited before the next call's are posted."""
-
-    def __init__(self, rank: _Rank, sizes: tuple):
-        self.rank, self.pending = rank, []
-        handoff, collective = (max(1, nbytes // FP32) for nbytes in sizes)
-        self.out, self.back = torch.ones(handoff, device=rank.device), torch.empty(handoff, device=rank.device)
-        self.total = torch.ones(collective, device=rank.device)
-        self.what = f"beside the busy window's compute ({handoff * FP32} B messages, a {collective * FP32} B all-reduce)"
-
-    def post(self) -> None:
-        self.drain()
-        self.total.fill_(1.0)       # (summed in place each call: it would double to inf)
-        me, world = self.rank.rank, self.rank.world
-        self.pending = [(dist.isend(self.out, (me + 1) % world), f"a send to rank {(me + 1) % world} {self.what}"),
-                        (dist.irecv(self.back, (me - 1) % world), f"a receive from rank {(me - 1) % world} {self.what}"),
-                        (dist.all_reduce(self.total, async_op=True), f"an all-reduce {self.what}")]
-
-    def drain(self) -> None:
-        for work, what in self.pending:
-            self.rank.wait(work, what)
-        self.pending = []
 
 
 def _rank_main(settings: Settings, rank: int, world: int, store_path: str, results) -> None:

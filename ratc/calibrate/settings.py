@@ -77,14 +77,6 @@ class Settings:
         return 0.1 if self.quick else 0.25
 
     @property
-    def busy_bytes(self) -> tuple:
-        """(hand-off, collective) bytes of the messages kept in flight beside the busy window's
-        compute: a stage hand-off of a small model's micro-batch (128 x 256 fp32 activations),
-        and a collective of a layer's parameters or gradients (a tiny model's decoder layer,
-        181K fp32: ZeRO gathers each unit's parameters, reduces its gradients)."""
-        return 128 * KB, 1 * MB
-
-    @property
     def sharing_shape(self) -> int:
         """m = n = k of the GEMM whose slow-down under sharing is measured."""
         return 128 if self.quick else 256

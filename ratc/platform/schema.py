@@ -277,11 +277,9 @@ class SharingSpec:
                                                  "Forward, then the Backwards) over one continuous window over "
                                                  "their unpreempted time: what the machine's other processes "
                                                  "take from interpreter-bound work")
-    busy: "Figure" = quantity(FIGURE + "float", "a rank's synthetic unit (a Forward and its Backward as the "
-                                                "executor runs them), timed call by call over a window while "
-                                                "every rank runs it with gloo messages in flight, over its "
-                                                "unpreempted time alone: what ranks sharing the cores, "
-                                                "gloo's threads and the other processes take from a rank")
+    busy: "Figure" = quantity(FIGURE + "float", "the synthetic units of [sharing].tasks over a window while "
+                                                "every rank runs them, over their unpreempted time alone: what "
+                                                "ranks sharing the cores and the other processes take from a rank")
 
 
 @dataclass(frozen=True)
