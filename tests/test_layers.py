@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1] / "ratc"
 # table is in the README.
 LAYERS = [
     ("base", ["ratc", "ratc.errors", "ratc.units", "ratc.limits", "ratc.gcpause", "ratc.atomic",
-              "ratc.input_files", "ratc.io", "ratc.cache", "ratc.program"]),
+              "ratc.input_files", "ratc.io", "ratc.cache", "ratc.program", "ratc.hostmem"]),
     ("ir", ["ratc.ir"]),
     ("inputs", ["ratc.platform", "ratc.frontend"]),
     ("step", ["ratc.step"]),

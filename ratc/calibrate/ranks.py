@@ -23,6 +23,7 @@ import torch.distributed as dist
 from ratc.calibrate.compute import FP32, Operands, fixed_cost_units, gemm, memory_op, step_round, synchronizer
 from ratc.calibrate.settings import Settings
 from ratc.calibrate.stats import CalibrationError, per_call
+from ratc.hostmem import keep_freed_memory
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 
@@ -176,6 +177,7 @@ class _Rank:
 def _rank_main(settings: Settings, rank: int, world: int, store_path: str, results) -> None:
     """A rank's process: join, measure, hand rank 0's figures to the parent."""
     torch.set_num_threads(settings.threads)
+    keep_freed_memory()         # as a training rank runs (ratc.dist.worker)
     try:
         if settings.device == "cuda":
             torch.cuda.set_device(rank)

@@ -10,6 +10,7 @@ from ratc.calibrate.fits import rank_figures
 from ratc.calibrate.profile import MEMORY_SHARE, render
 from ratc.calibrate.ranks import measure_ranks
 from ratc.calibrate.settings import Settings
+from ratc.hostmem import keep_freed_memory
 
 
 def facts(settings: Settings) -> dict:
@@ -50,6 +51,7 @@ def calibrate(settings: Settings, output: str, progress) -> str:
     found = facts(settings)
     before = torch.get_num_threads()
     torch.set_num_threads(settings.threads)
+    keep_freed_memory()         # as a training rank runs (ratc.dist.worker)
     try:
         compute = measure_compute(settings, found["cache"], found["private_cache"], progress)
     finally:

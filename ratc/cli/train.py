@@ -11,6 +11,7 @@ from pathlib import Path
 from ratc.cli.checkpoint_options import add_checkpoint_arguments, check_checkpoint_arguments
 from ratc.cli.model_source import add_model_arguments, check_model_source, model_file, picked
 from ratc.errors import RatcError
+from ratc.hostmem import keep_freed_memory
 from ratc.step.config import ACT_OPTION_NAMES, SCHEDULES, schedule_shape_error
 
 
@@ -206,6 +207,7 @@ def handler(args: argparse.Namespace) -> int:
 
     _check_arguments(args)
     torch.set_num_threads(args.threads)
+    keep_freed_memory()         # (as `ratc launch`'s ranks: ratc.hostmem)
     model = model_file(args)
     cfg = TrainConfig(model=model, preset=args.preset, P=args.pp, D=args.dp, Z=args.zero,
                       act=ACT_OPTION_NAMES[args.act_policy], state_pipeline=not args.no_state_pipeline,

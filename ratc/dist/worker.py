@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from ratc.errors import RatcError
+from ratc.hostmem import keep_freed_memory
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,7 @@ def run_rank(module, cfg: RunConfig, rank: int, world: int, store=None, on_step=
     if world != P * D:
         raise RatcError(f"the program runs on P x D = {P} x {D} = {P * D} ranks, the job has {world}")
     torch.set_num_threads(cfg.threads)
+    keep_freed_memory()
     device = _device(cfg.backend, rank)
     kwargs = {"store": store, "rank": rank, "world_size": world} if store is not None else {}
     if device.type == "cuda":
