@@ -269,7 +269,7 @@ update ran the executor's AdamW at 4-5 ns an element out of cache on an idle cor
 others' memory traffic), where 80 B at the add's bandwidth said 3. And the first model charged
 a task's fixed costs once per sequence, b times in a micro-batch of b.
 
-What changed: `ratc calibrate` times synthetic units through the executor's own Unit code
+What changed then: `ratc calibrate` times synthetic units through the executor's own Unit code
 (a one-operator unit, a stack of blocks of a layer's kinds of operators, a chain of
 parameters each in its own submodule) Forward and Backward apart, and the executor's AdamW
 step on a shard streaming from memory; the planner charges each task its fixed costs once per
@@ -305,63 +305,71 @@ in cache between its Backward and its update, a layer's 0.7 M partly).
 
 `tiny`'s ZeRO-3 step (#8, `P=1,D=2,Z=3,b=1,A=8,FSR`, the same sitting): of its 322 ms a step
 rank 0 spent 212 ms in tasks, 46 of them in the handlers of the per-micro-batch collectives
-(a gather's or reduce-scatter's call on the compute thread, 0.2-0.7 ms each, 144 a step, where
-the planner counts them on the link only), and 105 ms between tasks, mostly waiting for
-gathers and reduce-scatters issued one unit ahead (45 ms before Forwards). A standalone
-two-rank gloo loop at a load of 8 spent 0.28 ms in an async all-gather's call and 0.71 ms in a
-reduce-scatter's (a `tiny` layer's 0.7 MB), and waited 2.6-2.8 ms for each after 1 ms of
-compute: on two busy cores gloo's collectives do not run beside the compute. Neither the
-caller's time nor that wait is in the model yet.
+(a gather's or reduce-scatter's call on the compute thread, 0.2-0.7 ms each, 144 a step), and
+105 ms between tasks, mostly waiting for gathers and reduce-scatters issued one unit ahead,
+where the planner counted them on the link, hidden under the compute.
+
+What changed since (2026-12-05 07:30-08:20, the table above measured with all of it):
+
+- **A step's GEMMs run cold.** `[[matmul]]` rows were loops on one operand, in L1/L2; a
+  step's weights come from beyond the core's private cache (under torch.profiler a `ratc
+  train` step of `tiny` ran its GEMMs at 1.15-1.2x the loop's time). Each call now takes a
+  new copy of its second operand, the copies spanning 8 private caches (1.16x).
+- **Fixed costs in a step's order.** A task runs after other tasks, which took the caches:
+  in a `ratc train` step of `tiny` a unit's Forward run twice in a row took 0.30 ms (the
+  embedding) and 1.06 ms (a layer) the first time, 0.105 and 0.86 ms the second. The
+  synthetic units now run as a micro-batch's units do, every Forward then the Backwards in
+  reverse, each call timed alone (a one-operator task 50 us, 24 us in a loop).
+- **Collectives in the compute stream.** Where the ranks' threads take every core (P x D x
+  threads >= cores), gloo's threads have no core of their own: a collective issued beside
+  compute ends after it (two ranks on two cores, at high priority: a 1 MB all-gather alone
+  0.57 ms, issued before 2 ms of compute it ended 0.8 ms after the compute). The VM runs
+  each GradSync, reduce-scatter, gather and PrefetchW on the compute engine and the planner
+  adds them to the tasks (`Platform.collectives_in_compute_stream`).
+- **`[sharing].busy` without messages beside it**, as the collectives are in the stream now:
+  with them it said 1.33 on an idle machine where two ranks of `small` ran their tasks as fast
+  as one rank did; without, 1.01.
+- **`[sharing].tasks`**: what the machine's other processes take from interpreter-bound work,
+  a lone rank's synthetic units over a window (at a load of 3.2: 1.58 where a GEMM's window
+  said 1.26).
+- **The runtime keeps freed memory** (`ratc.hostmem`): glibc handed a step's freed blocks back
+  to the kernel and faulted them in again, 10 % of `small`'s one-rank step (its updates 19.2
+  ms against 10.0 kept, the figure the calibrated update row gives).
+
+Before these, the same benchmark gave a planner mean error of 24.1 %, max 56.9 %, tau 0.24
+(06:50); `small`'s errors are now -6 to -13 %, `tiny`'s -18 to -45 %.
 
 What the host model still leaves out:
 
-- **Two ranks on two cores.** Where two ranks ran (#1-#4, #7-#9), their Forwards and
-  Backwards ran 1.3-1.7x the planner's figure, one rank's (#0, #5, #6) 0.96-1.25x (2026-12-05,
-  loads of 2.3-2.9), while `[sharing]` timed only two ranks' GEMMs and adds at once (fastest
-  loops). `[sharing].busy` now times a synthetic unit, call by call, with every rank running
-  it and gloo's threads busy with a step's messages (a 128 KB hand-off each way and a 1 MB
-  all-reduce beside each call), over its unpreempted time alone, and the planner slows the
-  interpreter work of ranks sharing the cores by it (GEMMs and adds by it or their
-  contention figure, the larger). It holds the other sessions' work of the minute it was
-  measured, as `load` does. How much it takes grows with the traffic beside the compute
-  (2026-12-05, quick calibrations at loads of 2-7: 1.22-1.35 with 4 B messages, 1.25-1.46
-  with 128 KB ones, 1.48-1.60 with a 1 MB all-reduce beside the 128 KB hand-offs, 1.80-1.87
-  with 1 MB hand-offs too); one figure prices a D = 2 ZeRO step (a layer's parameters or
-  gradients per task) and a P = 2 step's hand-offs alike. Measured with it (2026-12-05 03:51,
-  loads of 1.0-1.8): `small`'s two-rank Forwards and Backwards (#1-#4) came to 0.92-1.00 of
-  the planner's figure, where they were 1.1-1.4; `tiny`'s ZeRO-2 and -3 steps (#7, #8) are
-  still 1.12-1.42 (their tasks are small beside the gradients and shards they move each
-  micro-batch, more traffic than `busy`'s mix), and their step is under-predicted by half.
-- **The update's cache.** The executor's AdamW step on a shard twice the last-level cache runs
-  up to 2x slower than a training step's update (its ratios of 0.5-1.1): some of a unit's
-  state is still in cache when its update runs. A loop over a shard that fits the cache keeps
-  it there and runs 2-3x faster than a training step's update (ratios of 1.6-5.3 when the
-  planner took that rate for small shards). The update's speed lies between the two; in the
-  sitting above it ran 1.2-2.0x the planner's figure (the sitting before, at loads of 2-3,
-  0.5-0.9x; 0.96 in #0's accounting above): which end a step's update is nearer moves with
-  the machine and with the unit's size.
-- **Collectives on the compute thread.** A ZeRO-2 or -3 step issues a reduce-scatter or a
-  gather per unit and micro-batch; on a host its call and the copies around it (the padded
-  rows, the shard's mean, the gathered view's clone) run on the rank's one thread, and gloo's
-  own work competes for the same cores (#8 above). The planner and the VM count these
-  collectives on the link only. Beside compute they cost far more than alone: two ranks of a
-  standalone gloo loop (2026-12-05 05:22, 1-minute load 6) ran 4 GEMMs of 256^3 in 1.38 ms,
-  a reduce-scatter of a `tiny` layer's gradient (0.7 MB) in 0.91-0.97 ms and an all-gather of
-  it in 0.57-0.69 ms, but issuing either, running the GEMMs and then waiting took 6.6-7.5 ms
-  (reduce-scatter) and 4.5-6.5 ms (all-gather), not the 1.4 ms of a collective hidden behind
-  the compute nor the 2.0-2.3 ms of the two one after the other: gloo's threads and the
-  ranks' compute take turns on the cores at the scheduler's pace. A model of it needs the
-  same loop measured on an idle machine (a calibration figure: a collective's time beside a
-  compute of a given length).
+- **`tiny`'s tasks in a step.** Its Forwards and Backwards still run 1.1-1.4x the planner's
+  figure at one rank: the step-order calibration puts a task's cold start at about 30 us more
+  than a loop's, a `tiny` step about 100 us (the embedding's first Forward of a micro-batch,
+  after the Backwards, 0.2 ms). The synthetic units are smaller than a layer and run fewer
+  kinds of operators between two runs of one; which part of a step's work takes the caches a
+  task then misses (code, the allocator's lists, autograd's graph of the micro-batches in
+  flight) is not measured apart.
+- **A collective beside compute costs more than alone.** The stream model counts each
+  collective at its measured time alone; `tiny`'s ZeRO-2 and -3 steps (#7, #8) still run
+  1.6-1.8x the prediction. Under load a collective issued before compute waited for the
+  scheduler's slices (1 MB all-gather: 2.2 ms after 1.7 ms of compute at a load of 2, where it
+  took 0.5 ms alone). A calibration figure for it (a collective's time beside a compute of a
+  given length, every rank computing) is the next step.
+- **An update's fixed cost.** The update is priced per byte from its measured row; the
+  executor's AdamW step also runs a dozen torch operators per unit whatever its size, which
+  `tiny`'s small units (181 K elements a layer) show: their updates ran 1.3-2.1x the figure,
+  `small`'s 1.0-1.3x.
+- **Stage hand-offs** stay on the link (the planner counts a boundary send on the path); `tiny`
+  at P = 2 (#9) waits for its peer more than the send's measured time.
 - **The machine's other load.** The medians include every preemption by other processes; the
-  profile calibrated at a round's start sees that minute's load, and `[sharing]` (each rank's
-  time with both ranks busy over one alone) measures two ranks plus whatever else ran then.
-  A configuration whose spread is wide was measured through a change of load; a round whose
-  load changed between its calibration and its runs is priced for the wrong machine.
+  profile calibrated at a round's start sees that minute's load (`load` for GEMMs, `tasks` for
+  the interpreter), and a round whose load changed between its calibration and its runs is
+  priced for another machine. Under a load of 3.6 from other agents' test suites every step ran
+  1.6-2.3x its prediction (07:50); memory and cache contention, which neither window sees, is
+  the likely part.
+- **The executor's loop between tasks**: a median 10 us a task (freeing values, recording
+  times), 2 % of `tiny`'s step, not in the model.
 - **Operators by count, not by kind.** Every torch operator costs the block's mean; a layer's
   view, transpose and shape reads cost less than its attention's or norm's autograd.
-- **The cache between tasks.** GEMM and memory rows are each measured hot; a Backward whose
-  saved activations were evicted by the micro-batches between runs slower.
 - **Collectives and transfers** are not in the ratios: `--measure` times them from their last
   member's issue to their reader's wait, an upper bound of their duration.
 """

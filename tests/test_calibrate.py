@@ -180,8 +180,8 @@ def test_a_synthetic_unit_run_as_the_executor_runs_one_gives_torchs_own_gradient
         for p in stack.parameters():
             p.add_(0.1 * torch.randn(p.shape))
     x = torch.ones(1, 2, 4)
-    _, both = compute.unit_calls(stack, x.shape, torch.device("cpu"))
-    flat = both()
+    forward, backward = compute.unit_pair(stack, x.shape, torch.device("cpu"))
+    flat = backward(forward())
     leaf = x.clone().requires_grad_(True)
     stack(leaf).backward(torch.ones(1, 2, 4))
     assert torch.allclose(flat, torch.cat([p.grad.reshape(-1) for p in stack.parameters()]), atol=1e-6)

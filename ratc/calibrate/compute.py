@@ -64,7 +64,7 @@ class Rotation:
 def gemm(ops: Operands, m: int, n: int, k: int, layout: str, cold: Rotation | None = None):
     """A call that runs the (m, n, k) GEMM with its operands in `layout`; with `cold`, its
     second operand (the weight forward and in the input gradient, the saved input in the
-    weight gradient) is a new view of the rotation each call."""
+    weight gradient) is the rotation's next copy each call."""
     out = torch.empty(m, n, device=ops.device)
     second = (n, k) if layout == "nt" else (k, n)
     seconds = cold.copies(*second) if cold is not None else [ops(*second)]
@@ -182,11 +182,6 @@ class _Stack(torch.nn.Module):
         return x
 
 
-def block_stack(blocks: int) -> torch.nn.Module:
-    """A stack of `blocks` blocks of a layer's kinds of operators, on a few elements."""
-    return _Stack(blocks)
-
-
 def synthetic_unit(module: torch.nn.Module, device: torch.device):
     """(the executor's Unit of a traced module reading `x`, its flat parameter vector)."""
     from ratc.vm.functional.units import Unit
@@ -221,12 +216,6 @@ def unit_pair(module: torch.nn.Module, shape: tuple, device: torch.device) -> tu
         grads = torch.autograd.grad(list(outs), [leaf, *params], [torch.ones_like(o) for o in outs])
         return unit.flat_grad(list(grads[1:]))
     return forward, backward
-
-
-def unit_calls(module: torch.nn.Module, shape: tuple, device: torch.device) -> tuple:
-    """(a Forward, a Forward and its Backward) of the module as the executor runs a unit."""
-    forward, backward = unit_pair(module, shape, device)
-    return forward, lambda: backward(forward())
 
 
 def update_call(elements: int, device: torch.device) -> tuple:
@@ -283,7 +272,8 @@ def run_sequence(units: dict, settings: Settings, sync) -> dict:
     after itself: in a `ratc train` step of `tiny` (2026-12-05) a unit's Forward run twice
     in a row took 0.105 ms (the embedding) to 0.86 ms (a layer) the second time and 0.30 to
     1.06 ms the first, when the tasks before it had taken the caches, and a loop of calls of
-    one task finds them warm (a one-operator unit's Forward 35 us alone, 80 us in a sequence)."""
+    one task finds them warm (a one-operator unit's Forward 24 us in a loop, 50 us in a
+    sequence, on an idle machine)."""
     keys = list(units)
     samples = {(key, way): [] for key in keys for way in ("forward", "backward")}
     for _ in range(settings.repeats):
