@@ -271,12 +271,16 @@ def test_rank_figures_fit_known_links_and_take_each_sharing_figure_as_together_o
     sweep = [(nbytes, [50e-6 + nbytes / 2e9] * 9 + [1e-2]) for nbytes in (4000, 512000, 16000000)]
     # rank 0's (alone, busy) seconds of the synthetic unit: busy over alone 1.2, 1.3 .. 1.6
     busy = [(2e-3, 2e-3 * r) for r in (1.3, 1.6, 1.2, 1.5, 1.4)]
+    # beside compute: 0.9 ms + bytes / 0.5 GB/s extra, each size's median (one call 10 ms late)
+    beside = [(nbytes, [9e-4 + nbytes / 0.5e9, 1e-2, 9e-4 + nbytes / 0.5e9]) for nbytes in (4000, 512000, 16000000)]
     got = rank_figures({"messages": {("p2p", 2): [sweep] * 3, ("all_reduce", 2): [sweep] * 3},
+                        "beside": {("all_reduce", 2): [beside] * 3},
                         "sharing": {"busy": busy, "load": [(1.0, 1.1)] * 5}})
     assert got["p2p"]["latency"].median == pytest.approx(50e-6)
     assert got["p2p"]["bandwidth"].median == pytest.approx(2e9)
     (key, row), = got["collectives"]
     assert key == ("all_reduce", 2) and row["tail"].median == pytest.approx(sweep[0][1][0] + 0.1 * (1e-2 - sweep[0][1][0]))
+    assert (row["beside_latency"].median, row["beside_bandwidth"].median) == pytest.approx((9e-4, 0.5e9))
     assert (got["sharing"]["busy"].q1, got["sharing"]["busy"].median, got["sharing"]["busy"].q3) == \
         pytest.approx((1.3, 1.4, 1.5))
     assert got["sharing"]["load"].median == pytest.approx(1.1)

@@ -111,6 +111,24 @@ def test_a_host_collective_is_its_measured_fit_and_an_unmeasured_one_a_ring_over
     assert reduce_scatter(2, 1e6, Link(100e-6, 2e9)) == pytest.approx(reduce_scatter(2, 1e6, link))
 
 
+def test_a_collective_in_the_compute_stream_costs_its_fit_beside_compute(host):
+    # HOST's all-reduce: 300 us + bytes / 1 GB/s alone, 900 us + bytes / 0.5 GB/s beside compute
+    alone, beside = 300e-6 + 1e6 / 1e9, 900e-6 + 1e6 / 0.5e9
+    assert all_reduce(2, 1e6, link_for(host, 2, ranks=1)) == pytest.approx(alone)     # (a core to spare)
+    assert all_reduce(2, 1e6, link_for(host, 2, ranks=2)) == pytest.approx(beside)    # every core taken
+    # per candidate, as the planner asks: programs of 1 and 2 ranks
+    both = link_for(host, 2, ranks=np.array([[1], [2]]))
+    assert list(all_reduce(2, 1e6, both)[:, 0]) == pytest.approx([alone, beside])
+    # never less than alone (a beside fit under it is the noise of a quieter minute)
+    quiet = {**FIGURES, "collectives": [(("all_reduce", 2), {**FIGURES["collectives"][0][1],
+                                                             "beside_latency": fig(1e-6), "beside_bandwidth": fig(5e9)})]}
+    quiet_host = parse_platform(render("quiet", "ratc calibrate", FACTS, quiet), "quiet.toml")
+    assert all_reduce(2, 1e6, link_for(quiet_host, 2, ranks=2)) == pytest.approx(alone)
+    # a DSP machine's links run beside its compute
+    mt = load_platform("mt3000")
+    assert all_reduce(8, 1e6, link_for(mt, 8, ranks=8)) == pytest.approx(all_reduce(8, 1e6, link_for(mt, 8)))
+
+
 def test_a_host_platform_gets_the_host_profile_and_an_fp32_recipe(host):
     from ratc.frontend.presets import trace_preset
     from ratc.planner.search import Planner

@@ -28,7 +28,8 @@ FIGURES = {
                 "memory": [("add", 786432, fig(25e-6)), ("add", 201326592, fig(0.033))]},
     "p2p": {"latency": fig(100e-6), "bandwidth": fig(2e9)},
     "sharing": {"matmul": fig(1.5), "memory": fig(1.8), "load": fig(1.25), "tasks": fig(1.3), "busy": fig(1.4)},
-    "collectives": [(("all_reduce", 2), {"latency": fig(300e-6), "bandwidth": fig(1e9), "tail": fig(4e-3)})],
+    "collectives": [(("all_reduce", 2), {"latency": fig(300e-6), "bandwidth": fig(1e9), "tail": fig(4e-3),
+                                         "beside_latency": fig(900e-6), "beside_bandwidth": fig(0.5e9)})],
 }
 HOST = render("made-up", "ratc calibrate -o made-up.toml", FACTS, FIGURES)
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from ratc.calibrate.stats import figure, latency_bandwidth, percentile
+import statistics
+
+from ratc.calibrate.stats import figure, fit_line, latency_bandwidth, percentile
 
 TAIL = 90       # the percentile a collective's tail is
 FAST = 10       # the percentile of a size's calls the line is fitted through
+MIN_SLOPE = 1e-13   # s/B: a beside fit's bandwidth is at most 10 TB/s
 
 
 def message_figures(runs: list) -> dict:
@@ -24,10 +27,24 @@ def message_figures(runs: list) -> dict:
             "tail": figure(tails)}
 
 
+def beside_figures(runs: list) -> dict:
+    """beside_latency and beside_bandwidth of a collective issued beside compute: a line fitted
+    per repeat through each size's median extra time (its typical cost, scheduler waits and
+    all); its slope floored at MIN_SLOPE (a cost that did not grow with the bytes)."""
+    fits = []
+    for sweep in runs:
+        sizes = [nbytes for nbytes, _ in sweep]
+        intercept, slope = fit_line(sizes, [statistics.median(calls) for _, calls in sweep])
+        fits.append((max(intercept, 0.0), 1.0 / max(slope, MIN_SLOPE)))
+    return {"beside_latency": figure(f[0] for f in fits), "beside_bandwidth": figure(f[1] for f in fits)}
+
+
 def rank_figures(payload: dict) -> dict:
     """[p2p], [[collectives]] and [sharing] figures from rank 0's payload."""
     messages = {key: message_figures(runs) for key, runs in payload["messages"].items()}
     p2p = messages.pop(("p2p", 2))
+    for key, runs in payload["beside"].items():
+        messages[key].update(beside_figures(runs))
     return {
         "p2p": {"latency": p2p["latency"], "bandwidth": p2p["bandwidth"]},
         "collectives": sorted(messages.items(), key=lambda item: (item[0][1], item[0][0])),

@@ -131,5 +131,6 @@ def _host_sections(facts: dict, figures: dict) -> list[str]:
     for (op, ranks), figs in figures["collectives"]:
         lines += ["", "[[collectives]]", f'op = "{op}"', f"ranks = {ranks}",
                   *(f"{key} = {measured(figs[key], kind)}"
-                    for key, kind in (("latency", "time"), ("bandwidth", "bandwidth"), ("tail", "time")))]
+                    for key, kind in (("latency", "time"), ("bandwidth", "bandwidth"), ("tail", "time"),
+                                      ("beside_latency", "time"), ("beside_bandwidth", "bandwidth")))]
     return lines

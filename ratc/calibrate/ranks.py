@@ -67,20 +67,49 @@ class _Rank:
             self.wait(dist.isend(buf, 0), f"a send of {buf.numel() * FP32} B to rank 0")
         return (time.perf_counter() - start) / 2
 
-    def collective(self, op: str, nbytes: int, ranks: int):
-        """A call that runs the collective over a buffer of nbytes on the first `ranks` ranks."""
+    def _issue(self, op: str, nbytes: int, ranks: int) -> tuple:
+        """(a call issuing the collective over a buffer of nbytes on the first `ranks` ranks,
+        asynchronously; the buffer's bytes; what it is, for a wait's error)."""
         shard = torch.ones(max(1, nbytes // (FP32 * ranks)), device=self.device)
         full = torch.ones(shard.numel() * ranks, device=self.device)
         group, what = self.groups[ranks], f"{op} of {full.numel() * FP32} B over {ranks} ranks"
         start = {"all_reduce": lambda: dist.all_reduce(full, group=group, async_op=True),
                  "reduce_scatter": lambda: dist.reduce_scatter_single(shard, full, group=group, async_op=True),
                  "all_gather": lambda: dist.all_gather_single(full, shard, group=group, async_op=True)}[op]
+        return start, full.numel() * FP32, what
+
+    def collective(self, op: str, nbytes: int, ranks: int):
+        """A call that runs the collective over a buffer of nbytes on the first `ranks` ranks."""
+        start, size, what = self._issue(op, nbytes, ranks)
 
         def run() -> float:
             begin = time.perf_counter()
             self.wait(start(), what)
             return time.perf_counter() - begin
-        return run, full.numel() * FP32
+        return run, size
+
+    def beside(self, op: str, nbytes: int, ranks: int, compute, calls: int) -> tuple:
+        """(buffer bytes, [seconds per call]): how much longer every rank of the group takes to
+        issue the collective, run `compute` and wait for it than to run `compute` alone (each
+        pair after a barrier of the group; a warm-up pair first). Where the ranks' threads take
+        every core, gloo's threads get the cores only as the scheduler hands them over: a
+        `tiny` layer's reduce-scatter issued before 1.5 ms of compute ended 2.5 ms after it,
+        where it took 0.63 ms alone (2026-12-05)."""
+        start, size, what = self._issue(op, nbytes, ranks)
+        group, out = self.groups[ranks], []
+        for _ in range(calls + 1):
+            self.wait(dist.barrier(group=group, async_op=True), f"a barrier before {what} beside compute")
+            begin = time.perf_counter()
+            compute()
+            self.sync()
+            alone = time.perf_counter() - begin
+            self.wait(dist.barrier(group=group, async_op=True), f"a barrier before {what} beside compute")
+            begin = time.perf_counter()
+            work = start()
+            compute()
+            self.wait(work, f"{what} beside compute")
+            out.append(time.perf_counter() - begin - alone)
+        return size, out[1:]
 
     def messages(self) -> dict:
         """{("p2p", 2) or (collective, ranks): [[(bytes, [seconds per call]) per size] per repeat]}."""
@@ -99,6 +128,20 @@ class _Rank:
                         run()
                         sweep.append((size, [run() for _ in range(calls)]))
                 runs[key].append(sweep)
+                self.barrier()
+        return runs
+
+    def besides(self) -> dict:
+        """{(collective, ranks): [[(bytes, [extra seconds per call]) per size] per repeat]} of each
+        collective issued beside a round of the fixed costs' synthetic units (a micro-batch's
+        worth of small tasks, as a step runs them beside its collectives)."""
+        compute = step_round(fixed_cost_units(self.device))
+        runs = {(op, g): [] for g in self.groups for op in COLLECTIVES}
+        for _ in range(self.settings.repeats):
+            for op, g in runs:
+                if self.rank < g:
+                    runs[(op, g)].append([self.beside(op, nbytes, g, compute, self.settings.beside_calls)
+                                          for nbytes, _ in self.settings.messages])
                 self.barrier()
         return runs
 
@@ -187,7 +230,7 @@ def _rank_main(settings: Settings, rank: int, world: int, store_path: str, resul
         dist.init_process_group(settings.backend, store=store, rank=rank, world_size=world, timeout=timeout)
         try:
             me = _Rank(settings, rank, world)
-            payload = {"messages": me.messages(), "sharing": me.sharing()}
+            payload = {"messages": me.messages(), "beside": me.besides(), "sharing": me.sharing()}
             me.barrier()
         finally:
             dist.destroy_process_group()

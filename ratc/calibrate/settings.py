@@ -66,6 +66,11 @@ class Settings:
         return ((4 * KB, 41), (64 * KB, 25), (1 * MB, 15), (8 * MB, 7))
 
     @property
+    def beside_calls(self) -> int:
+        """Calls per size of a collective issued beside compute (each a few milliseconds)."""
+        return 3 if self.quick else 5
+
+    @property
     def sharing_seconds(self) -> float:
         """How long one run of the sharing measurement lasts: long enough to see the
         ranks contend, not just the scheduler's noise."""

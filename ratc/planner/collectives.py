@@ -21,20 +21,28 @@ class Link:
     # a host's measured collectives ([[collectives]]): ((op, ranks, latency, bandwidth), ...),
     # which price its collectives in place of the ring over this link
     measured: tuple = ()
+    # ... and the same fits of their cost issued beside compute, which prices them where `inline`
+    # (bool, or [C, 1] per candidate: Platform.collectives_in_compute_stream)
+    beside: tuple = ()
+    inline: object = False
 
     def send(self, nbytes: float) -> float:
         """Seconds to move one message."""
         return self.latency + nbytes / self.bandwidth
 
 
-def link_for(platform, span) -> Link:
-    """The slowest link a group spanning `span` consecutive clusters uses."""
+def link_for(platform, span, ranks=None) -> Link:
+    """The slowest link a group spanning `span` consecutive clusters uses, in a program of
+    `ranks` processes (a host's collectives run in its compute stream once they take every core)."""
     net = platform.network
     intra = np.asarray(span) <= net.clusters_per_node
-    measured = tuple((r.op, r.ranks, r.latency.median, r.bandwidth.median)
-                     for r in platform.collectives) if getattr(platform, "kind", "dsp") == "host" else ()
+    host = getattr(platform, "kind", "dsp") == "host"
+    measured = tuple((r.op, r.ranks, r.latency.median, r.bandwidth.median) for r in platform.collectives) if host else ()
+    beside = tuple((r.op, r.ranks, r.beside_latency.median, r.beside_bandwidth.median)
+                   for r in platform.collectives) if host else ()
+    inline = platform.collectives_in_compute_stream(ranks) if host and ranks is not None else False
     return Link(np.where(intra, net.intra_node_latency, net.inter_node_latency),
-                np.where(intra, net.intra_node_bandwidth, net.inter_node_bandwidth), measured)
+                np.where(intra, net.intra_node_bandwidth, net.inter_node_bandwidth), measured, beside, inline)
 
 
 def check_algorithm(platform) -> None:
@@ -46,20 +54,30 @@ def check_algorithm(platform) -> None:
 
 def reduce_scatter(n: int, nbytes: float, link: Link) -> float:
     """Ring reduce-scatter of an nbytes buffer over n ranks: n-1 steps of nbytes/n (0 if n=1)."""
-    fit = measured(link.measured, "reduce_scatter", n, nbytes)
+    fit = _fit(link, "reduce_scatter", n, nbytes)
     return _ring(n, nbytes, link) if fit is None else fit
 
 
 def all_gather(n: int, nbytes: float, link: Link) -> float:
     """Ring all-gather producing an nbytes buffer on n ranks."""
-    fit = measured(link.measured, "all_gather", n, nbytes)
+    fit = _fit(link, "all_gather", n, nbytes)
     return _ring(n, nbytes, link) if fit is None else fit
 
 
 def all_reduce(n: int, nbytes: float, link: Link) -> float:
     """Ring all-reduce: a reduce-scatter followed by an all-gather."""
-    fit = measured(link.measured, "all_reduce", n, nbytes)
+    fit = _fit(link, "all_reduce", n, nbytes)
     return 2 * _ring(n, nbytes, link) if fit is None else fit
+
+
+def _fit(link: Link, op: str, n, nbytes):
+    """A host's collective from its measured fit (None if unmeasured); where the program runs
+    it in the compute stream, the fit of its cost beside compute (at least its time alone)."""
+    alone = measured(link.measured, op, n, nbytes)
+    if alone is None or not np.any(link.inline):
+        return alone
+    beside = measured(link.beside, op, n, nbytes)
+    return alone if beside is None else np.where(link.inline, np.maximum(alone, beside), alone)
 
 
 def _ring(n, nbytes, link: Link):

@@ -17,10 +17,11 @@ from ratc.planner.collectives import all_gather, all_reduce, link_for, reduce_sc
 from ratc.step.rules import gathers, prefetches, shards, streamed_seconds, syncs_by_reduce_scatter
 
 
-def rank_links(platform, D, T) -> tuple:
+def rank_links(platform, D, T, P=None) -> tuple:
     """(tensor-, data-, pipeline-parallel link) of Megatron's rank layout: TP innermost, then
-    DP, then PP; each the slowest link its group spans."""
-    return link_for(platform, T), link_for(platform, D * T), link_for(platform, D * T + 1)
+    DP, then PP; each the slowest link its group spans, for a program of P x D x T ranks."""
+    ranks = None if P is None else P * D * T
+    return link_for(platform, T, ranks), link_for(platform, D * T, ranks), link_for(platform, D * T + 1, ranks)
 
 
 @dataclass(frozen=True)

@@ -264,7 +264,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     P = sc.P
     D, T, Z, b, M = c.D, c.T, c.Z, c.b, c.M
     ddr = platform.cluster.ddr_bandwidth
-    tp_link, dp_link, pp_link = rank_links(platform, D, T)
+    tp_link, dp_link, pp_link = rank_links(platform, D, T, P)
     act_bytes = b * seq_len * hidden * elem          # one micro-batch's hidden stream, [C, 1]
     stage = np.arange(P)[None, :]
     n_dec, n_rec = sc.n_dec, sc.n_rec_tp     # (a selective Recover re-runs no TP all-reduce)
@@ -643,7 +643,7 @@ def _per_rank_units(sc: StageCosts, v: int, u_rec, sched: str = "1f1b") -> tuple
 def _ex(link):
     """A link whose per-candidate arrays broadcast over units."""
     return dataclasses.replace(link, latency=np.asarray(link.latency)[..., None],
-                               bandwidth=np.asarray(link.bandwidth)[..., None])
+                               bandwidth=np.asarray(link.bandwidth)[..., None], inline=np.asarray(link.inline)[..., None])
 
 
 def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, late=0.0, inline=False):

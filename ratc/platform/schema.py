@@ -315,6 +315,10 @@ class CollectiveRow:
     latency: "Figure" = quantity(FIGURE + "time", "time of the fit at zero bytes")
     bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "buffer bytes per second of the fit's slope")
     tail: "Figure" = quantity(FIGURE + "time", "90th percentile of the smallest message's time")
+    beside_latency: "Figure" = quantity(FIGURE + "time", "issued beside compute (every rank of the group "
+                                                        "computing): its extra time at zero bytes")
+    beside_bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "issued beside compute: buffer bytes per "
+                                                                "second of its extra time's slope")
 
 
 SECTIONS: dict[str, type] = {
