@@ -247,7 +247,8 @@ def measure_ranks(settings: Settings, progress) -> dict:
                                f"this machine has {torch.cuda.device_count()}")
     ctx = multiprocessing.get_context("fork" if settings.device == "cpu" else "spawn")
     results = ctx.Queue()
-    progress(f"{settings.ranks} ranks: messages, collectives and sharing ({settings.backend})")
+    progress(f"{settings.ranks} ranks: messages, collectives (alone and beside compute) and sharing "
+             f"({settings.backend})")
     with tempfile.TemporaryDirectory(prefix="ratc-calibrate-") as tmp:
         procs = [ctx.Process(target=_rank_main, args=(settings, r, settings.ranks, os.path.join(tmp, "store"),
                                                       results), daemon=True) for r in range(settings.ranks)]

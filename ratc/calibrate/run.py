@@ -23,7 +23,8 @@ def facts(settings: Settings) -> dict:
         gpu = machine.gpu_facts()
         found = {"dsps": gpu["sms"], "dsps_source": f"streaming multiprocessors of a {gpu['name']}",
                  "memory_budget": MEMORY_SHARE * gpu["memory"], "memory_source": f"{MEMORY_SHARE:.0%} of a GPU's memory",
-                 "cache": gpu["l2"], "cache_source": "the GPU's L2 cache", "private_cache": gpu["l2"]}
+                 "cache": gpu["l2"], "cache_source": "the GPU's L2 cache",
+                 "private_cache": gpu["l2"]}
     else:
         cache, source = machine.last_level_cache()
         found = {"dsps": settings.threads, "dsps_source": "torch threads per rank",
