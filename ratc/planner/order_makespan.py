@@ -5,7 +5,8 @@ order; Forward(s, m) waits for Forward(s-1, m)'s end and the boundary send, Back
 for Backward(s+1, m)'s (the last stage's for its own Forward). Every action ends at
 max(end of the rank's previous action, end of its data dependency + send) + its duration.
 The actions are grouped into levels (all of a level's inputs end at earlier levels) once
-per order and cached, so the candidates' ends are computed a level at a time. Zero
+per order and cached, so the candidates' ends are computed a level at a time; each rank's
+end (its last action's) gives the next step's start (ratc.step.rules.next_step_start). Zero
 bubble (ZB1P), a backward is an I, which waits as a Backward does, and a W after its own I.
 FSR: an action right before a Backward (zero bubble: an I) on its rank hosts that
 Backward's first Recover (ratc.lifecycle.placement.fsr) and lasts what the co-run adds longer.
@@ -203,9 +204,9 @@ def interleaved_makespan(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, M
 def interleaved_rank_ends(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, M, wc=None,
                           sched: str = "1f1b", hosts=None, host: str = "prev", buckets=None) -> np.ndarray:
     """[C, P] end of each rank's last action under interleaved 1F1B with v chunks on P ranks
-    (fc, bc [C, P*v]; M [C, 1]); of a zero-bubble `sched` (ZB1P, ZBV) given wc [C, P*v], the W tasks' times (bc then its I's);
-    FSR's co-runs given hosts = (hf, hc[, hw]) [C, P*v], placed by `host`; ZeRO >= 2's bucket
-    chains (graph_rank_ends)."""
+    (fc, bc [C, P*v]; M [C, 1]); of a zero-bubble `sched` (ZB1P, ZBV) given wc [C, P*v], the
+    W tasks' times (bc then its I's); FSR's co-runs given hosts = (hf, hc[, hw]) [C, P*v],
+    placed by `host`; ZeRO >= 2's bucket chains (graph_rank_ends)."""
     C = fc.shape[0]
     M = np.broadcast_to(np.asarray(M), (C, 1))[:, 0].astype(int)
     send = np.broadcast_to(np.asarray(send, dtype=float), (C, 1))
@@ -216,8 +217,8 @@ def interleaved_rank_ends(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, 
         for chain in (False, True):
             rows = (M == m) & (chained == chain)
             if rows.any():
-                out[rows] = graph_rank_ends(interleaved_graph(P, v, int(m), sched, host), fc[rows], bc[rows], send[rows],
-                                           None if wc is None else wc[rows],
-                                           None if hosts is None else tuple(h[rows] for h in hosts),
-                                           tuple(x[rows] for x in buckets) if chain else None)
+                out[rows] = graph_rank_ends(interleaved_graph(P, v, int(m), sched, host), fc[rows], bc[rows],
+                                            send[rows], None if wc is None else wc[rows],
+                                            None if hosts is None else tuple(h[rows] for h in hosts),
+                                            tuple(x[rows] for x in buckets) if chain else None)
     return out

@@ -372,13 +372,13 @@ def _slot_bounds(c: CandidateBatch, path, busy_c, busy_d, link_busy, reduces: tu
     return slots, wait, wait_rec
 
 
-def _buckets(sc: StageCosts, c: CandidateBatch, b, u_rec, dp_link, recipe, inline=False):
+def _buckets(sc: StageCosts, c: CandidateBatch, b, u_rec, dp_link, recipe, whole: bool = False, inline=False):
     """ZeRO >= 2, the bucket chain's units per (virtual) stage in Backward issue order, [C, S, U]
     each: (the holder's gradient task: a Backward, a zero-bubble W; its micro-batch's reduce;
     whether it holds a bucket; what recovery runs before it, checkpointing's Recover; what
     recovery adds to it, FSR's co-run); None when no candidate's bucket chain can bind.
-    `inline` [C, 1]: candidates whose collectives run in the compute stream, their reduces in
-    the Backwards.
+    `whole`: zero bubble too, whole Backwards (the state chain's clock). `inline` [C, 1]:
+    candidates whose collectives run in the compute stream, their reduces in the Backwards.
 
     A candidate's chains bind only where one waits, started on a free link, or a stage's
     gradient send would queue behind its reduces: else its holds stay False and it keeps
@@ -392,7 +392,7 @@ def _buckets(sc: StageCosts, c: CandidateBatch, b, u_rec, dp_link, recipe, inlin
         return None
     holds = per_mb & (sc.u_trainable > 0)
     red = np.where(holds, reduce_scatter(c.D[:, :, None], sc.u_trainable * recipe.grad_bytes, _ex(dp_link)), 0.0)
-    zb = c.sched != "1f1b"          # (a W holds the bucket; recovery comes before its I)
+    zb = c.sched != "1f1b" and not whole          # (a W holds the bucket; recovery comes before its I)
     work = b[:, :, None] * (sc.u_bwd_w if zb else sc.u_bwd)
     ckpt = (c.act == CKPT)[:, :, None] & (not zb)
     before = np.where(ckpt, u_rec, 0.0)
@@ -531,10 +531,10 @@ def _three(three: np.ndarray) -> tuple:
 def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, host_f, host_c, slot_rec,
                            wc=None, buckets=None) -> tuple:
     """(T_1F1B, E_link, E_rec) [C] of interleaved 1F1B, each the next step's start
-    (ratc.step.rules.next_step_start), and the state chain's window [C, P]: _makespans' three slots (the arrays
-    are per virtual stage, [C, P*v]) over its order, each Forward its compute-stream part,
-    each Backward the rest of its slot (so recovery, under Ckpt, is on the Backward). The
-    state chain is costed per rank (_state_chain, _per_rank_units, and its approximation).
+    (ratc.step.rules.next_step_start), and the state chain's window [C, P]: _makespans'
+    three slots (the arrays are per virtual stage, [C, P*v]) over its order, each Forward its
+    compute-stream part, each Backward the rest of its slot (so recovery, under Ckpt, is on
+    the Backward). The state chain is costed per rank (_state_chain, _per_rank_units, and its approximation).
     Given wc [C, P*v] (ZB1P), each backward is an I, the rest of the slot, and a W of wc.
     FSR (host_f, host_c [C, P*v], _fsr_hosts): the co-run of a Backward's first Recover is
     on the task its rank runs before it, a Forward or a Backward of any chunk, not on the
@@ -677,15 +677,13 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, late=
     rs = np.where(inline & reduces_per_micro_batch(Z), cost.tie, rs)
     u_fwd = b * sc.u_fwd
     # The last micro-batch's Backward of a unit, whose end releases its GradSync, with what
-    # its recovery adds (checkpointing: the Recover before it; FSR: the co-run it hosts);
-    # zero bubble, its W: a rank's order ends with the last micro-batch's Ws back to back
-    # (its Recovers came before its Is).
-    u_bwd = b * sc.u_bwd_w if c.sched != "1f1b" else b * sc.u_bwd + u_rec
+    # its recovery adds (checkpointing: the Recover before it; FSR: the co-run it hosts).
+    u_bwd = b * sc.u_bwd + u_rec
     # Backward visits units last-to-first; unit j's sync is released when its backward ends,
     # and the syncs run on the link one at a time in that order. The last, unit 0's, ends
     # S_exp = max_j (sum_{k<=j} RS_k - sum_{k<j} B_k) after the stage's backward.
     released = -(np.cumsum(u_bwd, axis=2) - u_bwd)     # Backward(j) ends, relative to the stage's last
-    buckets = _buckets(sc, c, c.b, u_rec, dp_link, recipe, inline=inline[..., 0])
+    buckets = _buckets(sc, c, c.b, u_rec, dp_link, recipe, whole=True, inline=inline[..., 0])
     if buckets is not None:      # ZeRO >= 2: ... each waiting for its bucket (bucket_chain)
         work, red, holds, before, work_rec = buckets
         ends = bucket_chain(before, work_rec, red, holds)[0]
