@@ -114,6 +114,20 @@ def test_ordered_fsr_and_selective_steps_at_zero3_are_within_1_percent_of_the_sy
     assert abs(_error(_planner("llama2-7b", 2048), cand)) <= TOLERANCE
 
 
+@pytest.mark.parametrize("P,per_rank", [(2, 2), (4, 2), (4, 4)])
+@pytest.mark.parametrize("keep", ["", "32s"], ids=["full", "selective"])
+@pytest.mark.parametrize("Z", [0, 1, 2, 3])
+def test_zbv_steady_step_is_within_1_percent_of_the_system_vm(P, per_rank, keep, Z):
+    """The VM's step runs from one step's end to the next's: the V's bottom ranks, reached
+    last by the next step's first micro-batch, run their trailing Ws beside its first
+    Forwards, so the step is the next step's start (ratc.step.rules.next_step_start), and
+    each rank's state chain starts at its own last W. Priced as the latest rank's end it was
+    1.1-1.25 % above the VM (P = 4, A = 2P, Full and selective at ZeRO 0-2)."""
+    cand = Candidate(P=P, D=2, T=1, Z=Z, b=1, A=per_rank * P, act="fsr" if keep else "full", pref="deadline", v=2,
+                     sched="zbv", keep=keep)
+    assert abs(_error(_planner("llama2-7b", 2048), cand)) <= TOLERANCE
+
+
 def test_more_virtual_stages_than_decoder_layers_are_refused_by_name():
     cand = Candidate(P=4, D=1, T=1, Z=1, b=1, A=4, act="ckpt", pref="deadline", v=2)
     with pytest.raises(RatcError, match="P x v = 8 virtual stages exceed the model's 4 decoder layers"):

@@ -1,16 +1,23 @@
-"""The makespan over any per-rank order against networkx's longest path and the 1F1B makespan."""
+"""The makespan over any per-rank order (and each rank's end) against networkx's longest path and the
+1F1B makespan."""
 
 import networkx as nx
 import numpy as np
 import pytest
 
 from ratc.lifecycle.onefoneb import stage_order
-from ratc.planner.order_makespan import action_graph, graph_makespan, interleaved_graph, interleaved_makespan
+from ratc.planner.order_makespan import (action_graph, graph_makespan, interleaved_graph, interleaved_makespan,
+                                         interleaved_rank_ends)
 from ratc.planner.timing import makespan
 from ratc.step.schedules import interleaved_1f1b
 
 
 def _longest_path_nx(orders, S, fc, bc, send, hf=None, hc=None):
+    """networkx's longest path through _graph_nx."""
+    return nx.dag_longest_path_length(_graph_nx(orders, S, fc, bc, send, hf, hc), weight="weight")
+
+
+def _graph_nx(orders, S, fc, bc, send, hf=None, hc=None):
     """The same task graph as a networkx DAG: a node per action (weight: its duration), edges
     rank order (0) and data dependency (the send when it crosses ranks). FSR (hf, hc): an
     action right before a Backward of stage g on its rank hosts g's first Recover, a
@@ -31,7 +38,7 @@ def _longest_path_nx(orders, S, fc, bc, send, hf=None, hc=None):
             ((s + 1, "B", mb) if s < S - 1 else (s, "F", mb))
         if dep is not None:
             g.add_edge(("end", dep), ("start", a), weight=send if rank_of[dep] != rank_of[a] else 0.0)
-    return nx.dag_longest_path_length(g, weight="weight")
+    return g
 
 
 @pytest.mark.parametrize("P,v,M", [(2, 2, 2), (2, 2, 4), (4, 2, 4), (4, 2, 8), (3, 3, 3), (4, 4, 8), (2, 3, 6)])
@@ -44,6 +51,26 @@ def test_interleaved_makespan_equals_networkx_longest_path(P, v, M):
     got = interleaved_makespan(fc, bc, send, P, v, np.full((5, 1), M))
     want = [_longest_path_nx(orders, S, fc[i], bc[i], send[i, 0]) for i in range(5)]
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("P,v,M", [(2, 2, 2), (4, 2, 8), (3, 3, 6), (4, 4, 8)])
+def test_each_rank_s_end_equals_networkx_longest_path_to_its_last_action(P, v, M):
+    """What the planner's next-step start reads (ratc.step.rules.next_step_start)."""
+    rng = np.random.default_rng(P * 100 + v * 10 + M + 3)
+    S = P * v
+    orders = tuple(tuple((a.stage, a.kind, a.mb) for a in interleaved_1f1b(P, v, M, r)) for r in range(P))
+    fc, bc = rng.uniform(0.2, 2.0, (3, S)), rng.uniform(0.2, 4.0, (3, S))
+    send = rng.uniform(0.0, 0.5, (3, 1))
+    got = interleaved_rank_ends(fc, bc, send, P, v, np.full((3, 1), M))
+    for i in range(3):
+        g = _graph_nx(orders, S, fc[i], bc[i], send[i, 0])
+        reach = {}
+        for node in nx.topological_sort(g):
+            reach[node] = max((reach[u] + w for u, _, w in g.in_edges(node, data="weight")), default=0.0)
+        np.testing.assert_allclose(got[i], [reach["end", order[-1]] for order in orders], rtol=1e-12)
+    # the latest rank's end is the makespan; rank 0 runs the last Backward (stage 0's)
+    np.testing.assert_allclose(got.max(axis=1), interleaved_makespan(fc, bc, send, P, v, np.full((3, 1), M)))
+    assert (got[:, 0] == got.max(axis=1)).all()
 
 
 @pytest.mark.parametrize("P,v,M", [(2, 2, 4), (4, 2, 8), (3, 3, 6), (4, 4, 8)])

@@ -40,13 +40,8 @@ def _both(cand):
 def test_zero_bubble_step_prediction_is_within_1_percent_of_the_system_vm(sched, P, v, act, Z):
     cand = Candidate(P=P, D=2, T=1, Z=Z, b=1, A=2 * P, act=act, pref="deadline", v=v, sched=sched)
     ev, sim = _both(cand)
-    # the planner prices one step; the VM's steady step is shorter where the next step's first
-    # Forwards overlap the last Ws (ZBV, Full: 0.4-1.2 %), so ZBV is held to one simulated step
-    if sched == "zbv":
-        assert abs(ev.t_step - sim.step_seconds) <= 0.015 * sim.step_seconds
-        planner = _planner()
-        sim = run_module(compile_candidate(planner.model, cand, planner.platform, planner), planner.platform,
-                         steps=1, memory_limit=False)[1]
+    # (ZBV's steady step, where the next step's first Forwards overlap the last Ws, too:
+    # ratc.step.rules.next_step_start)
     assert abs(ev.t_step - sim.step_seconds) <= 0.01 * sim.step_seconds
     # memory: never below what the VM holds, at most 10 % above it
     peak = max(sim.stage_peak_bytes)

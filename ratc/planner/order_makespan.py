@@ -5,7 +5,8 @@ order; Forward(s, m) waits for Forward(s-1, m)'s end and the boundary send, Back
 for Backward(s+1, m)'s (the last stage's for its own Forward). Every action ends at
 max(end of the rank's previous action, end of its data dependency + send) + its duration.
 The actions are grouped into levels (all of a level's inputs end at earlier levels) once
-per order and cached, so the candidates' ends are computed a level at a time. Zero
+per order and cached, so the candidates' ends are computed a level at a time; each rank's
+end (its last action's) gives the next step's start (ratc.step.rules.next_step_start). Zero
 bubble (ZB1P), a backward is an I, which waits as a Backward does, and a W after its own I.
 FSR: an action right before a Backward (zero bubble: an I) on its rank hosts that
 Backward's first Recover (ratc.lifecycle.placement.fsr) and lasts what the co-run adds longer.
@@ -33,6 +34,7 @@ class ActionGraph:
     n: int                  # actions; index n is a sentinel that ends at 0
     stages: int             # virtual stages S (duration columns: F of s is s, B of s is S + s)
     levels: tuple
+    last: tuple = ()        # per rank, the index of its order's last action (n: an empty order)
 
 
 # A kind's duration column block: F of s is column s, B (or a zero-bubble I) S + s, W 2S + s.
@@ -87,7 +89,8 @@ def action_graph(orders: tuple, stages: int, host: str = "prev") -> ActionGraph:
     cols = np.array([r[1:] for r in rows], dtype=np.int64).reshape(-1, 6)
     bounds = np.searchsorted(np.array([r[0] for r in rows]), np.arange(max(level[:n]) + 2))
     levels = tuple(tuple(cols[a:b, j] for j in range(6)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a)
-    return ActionGraph(n, stages, tuple((i, p, d, c.astype(float), col, h) for i, p, d, c, col, h in levels))
+    last = tuple(idx[order[-1]] if order else n for order in coded)
+    return ActionGraph(n, stages, tuple((i, p, d, c.astype(float), col, h) for i, p, d, c, col, h in levels), last)
 
 
 def _dependency(col: int, stages: int):
@@ -129,7 +132,7 @@ def _bucket_ends(graph: ActionGraph, dur, send, end, buckets, hosts, zb: bool) -
             e[:, grad] = np.maximum(e[:, grad], ends[..., -1])
         ring[:, idx] = r
         end[:, idx] = e
-    return end[:, :graph.n].max(axis=1)
+    return end[:, graph.last]
 
 
 def _host_columns(hosts, C: int) -> np.ndarray:
@@ -164,8 +167,14 @@ def interleaved_graph(P: int, v: int, M: int, sched: str = "1f1b", host: str = "
 
 def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=None, hosts=None,
                    buckets=None) -> np.ndarray:
-    """[C] end of the last action: fc, bc [C, S] each virtual stage's Forward and Backward
-    compute-stream time (zero bubble: bc its I's and wc its W's), send [C, 1] one boundary
+    """[C] end of the last action (graph_rank_ends' latest)."""
+    return graph_rank_ends(graph, fc, bc, send, wc, hosts, buckets).max(axis=1)
+
+
+def graph_rank_ends(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=None, hosts=None,
+                    buckets=None) -> np.ndarray:
+    """[C, ranks] end of each rank's last action: fc, bc [C, S] each virtual stage's Forward
+    and Backward compute-stream time (zero bubble: bc its I's and wc its W's), send [C, 1] one boundary
     transfer (on the link, between ranks); FSR: hosts = (hf, hc[, hw]) [C, S], what a Forward,
     a Backward (an I) and a W add hosting stage s's Backward's (I's) first Recover; ZeRO >= 2:
     buckets (see _bucket_ends), each gradient task (a Backward; zero bubble, a W) at least its
@@ -183,27 +192,33 @@ def graph_makespan(graph: ActionGraph, fc: np.ndarray, bc: np.ndarray, send, wc=
         extra = _host_columns(hosts, C)
         for idx, prev, dep, cross, col, host in graph.levels:
             end[:, idx] = np.maximum(end[:, prev], end[:, dep] + send * cross) + dur[:, col] + extra[:, host]
-    return end[:, :graph.n].max(axis=1)
+    return end[:, graph.last]
 
 
 def interleaved_makespan(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, M, wc=None,
                          sched: str = "1f1b", hosts=None, host: str = "prev", buckets=None) -> np.ndarray:
-    """[C] makespan of interleaved 1F1B with v chunks on P ranks (fc, bc [C, P*v]; M [C, 1]);
-    of a zero-bubble `sched` (ZB1P, ZBV) given wc [C, P*v], the W tasks' times (bc then its I's);
-    FSR's co-runs given hosts = (hf, hc[, hw]) [C, P*v], placed by `host`; ZeRO >= 2's bucket
-    chains (graph_makespan)."""
+    """[C] makespan of an ordered schedule (interleaved_rank_ends' latest)."""
+    return interleaved_rank_ends(fc, bc, send, P, v, M, wc, sched, hosts, host, buckets).max(axis=1)
+
+
+def interleaved_rank_ends(fc: np.ndarray, bc: np.ndarray, send, P: int, v: int, M, wc=None,
+                          sched: str = "1f1b", hosts=None, host: str = "prev", buckets=None) -> np.ndarray:
+    """[C, P] end of each rank's last action under interleaved 1F1B with v chunks on P ranks
+    (fc, bc [C, P*v]; M [C, 1]); of a zero-bubble `sched` (ZB1P, ZBV) given wc [C, P*v], the
+    W tasks' times (bc then its I's); FSR's co-runs given hosts = (hf, hc[, hw]) [C, P*v],
+    placed by `host`; ZeRO >= 2's bucket chains (graph_rank_ends)."""
     C = fc.shape[0]
     M = np.broadcast_to(np.asarray(M), (C, 1))[:, 0].astype(int)
     send = np.broadcast_to(np.asarray(send, dtype=float), (C, 1))
     # (rows whose units hold no bucket take the plain, cheaper level loop)
     chained = np.zeros(C, dtype=bool) if buckets is None else np.asarray(buckets[3]).reshape(C, -1).any(axis=1)
-    out = np.empty(C)
+    out = np.empty((C, P))
     for m in np.unique(M):
         for chain in (False, True):
             rows = (M == m) & (chained == chain)
             if rows.any():
-                out[rows] = graph_makespan(interleaved_graph(P, v, int(m), sched, host), fc[rows], bc[rows], send[rows],
-                                           None if wc is None else wc[rows],
-                                           None if hosts is None else tuple(h[rows] for h in hosts),
-                                           tuple(x[rows] for x in buckets) if chain else None)
+                out[rows] = graph_rank_ends(interleaved_graph(P, v, int(m), sched, host), fc[rows], bc[rows],
+                                            send[rows], None if wc is None else wc[rows],
+                                            None if hosts is None else tuple(h[rows] for h in hosts),
+                                            tuple(x[rows] for x in buckets) if chain else None)
     return out

@@ -15,13 +15,14 @@ import numpy as np
 
 from ratc.planner.collectives import Link, all_reduce, reduce_scatter
 from ratc.planner.config import CandidateBatch
-from ratc.planner.order_makespan import interleaved_makespan
+from ratc.planner.order_makespan import interleaved_rank_ends
 from ratc.planner.stages import StageCosts
 from ratc.planner.stream_update import in_stream_tail
 from ratc.step.schedules import rank_columns
 from ratc.planner.state_chain import gather_time, rank_links, state_costs
 from ratc.step.config import ACT_POLICIES, PREF_POLICIES, RECIPE
-from ratc.step.rules import bucket_chain, gathers, recomputes, reduces_per_micro_batch, gather_ahead, tp_allreduces
+from ratc.step.rules import (bucket_chain, first_reach, gathers, gather_ahead, next_step_start, recomputes,
+                             reduces_per_micro_batch, tp_allreduces)
 from ratc.step.schedules import chunk_lead_ins
 
 CKPT, FSR = (ACT_POLICIES.index(a) for a in ("ckpt", "fsr"))
@@ -329,8 +330,6 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     rec_on = np.where(recovers, rec, 0.0)
     rec_c, rec_d = np.where(recovers, b * sc.rec_c, 0.0), np.where(recovers, b * sc.rec_d, 0.0)
     u_rec = _unit_recovery(sc, c, b, tp_one, fsr)
-    sync, update, prefetch, window, e_comm, e_upd, e_pref, by_pref = _state_chain(
-        sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, inline=inline)
 
     buckets = _buckets(sc, c, b, u_rec, dp_link, recipe, inline=inline)
     slots, wait, wait_rec = _slot_bounds(c, path, busy_c, busy_d, link_busy, (reduces, 2 * reduced / ddr), buckets)
@@ -338,9 +337,11 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     rec_exposed = slots(on_slot, rec_c, rec_d, link_rec, wait_rec) - slots(0.0, 0.0, 0.0, 0.0, wait)
     sends, wc = _sends(P, p2p, c.sched), (b * sc.bwd_w if c.sched != "1f1b" else None)    # (wc: its Ws)
     slot_rec = slots(on_slot - sends, rec_c, rec_d, link_rec, wait_rec)
-    t_1f1b, e_link, e_rec = (
-        _makespans(slots, path, fwd, sends, p2p, M, host_f, host_c, slot_rec, wait) if c.v == 1 else
+    t_1f1b, e_link, e_rec, window = (
+        (*_makespans(slots, path, fwd, sends, p2p, M, host_f, host_c, slot_rec, wait), None) if c.v == 1 else
         _interleaved_makespans(slots, path, fwd, sends, p2p, c, host_f, host_c, slot_rec, wc, buckets))
+    sync, update, prefetch, window, e_comm, e_upd, e_pref, by_pref = _state_chain(
+        sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, window=window, inline=inline)
     return StepTime(fwd=fwd, bwd=bwd, rec=rec, rec_exposed=rec_exposed, host_f=host_f, host_b=host_b,
                     host_c=host_c, tp_allreduce=tp_ar, p2p=p2p,
                     link_busy=link_busy, sync=sync, update=update, prefetch=prefetch, window=window,
@@ -529,10 +530,11 @@ def _three(three: np.ndarray) -> tuple:
 
 def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, host_f, host_c, slot_rec,
                            wc=None, buckets=None) -> tuple:
-    """(T_1F1B, E_link, E_rec) [C] of interleaved 1F1B: _makespans' three slots (the arrays
-    are per virtual stage, [C, P*v]) over its order, each Forward its compute-stream part,
-    each Backward the rest of its slot (so recovery, under Ckpt, is on the Backward). The
-    state chain is costed per rank (_state_chain, _per_rank_units, and its approximation).
+    """(T_1F1B, E_link, E_rec) [C] of interleaved 1F1B, each the next step's start
+    (ratc.step.rules.next_step_start), and the state chain's window [C, P]: _makespans'
+    three slots (the arrays are per virtual stage, [C, P*v]) over its order, each Forward its
+    compute-stream part, each Backward the rest of its slot (so recovery, under Ckpt, is on
+    the Backward). The state chain is costed per rank (_state_chain, _per_rank_units, and its approximation).
     Given wc [C, P*v] (ZB1P), each backward is an I, the rest of the slot, and a W of wc.
     FSR (host_f, host_c [C, P*v], _fsr_hosts): the co-run of a Backward's first Recover is
     on the task its rank runs before it, a Forward or a Backward of any chunk, not on the
@@ -559,10 +561,16 @@ def _interleaved_makespans(slots, path, fwd, sends, p2p, c: CandidateBatch, host
     if bk:
         U = buckets[0].shape[2]
         chains = tuple(key[:, 2 + n * S + k * S * U:2 + n * S + (k + 1) * S * U].reshape(-1, S, U) for k in range(4))
-    three = interleaved_makespan(cols[0], cols[1], key[:, 1:2], c.P, c.v, key[:, :1],
+    ends = interleaved_rank_ends(cols[0], cols[1], key[:, 1:2], c.P, c.v, key[:, :1],
                                  cols[2] if w else None, c.sched, tuple(cols[2 + len(w):n]) if fsr else None,
-                                 c.corun, chains)
-    return _three(three[inverse])
+                                 c.corun, chains)[inverse]
+    # Steady state: a rank reached late by the next step's first micro-batch runs its last
+    # tasks beside that step's first Forwards (ZB-V's trailing Ws on the V's bottom ranks).
+    reach = np.tile(first_reach(fwd[:, :c.P]), (3, 1))
+    start = next_step_start(ends, reach)
+    # the state chain's window: from each rank's last task (with recovery) to the next step's reach
+    window = (start[:, None] + reach - ends)[2 * C:]
+    return (*_three(start), window)
 
 
 def _bucket_rows(buckets, C: int) -> list:
@@ -577,9 +585,10 @@ def _bucket_rows(buckets, C: int) -> list:
             np.concatenate([none, flat(red), flat(red)]), np.concatenate([none, flat(holds), flat(holds)]).astype(float)]
 
 
-def _state_chain(sc: StageCosts, c: CandidateBatch, fwd, bwd, u_rec, *links_ddr_recipe, inline=False) -> tuple:
+def _state_chain(sc: StageCosts, c: CandidateBatch, fwd, bwd, u_rec, *links_ddr_recipe, window=None,
+                 inline=False) -> tuple:
     """_state_pipeline per stage; with v > 1 per rank, its chunks' units in one row (the
-    sync, update, prefetch and window it returns are then [C, P])."""
+    sync, update, prefetch and window it returns are then [C, P]; `window` the order's)."""
     if c.v == 1:
         return _state_pipeline(sc, c, fwd, bwd, u_rec, *links_ddr_recipe, inline=inline)
     view, rank_rec = _per_rank_units(sc, c.v, u_rec, c.sched)
@@ -587,7 +596,7 @@ def _state_chain(sc: StageCosts, c: CandidateBatch, fwd, bwd, u_rec, *links_ddr_
     # schedules keep the per-rank row's deadlines, within 1 % of the VM as they are)
     late = _chunk_deadlines(view, c, fwd) if c.sched == "1f1b" else 0.0
     return _state_pipeline(view, c, fwd[:, :c.P], bwd[:, :c.P], rank_rec, *links_ddr_recipe, late=late,
-                           inline=inline)
+                           window=window, inline=inline)
 
 
 def _chunk_deadlines(view, c: CandidateBatch, fwd) -> np.ndarray:
@@ -646,9 +655,10 @@ def _ex(link):
                                bandwidth=np.asarray(link.bandwidth)[..., None], inline=np.asarray(link.inline)[..., None])
 
 
-def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, late=0.0, inline=False):
+def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, late=0.0, window=None, inline=False):
     """GradSync -> UpdateShard -> PrefetchW per unit (Eq. 2-4) and the exposed tail; `late`
-    [C, P, U] moves each unit's deadline later (interleaved: _chunk_deadlines); `inline` [C, 1]
+    [C, P, U] moves each unit's deadline later (interleaved: _chunk_deadlines); `window` [C, P]
+    from a stage's last Backward to the next step's first Forward (default 1F1B's); `inline` [C, 1]
     the candidates whose syncs and prefetches run in the compute stream (their ZeRO >= 2
     reduce-scatter is the last micro-batch's, in its Backward already)."""
     D, Z, b, pref = c.D[:, :, None], c.Z[:, :, None], c.b[:, :, None], c.pref[:, 0]
@@ -681,9 +691,9 @@ def _state_pipeline(sc, c, fwd, bwd, u_rec, dp_link, pp_link, ddr, recipe, late=
     cum_rs = np.cumsum(rs, axis=2)
     sync_end = _fifo_ends(released, rs, cum_rs)
     s_exp = sync_end[:, :, 0]
-    drain = np.cumsum(bwd, axis=1) - bwd            # stages before p still running backward
-    warm = np.cumsum(fwd, axis=1) - fwd             # next step reaches stage p this much later
-    window = drain + warm
+    if window is None:
+        drain = np.cumsum(bwd, axis=1) - bwd        # stages before p still running backward
+        window = drain + first_reach(fwd)           # (the next step reaches stage p this much later)
     # Unit j's view is due when the next step's first Forward(j) starts, `due` after the
     # stage's last Backward; whatever ends later delays the next step by as much.
     due = window[:, :, None] + np.cumsum(u_fwd, axis=2) - u_fwd + late

@@ -173,6 +173,20 @@ def bucket_chain(before, work, reduce, holds, start=0.0, ring=None) -> tuple:
     return ends, np.stack(ring, axis=-1)
 
 
+def first_reach(fwd):
+    """[..., P] how long after the first stage's first Forward starts a step's first
+    micro-batch reaches each stage: the Forwards (with their sends) of the stages before it."""
+    return np.cumsum(fwd, axis=-1) - fwd
+
+
+def next_step_start(ends, reach):
+    """[...] when the next step's first Forward starts on the first rank, from this step's start:
+    once each rank r, whose last task ends at ends[..., r], is free by the time that micro-batch
+    reaches it (reach[..., r] later: first_reach). A rank that ends late but is reached late
+    overlaps its tail with the next step's first Forwards (zero bubble's trailing Ws)."""
+    return np.max(np.asarray(ends) - reach, axis=-1)
+
+
 def recover_reads_weights(choice: str) -> bool:
     """Whether a unit's Recover needs its parameters: a whole-layer one does; the attention
     core re-runs on the saved Q, K, V alone."""
