@@ -51,7 +51,9 @@ def test_quick_calibration_figures_are_physically_sane(calibrated):
     figures = [c.matmul_peak, *(getattr(c, key) for key in FIXED_COSTS), c.cache_bandwidth, c.memory_bandwidth, p.p2p.latency,
                p.p2p.bandwidth, p.sharing.matmul, p.sharing.memory, p.sharing.tasks, p.sharing.busy,
                *(r.rate for r in p.matmul),
-               *(r.seconds for r in p.memory), *(f for row in p.collectives for f in (row.latency, row.bandwidth, row.tail))]
+               *(r.seconds for r in p.memory),
+               *(f for row in p.collectives for f in (row.latency, row.bandwidth, row.tail, row.beside_latency,
+                                                      row.beside_bandwidth))]
     assert all(f.median > 0 for f in figures)
     # one thread per rank: at most one core's peak; at least what any CPU of this century does
     assert 1e8 < c.matmul_peak.median < MAX_MACS_PER_CORE * p.host.threads
@@ -284,6 +286,18 @@ def test_rank_figures_fit_known_links_and_take_each_sharing_figure_as_together_o
     assert (got["sharing"]["busy"].q1, got["sharing"]["busy"].median, got["sharing"]["busy"].q3) == \
         pytest.approx((1.3, 1.4, 1.5))
     assert got["sharing"]["load"].median == pytest.approx(1.1)
+
+
+def test_a_beside_fit_of_noise_is_a_flat_positive_line_not_a_failed_calibration():
+    from ratc.calibrate.fits import FLOOR, MIN_SLOPE, beside_figures
+
+    # extra times at or under zero, or falling with size: a difference of two noisy times
+    falling = [(4000, [3e-4, 2e-4, 3e-4]), (512000, [1e-4] * 3), (16000000, [-5e-5] * 3)]
+    got = beside_figures([falling] * 3)
+    assert got["beside_latency"].median == pytest.approx(1e-4) and got["beside_bandwidth"].median == 1 / MIN_SLOPE
+    nothing = [(n, [-1e-4, 0.0, -2e-4]) for n in (4000, 512000, 16000000)]
+    got = beside_figures([nothing] * 3)
+    assert got["beside_latency"].median == pytest.approx(FLOOR) and got["beside_bandwidth"].median > 0
 
 
 @pytest.mark.parametrize("noise", [(1.0, 0.5, 1.05), (1.0, 1.5, 1.0), (1.0, 1.0, 1.1)])

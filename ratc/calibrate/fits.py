@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import statistics
 
-from ratc.calibrate.stats import figure, fit_line, latency_bandwidth, percentile
+from ratc.calibrate.stats import CalibrationError, figure, fit_line, latency_bandwidth, percentile
 
 TAIL = 90       # the percentile a collective's tail is
 FAST = 10       # the percentile of a size's calls the line is fitted through
 MIN_SLOPE = 1e-13   # s/B: a beside fit's bandwidth is at most 10 TB/s
+FLOOR = 1e-6        # s: the least extra time a beside fit takes from a size
 
 
 def message_figures(runs: list) -> dict:
@@ -30,12 +31,18 @@ def message_figures(runs: list) -> dict:
 def beside_figures(runs: list) -> dict:
     """beside_latency and beside_bandwidth of a collective issued beside compute: a line fitted
     per repeat through each size's median extra time (its typical cost, scheduler waits and
-    all); its slope floored at MIN_SLOPE (a cost that did not grow with the bytes)."""
+    all), each at least FLOOR (an extra time is a difference of two noisy times and may come
+    out at or under zero); a repeat whose extra time did not grow with the bytes is a flat
+    line at their median, its slope MIN_SLOPE."""
     fits = []
     for sweep in runs:
         sizes = [nbytes for nbytes, _ in sweep]
-        intercept, slope = fit_line(sizes, [statistics.median(calls) for _, calls in sweep])
-        fits.append((max(intercept, 0.0), 1.0 / max(slope, MIN_SLOPE)))
+        extra = [max(statistics.median(calls), FLOOR) for _, calls in sweep]
+        try:
+            intercept, slope = fit_line(sizes, extra)
+        except CalibrationError:
+            intercept, slope = statistics.median(extra), MIN_SLOPE
+        fits.append((max(intercept, FLOOR), 1.0 / max(slope, MIN_SLOPE)))
     return {"beside_latency": figure(f[0] for f in fits), "beside_bandwidth": figure(f[1] for f in fits)}
 
 
