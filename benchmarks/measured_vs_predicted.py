@@ -309,7 +309,7 @@ rank 0 spent 212 ms in tasks, 46 of them in the handlers of the per-micro-batch 
 105 ms between tasks, mostly waiting for gathers and reduce-scatters issued one unit ahead,
 where the planner counted them on the link, hidden under the compute.
 
-What changed since (2026-12-05 07:30-08:20, the table above measured with all of it):
+What changed since (2026-12-05 07:30-08:55, the table above measured with all of it):
 
 - **A step's GEMMs run cold.** `[[matmul]]` rows were loops on one operand, in L1/L2; a
   step's weights come from beyond the core's private cache (under torch.profiler a `ratc
@@ -326,6 +326,11 @@ What changed since (2026-12-05 07:30-08:20, the table above measured with all of
   0.57 ms, issued before 2 ms of compute it ended 0.8 ms after the compute). The VM runs
   each GradSync, reduce-scatter, gather and PrefetchW on the compute engine and the planner
   adds them to the tasks (`Platform.collectives_in_compute_stream`).
+- **A collective beside compute costs more than alone**, and `[[collectives]]` now measures it:
+  every rank of the group issues it, runs a round of the synthetic units and waits, less that
+  round alone (`beside_latency`, `beside_bandwidth`; a `tiny` layer's reduce-scatter took
+  0.63 ms alone and ended 2.5 ms after 1.5 ms of compute). A program whose collectives run in
+  the compute stream prices them by it.
 - **`[sharing].busy` without messages beside it**, as the collectives are in the stream now:
   with them it said 1.33 on an idle machine where two ranks of `small` ran their tasks as fast
   as one rank did; without, 1.01.
@@ -337,23 +342,23 @@ What changed since (2026-12-05 07:30-08:20, the table above measured with all of
   ms against 10.0 kept, the figure the calibrated update row gives).
 
 Before these, the same benchmark gave a planner mean error of 24.1 %, max 56.9 %, tau 0.24
-(06:50); `small`'s errors are now -6 to -13 %, `tiny`'s -18 to -45 %.
+(06:50); at 08:56 (the table above) 17.5 %, 36.9 %, 0.94: `small` -5 to -13 %, `tiny` -14 to
+-37 %, every prediction still low.
 
 What the host model still leaves out:
 
-- **`tiny`'s tasks in a step.** Its Forwards and Backwards still run 1.1-1.4x the planner's
-  figure at one rank: the step-order calibration puts a task's cold start at about 30 us more
+- **`tiny`'s tasks in a step.** Its Forwards and Backwards still run 1.1-1.25x the planner's
+  figure at one rank (#5, #6): the step-order calibration puts a task's cold start at about 30 us more
   than a loop's, a `tiny` step about 100 us (the embedding's first Forward of a micro-batch,
   after the Backwards, 0.2 ms). The synthetic units are smaller than a layer and run fewer
   kinds of operators between two runs of one; which part of a step's work takes the caches a
   task then misses (code, the allocator's lists, autograd's graph of the micro-batches in
   flight) is not measured apart.
-- **A collective beside compute costs more than alone.** The stream model counts each
-  collective at its measured time alone; `tiny`'s ZeRO-2 and -3 steps (#7, #8) still run
-  1.6-1.8x the prediction. Under load a collective issued before compute waited for the
-  scheduler's slices (1 MB all-gather: 2.2 ms after 1.7 ms of compute at a load of 2, where it
-  took 0.5 ms alone). A calibration figure for it (a collective's time beside a compute of a
-  given length, every rank computing) is the next step.
+- **Collectives beside a step's compute.** `tiny`'s ZeRO-2 and -3 steps (#7, #8) still run
+  1.4-1.6x the prediction: their collectives are priced at the `beside_*` fit, measured beside
+  one round of the synthetic units (about 2.5 ms); how much a collective takes beside compute
+  grows with the compute's length (a `tiny` layer's reduce-scatter: 1.3 ms extra beside 0.5 ms
+  of compute, 2.5 ms beside 1.5 ms), and a step waits for some only after several tasks.
 - **An update's fixed cost.** The update is priced per byte from its measured row; the
   executor's AdamW step also runs a dozen torch operators per unit whatever its size, which
   `tiny`'s small units (181 K elements a layer) show: their updates ran 1.3-2.1x the figure,
