@@ -308,9 +308,10 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     comm_ddr = 2 * (sent + sent_rec) / ddr
 
     # On a host whose ranks take every core a rank's collectives run in its compute stream
-    # (Platform.collectives_in_compute_stream): every ZeRO-3 gather (a unit's Forward's, and its
-    # Backward's or its Recover's) and a micro-batch's ZeRO >= 2 reduce-scatters add to its tasks.
-    inline = np.asarray(getattr(platform, "kind", "dsp") == "host" and platform.collectives_in_compute_stream(P * D * T))
+    # (Platform.collectives_in_compute_stream, which the data-parallel link carries): every ZeRO-3
+    # gather (a unit's Forward's, and its Backward's or its Recover's) and a micro-batch's ZeRO >= 2
+    # reduce-scatters add to its tasks.
+    inline = np.asarray(dp_link.inline)
     z3_fwd, z3_bwd = _zero3_exposed(sc, b, u_ag, fsr & gathers(Z))
     if inline.any():        # (each unit's reduce a message of its own, as the Backwards issue them)
         u_red = reduce_scatter(D[:, :, None], sc.u_trainable * recipe.grad_bytes, _ex(dp_link)) * (sc.u_trainable > 0)
