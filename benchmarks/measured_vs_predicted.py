@@ -364,14 +364,14 @@ What the host model still leaves out:
   `tiny`'s small units (181 K elements a layer) show: their updates ran 1.3-2.1x the figure,
   `small`'s 1.0-1.3x.
 - **Stage hand-offs** stay on the link (the planner counts a boundary send on the path at its
-  ping-pong time). On two busy cores a send's data moved only once the sender's thread
-  blocked: two ranks each running a round of the synthetic units (2.5 ms) after an isend /
-  irecv of 4 KB to 1 MB, the receiver's wait ended 2.8-3.0 ms after its compute, where the
-  message alone took 0.1-0.4 ms (2026-12-05), and the runtime waits for its sends at the
-  step's end, so a hand-off could arrive a whole task late. A CPU rank now yields its core
-  once after each send (`ratc.dist.transport`), which cut the receiver's wait to 0.15-1.3 ms
-  and `tiny`'s P = 2 step (#9) from a median 0.175 s to 0.144 s over 7 paired runs (6 of 7
-  faster). What is left of the wait is not in the model.
+  ping-pong time). On two busy cores a send's data moves only once the sender's thread blocks:
+  two ranks each running a round of the synthetic units (2.5 ms) after an isend / irecv of 4
+  KB to 1 MB, the receiver's wait ended 2.8-3.0 ms after its compute, where the message alone
+  took 0.1-0.4 ms (2026-12-05). The runtime waits for its sends at the step's end, so a
+  hand-off can arrive a whole task late; `tiny` at P = 2 (#9) waits for its peer far longer
+  than the model says. Pricing it, or making the runtime push its sends (a first try, the
+  sender yielding its core once after each isend, cut the receiver's wait to 0.15-1.3 ms at a
+  load of 1.5), is the next step.
 - **The machine's other load.** The medians include every preemption by other processes; the
   profile calibrated at a round's start sees that minute's load (`load` for GEMMs, `tasks` for
   the interpreter), and a round whose load changed between its calibration and its runs is

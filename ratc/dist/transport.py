@@ -16,7 +16,6 @@ stays in the process.
 from __future__ import annotations
 
 import datetime
-import os
 import time
 
 import torch
@@ -183,11 +182,6 @@ class DistTransport:
             t = t.contiguous()
             span = self._span("send", op)
             self.sends.append((dist.isend(t, dst=peer), t, f"{what} ('{f.name}')", self.mesh.where(peer), span))
-        if self.device.type == "cpu":
-            # gloo's thread moves the message; on cores all busy with ranks' compute it got one
-            # only when this thread next blocked, a task later (the receiver waited 2.8-3.0 ms
-            # beside 2.5 ms of compute where the message alone took 0.1-0.4 ms): hand it the core
-            os.sched_yield()
 
     def recv(self, p: int, op) -> Pending | list:
         a = op.attributes
