@@ -369,9 +369,10 @@ What the host model still leaves out:
   KB to 1 MB, the receiver's wait ended 2.8-3.0 ms after its compute, where the message alone
   took 0.1-0.4 ms (2026-12-05). The runtime waits for its sends at the step's end, so a
   hand-off can arrive a whole task late; `tiny` at P = 2 (#9) waits for its peer far longer
-  than the model says. Pricing it, or making the runtime push its sends (a first try, the
-  sender yielding its core once after each isend, cut the receiver's wait to 0.15-1.3 ms at a
-  load of 1.5), is the next step.
+  than the model says. Pricing it, or making the runtime push its sends, is the next step: a
+  sender yielding its core once after each isend cut the receiver's wait in that loop to
+  0.15-1.3 ms, but `tiny`'s P = 2 step over 13 paired runs with and without it moved within
+  its noise (medians 0.13-0.19 s either way: the step is bimodal), so the runtime does not.
 - **The machine's other load.** The medians include every preemption by other processes; the
   profile calibrated at a round's start sees that minute's load (`load` for GEMMs, `tasks` for
   the interpreter), and a round whose load changed between its calibration and its runs is
