@@ -109,6 +109,17 @@ def test_bad_host_tables_are_located_errors(edit, message, line_of):
     assert shown.startswith(f"host.toml:{line_of(text)}:"), shown
 
 
+def test_a_profile_of_an_older_calibrate_says_to_measure_the_machine_again():
+    # ratc calibrate measures more in each release ([sharing].tasks, the collectives beside compute)
+    text = "\n".join(line for line in HOST.splitlines() if not line.startswith("tasks = "))
+    with pytest.raises(PlatformError) as info:
+        parse_platform(text, "host.toml")
+    shown = str(info.value)
+    assert "[sharing]: missing key 'tasks'; a profile of an older `ratc calibrate`? measure this machine " \
+           "again: ratc calibrate -o FILE" in shown
+    assert shown.startswith(f"host.toml:{_line_of(text, '[sharing]')}:"), shown
+
+
 def test_a_missing_host_table_is_an_error_naming_it():
     text = HOST[:HOST.index("[[memory]]")] + HOST[HOST.index("[[collectives]]"):]
     with pytest.raises(PlatformError, match="missing \\[\\[memory\\]\\] entries"):

@@ -146,7 +146,7 @@ def parse_platform(text: str, source: str) -> Platform:
         raise PlatformError(f"{source}: [platform].kind must be one of {', '.join(map(repr, KIND_SECTIONS))}, "
                             f"got {kind!r}")
     # A host profile's every error names its line (ratc calibrate writes it; people edit its tables).
-    fail = Locator(source, text).fail if kind == "host" else _unlocated(source)
+    fail = _recalibrate(Locator(source, text).fail) if kind == "host" else _unlocated(source)
     own = [s for s in SECTIONS if s not in _FOREIGN[kind]]
     unknown = sorted(set(raw) - set(SECTIONS) - set(TABLES))
     if unknown:
@@ -172,6 +172,16 @@ def parse_platform(text: str, source: str) -> Platform:
 _FOREIGN = {kind: frozenset(s for other, secs in KIND_SECTIONS.items() if other != kind for s in secs)
             | frozenset(t for other, ts in KIND_TABLES.items() if other != kind for t in ts)
             for kind in KIND_SECTIONS}
+
+
+def _recalibrate(fail):
+    """A host profile's `fail`, which says how to get a current profile where a measured figure
+    is missing (a profile of an older `ratc calibrate`: each release may measure more)."""
+    def located(message: str, table: str | None = None, index: int | None = None, key: str | None = None):
+        if ": missing key " in message:
+            message += "; a profile of an older `ratc calibrate`? measure this machine again: ratc calibrate -o FILE"
+        fail(message, table, index, key)
+    return located
 
 
 def _unlocated(source: str):
