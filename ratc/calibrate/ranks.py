@@ -38,6 +38,9 @@ class _Rank:
         self.sync = synchronizer(self.device)
         # every group is made on every rank, in the same order (torch.distributed requires it)
         self.groups = {g: dist.new_group(list(range(g))) for g in range(2, world + 1)}
+        # a micro-batch's worth of small tasks in a step's order: the compute beside collectives,
+        # and the work [sharing].tasks and .busy time
+        self.round = step_round(fixed_cost_units(self.device))
 
     def wait(self, work, what: str) -> None:
         start = time.monotonic()
@@ -135,7 +138,7 @@ class _Rank:
         """{(collective, ranks): [[(bytes, [extra seconds per call]) per size] per repeat]} of each
         collective issued beside a round of the fixed costs' synthetic units (a micro-batch's
         worth of small tasks, as a step runs them beside its collectives)."""
-        compute = step_round(fixed_cost_units(self.device))
+        compute = self.round
         runs = {(op, g): [] for g in self.groups for op in COLLECTIVES}
         for _ in range(self.settings.repeats):
             for op, g in runs:
@@ -152,7 +155,7 @@ class _Rank:
         ops = Operands(self.device)
         n, seconds = self.settings.sharing_shape, self.settings.sharing_seconds
         calls = {"matmul": gemm(ops, n, n, n, "nt"), "memory": memory_op(ops, "add", 1 << 22)[0]}
-        tasks = step_round(fixed_cost_units(self.device))
+        tasks = self.round
         out = {key: [] for key in [*calls, "load", "tasks"]}
         for _ in range(self.settings.repeats):
             for key, call in calls.items():
@@ -180,7 +183,7 @@ class _Rank:
         stream where its ranks take every core (Platform.collectives_in_compute_stream); with
         gloo's threads busy beside the compute this figure counted them twice (two ranks of
         `small` ran their tasks as fast as one rank did, 2026-12-05, idle, where it said 1.33)."""
-        call = step_round(fixed_cost_units(self.device))
+        call = self.round
         once = per_call(call, self.sync, self.settings.sharing_seconds) if self.rank == 0 else 0.0
         count = torch.tensor([math.ceil(self.settings.load_seconds / once) if self.rank == 0 else 0])
         self.wait(dist.broadcast(count, 0, async_op=True), "the broadcast of the busy window's length")

@@ -314,8 +314,7 @@ def step_time(sc: StageCosts, c: CandidateBatch, platform, seq_len: int, hidden:
     inline = np.asarray(dp_link.inline)
     z3_fwd, z3_bwd = _zero3_exposed(sc, b, u_ag, fsr & gathers(Z))
     if inline.any():        # (each unit's reduce a message of its own, as the Backwards issue them)
-        u_red = reduce_scatter(D[:, :, None], sc.u_trainable * recipe.grad_bytes, _ex(dp_link)) * (sc.u_trainable > 0)
-        unit_reduces = u_red.sum(axis=2) * reduces_per_micro_batch(Z)
+        unit_reduces = _unit_reduces(sc, D, dp_link, recipe).sum(axis=2) * reduces_per_micro_batch(Z)
         z3_fwd, z3_bwd = (np.where(inline, u_ag.sum(axis=2), z3_fwd),
                           np.where(inline, u_ag.sum(axis=2) + unit_reduces, z3_bwd))
 
@@ -392,7 +391,7 @@ def _buckets(sc: StageCosts, c: CandidateBatch, b, u_rec, dp_link, recipe, whole
     if not per_mb.any():
         return None
     holds = per_mb & (sc.u_trainable > 0)
-    red = np.where(holds, reduce_scatter(c.D[:, :, None], sc.u_trainable * recipe.grad_bytes, _ex(dp_link)), 0.0)
+    red = np.where(holds, _unit_reduces(sc, c.D, dp_link, recipe), 0.0)
     zb = c.sched != "1f1b" and not whole          # (a W holds the bucket; recovery comes before its I)
     work = b[:, :, None] * (sc.u_bwd_w if zb else sc.u_bwd)
     ckpt = (c.act == CKPT)[:, :, None] & (not zb)
@@ -412,6 +411,13 @@ def _buckets(sc: StageCosts, c: CandidateBatch, b, u_rec, dp_link, recipe, whole
     waits = late[..., :-1].any(axis=2) | (late[..., -1] & sends)
     holds = holds & waits.any(axis=1)[:, None, None]
     return (work, red, holds, before, work_rec) if holds.any() else None
+
+
+def _unit_reduces(sc: StageCosts, D, dp_link, recipe) -> np.ndarray:
+    """[C, P, U] one micro-batch's reduce-scatter of each unit's gradient, a message of its own
+    (none for a unit that trains nothing)."""
+    grads = sc.u_trainable * recipe.grad_bytes
+    return reduce_scatter(D[:, :, None], grads, _ex(dp_link)) * (sc.u_trainable > 0)
 
 
 def _bucket_waits(buckets, out_b) -> tuple:
