@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import statistics
 import time
 
 import torch
@@ -74,9 +73,6 @@ def gemm(ops: Operands, m: int, n: int, k: int, layout: str, cold: Rotation | No
         a, bs = ops(m, k), seconds
     else:                       # weight gradient: dw = dy.T @ x
         a, bs = ops(k, m).t(), seconds
-    if len(bs) == 1:
-        b = bs[0]
-        return lambda: torch.mm(a, b, out=out)
     turn = itertools.cycle(bs)
     return lambda: torch.mm(a, next(turn), out=out)
 
@@ -268,7 +264,10 @@ def run_sequence(units: dict, settings: Settings, sync) -> dict:
     """{(key, "forward" | "backward"): [seconds, one per repeat]}: the units run as a step runs
     a micro-batch's units, every Forward in order and then every Backward in reverse, each
     call timed alone, for SEQUENCE_ROUNDS rounds per repeat (each starting at another unit),
-    a repeat's figure the median of its rounds. A task runs after other units' tasks, not
+    a repeat's figure its fastest round: every round runs after other tasks, so the fastest
+    keeps what that costs and leaves out the rounds the scheduler preempted, which
+    [sharing].tasks prices apart (a median carried a burst of other load into the figure
+    itself, and two calibrations then disagreed). A task runs after other units' tasks, not
     after itself: in a `ratc train` step of `tiny` (2026-12-05) a unit's Forward run twice
     in a row took 0.105 ms (the embedding) to 0.86 ms (a layer) the second time and 0.30 to
     1.06 ms the first, when the tasks before it had taken the caches, and a loop of calls of
@@ -292,7 +291,7 @@ def run_sequence(units: dict, settings: Settings, sync) -> dict:
                 sync()
                 rounds[(key, "backward")].append(time.perf_counter() - start)
         for k, seconds in rounds.items():
-            samples[k].append(statistics.median(seconds))
+            samples[k].append(min(seconds))
     return samples
 
 
