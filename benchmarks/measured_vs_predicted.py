@@ -309,7 +309,7 @@ rank 0 spent 212 ms in tasks, 46 of them in the handlers of the per-micro-batch 
 105 ms between tasks, mostly waiting for gathers and reduce-scatters issued one unit ahead,
 where the planner counted them on the link, hidden under the compute.
 
-What changed since (2026-12-05 07:30-08:55, the table above measured with all of it):
+What changed since (2026-12-05 07:30-10:00, the table above measured with all of it):
 
 - **A step's GEMMs run cold.** `[[matmul]]` rows were loops on one operand, in L1/L2; a
   step's weights come from beyond the core's private cache (under torch.profiler a `ratc
@@ -319,7 +319,8 @@ What changed since (2026-12-05 07:30-08:55, the table above measured with all of
   in a `ratc train` step of `tiny` a unit's Forward run twice in a row took 0.30 ms (the
   embedding) and 1.06 ms (a layer) the first time, 0.105 and 0.86 ms the second. The
   synthetic units now run as a micro-batch's units do, every Forward then the Backwards in
-  reverse, each call timed alone (a one-operator task 50 us, 24 us in a loop).
+  reverse, each call timed alone, a repeat's figure its fastest round (a one-operator task 46
+  us, 24 us in a loop).
 - **Collectives in the compute stream.** Where the ranks' threads take every core (P x D x
   threads >= cores), gloo's threads have no core of their own: a collective issued beside
   compute ends after it (two ranks on two cores, at high priority: a 1 MB all-gather alone
@@ -342,8 +343,9 @@ What changed since (2026-12-05 07:30-08:55, the table above measured with all of
   ms against 10.0 kept, the figure the calibrated update row gives).
 
 Before these, the same benchmark gave a planner mean error of 24.1 %, max 56.9 %, tau 0.24
-(06:50); at 08:56 (the table above) 17.5 %, 36.9 %, 0.94: `small` -5 to -13 %, `tiny` -14 to
--37 %, every prediction still low.
+(06:50); at 10:01 (the table above) 18.1 %, 40.9 %, 0.89: `small` -7 to -13 %, `tiny` -14 to
+-41 %, every prediction still low (17.5 %, 36.9 %, 0.94 at 08:56, each fixed cost then the
+median of its rounds rather than the fastest: the sittings move by a few points).
 
 What the host model still leaves out:
 
