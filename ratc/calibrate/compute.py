@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import itertools
 import math
+import multiprocessing
 import time
 
 import torch
 
 from ratc.calibrate.settings import Settings
-from ratc.calibrate.stats import figure, per_call
+from ratc.calibrate.stats import CalibrationError, figure, per_call
 from ratc.planner.host_exec import UPDATE_TRAFFIC
 
 FP32 = 4
@@ -233,14 +234,16 @@ def per_node(one: list, longer: list, nodes: int) -> list:
     return [max((c - o) / nodes, 1e-9) for o, c in zip(one, longer)]
 
 
-def run_repeats(calls: dict, settings: Settings, sync, progress, renew=None) -> dict:
+def run_repeats(calls: dict, settings: Settings, sync, progress, renew=None, sequence=None) -> dict:
     """{key: [seconds per call, one per repeat]}: every call once unrecorded (a cold first
     measurement: lazy initialisation, caches, a clock still rising), then once per repeat, the
     repeats outermost, so that each figure's runs spread over the whole measurement and its
     spread shows the machine's load changing, not only one moment's timer noise. `renew(r)`,
     if given, remakes some calls before repeat r on operands placed otherwise: where a GEMM's
     operands lie moves its rate by a percent or two, more than a run's fastest loop varies,
-    and two calibrations' operands lie apart; so a figure's runs sample it too."""
+    and two calibrations' operands lie apart; so a figure's runs sample it too. `sequence()`,
+    if given, runs once per repeat after the calls and adds its {key: seconds} to the samples
+    (sequence_repeat: the fixed costs, whose runs must spread over the measurement too)."""
     for call in calls.values():
         per_call(call, sync, settings.min_seconds)
     samples = {key: [] for key in calls}
@@ -250,6 +253,9 @@ def run_repeats(calls: dict, settings: Settings, sync, progress, renew=None) -> 
             calls.update(renew(r))
         for key, call in calls.items():
             samples[key].append(per_call(call, sync, settings.min_seconds))
+        if sequence is not None:
+            for key, seconds in sequence().items():
+                samples.setdefault(key, []).append(seconds)
     return samples
 
 
@@ -260,44 +266,76 @@ def fixed_cost_units(device: torch.device) -> dict:
     return {key: unit_pair(module, shape, device) for key, (module, shape) in units.items()}
 
 
-def run_sequence(units: dict, settings: Settings, sync) -> dict:
-    """{(key, "forward" | "backward"): [seconds, one per repeat]}: the units run as a step runs
-    a micro-batch's units, every Forward in order and then every Backward in reverse, each
-    call timed alone, for SEQUENCE_ROUNDS rounds per repeat (each starting at another unit),
-    a repeat's figure its fastest round: every round runs after other tasks, so the fastest
-    keeps what that costs and leaves out the rounds the scheduler preempted, which
-    [sharing].tasks prices apart (a median carried a burst of other load into the figure
-    itself, and two calibrations then disagreed). A task runs after other units' tasks, not
-    after itself: in a `ratc train` step of `tiny` (2026-12-05) a unit's Forward run twice
-    in a row took 0.105 ms (the embedding) to 0.86 ms (a layer) the second time and 0.30 to
-    1.06 ms the first, when the tasks before it had taken the caches, and a loop of calls of
-    one task finds them warm (a one-operator unit's Forward 24 us in a loop, 50 us in a
-    sequence, on an idle machine)."""
+def sequence_repeat(units: dict, sync) -> dict:
+    """{(key, "forward" | "backward"): seconds}, one repeat's figures: the units run as a step
+    runs a micro-batch's units, every Forward in order and then every Backward in reverse, each
+    call timed alone, for SEQUENCE_ROUNDS rounds (each starting at another unit), a figure the
+    fastest of its rounds: every round runs after other tasks, so the fastest keeps what that
+    costs and leaves out the rounds the scheduler preempted, which [sharing].tasks prices
+    apart (a median carried a burst of other load into the figure itself, and two calibrations
+    then disagreed). A task runs after other units' tasks, not after itself: in a `ratc train`
+    step of `tiny` (2026-12-05) a unit's Forward run twice in a row took 0.105 ms (the
+    embedding) to 0.86 ms (a layer) the second time and 0.30 to 1.06 ms the first, when the
+    tasks before it had taken the caches, and a loop of calls of one task finds them warm (a
+    one-operator unit's Forward 24 us in a loop, 50 us in a sequence, on an idle machine)."""
     keys = list(units)
-    samples = {(key, way): [] for key in keys for way in ("forward", "backward")}
-    for _ in range(settings.repeats):
-        rounds = {k: [] for k in samples}
-        for r in range(SEQUENCE_ROUNDS):
-            order = keys[r % len(keys):] + keys[:r % len(keys)]
-            states = {}
-            for key in order:
-                start = time.perf_counter()
-                states[key] = units[key][0]()
-                sync()
-                rounds[(key, "forward")].append(time.perf_counter() - start)
-            for key in reversed(order):
-                start = time.perf_counter()
-                units[key][1](states.pop(key))
-                sync()
-                rounds[(key, "backward")].append(time.perf_counter() - start)
-        for k, seconds in rounds.items():
-            samples[k].append(min(seconds))
-    return samples
+    rounds = {(key, way): [] for key in keys for way in ("forward", "backward")}
+    for r in range(SEQUENCE_ROUNDS):
+        order = keys[r % len(keys):] + keys[:r % len(keys)]
+        states = {}
+        for key in order:
+            start = time.perf_counter()
+            states[key] = units[key][0]()
+            sync()
+            rounds[(key, "forward")].append(time.perf_counter() - start)
+        for key in reversed(order):
+            start = time.perf_counter()
+            units[key][1](states.pop(key))
+            sync()
+            rounds[(key, "backward")].append(time.perf_counter() - start)
+    return {k: min(seconds) for k, seconds in rounds.items()}
+
+
+def _child_main(fn, send) -> None:
+    try:
+        torch.set_num_threads(1)
+        send.send(("ok", fn()))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
+        send.send(("error", str(exc) or type(exc).__name__))
+
+
+def forked(fn, timeout_s: float, what: str):
+    """fn()'s (picklable) result, run in a child process forked from this one with one thread,
+    as torch's DataLoader runs its forked workers (the parent's OpenMP pool does not survive a
+    fork; one thread never enters it)."""
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child_main, args=(fn, send), daemon=True)
+    child.start()
+    send.close()
+    try:
+        if not receive.poll(timeout_s):
+            raise CalibrationError(f"{what}: the child process {child.pid} sent nothing within {timeout_s:g} s")
+        try:
+            status, result = receive.recv()
+        except EOFError:
+            raise CalibrationError(f"{what}: the child process {child.pid} died "
+                                   f"(exit code {child.join(timeout_s) or child.exitcode})") from None
+    finally:
+        if child.is_alive():
+            child.join(timeout_s)
+        if child.is_alive():
+            child.kill()
+            child.join()
+        receive.close()
+    if status != "ok":
+        raise CalibrationError(f"{what}: {result}")
+    return result
 
 
 def step_round(units: dict):
     """A call running the units as a step's micro-batch does: every Forward in order, then every
-    Backward in reverse (untimed: run_sequence times them call by call)."""
+    Backward in reverse (untimed: sequence_repeat times them call by call)."""
     def call():
         states = [(backward, forward()) for forward, backward in units.values()]
         for backward, state in reversed(states):
@@ -306,7 +344,7 @@ def step_round(units: dict):
 
 
 def fixed_costs(times: dict) -> dict:
-    """[compute]'s fixed costs from the synthetic units' samples (run_sequence): a one-operator
+    """[compute]'s fixed costs from the synthetic units' samples (sequence_repeat): a one-operator
     unit's tasks; per further parameter (held by its own submodule) the chain of them over the
     chain of one; per further operator the block stack's extra blocks, less their parameters'
     work."""
@@ -350,9 +388,19 @@ def measure_compute(settings: Settings, cache_bytes: int, private_bytes: int, pr
     elements = -(-2 * cache_bytes // (5 * FP32))
     calls[("update", elements)], moved[("update", elements)] = update_call(elements, device)[0], \
         UPDATE_TRAFFIC * elements
-    times = run_repeats(calls, settings, synchronizer(device), progress, renew=gemms)
-    progress("fixed costs: synthetic units in a step's order")
-    times.update(run_sequence(fixed_cost_units(device), settings, synchronizer(device)))
+    sync = synchronizer(device)
+
+    def sequence() -> dict:
+        # each repeat in a process of its own, on synthetic units made anew: a task's fixed
+        # cost moves by a few percent from one process to the next (where the interpreter's
+        # and the graphs' objects lie), as a training rank's does; run back to back in one
+        # process, two quick calibrations' fixed costs had spreads of 0.1-1 % and medians 2-6 %
+        # apart (4 pairs in 7 disagreed on three of the six figures). A CUDA context cannot
+        # be forked: on GPUs the repeats run in this process.
+        def one():
+            return sequence_repeat(fixed_cost_units(device), sync)
+        return one() if device.type == "cuda" else forked(one, settings.timeout_s, "the fixed costs")
+    times = run_repeats(calls, settings, sync, progress, renew=gemms, sequence=sequence)
     add_small, add_large = ("add", sizes[0]), ("add", sizes[1])
     return {
         "matmul": [(s, figure(s[0] * s[1] * s[2] / t for t in times[s])) for s in shapes],
