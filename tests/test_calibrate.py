@@ -74,6 +74,11 @@ def test_quick_calibration_figures_are_physically_sane(calibrated):
     (nbytes, seconds), = [(r.bytes, r.seconds.median) for r in p.memory if r.op == "update"]
     assert 1e9 < nbytes / seconds < 3 * c.memory_bandwidth.median
     assert all(row.tail.median > 0.5 * row.latency.median for row in p.collectives)
+    # the fixed costs again after reading the private cache, the last level and 4x it between calls:
+    # a task after the whole last level was read starts colder than one after nothing
+    assert len(p.cold) == 3 and p.cold[0].evicted < p.cold[1].evicted and p.cold[2].evicted == 4 * p.cold[1].evicted
+    assert p.cold[-1].task_forward.median > c.task_forward.median
+    assert p.cold[-1].task_backward.median > c.task_backward.median
     # another rank cannot make a rank much faster (a ratio under 1 is the load's noise), nor
     # slow it by more than every rank and as much other load again on its core
     assert all(0.25 < f.median < 4 * p.host.ranks for f in (p.sharing.matmul, p.sharing.memory, p.sharing.load,
@@ -237,6 +242,27 @@ def test_the_fixed_cost_units_run_in_a_step_s_order_forwards_then_backwards_in_r
     assert rounds[0] == [("F", "a"), ("F", "b"), ("F", "c"), ("B", "c"), ("B", "b"), ("B", "a")]
     assert rounds[1] == [("F", "b"), ("F", "c"), ("F", "a"), ("B", "a"), ("B", "c"), ("B", "b")]
     assert len(calls) == 6 * compute.SEQUENCE_ROUNDS
+
+
+def test_every_call_of_a_cold_row_runs_after_its_eviction():
+    calls = []
+
+    def pair(key):
+        return (lambda: calls.append(("F", key)) or key), (lambda state: calls.append(("B", state)))
+    units = {k: pair(k) for k in ("a", "b")}
+    times = compute.cold_sequences(units, lambda: None, (4096, 8192), rounds=2)
+    assert set(times) == {("cold", n, k, way) for n in (4096, 8192) for k in units for way in ("forward", "backward")}
+    assert len(calls) == 2 * 2 * 4     # two sizes, two rounds of two Forwards and two Backwards
+    # with an eviction before each call: record where it ran
+    log = []
+    compute.sequence_repeat(units, lambda: None, rounds=1, before=lambda: log.append("evict"))
+    assert len(log) == 4
+
+
+def test_the_cold_rows_evict_from_the_private_cache_to_four_times_the_last_level():
+    mib = 2**20
+    assert Settings().evictions(mib, 32 * mib) == tuple(mib * 2**i for i in range(8))     # 1 .. 128 MiB
+    assert Settings(quick=True).evictions(mib, 32 * mib) == (mib, 32 * mib, 128 * mib)
 
 
 def test_each_repeat_runs_the_sequence_after_that_repeat_s_calls():

@@ -6,6 +6,7 @@ HOST: three GEMM rows, two add rows, one all-reduce fit, sharing 1.5 / 1.8, load
 at 2 ranks).
 """
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -379,3 +380,47 @@ def test_a_hosts_vm_runs_its_collectives_in_the_compute_stream_and_the_planner_a
     # the planner prices the thread's work as the VM runs it
     sim = json.loads(run.read_text())
     assert sim["results"]["step_time_s"] == pytest.approx(sim["predicted_step_time_s"], rel=0.005)
+
+
+def test_a_fixed_cost_is_read_at_the_bytes_a_step_moves_between_two_runs_of_a_task(host):
+    # HOST: task_forward 30 us warm, 45 us after 1 MiB, 120 us after 64 MiB read between calls
+    def at(evicted):
+        return dataclasses.replace(HostExecProfile(host), evicted=evicted).fixed("task_forward")
+    assert at(0) == pytest.approx(30e-6) and at(2**20) == pytest.approx(45e-6) and at(2**26) == pytest.approx(120e-6)
+    # linear in bytes up to the first row; in log-bytes between rows (8 MiB: half way from 1 to 64 MiB)
+    assert at(2**19) == pytest.approx(37.5e-6)
+    assert at(2**23) == pytest.approx(45e-6 + 0.5 * 75e-6)
+    # nothing more to evict past the last row
+    assert at(2**30) == pytest.approx(120e-6)
+    assert dataclasses.replace(HostExecProfile(host), evicted=2**26).fixed("parameter_backward") == pytest.approx(8e-6)
+
+
+def test_a_rank_s_eviction_is_what_its_share_of_the_model_moves_per_micro_batch(host):
+    from ratc.planner.host_exec import STEP_TRAFFIC
+
+    # the weight read forward (4 B) and backward (4), its gradient written (4), flattened (8), accumulated (12)
+    assert STEP_TRAFFIC == 32
+    assert HostExecProfile(host).for_program(2, 1, params=1000).evicted == 32_000
+    prof = HostExecProfile(host)
+    assert prof.for_program(1, 1) is prof and prof.for_program(1, 1, params=1000) is not prof
+
+
+def test_a_rank_holding_less_of_the_model_pays_less_for_its_tasks_cold_start(host):
+    from ratc.frontend.presets import trace_preset
+    from ratc.planner.search import Planner
+
+    model = trace_preset("tiny", 64)
+    planner = Planner(model, host)
+    whole, half = planner.units(1, 2, 1, pipeline=1).units, planner.units(1, 2, 1, pipeline=2).units
+    # tiny's 0.86 M parameters move 27.5 MB a micro-batch on one rank, 13.8 MB on each of two:
+    # HOST's rows put a task's fixed costs lower at the second
+    layer = model.layers[0]
+    share = model.param_count
+    one = HostExecProfile(host).for_program(2, 1, share).unit_overhead(layer)
+    two = HostExecProfile(host).for_program(2, 1, share / 2).unit_overhead(layer)
+    assert two[0] < one[0] and two[1] < one[1]
+    # (its operators' fixed costs grow with the eviction too)
+    assert whole[1].fwd - half[1].fwd >= 0.999 * (one[0] - two[0]) > 0
+    # a P = 2 program's stages are built on the units of a rank holding half the model
+    stages = planner.stages(2, 1, "time", 2, 1)
+    assert list(stages.fwd) == pytest.approx([sum(u.fwd for u in half[s:e]) for s, e in stages.ranges])

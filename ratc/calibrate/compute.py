@@ -266,7 +266,7 @@ def fixed_cost_units(device: torch.device) -> dict:
     return {key: unit_pair(module, shape, device) for key, (module, shape) in units.items()}
 
 
-def sequence_repeat(units: dict, sync) -> dict:
+def sequence_repeat(units: dict, sync, rounds: int = SEQUENCE_ROUNDS, before=None) -> dict:
     """{(key, "forward" | "backward"): seconds}, one repeat's figures: the units run as a step
     runs a micro-batch's units, every Forward in order and then every Backward in reverse, each
     call timed alone, for SEQUENCE_ROUNDS rounds (each starting at another unit), a figure the
@@ -277,23 +277,42 @@ def sequence_repeat(units: dict, sync) -> dict:
     step of `tiny` (2026-12-05) a unit's Forward run twice in a row took 0.105 ms (the
     embedding) to 0.86 ms (a layer) the second time and 0.30 to 1.06 ms the first, when the
     tasks before it had taken the caches, and a loop of calls of one task finds them warm (a
-    one-operator unit's Forward 24 us in a loop, 50 us in a sequence, on an idle machine)."""
+    one-operator unit's Forward 24 us in a loop, 50 us in a sequence, on an idle machine).
+    `before()`, if given, runs untimed before every call (an eviction: the [[cold]] rows)."""
     keys = list(units)
-    rounds = {(key, way): [] for key in keys for way in ("forward", "backward")}
-    for r in range(SEQUENCE_ROUNDS):
+    times = {(key, way): [] for key in keys for way in ("forward", "backward")}
+    before = before or (lambda: None)
+    for r in range(rounds):
         order = keys[r % len(keys):] + keys[:r % len(keys)]
         states = {}
         for key in order:
+            before()
             start = time.perf_counter()
             states[key] = units[key][0]()
             sync()
-            rounds[(key, "forward")].append(time.perf_counter() - start)
+            times[(key, "forward")].append(time.perf_counter() - start)
         for key in reversed(order):
+            before()
             start = time.perf_counter()
             units[key][1](states.pop(key))
             sync()
-            rounds[(key, "backward")].append(time.perf_counter() - start)
-    return {k: min(seconds) for k, seconds in rounds.items()}
+            times[(key, "backward")].append(time.perf_counter() - start)
+    return {k: min(seconds) for k, seconds in times.items()}
+
+
+def cold_sequences(units: dict, sync, evictions: tuple, rounds: int) -> dict:
+    """{("cold", evicted bytes, key, way): seconds}: sequence_repeat again for each size, every call
+    after a read of that many bytes of a CPU buffer (the caches a step's other tasks take: its
+    weights, gradients and activations pass through them between two runs of one unit's task;
+    on an idle 2-core EPYC a one-operator Forward took 47 us warm, 55 after 2 MiB, 70 after 16,
+    132 after 32, the last level's size, 152 after 64 and 312 after 128, 2026-12-05)."""
+    sweep = torch.ones(max(evictions) // FP32)
+    out = {}
+    for nbytes in evictions:
+        part = sweep[:nbytes // FP32]
+        out.update({("cold", nbytes, *k): v for k, v in
+                    sequence_repeat(units, sync, rounds, lambda part=part: part.sum()).items()})
+    return out
 
 
 def _child_main(fn, send) -> None:
@@ -398,14 +417,18 @@ def measure_compute(settings: Settings, cache_bytes: int, private_bytes: int, pr
         # apart (4 pairs in 7 disagreed on three of the six figures). A CUDA context cannot
         # be forked: on GPUs the repeats run in this process.
         def one():
-            return sequence_repeat(fixed_cost_units(device), sync)
+            units = fixed_cost_units(device)
+            return {**sequence_repeat(units, sync), **cold_sequences(units, sync, evictions, settings.cold_rounds)}
         return one() if device.type == "cuda" else forked(one, settings.timeout_s, "the fixed costs")
+    evictions = settings.evictions(private_bytes, cache_bytes)
     times = run_repeats(calls, settings, sync, progress, renew=gemms, sequence=sequence)
     add_small, add_large = ("add", sizes[0]), ("add", sizes[1])
     return {
         "matmul": [(s, figure(s[0] * s[1] * s[2] / t for t in times[s])) for s in shapes],
         "memory": [(key[0], moved[key], figure(times[key])) for key in moved],
         **fixed_costs(times),
+        "cold": [(n, fixed_costs({k[2:]: v for k, v in times.items() if k[:2] == ("cold", n)}))
+                 for n in evictions],
         "cache_bandwidth": figure(moved[add_small] / t for t in times[add_small]),
         "memory_bandwidth": figure(moved[add_large] / t for t in times[add_large]),
     }

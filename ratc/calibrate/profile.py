@@ -110,7 +110,7 @@ def render(name: str, command: str, facts: dict, figures: dict) -> str:
 
 
 def _host_sections(facts: dict, figures: dict) -> list[str]:
-    """[host], [compute], [p2p], [sharing] and the [[matmul]], [[memory]], [[collectives]] tables."""
+    """[host], [compute], [p2p], [sharing] and the [[matmul]], [[memory]], [[cold]], [[collectives]] tables."""
     comp = figures["compute"]
     lines = ["[host]", *(f"{key} = {value}" for key, value in facts["host"].items()), "",
              "[compute]",
@@ -128,6 +128,8 @@ def _host_sections(facts: dict, figures: dict) -> list[str]:
                   f"rate = {measured(rate, 'mac_rate')}"]
     for op, nbytes, seconds in comp["memory"]:
         lines += ["", "[[memory]]", f'op = "{op}"', f"bytes = {nbytes}", f"seconds = {measured(seconds, 'time')}"]
+    for nbytes, figs in comp["cold"]:
+        lines += ["", "[[cold]]", f"evicted = {nbytes}", *(f"{key} = {measured(figs[key], 'time')}" for key in FIXED_COSTS)]
     for (op, ranks), figs in figures["collectives"]:
         lines += ["", "[[collectives]]", f'op = "{op}"', f"ranks = {ranks}",
                   *(f"{key} = {measured(figs[key], kind)}"

@@ -92,27 +92,31 @@ class _Rank:
         return run, size
 
     def beside(self, op: str, nbytes: int, ranks: int, compute, calls: int) -> tuple:
-        """(buffer bytes, [seconds per call]): how much longer every rank of the group takes to
-        issue the collective, run `compute` and wait for it than to run `compute` alone (each
-        pair after a barrier of the group; a warm-up pair first). Where the ranks' threads take
-        every core, gloo's threads get the cores only as the scheduler hands them over: a
-        `tiny` layer's reduce-scatter issued before 1.5 ms of compute ended 2.5 ms after it,
-        where it took 0.63 ms alone (2026-12-05)."""
+        """(buffer bytes, [extra seconds per call]): how much longer every rank of the group
+        takes, per call, to run a chain of `calls` collectives each issued before a run of
+        `compute` and waited for after it, as a step issues them (no barrier between calls:
+        a rank late to one call makes the others wait at it), than `calls` runs of `compute`
+        alone; after a warm-up call. Where the ranks' threads take every core, gloo's threads
+        get the cores only as the scheduler hands them over: a `tiny` layer's reduce-scatter
+        issued before 1.5 ms of compute ended 2.5 ms after it, where it took 0.63 ms alone;
+        a 0.7 MB all-gather beside 2.7 ms of compute cost 0.51 ms more after a barrier each
+        time, 0.79 ms in a chain (2026-12-05)."""
         start, size, what = self._issue(op, nbytes, ranks)
-        group, out = self.groups[ranks], []
-        for _ in range(calls + 1):
-            self.wait(dist.barrier(group=group, async_op=True), f"a barrier before {what} beside compute")
-            begin = time.perf_counter()
+        group = self.groups[ranks]
+        self.wait(start(), f"{what} (warm-up)")
+        self.wait(dist.barrier(group=group, async_op=True), f"a barrier before {what} beside compute")
+        begin = time.perf_counter()
+        for _ in range(calls):
             compute()
-            self.sync()
-            alone = time.perf_counter() - begin
-            self.wait(dist.barrier(group=group, async_op=True), f"a barrier before {what} beside compute")
-            begin = time.perf_counter()
+        self.sync()
+        alone = time.perf_counter() - begin
+        self.wait(dist.barrier(group=group, async_op=True), f"a barrier before {what} beside compute")
+        begin = time.perf_counter()
+        for _ in range(calls):
             work = start()
             compute()
             self.wait(work, f"{what} beside compute")
-            out.append(time.perf_counter() - begin - alone)
-        return size, out[1:]
+        return size, [(time.perf_counter() - begin - alone) / calls]
 
     def messages(self) -> dict:
         """{("p2p", 2) or (collective, ranks): [[(bytes, [seconds per call]) per size] per repeat]}."""

@@ -67,8 +67,8 @@ class Settings:
 
     @property
     def beside_calls(self) -> int:
-        """Calls per size of a collective issued beside compute (each a few milliseconds)."""
-        return 3 if self.quick else 5
+        """Calls per size in a chain of a collective issued beside compute (each a few milliseconds)."""
+        return 6 if self.quick else 10
 
     @property
     def sharing_seconds(self) -> float:
@@ -85,6 +85,25 @@ class Settings:
     def sharing_shape(self) -> int:
         """m = n = k of the GEMM whose slow-down under sharing is measured."""
         return 128 if self.quick else 256
+
+    @property
+    def cold_rounds(self) -> int:
+        """Rounds of each [[cold]] row's sequence per repeat (each call after an eviction of
+        up to 4x the last-level cache: milliseconds)."""
+        return 4 if self.quick else 8
+
+    def evictions(self, private_bytes: int, cache_bytes: int) -> tuple:
+        """Bytes read before every timed call of the [[cold]] rows: from a core's private cache
+        to 4x the last-level cache, each twice the last (quick: the private cache, the last
+        level and 4x it)."""
+        top = 4 * cache_bytes
+        if self.quick:
+            return tuple(sorted({private_bytes, cache_bytes, top}))
+        sizes, n = [], private_bytes
+        while n <= top:
+            sizes.append(n)
+            n *= 2
+        return tuple(sizes)
 
     def command(self, output: str) -> str:
         """The command line that reproduces this calibration."""

@@ -32,7 +32,7 @@ def plan_op(profile, cand, platform, planner=None) -> Operation:
     P, D, T, Z, b, M = cand.P, cand.D, cand.T, cand.Z, cand.b, cand.A
     if min(P, D, T, b, M) < 1 or Z not in (0, 1, 2, 3):
         raise RatcError(f"invalid configuration {cand.label()}: P, D, T, b, A must be >= 1 and Z in 0..3")
-    units = planner.units(T, P * D * T, b, cand.attn).units
+    units = planner.units(T, P * D * T, b, cand.attn, P).units
     stage_of, chunk_of = _virtual_stages(planner, cand, units)
     choices = unit_choices(units, cand.keep) if cand.keep else None
     # (each decoder layer's letter as the plan writes it: what Plan.from_ir reads back)

@@ -37,9 +37,10 @@ class ExecutionProfile:
     recipe = None           # the training recipe its backend runs, if not the planner's default
     element_bytes = None    # bytes per activation element it runs, if not the traced dtype's
 
-    def for_program(self, ranks: int, b: int) -> "ExecutionProfile":
+    def for_program(self, ranks: int, b: int, params: float = 0.0) -> "ExecutionProfile":
         """This profile for a program of `ranks` processes running micro-batches of `b`
-        sequences (a host's ranks share its cores, and its tasks' fixed costs are per task)."""
+        sequences, each rank holding `params` parameter elements (a host's ranks share its
+        cores, its tasks' fixed costs are per task and grow with what its step moves)."""
         return self
 
     def unit_overhead(self, layer) -> tuple:

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 from ratc.planner.exec_profile import ExecutionProfile
+from ratc.platform.schema import ColdRow
 from ratc.step.config import TrainingRecipe
 from ratc.step.rules import streamed_seconds
 
@@ -32,6 +33,12 @@ UPDATE_TRAFFIC = 80
 # per-parameter gradients into the flat one (read 4 B, write 4 B), and its add_ into the
 # micro-batches' sum (read 8 B, write 4 B).
 GRADIENT_FLATTEN, GRADIENT_ACCUMULATE = 8, 12
+# What a rank's step moves through the caches per parameter element between two runs of one
+# unit's task (one micro-batch: its stages' Forwards and Backwards): the Forward reads the
+# weight (4 B); the Backward reads it again (4), writes the per-parameter gradient (4), and
+# flattens and accumulates it (GRADIENT_FLATTEN + GRADIENT_ACCUMULATE). Activations are left
+# out: a micro-batch's are a small part of a step's bytes on the models a host trains.
+STEP_TRAFFIC = 4 + 4 + 4 + GRADIENT_FLATTEN + GRADIENT_ACCUMULATE
 # Top-level torch operators a traced op of each kind runs forward, as the profiler counts them
 # in examples/llama.py's decoder layer (50 for its 24 ops): a linear layer 2 (with the view or
 # transpose of its output), an RMSNorm 8 (float, pow, mean, add, rsqrt, mul, mul, type_as),
@@ -54,13 +61,33 @@ class HostExecProfile(ExecutionProfile):
     platform: object
     ranks: int = 1             # processes running at once (P x D x T): [sharing] between them
     batch: int = 1             # sequences per micro-batch: a task of them pays its fixed costs once
+    evicted: float = 0.0       # bytes a rank's step moves between two runs of one unit's task
     cost_source = "this host's measured tables (ratc calibrate)"
     element_bytes = FP32
     prices_ops = True
 
-    def for_program(self, ranks: int, b: int) -> "HostExecProfile":
-        same = (ranks, b) == (self.ranks, self.batch)
-        return self if same else dataclasses.replace(self, ranks=ranks, batch=b)
+    def for_program(self, ranks: int, b: int, params: float = 0.0) -> "HostExecProfile":
+        """This profile for a program of `ranks` processes running micro-batches of `b`
+        sequences, each rank holding `params` parameter elements (its stages' share of the
+        model: what its step moves through the caches between two runs of a unit's task)."""
+        evicted = STEP_TRAFFIC * params
+        same = (ranks, b, evicted) == (self.ranks, self.batch, self.evicted)
+        return self if same else dataclasses.replace(self, ranks=ranks, batch=b, evicted=evicted)
+
+    def fixed(self, key: str) -> float:
+        """A fixed cost of [compute] (task_forward, operator_backward, ...) at this profile's
+        eviction: [compute]'s figure with nothing evicted and the [[cold]] rows' at theirs,
+        interpolated in bytes up to the first row and in log-bytes between rows; past the last
+        row, the last (nothing more to evict)."""
+        return self._fixed[key]
+
+    @functools.cached_property
+    def _fixed(self) -> dict:
+        out = {}
+        for key in (f.name for f in dataclasses.fields(ColdRow) if f.name != "evicted"):
+            rows = sorted((r.evicted, getattr(r, key).median) for r in self.platform.cold)
+            out[key] = _fixed_at(((0, getattr(self.platform.compute, key).median), *rows), self.evicted)
+        return out
 
     @functools.cached_property
     def recipe(self) -> TrainingRecipe:
@@ -133,11 +160,11 @@ class HostExecProfile(ExecutionProfile):
         one-operator unit's task less its operator, and each parameter tensor's work (the
         backward's of those that train), once per micro-batch of `batch` sequences, with the
         interpreter's slow-down by the ranks sharing the cores and the machine's other load."""
-        c = self.platform.compute
+        f = self.fixed
         params = len(layer.params)
         trained = params - len(layer.frozen)
-        fwd = max(0.0, c.task_forward.median - c.operator_forward.median) + params * c.parameter_forward.median
-        bwd = max(0.0, c.task_backward.median - c.operator_backward.median) + trained * c.parameter_backward.median
+        fwd = max(0.0, f("task_forward") - f("operator_forward")) + params * f("parameter_forward")
+        bwd = max(0.0, f("task_backward") - f("operator_backward")) + trained * f("parameter_backward")
         slow = self._sharing[2] / self.batch
         return fwd * slow, bwd * slow + self.gradient_time(layer) / self.batch
 
@@ -158,9 +185,9 @@ class HostExecProfile(ExecutionProfile):
     def op_times(self, op, div: int, dtype_bytes: int) -> tuple:
         """(fwd compute, fwd DDR, bwd compute, bwd DDR) seconds of one traced op per sequence of
         a micro-batch of `batch` (its DDR parts are 0: one thread runs all of it)."""
-        b, c = self.batch, self.platform.compute
+        b = self.batch
         calls = OPERATORS.get(op.kind, DEFAULT_OPERATORS) * self._sharing[2] / b
-        call_f, call_b = calls * c.operator_forward.median, calls * c.operator_backward.median
+        call_f, call_b = calls * self.fixed("operator_forward"), calls * self.fixed("operator_backward")
         if op.gemm is not None:
             m, n, k = op.gemm       # m: the rows of one sequence; a micro-batch's GEMM has b times them
             m, n = m * b, max(1, n // div)
@@ -190,6 +217,15 @@ class HostExecProfile(ExecutionProfile):
             fwd += self.memory_time("softmax", 2 * scores)
             bwd += self.memory_time("softmax", 4 * scores)
         return fwd / b, bwd / b
+
+
+def _fixed_at(rows: tuple, evicted: float) -> float:
+    """A fixed cost at `evicted` bytes from its (bytes, seconds) rows, the first at 0 bytes."""
+    if evicted >= rows[-1][0]:
+        return rows[-1][1]
+    (x0, y0), (x1, y1) = next((lo, hi) for lo, hi in zip(rows, rows[1:]) if evicted < hi[0])
+    at = evicted / x1 if x0 == 0 else math.log(evicted / x0) / math.log(x1 / x0)
+    return y0 + (y1 - y0) * at
 
 
 @functools.lru_cache(maxsize=65536)

@@ -131,26 +131,32 @@ class Planner:
         """The model's decoder layers (read per candidate group: counted once)."""
         return self.model.num_layers
 
-    def units(self, T: int, ranks: int = 1, b: int = 1, attn: str = "paper"):
+    def units(self, T: int, ranks: int = 1, b: int = 1, attn: str = "paper", pipeline: int = 1):
         """The unit table at tensor-parallel degree T of a program of `ranks` processes running
-        micro-batches of `b` sequences, per sequence (a host profile's ranks share its cores and
-        its tasks pay fixed costs once per micro-batch; a DSP profile's units depend on neither),
-        with the attention kernels `attn`."""
-        profile = self.exec_profile.for_program(ranks, b)
-        key = (T, (ranks, b) if profile is not self.exec_profile else None, attn)
+        micro-batches of `b` sequences over `pipeline` pipeline ranks, per sequence (a host
+        profile's ranks share its cores, its tasks pay fixed costs once per micro-batch, and
+        those grow with the bytes a rank's step moves, its share of the model; a DSP profile's
+        units depend on none of these), with the attention kernels `attn`."""
+        profile = self._for_program(T, ranks, b, pipeline)
+        key = (T, (ranks, b, pipeline) if profile is not self.exec_profile else None, attn)
         if key not in self._units:
             self._units[key] = UnitTable.of(model_units(self.model, profile, self.platform, T, attn))
         return self._units[key]
+
+    def _for_program(self, T: int, ranks: int, b: int, pipeline: int):
+        """The execution profile of such a program (each rank holding 1 / (pipeline x T) of the model)."""
+        return self.exec_profile.for_program(ranks, b, self.model.param_count / (pipeline * T))
 
     def stages(self, P: int, T: int, balance: str, ranks: int = 1, b: int = 1, keep: str = "",
                attn: str = "paper", layout: tuple = ()):
         """The stage tables of (P, T, balance) of a program of `ranks` processes running
         micro-batches of `b` sequences, the decoder layers keeping what `keep` says; with
         v > 1, P counts virtual stages and `layout` gives each one's rank (partition.stage_layout)."""
-        shaped = self.exec_profile.for_program(ranks, b) is not self.exec_profile
+        pipeline = layout[0] if layout else P
+        shaped = self._for_program(T, ranks, b, pipeline) is not self.exec_profile
         key = (P, T, balance, (ranks, b) if shaped else None, keep, attn, layout)
         if key not in self._stages:
-            table = self.units(T, ranks, b, attn)
+            table = self.units(T, ranks, b, attn, pipeline)
             if keep:        # (what layers keep changes no partition: the default's)
                 self._stages[key] = stage_costs(table.with_choices(unit_choices(table.units, keep)), P, T, balance,
                                                 self.recipe, self.stages(P, T, balance, ranks, b, "", attn, layout).ranges)
@@ -251,7 +257,7 @@ class Planner:
         """What each decoder layer of a candidate keeps and recomputes, by runs of layers."""
         from ratc.planner.keep import describe
         ranks = cand.P * cand.D * cand.T
-        units = self.units(cand.T, ranks, cand.b, cand.attn).units
+        units = self.units(cand.T, ranks, cand.b, cand.attn, cand.P).units
         if cand.act == "full":
             choices = ["full"] * len(units)
         else:
@@ -265,8 +271,8 @@ class Planner:
             return []
         from ratc.units import format_bytes
         ranks = cand.P * cand.D * cand.T
-        pick = next(k for k, u in enumerate(self.units(cand.T, ranks, cand.b).units) if u.decoder)
-        paper, fused = (self.units(cand.T, ranks, cand.b, a).units[pick] for a in ("paper", "fused"))
+        pick = next(k for k, u in enumerate(self.units(cand.T, ranks, cand.b, pipeline=cand.P).units) if u.decoder)
+        paper, fused = (self.units(cand.T, ranks, cand.b, a, cand.P).units[pick] for a in ("paper", "fused"))
         less = format_bytes(cand.b * (paper.saved_bytes - fused.saved_bytes))
         return [f"  attention (every layer): fused kernels: a layer that keeps its attention keeps Q, K, V and the "
                 f"rows' max and reciprocal softmax sum, not the s x s probabilities ({less} less per micro-batch), "
@@ -288,7 +294,7 @@ class Planner:
             by_table.setdefault((c.T, c.balance, c.P * c.D * c.T, c.b, c.attn), []).append(k)
         for (T, balance, ranks, size, attn), ks in by_table.items():
             P = evs[ks[0]].cand.P
-            units = self.units(T, ranks, size, attn).units
+            units = self.units(T, ranks, size, attn, P).units
             ranges = self.stages(P, T, balance, ranks, size, "", attn).ranges
             flight = np.stack([n_in_flight(P, evs[k].cand.A) for k in ks]).astype(float)
             b = np.array([[evs[k].cand.b] for k in ks], dtype=float)
@@ -326,7 +332,7 @@ class Planner:
         for k, c in tried:
             if c.act == "fsr" and c.keep:
                 ranks = c.P * c.D * c.T
-                units = self.units(c.T, ranks, c.b, c.attn).units
+                units = self.units(c.T, ranks, c.b, c.attn, c.P).units
                 ranges = self.stages(c.P, c.T, c.balance, ranks, c.b, "", c.attn).ranges
                 alts += [(k, p, ch) for p, ch in stage_orders(units, ranges, c.keep)]
         if not alts:

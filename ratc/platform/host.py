@@ -67,6 +67,7 @@ def check_host(sections: dict, fail) -> None:
              f"rate is {best:.4g} MAC/s; the peak is the best measured rate", "compute", None, "matmul_peak")
     _unique(fail, "matmul", [(r.m, r.n, r.k, r.layout) for r in rows], "m, n, k, layout")
     _unique(fail, "memory", [(r.op, r.bytes) for r in sections["memory"]], "op, bytes")
+    _unique(fail, "cold", [(r.evicted,) for r in sections["cold"]], "evicted")
     coll = sections["collectives"]
     _unique(fail, "collectives", [(r.op, r.ranks) for r in coll], "op, ranks")
     ranks = sections["host"].ranks

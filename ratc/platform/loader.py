@@ -178,7 +178,7 @@ def _recalibrate(fail):
     """A host profile's `fail`, which says how to get a current profile where a measured figure
     is missing (a profile of an older `ratc calibrate`: each release may measure more)."""
     def located(message: str, table: str | None = None, index: int | None = None, key: str | None = None):
-        if ": missing key " in message:
+        if ": missing key " in message or message.startswith("missing [["):
             message += "; a profile of an older `ratc calibrate`? measure this machine again: ratc calibrate -o FILE"
         fail(message, table, index, key)
     return located

@@ -305,6 +305,22 @@ class MemoryRow:
 
 
 @dataclass(frozen=True)
+class ColdRow:
+    """One [[cold]] entry: [compute]'s fixed costs measured again with `evicted` bytes of other
+    data read before every timed call. In a step a unit's task runs again only after the step's
+    other tasks have moved their weights, gradients and activations through the caches; the
+    planner reads these rows at that distance (ratc.planner.host_exec)."""
+
+    evicted: int = quantity("bytes", "bytes read between two timed calls")
+    task_forward: "Figure" = quantity(FIGURE + "time", "as [compute].task_forward, after the eviction")
+    task_backward: "Figure" = quantity(FIGURE + "time", "as [compute].task_backward, after the eviction")
+    operator_forward: "Figure" = quantity(FIGURE + "time", "as [compute].operator_forward, after the eviction")
+    operator_backward: "Figure" = quantity(FIGURE + "time", "as [compute].operator_backward, after the eviction")
+    parameter_forward: "Figure" = quantity(FIGURE + "time", "as [compute].parameter_forward, after the eviction")
+    parameter_backward: "Figure" = quantity(FIGURE + "time", "as [compute].parameter_backward, after the eviction")
+
+
+@dataclass(frozen=True)
 class CollectiveRow:
     """One [[collectives]] entry: a collective over `ranks` ranks, time = latency + bytes / bandwidth
     (bytes: the whole buffer, as the planner's ring formulas take it), fitted through the fastest
@@ -335,7 +351,8 @@ SECTIONS: dict[str, type] = {
     "sharing": SharingSpec,
 }
 # Arrays of tables ([[name]]) of a host profile: its measured tables, one row per entry.
-TABLES: dict[str, type] = {"matmul": MatmulRow, "memory": MemoryRow, "collectives": CollectiveRow}
+TABLES: dict[str, type] = {"matmul": MatmulRow, "memory": MemoryRow, "cold": ColdRow,
+                           "collectives": CollectiveRow}
 # Sections a profile may leave out (the commands that need one say so, naming the platform).
 OPTIONAL_SECTIONS = frozenset({"failures"})
 # The sections of each platform kind beyond the shared [cluster], [network], [collective] and
