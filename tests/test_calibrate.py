@@ -49,7 +49,7 @@ def test_quick_calibration_figures_are_physically_sane(calibrated):
     p = load_platform(calibrated[0][0])
     c = p.compute
     figures = [c.matmul_peak, *(getattr(c, key) for key in FIXED_COSTS), c.cache_bandwidth, c.memory_bandwidth, p.p2p.latency,
-               p.p2p.bandwidth, p.sharing.matmul, p.sharing.memory, p.sharing.tasks, p.sharing.busy,
+               p.p2p.bandwidth, p.p2p.beside_latency, p.p2p.beside_bandwidth, p.sharing.matmul, p.sharing.memory, p.sharing.tasks, p.sharing.busy,
                *(r.rate for r in p.matmul),
                *(r.seconds for r in p.memory),
                *(f for row in p.collectives for f in (row.latency, row.bandwidth, row.tail, row.beside_latency,
@@ -335,11 +335,14 @@ def test_rank_figures_fit_known_links_and_take_each_sharing_figure_as_together_o
     busy = [(2e-3, 2e-3 * r) for r in (1.3, 1.6, 1.2, 1.5, 1.4)]
     # beside compute: 0.9 ms + bytes / 0.5 GB/s extra, each size's median (one call 10 ms late)
     beside = [(nbytes, [9e-4 + nbytes / 0.5e9, 1e-2, 9e-4 + nbytes / 0.5e9]) for nbytes in (4000, 512000, 16000000)]
+    # two ranks exchanging beside compute: 2 ms + bytes / 1 GB/s per exchange, a chain's mean a size
+    exchange = [(nbytes, [2e-3 + nbytes / 1e9]) for nbytes in (4000, 512000, 16000000)]
     got = rank_figures({"messages": {("p2p", 2): [sweep] * 3, ("all_reduce", 2): [sweep] * 3},
-                        "beside": {("all_reduce", 2): [beside] * 3},
+                        "beside": {("all_reduce", 2): [beside] * 3, ("p2p", 2): [exchange] * 3},
                         "sharing": {"busy": busy, "load": [(1.0, 1.1)] * 5}})
     assert got["p2p"]["latency"].median == pytest.approx(50e-6)
     assert got["p2p"]["bandwidth"].median == pytest.approx(2e9)
+    assert (got["p2p"]["beside_latency"].median, got["p2p"]["beside_bandwidth"].median) == pytest.approx((2e-3, 1e9))
     (key, row), = got["collectives"]
     assert key == ("all_reduce", 2) and row["tail"].median == pytest.approx(sweep[0][1][0] + 0.1 * (1e-2 - sweep[0][1][0]))
     assert (row["beside_latency"].median, row["beside_bandwidth"].median) == pytest.approx((9e-4, 0.5e9))

@@ -365,6 +365,33 @@ def test_a_sync_and_prefetch_in_the_compute_stream_delay_what_follows_them():
     assert (total[0, 0], comm[0, 0], upd[0, 0]) == pytest.approx((23.0, 13.0, 10.0))
 
 
+def test_a_stage_hand_off_on_a_host_whose_ranks_take_every_core_costs_its_exchange_beside_compute(host):
+    # HOST's [p2p]: 100 us + bytes / 2 GB/s alone; 2 ms + bytes / 1 GB/s exchanged beside compute
+    alone, beside = 100e-6 + 32768 / 2e9, 2e-3 + 32768 / 1e9
+    assert link_for(host, 2, ranks=1).send(32768) == pytest.approx(alone)      # (a core to spare)
+    assert link_for(host, 2, ranks=2).send(32768) == pytest.approx(beside)     # every core taken
+    both = link_for(host, 2, ranks=np.array([[1], [2]]))
+    assert list(both.send(32768)[:, 0]) == pytest.approx([alone, beside])
+    # a DSP machine's links: the message alone
+    mt = load_platform("mt3000")
+    assert link_for(mt, 2, ranks=8).send(32768) == pytest.approx(Link(mt.network.intra_node_latency,
+                                                                      mt.network.intra_node_bandwidth).send(32768))
+
+
+def test_a_hosts_pipeline_hands_off_beside_compute_in_the_planner_and_the_vm_alike(host_file, tmp_path):
+    out, trace, run = tmp_path / "prog", tmp_path / "trace.json", tmp_path / "run.json"
+    assert main(["compile", EXAMPLE, "--preset", "tiny", "--platform", host_file, "--plan",
+                 "P=2,D=1,Z=0,b=1,A=4,Full,deadline", "--no-run", "-o", str(out)]) == 0
+    assert main(["run", str(out), "--trace", str(trace), "--json", "-o", str(run)]) == 0
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    sends = [e for e in events if e["cat"] == "send" and e["name"].startswith(("0SEND", "1SEND"))]
+    # tiny's hidden stream, 64 x 128 fp32 = 32 KB a hand-off: 2 ms + 32 KB at 1 GB/s (us in the trace)
+    # (two a micro-batch, four micro-batches a step, every simulated step)
+    assert sends and len(sends) % 8 == 0 and all(e["dur"] == pytest.approx((2e-3 + 32768 / 1e9) * 1e6) for e in sends)
+    sim = json.loads(run.read_text())
+    assert sim["results"]["step_time_s"] == pytest.approx(sim["predicted_step_time_s"], rel=0.005)
+
+
 @pytest.mark.parametrize("plan", ["P=1,D=2,Z=2,b=1,A=4,Full,deadline", "P=1,D=2,Z=3,b=1,A=4,FSR,deadline",
                                   "P=1,D=2,Z=1,b=2,A=2,Ckpt,deadline"])
 def test_a_hosts_vm_runs_its_collectives_in_the_compute_stream_and_the_planner_agrees(host_file, tmp_path, plan):

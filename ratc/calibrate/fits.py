@@ -49,11 +49,11 @@ def beside_figures(runs: list) -> dict:
 def rank_figures(payload: dict) -> dict:
     """[p2p], [[collectives]] and [sharing] figures from rank 0's payload."""
     messages = {key: message_figures(runs) for key, runs in payload["messages"].items()}
-    p2p = messages.pop(("p2p", 2))
     for key, runs in payload["beside"].items():
         messages[key].update(beside_figures(runs))
+    p2p = messages.pop(("p2p", 2))
     return {
-        "p2p": {"latency": p2p["latency"], "bandwidth": p2p["bandwidth"]},
+        "p2p": {key: p2p[key] for key in ("latency", "bandwidth", "beside_latency", "beside_bandwidth")},
         "collectives": sorted(messages.items(), key=lambda item: (item[0][1], item[0][0])),
         "sharing": {key: figure(together / alone for alone, together in pairs)
                     for key, pairs in payload["sharing"].items()},

@@ -120,7 +120,7 @@ def _host_sections(facts: dict, figures: dict) -> list[str]:
              f"memory_bandwidth = {measured(comp['memory_bandwidth'], 'bandwidth')}", "",
              "[p2p]",
              *(f"{key} = {measured(fig, kind)}"
-               for (key, fig), kind in zip(figures["p2p"].items(), ("time", "bandwidth"))), "",
+               for (key, fig), kind in zip(figures["p2p"].items(), ("time", "bandwidth", "time", "bandwidth"))), "",
              "[sharing]",
              *(f"{key} = {measured(fig, 'float')}" for key, fig in figures["sharing"].items())]
     for (m, n, k, layout), rate in comp["matmul"]:

@@ -25,10 +25,17 @@ class Link:
     # (bool, or [C, 1] per candidate: Platform.collectives_in_compute_stream)
     beside: tuple = ()
     inline: object = False
+    # a host's [p2p] exchange beside compute (latency, bandwidth), which prices a message where `inline`
+    exchange: tuple = ()
 
     def send(self, nbytes: float) -> float:
-        """Seconds to move one message."""
-        return self.latency + nbytes / self.bandwidth
+        """Seconds to move one message (on a host whose messages run in the compute stream, a
+        hand-off beside compute: gloo moves it only as the scheduler hands its threads a core)."""
+        alone = self.latency + nbytes / self.bandwidth
+        if not self.exchange:
+            return alone
+        latency, bandwidth = self.exchange
+        return np.where(self.inline, np.maximum(alone, latency + nbytes / bandwidth), alone)
 
 
 def link_for(platform, span, ranks=None) -> Link:
@@ -41,8 +48,10 @@ def link_for(platform, span, ranks=None) -> Link:
     beside = tuple((r.op, r.ranks, r.beside_latency.median, r.beside_bandwidth.median)
                    for r in platform.collectives) if host else ()
     inline = platform.collectives_in_compute_stream(ranks) if host and ranks is not None else False
+    exchange = (platform.p2p.beside_latency.median, platform.p2p.beside_bandwidth.median) if host else ()
     return Link(np.where(intra, net.intra_node_latency, net.inter_node_latency),
-                np.where(intra, net.intra_node_bandwidth, net.inter_node_bandwidth), measured, beside, inline)
+                np.where(intra, net.intra_node_bandwidth, net.inter_node_bandwidth), measured, beside, inline,
+                exchange)
 
 
 def check_algorithm(platform) -> None:

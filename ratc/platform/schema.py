@@ -262,6 +262,11 @@ class P2PSpec:
 
     latency: "Figure" = quantity(FIGURE + "time", "one-way time of the fit at zero bytes")
     bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "bytes per second of the fit's slope")
+    beside_latency: "Figure" = quantity(FIGURE + "time", "exchanged beside compute (two ranks each posting its "
+                                                        "receive, computing, sending, waiting): the extra time "
+                                                        "per exchange at zero bytes")
+    beside_bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "exchanged beside compute: bytes per second of "
+                                                                "its extra time's slope")
 
 
 @dataclass(frozen=True)
