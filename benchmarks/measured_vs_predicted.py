@@ -311,7 +311,7 @@ rank 0 spent 212 ms in tasks, 46 of them in the handlers of the per-micro-batch 
 105 ms between tasks, mostly waiting for gathers and reduce-scatters issued one unit ahead,
 where the planner counted them on the link, hidden under the compute.
 
-What changed since (2026-12-05 07:30-10:00, the table above measured with all of it):
+What changed on 2026-12-05 07:30-10:00:
 
 - **A step's GEMMs run cold.** `[[matmul]]` rows were loops on one operand, in L1/L2; a
   step's weights come from beyond the core's private cache (under torch.profiler a `ratc
@@ -345,49 +345,69 @@ What changed since (2026-12-05 07:30-10:00, the table above measured with all of
   ms against 10.0 kept, the figure the calibrated update row gives).
 
 Before these, the same benchmark gave a planner mean error of 24.1 %, max 56.9 %, tau 0.24
-(06:50); at 10:01 (the table above) 18.1 %, 40.9 %, 0.89: `small` -7 to -13 %, `tiny` -14 to
+(06:50); at 10:01 18.1 %, 40.9 %, 0.89: `small` -7 to -13 %, `tiny` -14 to
 -41 %, every prediction still low (17.5 %, 36.9 %, 0.94 at 08:56, each fixed cost then the
 median of its rounds rather than the fastest: the sittings move by a few points).
 
-What the host model still leaves out:
+What changed on 2026-12-05 10:20-10:52 (the table above measured with all of it, and every
+configuration given micro-batches enough for a step of at least 200 ms, 0.24-0.31 s here):
 
-- **`tiny`'s tasks in a step.** Its Forwards and Backwards still run 1.1-1.25x the planner's
-  figure at one rank (#5, #6): the step-order calibration puts a task's cold start at about 30 us more
-  than a loop's, a `tiny` step about 100 us (the embedding's first Forward of a micro-batch,
-  after the Backwards, 0.2 ms). The synthetic units are smaller than a layer and run fewer
-  kinds of operators between two runs of one; which part of a step's work takes the caches a
-  task then misses (code, the allocator's lists, autograd's graph of the micro-batches in
-  flight) is not measured apart.
-- **Collectives beside a step's compute.** `tiny`'s ZeRO-2 and -3 steps (#7, #8) still run
-  1.4-1.6x the prediction: their collectives are priced at the `beside_*` fit, measured beside
-  one round of the synthetic units (about 2.5 ms); how much a collective takes beside compute
-  grows with the compute's length (a `tiny` layer's reduce-scatter: 1.3 ms extra beside 0.5 ms
-  of compute, 2.5 ms beside 1.5 ms), and a step waits for some only after several tasks.
+- **A task's cold start follows what its step moves through the caches.** The step-order
+  fixed costs ran small synthetic units whose data stayed in cache; in a step a unit's task
+  runs again only after the rank's other tasks moved its weights and gradients through them.
+  `ratc calibrate` now also times the synthetic units with a CPU buffer read before every call,
+  every power of two from a core's private cache to 4x the last level (`[[cold]]`): a
+  one-operator Forward took 47 us warm, 55 after 2 MiB, 70 after 16, 132 after 32 (the last
+  level here), 152 after 64, 312 after 128. The planner reads the rows at 32 B a parameter
+  element of the rank's share of the model (the weight read forward and backward, its gradient
+  written, flattened and accumulated: `tiny` at P = 1 27.5 MB, `small` 125 MB). At one rank
+  `small` went from -7 % to -1..+3 % and `tiny` from -14 % to -8..-10 %.
+- **Collectives beside compute measured in a chain.** Each `beside_*` figure came from one
+  call after a barrier; a step issues its collectives back to back, and a rank late to one
+  makes the others wait at it. Measured as a chain of calls with no barrier between them, a
+  0.7 MB all-gather beside 2.7 ms of compute cost 0.79 ms more per call, not 0.51. `tiny`'s
+  ZeRO-2 step (#7) went from -30 % to -6..-10 %, its ZeRO-3 FSR step (#8) from -41 % to
+  -12..-26 %.
+- **Stage hand-offs beside compute.** On two busy cores gloo moves a message only as the
+  scheduler hands its threads a core: two ranks each posting a receive, running a round of
+  the synthetic units, sending and waiting (1F1B's hand-offs) took 2.1 ms more per exchange
+  than the compute alone, beside 2.7 ms of compute or 7.7, where a ping-pong's one way took
+  0.05 ms. `[p2p].beside_latency` and `beside_bandwidth` measure it, and where the ranks take
+  every core a hand-off costs that (`Link.send`, the planner and the lowering alike): `tiny`
+  at P = 2 (#9) went from -28 % to -15 %, `small` at P = 2 (#3, #4) from -9..-12 % to -2..-4 %.
+
+Same day, earlier: 24.1 %, 56.9 %, tau 0.24 (06:50); 18.1 %, 40.9 %, 0.89 (10:01, with the
+changes above it); cold starts and chained collectives alone gave 12.9 %, 27.8 %, 0.80
+(10:44, load 1.4-1.7), with the hand-offs 6.8 %, 15.4 %, 1.00 (10:52, load 1.1-1.4).
+
+What the host model still leaves out (every prediction is still low, by 0.5-15 %):
+
+- **`tiny`'s Forwards** at one rank run 1.15-1.2x the planner's figure (its Backwards 1.0):
+  a layer's Forward runs more kinds of operators than the synthetic units, and which part of
+  a task's cold start grows with what (code, the allocator's lists, autograd's graph of the
+  micro-batches in flight) is not measured apart; 32 B a parameter is the step's traffic, not
+  the reuse distance of each task's own data.
+- **Waits for a late rank.** `tiny`'s ZeRO-3 step (#8) issues about 190 collectives a step; in
+  its trace a rank waited 50-100 ms a step for gathers its peer joined late (single waits of
+  up to 6.6 ms, a scheduler slice), more than the chained `beside_*` fit's mean says; and the
+  executor spends about 50 us between two of its ops (setting a unit's views of the gathered
+  parameters, freeing values, recording times: 20 ms of its step), which no figure prices.
 - **An update's fixed cost.** The update is priced per byte from its measured row; the
   executor's AdamW step also runs a dozen torch operators per unit whatever its size, which
-  `tiny`'s small units (181 K elements a layer) show: their updates ran 1.3-2.1x the figure,
+  `tiny`'s small units (181 K elements a layer) show: their updates ran 1.3-2.3x the figure,
   `small`'s 1.0-1.3x.
-- **Stage hand-offs** stay on the link (the planner counts a boundary send on the path at its
-  ping-pong time). On two busy cores a send's data moves only once the sender's thread blocks:
-  two ranks each running a round of the synthetic units (2.5 ms) after an isend / irecv of 4
-  KB to 1 MB, the receiver's wait ended 2.8-3.0 ms after its compute, where the message alone
-  took 0.1-0.4 ms (2026-12-05). The runtime waits for its sends at the step's end, so a
-  hand-off can arrive a whole task late; `tiny` at P = 2 (#9) waits for its peer far longer
-  than the model says. Pricing it, or making the runtime push its sends, is the next step: a
-  sender yielding its core once after each isend cut the receiver's wait in that loop to
-  0.15-1.3 ms, but `tiny`'s P = 2 step over 13 paired runs with and without it moved within
-  its noise (medians 0.13-0.19 s either way: the step is bimodal), so the runtime does not.
 - **The machine's other load.** The medians include every preemption by other processes; the
   profile calibrated at a round's start sees that minute's load (`load` for GEMMs, `tasks` for
   the interpreter), and a round whose load changed between its calibration and its runs is
   priced for another machine. Under a load of 3.6 from other agents' test suites every step ran
   1.6-2.3x its prediction (07:50); memory and cache contention, which neither window sees, is
   the likely part.
-- **The executor's loop between tasks**: a median 10 us a task (freeing values, recording
-  times), 2 % of `tiny`'s step, not in the model.
 - **Operators by count, not by kind.** Every torch operator costs the block's mean; a layer's
   view, transpose and shape reads cost less than its attention's or norm's autograd.
-- **Collectives and transfers** are not in the ratios: `--measure` times them from their last
+- **In the ratios above**, a program whose collectives run in the compute stream (#7, #8)
+  has them in the planner's Forward and Backward, and `--measure` times only the tasks'
+  handlers (so its backward ratios are under 1 and its step is not); collectives and
+  transfers themselves are not in the ratios: `--measure` times them from their last
   member's issue to their reader's wait, an upper bound of their duration.
 """
 

@@ -10,6 +10,7 @@ import time
 
 import torch
 
+from ratc.calibrate import machine
 from ratc.calibrate.settings import Settings
 from ratc.calibrate.stats import CalibrationError, figure, per_call
 from ratc.planner.host_exec import UPDATE_TRAFFIC
@@ -420,7 +421,8 @@ def measure_compute(settings: Settings, cache_bytes: int, private_bytes: int, pr
             units = fixed_cost_units(device)
             return {**sequence_repeat(units, sync), **cold_sequences(units, sync, evictions, settings.cold_rounds)}
         return one() if device.type == "cuda" else forked(one, settings.timeout_s, "the fixed costs")
-    evictions = settings.evictions(private_bytes, cache_bytes)
+    # (the CPU's caches, on a GPU machine too: a task's fixed costs are its interpreter's)
+    evictions = settings.evictions(machine.private_cache(), machine.last_level_cache()[0])
     times = run_repeats(calls, settings, sync, progress, renew=gemms, sequence=sequence)
     add_small, add_large = ("add", sizes[0]), ("add", sizes[1])
     return {

@@ -29,11 +29,12 @@ def message_figures(runs: list) -> dict:
 
 
 def beside_figures(runs: list) -> dict:
-    """beside_latency and beside_bandwidth of a collective issued beside compute: a line fitted
-    per repeat through each size's extra time per call (a chain's mean, the waits for a late
-    rank and the scheduler's all in it; the median of a size's samples), each at least FLOOR (an extra time is a difference of two noisy times and may come
-    out at or under zero); a repeat whose extra time did not grow with the bytes is a flat
-    line at their median, its slope MIN_SLOPE."""
+    """beside_latency and beside_bandwidth of a collective (or an exchange) beside compute: a
+    line fitted per repeat through each size's extra time per call (a chain's mean, the waits
+    for a late rank and the scheduler's all in it; the median of a size's samples), each at
+    least FLOOR (an extra time is a difference of two noisy times and may come out at or under
+    zero); a repeat whose extra time did not grow with the bytes is a flat line at their
+    median, its slope MIN_SLOPE."""
     fits = []
     for sweep in runs:
         sizes = [nbytes for nbytes, _ in sweep]

@@ -129,7 +129,8 @@ def _host_sections(facts: dict, figures: dict) -> list[str]:
     for op, nbytes, seconds in comp["memory"]:
         lines += ["", "[[memory]]", f'op = "{op}"', f"bytes = {nbytes}", f"seconds = {measured(seconds, 'time')}"]
     for nbytes, figs in comp["cold"]:
-        lines += ["", "[[cold]]", f"evicted = {nbytes}", *(f"{key} = {measured(figs[key], 'time')}" for key in FIXED_COSTS)]
+        lines += ["", "[[cold]]", f"evicted = {nbytes}",
+                  *(f"{key} = {measured(figs[key], 'time')}" for key in FIXED_COSTS)]
     for (op, ranks), figs in figures["collectives"]:
         lines += ["", "[[collectives]]", f'op = "{op}"', f"ranks = {ranks}",
                   *(f"{key} = {measured(figs[key], kind)}"

@@ -173,8 +173,9 @@ class _Rank:
 
     def besides(self) -> dict:
         """{("p2p", 2) or (collective, ranks): [[(bytes, [extra seconds per call]) per size] per
-        repeat]} of ranks 0 and 1 exchanging messages, and of each collective issued, beside a round of the fixed costs' synthetic units (a micro-batch's
-        worth of small tasks, as a step runs them beside its collectives)."""
+        repeat]} of ranks 0 and 1 exchanging messages, and of each collective, beside a round of
+        the fixed costs' synthetic units (a micro-batch's worth of small tasks, as a step runs
+        them beside its hand-offs and collectives)."""
         compute = self.round
         runs = {("p2p", 2): [], **{(op, g): [] for g in self.groups for op in COLLECTIVES}}
         calls = self.settings.beside_calls
