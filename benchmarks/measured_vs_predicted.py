@@ -331,7 +331,7 @@ What changed on 2026-12-05 07:30-10:00:
   adds them to the tasks (`Platform.collectives_in_compute_stream`).
 - **A collective beside compute costs more than alone**, and `[[collectives]]` now measures it:
   every rank of the group issues it, runs a round of the synthetic units and waits, less that
-  round alone (`beside_latency`, `beside_bandwidth`; a `tiny` layer's reduce-scatter took
+  round alone (then a line, now `[[beside]]`'s rows; a `tiny` layer's reduce-scatter took
   0.63 ms alone and ended 2.5 ms after 1.5 ms of compute). A program whose collectives run in
   the compute stream prices them by it.
 - **`[sharing].busy` without messages beside it**, as the collectives are in the stream now:
@@ -372,7 +372,7 @@ configuration given micro-batches enough for a step of at least 200 ms, 0.24-0.3
   scheduler hands its threads a core: two ranks each posting a receive, running a round of
   the synthetic units, sending and waiting (1F1B's hand-offs) took 2.1 ms more per exchange
   than the compute alone, beside 2.7 ms of compute or 7.7, where a ping-pong's one way took
-  0.05 ms. `[p2p].beside_latency` and `beside_bandwidth` measure it, and where the ranks take
+  0.05 ms. `[[beside]]`'s `p2p` rows measure it, and where the ranks take
   every core a hand-off costs that (`Link.send`, the planner and the lowering alike): `tiny`
   at P = 2 (#9) went from -28 % to -15 %, `small` at P = 2 (#3, #4) from -9..-12 % to -2..-4 %.
 

@@ -17,6 +17,7 @@ from ratc.cli.main import main
 from ratc.errors import OutputError
 from ratc.platform import load_platform
 from ratc.platform.host import matmul_efficiency
+from ratc.platform.schema import Figure
 
 # No CPU core issues more than two 512-bit FMAs per cycle (32 fp32 multiply-accumulates: AVX-512
 # with two FMA ports; ARM SVE-512 likewise) and none is clocked above 6 GHz.
@@ -49,11 +50,11 @@ def test_quick_calibration_figures_are_physically_sane(calibrated):
     p = load_platform(calibrated[0][0])
     c = p.compute
     figures = [c.matmul_peak, *(getattr(c, key) for key in FIXED_COSTS), c.cache_bandwidth, c.memory_bandwidth, p.p2p.latency,
-               p.p2p.bandwidth, p.p2p.beside_latency, p.p2p.beside_bandwidth, p.sharing.matmul, p.sharing.memory, p.sharing.tasks, p.sharing.busy,
+               p.p2p.bandwidth, p.sharing.matmul, p.sharing.memory, p.sharing.tasks, p.sharing.busy,
                *(r.rate for r in p.matmul),
                *(r.seconds for r in p.memory),
-               *(f for row in p.collectives for f in (row.latency, row.bandwidth, row.tail, row.beside_latency,
-                                                      row.beside_bandwidth))]
+               *(f for row in p.collectives for f in (row.latency, row.bandwidth, row.tail)),
+               *(row.seconds for row in p.beside)]
     assert all(f.median > 0 for f in figures)
     # one thread per rank: at most one core's peak; at least what any CPU of this century does
     assert 1e8 < c.matmul_peak.median < MAX_MACS_PER_CORE * p.host.threads
@@ -342,25 +343,41 @@ def test_rank_figures_fit_known_links_and_take_each_sharing_figure_as_together_o
                         "sharing": {"busy": busy, "load": [(1.0, 1.1)] * 5}})
     assert got["p2p"]["latency"].median == pytest.approx(50e-6)
     assert got["p2p"]["bandwidth"].median == pytest.approx(2e9)
-    assert (got["p2p"]["beside_latency"].median, got["p2p"]["beside_bandwidth"].median) == pytest.approx((2e-3, 1e9))
+    assert dict(got["beside"])[("p2p", 2)] == [(n, pytest.approx(Figure(*[2e-3 + n / 1e9] * 3)))
+                                               for n in (4000, 512000, 16000000)]
     (key, row), = got["collectives"]
     assert key == ("all_reduce", 2) and row["tail"].median == pytest.approx(sweep[0][1][0] + 0.1 * (1e-2 - sweep[0][1][0]))
-    assert (row["beside_latency"].median, row["beside_bandwidth"].median) == pytest.approx((9e-4, 0.5e9))
+    # each size's median over its calls (the 10 ms one is the late rank of one chain)
+    assert [(n, f.median) for n, f in dict(got["beside"])[("all_reduce", 2)]] == \
+        [(n, pytest.approx(9e-4 + n / 0.5e9)) for n in (4000, 512000, 16000000)]
     assert (got["sharing"]["busy"].q1, got["sharing"]["busy"].median, got["sharing"]["busy"].q3) == \
         pytest.approx((1.3, 1.4, 1.5))
     assert got["sharing"]["load"].median == pytest.approx(1.1)
 
 
-def test_a_beside_fit_of_noise_is_a_flat_positive_line_not_a_failed_calibration():
-    from ratc.calibrate.fits import FLOOR, MIN_SLOPE, beside_figures
+def test_a_beside_row_of_noise_is_a_small_positive_time_not_a_failed_calibration():
+    from ratc.calibrate.fits import FLOOR, beside_rows
 
     # extra times at or under zero, or falling with size: a difference of two noisy times
     falling = [(4000, [3e-4, 2e-4, 3e-4]), (512000, [1e-4] * 3), (16000000, [-5e-5] * 3)]
-    got = beside_figures([falling] * 3)
-    assert got["beside_latency"].median == pytest.approx(1e-4) and got["beside_bandwidth"].median == 1 / MIN_SLOPE
-    nothing = [(n, [-1e-4, 0.0, -2e-4]) for n in (4000, 512000, 16000000)]
-    got = beside_figures([nothing] * 3)
-    assert got["beside_latency"].median == pytest.approx(FLOOR) and got["beside_bandwidth"].median > 0
+    assert [(n, f.median) for n, f in beside_rows([falling] * 3)] == \
+        [(4000, pytest.approx(3e-4)), (512000, pytest.approx(1e-4)), (16000000, FLOOR)]
+
+
+def test_a_collective_beside_compute_is_interpolated_between_its_rows():
+    from ratc.planner.collectives import beside_seconds
+
+    rows = (("all_gather", 2, 4000, 0.3e-3), ("all_gather", 2, 1_000_000, 1.1e-3), ("all_gather", 2, 8_000_000, 4.6e-3))
+    assert beside_seconds(rows, "all_gather", 2, 4000) == pytest.approx(0.3e-3)
+    # linear in bytes between rows: half way from 1 MB to 8 MB
+    assert beside_seconds(rows, "all_gather", 2, 4_500_000) == pytest.approx(2.85e-3)
+    # under the first row, its time (a fixed cost); past the last, the last two rows' slope
+    assert beside_seconds(rows, "all_gather", 2, 10) == pytest.approx(0.3e-3)
+    assert beside_seconds(rows, "all_gather", 2, 15_000_000) == pytest.approx(4.6e-3 + 7e6 * 3.5e-3 / 7e6)
+    # over 3 ranks, the ring's 2 steps against the measured group's 1; one rank, nothing; unmeasured, None
+    assert beside_seconds(rows, "all_gather", 3, 4000) == pytest.approx(0.6e-3)
+    assert beside_seconds(rows, "all_gather", 1, 4000) == 0.0
+    assert beside_seconds(rows, "reduce_scatter", 2, 4000) is None
 
 
 @pytest.mark.parametrize("noise", [(1.0, 0.5, 1.05), (1.0, 1.5, 1.0), (1.0, 1.0, 1.1)])

@@ -121,8 +121,7 @@ def test_a_collective_in_the_compute_stream_costs_its_fit_beside_compute(host):
     both = link_for(host, 2, ranks=np.array([[1], [2]]))
     assert list(all_reduce(2, 1e6, both)[:, 0]) == pytest.approx([alone, beside])
     # never less than alone (a beside fit under it is the noise of a quieter minute)
-    quiet = {**FIGURES, "collectives": [(("all_reduce", 2), {**FIGURES["collectives"][0][1],
-                                                             "beside_latency": fig(1e-6), "beside_bandwidth": fig(5e9)})]}
+    quiet = {**FIGURES, "beside": [(("all_reduce", 2), [(1000, fig(1e-6)), (10**7, fig(2e-3))])]}
     quiet_host = parse_platform(render("quiet", "ratc calibrate", FACTS, quiet), "quiet.toml")
     assert all_reduce(2, 1e6, link_for(quiet_host, 2, ranks=2)) == pytest.approx(alone)
     # a DSP machine's links run beside its compute

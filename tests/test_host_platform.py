@@ -33,10 +33,12 @@ FIGURES = {
                          (2**26, {"task_forward": fig(120e-6), "task_backward": fig(240e-6),
                                   "operator_forward": fig(4e-6), "operator_backward": fig(6e-6),
                                   "parameter_forward": fig(20e-6), "parameter_backward": fig(8e-6)})]},
-    "p2p": {"latency": fig(100e-6), "bandwidth": fig(2e9), "beside_latency": fig(2e-3), "beside_bandwidth": fig(1e9)},
+    "p2p": {"latency": fig(100e-6), "bandwidth": fig(2e9)},
     "sharing": {"matmul": fig(1.5), "memory": fig(1.8), "load": fig(1.25), "tasks": fig(1.3), "busy": fig(1.4)},
-    "collectives": [(("all_reduce", 2), {"latency": fig(300e-6), "bandwidth": fig(1e9), "tail": fig(4e-3),
-                                         "beside_latency": fig(900e-6), "beside_bandwidth": fig(0.5e9)})],
+    "collectives": [(("all_reduce", 2), {"latency": fig(300e-6), "bandwidth": fig(1e9), "tail": fig(4e-3)})],
+    # beside compute: the all-reduce 900 us + bytes / 0.5 GB/s, an exchange 2 ms + bytes / 1 GB/s (rows on those lines)
+    "beside": [(("all_reduce", 2), [(1000, fig(900e-6 + 1000 / 0.5e9)), (10**7, fig(900e-6 + 10**7 / 0.5e9))]),
+               (("p2p", 2), [(1000, fig(2e-3 + 1000 / 1e9)), (10**6, fig(2e-3 + 10**6 / 1e9))])],
 }
 HOST = render("made-up", "ratc calibrate -o made-up.toml", FACTS, FIGURES)
 

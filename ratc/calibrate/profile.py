@@ -110,7 +110,8 @@ def render(name: str, command: str, facts: dict, figures: dict) -> str:
 
 
 def _host_sections(facts: dict, figures: dict) -> list[str]:
-    """[host], [compute], [p2p], [sharing] and the [[matmul]], [[memory]], [[cold]], [[collectives]] tables."""
+    """[host], [compute], [p2p], [sharing] and the [[matmul]], [[memory]], [[cold]], [[collectives]],
+    [[beside]] tables."""
     comp = figures["compute"]
     lines = ["[host]", *(f"{key} = {value}" for key, value in facts["host"].items()), "",
              "[compute]",
@@ -120,7 +121,7 @@ def _host_sections(facts: dict, figures: dict) -> list[str]:
              f"memory_bandwidth = {measured(comp['memory_bandwidth'], 'bandwidth')}", "",
              "[p2p]",
              *(f"{key} = {measured(fig, kind)}"
-               for (key, fig), kind in zip(figures["p2p"].items(), ("time", "bandwidth", "time", "bandwidth"))), "",
+               for (key, fig), kind in zip(figures["p2p"].items(), ("time", "bandwidth"))), "",
              "[sharing]",
              *(f"{key} = {measured(fig, 'float')}" for key, fig in figures["sharing"].items())]
     for (m, n, k, layout), rate in comp["matmul"]:
@@ -134,6 +135,9 @@ def _host_sections(facts: dict, figures: dict) -> list[str]:
     for (op, ranks), figs in figures["collectives"]:
         lines += ["", "[[collectives]]", f'op = "{op}"', f"ranks = {ranks}",
                   *(f"{key} = {measured(figs[key], kind)}"
-                    for key, kind in (("latency", "time"), ("bandwidth", "bandwidth"), ("tail", "time"),
-                                      ("beside_latency", "time"), ("beside_bandwidth", "bandwidth")))]
+                    for key, kind in (("latency", "time"), ("bandwidth", "bandwidth"), ("tail", "time")))]
+    for (op, ranks), rows in figures["beside"]:
+        for nbytes, seconds in rows:
+            lines += ["", "[[beside]]", f'op = "{op}"', f"ranks = {ranks}", f"bytes = {nbytes}",
+                      f"seconds = {measured(seconds, 'time')}"]
     return lines

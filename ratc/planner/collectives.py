@@ -21,21 +21,18 @@ class Link:
     # a host's measured collectives ([[collectives]]): ((op, ranks, latency, bandwidth), ...),
     # which price its collectives in place of the ring over this link
     measured: tuple = ()
-    # ... and the same fits of their cost issued beside compute, which prices them where `inline`
-    # (bool, or [C, 1] per candidate: Platform.collectives_in_compute_stream)
+    # ... and its [[beside]] rows ((op, ranks, bytes, seconds), ...): what a collective or a
+    # hand-off (op "p2p") costs issued beside compute, which prices it where `inline` (bool, or
+    # [C, 1] per candidate: Platform.collectives_in_compute_stream)
     beside: tuple = ()
     inline: object = False
-    # a host's [p2p] exchange beside compute (latency, bandwidth), which prices a message where `inline`
-    exchange: tuple = ()
 
     def send(self, nbytes: float) -> float:
         """Seconds to move one message (on a host whose messages run in the compute stream, a
         hand-off beside compute: gloo moves it only as the scheduler hands its threads a core)."""
         alone = self.latency + nbytes / self.bandwidth
-        if not self.exchange:
-            return alone
-        latency, bandwidth = self.exchange
-        return np.where(self.inline, np.maximum(alone, latency + nbytes / bandwidth), alone)
+        beside = beside_seconds(self.beside, "p2p", 2, nbytes) if np.any(self.inline) else None
+        return alone if beside is None else np.where(self.inline, np.maximum(alone, beside), alone)
 
 
 def link_for(platform, span, ranks=None) -> Link:
@@ -45,13 +42,10 @@ def link_for(platform, span, ranks=None) -> Link:
     intra = np.asarray(span) <= net.clusters_per_node
     host = getattr(platform, "kind", "dsp") == "host"
     measured = tuple((r.op, r.ranks, r.latency.median, r.bandwidth.median) for r in platform.collectives) if host else ()
-    beside = tuple((r.op, r.ranks, r.beside_latency.median, r.beside_bandwidth.median)
-                   for r in platform.collectives) if host else ()
+    beside = tuple((r.op, r.ranks, r.bytes, r.seconds.median) for r in platform.beside) if host else ()
     inline = platform.collectives_in_compute_stream(ranks) if host and ranks is not None else False
-    exchange = (platform.p2p.beside_latency.median, platform.p2p.beside_bandwidth.median) if host else ()
     return Link(np.where(intra, net.intra_node_latency, net.inter_node_latency),
-                np.where(intra, net.intra_node_bandwidth, net.inter_node_bandwidth), measured, beside, inline,
-                exchange)
+                np.where(intra, net.intra_node_bandwidth, net.inter_node_bandwidth), measured, beside, inline)
 
 
 def check_algorithm(platform) -> None:
@@ -85,7 +79,7 @@ def _fit(link: Link, op: str, n, nbytes):
     alone = measured(link.measured, op, n, nbytes)
     if alone is None or not np.any(link.inline):
         return alone
-    beside = measured(link.beside, op, n, nbytes)
+    beside = beside_seconds(link.beside, op, n, nbytes)
     return alone if beside is None else np.where(link.inline, np.maximum(alone, beside), alone)
 
 
@@ -111,6 +105,29 @@ def measured(rows: tuple, op: str, n, nbytes):
         share = (n - 1) / np.maximum(n, 1) * r / (r - 1)
         t = (lat * (n - 1) / (r - 1) + nbytes * share / bw) * (n > 1)
         out = np.where(use, t, out)
+    return out if out.ndim else float(out)
+
+
+def beside_seconds(rows: tuple, op: str, n, nbytes):
+    """A host's collective (or hand-off: op "p2p", n = 2) over n ranks issued beside compute,
+    from its [[beside]] rows (op, ranks, bytes, seconds) over the nearest group size (the
+    largest at most n, else the smallest), scaled by the ring's n - 1 steps against the
+    measured group's: linear in bytes between a row and the next, the first row's time under
+    it (a message's fixed cost does not shrink), the last two rows' slope past the last. 0 if
+    n = 1; None where the op was not measured."""
+    groups = sorted({r for o, r, _, _ in rows if o == op})
+    if not groups:
+        return None
+    n = np.asarray(n)
+    out = np.zeros(np.broadcast_shapes(n.shape, np.shape(nbytes)))
+    for i, r in enumerate(groups):
+        xs, ts = (np.array(v, dtype=float) for v in zip(*sorted((b, t) for o, g, b, t in rows if o == op and g == r)))
+        upper = groups[i + 1] if i + 1 < len(groups) else np.inf
+        use = (n >= r) & (n < upper) if i else (n >= 2) & (n < upper)
+        x = np.asarray(nbytes, dtype=float)
+        slope = (ts[-1] - ts[-2]) / (xs[-1] - xs[-2]) if len(xs) > 1 else 0.0
+        t = np.where(x > xs[-1], ts[-1] + (x - xs[-1]) * max(slope, 0.0), np.interp(x, xs, ts))
+        out = np.where(use, t * (n - 1) / (r - 1) * (n > 1), out)
     return out if out.ndim else float(out)
 
 

@@ -145,7 +145,12 @@ class Planner:
 
     def _for_program(self, T: int, ranks: int, b: int, pipeline: int):
         """The execution profile of such a program (each rank holding 1 / (pipeline x T) of the model)."""
-        return self.exec_profile.for_program(ranks, b, self.model.param_count / (pipeline * T))
+        return self.exec_profile.for_program(ranks, b, self._param_count / (pipeline * T))
+
+    @functools.cached_property
+    def _param_count(self) -> int:
+        """The model's parameters (summed over its layers once)."""
+        return self.model.param_count
 
     def stages(self, P: int, T: int, balance: str, ranks: int = 1, b: int = 1, keep: str = "",
                attn: str = "paper", layout: tuple = ()):

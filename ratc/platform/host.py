@@ -70,11 +70,13 @@ def check_host(sections: dict, fail) -> None:
     _unique(fail, "cold", [(r.evicted,) for r in sections["cold"]], "evicted")
     coll = sections["collectives"]
     _unique(fail, "collectives", [(r.op, r.ranks) for r in coll], "op, ranks")
+    _unique(fail, "beside", [(r.op, r.ranks, r.bytes) for r in sections["beside"]], "op, ranks, bytes")
     ranks = sections["host"].ranks
-    for i, row in enumerate(coll):
-        if not 2 <= row.ranks <= ranks:
-            fail(f"[[collectives]] entry {i + 1}: ranks: must be 2 to [host].ranks = {ranks}, got {row.ranks}",
-                 "collectives", i, "ranks")
+    for table in ("collectives", "beside"):
+        for i, row in enumerate(sections[table]):
+            if not 2 <= row.ranks <= ranks:
+                fail(f"[[{table}]] entry {i + 1}: ranks: must be 2 to [host].ranks = {ranks}, got {row.ranks}",
+                     table, i, "ranks")
 
 
 def _unique(fail, table: str, keys: list, names: str) -> None:

@@ -262,11 +262,6 @@ class P2PSpec:
 
     latency: "Figure" = quantity(FIGURE + "time", "one-way time of the fit at zero bytes")
     bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "bytes per second of the fit's slope")
-    beside_latency: "Figure" = quantity(FIGURE + "time", "exchanged beside compute (two ranks each posting its "
-                                                        "receive, computing, sending, waiting): the extra time "
-                                                        "per exchange at zero bytes")
-    beside_bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "exchanged beside compute: bytes per second of "
-                                                                "its extra time's slope")
 
 
 @dataclass(frozen=True)
@@ -310,6 +305,20 @@ class MemoryRow:
 
 
 @dataclass(frozen=True)
+class BesideRow:
+    """One [[beside]] entry: a collective over `ranks` ranks, or `p2p` (two ranks exchanging a
+    message), issued beside compute in a chain as a step issues them: its extra time per call
+    over the compute alone. Where a program's ranks take every core its collectives and hand-
+    offs cost this (interpolated in bytes between a row and the next), not their time alone."""
+
+    op: str = quantity("str", "the collective, or p2p: an exchange of a message each way between two ranks",
+                       choices=("p2p", "all_reduce", "reduce_scatter", "all_gather"))
+    ranks: int = quantity("int", "ranks in the group", high=MAX_RANKS)
+    bytes: int = quantity("bytes", "the whole buffer (p2p: the message)")
+    seconds: "Figure" = quantity(FIGURE + "time", "extra time per call beside compute")
+
+
+@dataclass(frozen=True)
 class ColdRow:
     """One [[cold]] entry: [compute]'s fixed costs measured again with `evicted` bytes of other
     data read before every timed call. In a step a unit's task runs again only after the step's
@@ -336,10 +345,6 @@ class CollectiveRow:
     latency: "Figure" = quantity(FIGURE + "time", "time of the fit at zero bytes")
     bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "buffer bytes per second of the fit's slope")
     tail: "Figure" = quantity(FIGURE + "time", "90th percentile of the smallest message's time")
-    beside_latency: "Figure" = quantity(FIGURE + "time", "issued beside compute (every rank of the group "
-                                                        "computing): its extra time at zero bytes")
-    beside_bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "issued beside compute: buffer bytes per "
-                                                                "second of its extra time's slope")
 
 
 SECTIONS: dict[str, type] = {
@@ -357,7 +362,7 @@ SECTIONS: dict[str, type] = {
 }
 # Arrays of tables ([[name]]) of a host profile: its measured tables, one row per entry.
 TABLES: dict[str, type] = {"matmul": MatmulRow, "memory": MemoryRow, "cold": ColdRow,
-                           "collectives": CollectiveRow}
+                           "collectives": CollectiveRow, "beside": BesideRow}
 # Sections a profile may leave out (the commands that need one say so, naming the platform).
 OPTIONAL_SECTIONS = frozenset({"failures"})
 # The sections of each platform kind beyond the shared [cluster], [network], [collective] and
