@@ -113,17 +113,20 @@ def test_a_host_collective_is_its_measured_fit_and_an_unmeasured_one_a_ring_over
 
 
 def test_a_collective_in_the_compute_stream_costs_its_fit_beside_compute(host):
-    # HOST's all-reduce: 300 us + bytes / 1 GB/s alone, 900 us + bytes / 0.5 GB/s beside compute
+    # HOST's all-reduce: 300 us + bytes / 1 GB/s alone, 900 us + bytes / 0.5 GB/s beside compute;
+    # in the stream the runtime's copy before it and mean after it too: 4 MB through HOST's add
+    # rows (786432 B in 25 us, 201326592 B in 33 ms, linear between)
     alone, beside = 300e-6 + 1e6 / 1e9, 900e-6 + 1e6 / 0.5e9
+    copies = 25e-6 + (4e6 - 786432) / (201326592 - 786432) * (0.033 - 25e-6)
     assert all_reduce(2, 1e6, link_for(host, 2, ranks=1)) == pytest.approx(alone)     # (a core to spare)
-    assert all_reduce(2, 1e6, link_for(host, 2, ranks=2)) == pytest.approx(beside)    # every core taken
+    assert all_reduce(2, 1e6, link_for(host, 2, ranks=2)) == pytest.approx(beside + copies)    # every core taken
     # per candidate, as the planner asks: programs of 1 and 2 ranks
     both = link_for(host, 2, ranks=np.array([[1], [2]]))
-    assert list(all_reduce(2, 1e6, both)[:, 0]) == pytest.approx([alone, beside])
+    assert list(all_reduce(2, 1e6, both)[:, 0]) == pytest.approx([alone, beside + copies])
     # never less than alone (a beside fit under it is the noise of a quieter minute)
     quiet = {**FIGURES, "beside": [(("all_reduce", 2), [(1000, fig(1e-6)), (10**7, fig(2e-3))])]}
     quiet_host = parse_platform(render("quiet", "ratc calibrate", FACTS, quiet), "quiet.toml")
-    assert all_reduce(2, 1e6, link_for(quiet_host, 2, ranks=2)) == pytest.approx(alone)
+    assert all_reduce(2, 1e6, link_for(quiet_host, 2, ranks=2)) == pytest.approx(alone + copies)
     # a DSP machine's links run beside its compute
     mt = load_platform("mt3000")
     assert all_reduce(8, 1e6, link_for(mt, 8, ranks=8)) == pytest.approx(all_reduce(8, 1e6, link_for(mt, 8)))
@@ -362,6 +365,20 @@ def test_a_sync_and_prefetch_in_the_compute_stream_delay_what_follows_them():
     total, comm, upd = in_stream_tail(a(0, -3), a(1, 2), a(4, 6), a(5, 5), zero, a(0, 1), True,
                                       inline=np.ones((1, 1), dtype=bool))
     assert (total[0, 0], comm[0, 0], upd[0, 0]) == pytest.approx((23.0, 13.0, 10.0))
+
+
+def test_the_runtime_s_copies_around_a_collective_are_priced_per_byte_of_its_buffer_or_shard(host):
+    from ratc.planner.collectives import handled
+
+    link = link_for(host, 2, ranks=2)
+
+    def copy(nbytes):       # HOST's add rows, as its copies stream (no copy row)
+        return 25e-6 * nbytes / 786432 if nbytes <= 786432 else \
+            25e-6 + (nbytes - 786432) / (201326592 - 786432) * (0.033 - 25e-6)
+    # a gather's copy out of its buffer (2 B a byte); a reduce-scatter's mean and add (5 B a shard byte)
+    assert handled(link, "all_gather", 2, 1e6) == pytest.approx(copy(2e6))
+    assert handled(link, "reduce_scatter", 2, 1e6) == pytest.approx(copy(5 * 1e6 / 2))
+    assert handled(link, "all_reduce", 1, 1e6) == 0.0       # one rank: no collective, no copy
 
 
 def test_a_stage_hand_off_on_a_host_whose_ranks_take_every_core_costs_its_exchange_beside_compute(host):

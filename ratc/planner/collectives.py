@@ -10,6 +10,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ratc.errors import RatcError
+from ratc.step.rules import streamed_seconds
+
+# What ratc's distributed transport and the executor's handlers move on the compute thread per
+# byte of a collective's buffer beyond the collective itself (ratc.dist.transport): an
+# all-reduce's copy before it and its mean after (each a read and a write: 4), a reduce-
+# scatter's mean and the add into the micro-batches' sum, per byte of the shard (2 + 3), an
+# all-gather's copy out of its receive buffer (2). Priced as the host's copies stream, where a
+# program's collectives run in the compute stream (in `tiny`'s ZeRO-3 step, 20 ms between ops).
+HANDLED = {"all_reduce": (4, False), "reduce_scatter": (5, True), "all_gather": (2, False)}
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,8 @@ class Link:
     # [C, 1] per candidate: Platform.collectives_in_compute_stream)
     beside: tuple = ()
     inline: object = False
+    # ... and the host's [[memory]] copy rows ((bytes, seconds), ...), which price HANDLED
+    copies: tuple = ()
 
     def send(self, nbytes: float) -> float:
         """Seconds to move one message (on a host whose messages run in the compute stream, a
@@ -44,8 +55,10 @@ def link_for(platform, span, ranks=None) -> Link:
     measured = tuple((r.op, r.ranks, r.latency.median, r.bandwidth.median) for r in platform.collectives) if host else ()
     beside = tuple((r.op, r.ranks, r.bytes, r.seconds.median) for r in platform.beside) if host else ()
     inline = platform.collectives_in_compute_stream(ranks) if host and ranks is not None else False
+    copies = tuple(sorted((r.bytes, r.seconds.median) for r in platform.memory if r.op == "copy")
+                   or sorted((r.bytes, r.seconds.median) for r in platform.memory if r.op == "add")) if host else ()
     return Link(np.where(intra, net.intra_node_latency, net.inter_node_latency),
-                np.where(intra, net.intra_node_bandwidth, net.inter_node_bandwidth), measured, beside, inline)
+                np.where(intra, net.intra_node_bandwidth, net.inter_node_bandwidth), measured, beside, inline, copies)
 
 
 def check_algorithm(platform) -> None:
@@ -80,7 +93,21 @@ def _fit(link: Link, op: str, n, nbytes):
     if alone is None or not np.any(link.inline):
         return alone
     beside = beside_seconds(link.beside, op, n, nbytes)
-    return alone if beside is None else np.where(link.inline, np.maximum(alone, beside), alone)
+    if beside is None:
+        return alone
+    return np.where(link.inline, np.maximum(alone, beside) + handled(link, op, n, nbytes), alone)
+
+
+def handled(link: Link, op: str, n, nbytes):
+    """Seconds of the copies ratc's runtime makes around a collective over n ranks of an nbytes
+    buffer on the compute thread (HANDLED), at the host's copy rate; 0 without copy rows or a
+    collective (n = 1)."""
+    if not link.copies:
+        return 0.0
+    per_byte, shard = HANDLED[op]
+    n = np.asarray(n)
+    moved = per_byte * np.asarray(nbytes, dtype=float) / (np.maximum(n, 1) if shard else 1)
+    return streamed_seconds(link.copies, moved) * (n > 1)
 
 
 def _ring(n, nbytes, link: Link):
