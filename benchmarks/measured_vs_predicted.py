@@ -349,8 +349,8 @@ Before these, the same benchmark gave a planner mean error of 24.1 %, max 56.9 %
 -41 %, every prediction still low (17.5 %, 36.9 %, 0.94 at 08:56, each fixed cost then the
 median of its rounds rather than the fastest: the sittings move by a few points).
 
-What changed on 2026-12-05 10:20-10:52 (the table above measured with all of it, and every
-configuration given micro-batches enough for a step of at least 200 ms, 0.24-0.31 s here):
+What changed on 2026-12-05 10:20-11:17 (the table above measured with all of it, and every
+configuration given micro-batches enough for a step of at least 200 ms, 0.23-0.33 s here):
 
 - **A task's cold start follows what its step moves through the caches.** The step-order
   fixed costs ran small synthetic units whose data stayed in cache; in a step a unit's task
@@ -361,26 +361,39 @@ configuration given micro-batches enough for a step of at least 200 ms, 0.24-0.3
   level here), 152 after 64, 312 after 128. The planner reads the rows at 32 B a parameter
   element of the rank's share of the model (the weight read forward and backward, its gradient
   written, flattened and accumulated: `tiny` at P = 1 27.5 MB, `small` 125 MB). At one rank
-  `small` went from -7 % to -1..+3 % and `tiny` from -14 % to -8..-10 %.
-- **Collectives beside compute measured in a chain.** Each `beside_*` figure came from one
-  call after a barrier; a step issues its collectives back to back, and a rank late to one
-  makes the others wait at it. Measured as a chain of calls with no barrier between them, a
-  0.7 MB all-gather beside 2.7 ms of compute cost 0.79 ms more per call, not 0.51. `tiny`'s
-  ZeRO-2 step (#7) went from -30 % to -6..-10 %, its ZeRO-3 FSR step (#8) from -41 % to
-  -12..-26 %.
+  `small` went from -7 % to -1..+3 % and `tiny` from -14 % to -4..-10 %.
+- **Collectives beside compute measured in a chain, as a table.** Each `beside` figure came
+  from one call after a barrier; a step issues its collectives back to back, and a rank late to
+  one makes the others wait at it. Measured as a chain of calls with no barrier between them,
+  a 0.7 MB all-gather beside 2.7 ms of compute cost 0.79 ms more per call, not 0.51 (and about
+  1 ms beside 0.5 ms of compute: the extra time is the collective's, not the compute's). The
+  extra time is near flat to a megabyte and grows past it (an all-gather 0.33, 0.60, 1.15 and
+  4.65 ms at 4 KB, 64 KB, 1 MB and 8 MB), which a line through the sizes put at 0.72 ms for
+  1 MB: `[[beside]]` keeps a row per size, interpolated in bytes. The copies ratc's runtime
+  makes around each collective on the compute thread (an all-reduce's copy and mean, a
+  reduce-scatter's mean and accumulation, an all-gather's copy out of its buffer) are priced at
+  the host's copy rate, about 3 % of `tiny`'s ZeRO-3 step. `tiny`'s ZeRO-2 step (#7) went
+  from -30 % to -3..-12 %, its ZeRO-3 FSR step (#8) from -41 % to -12..-17 %.
 - **Stage hand-offs beside compute.** On two busy cores gloo moves a message only as the
   scheduler hands its threads a core: two ranks each posting a receive, running a round of
   the synthetic units, sending and waiting (1F1B's hand-offs) took 2.1 ms more per exchange
   than the compute alone, beside 2.7 ms of compute or 7.7, where a ping-pong's one way took
-  0.05 ms. `[[beside]]`'s `p2p` rows measure it, and where the ranks take
-  every core a hand-off costs that (`Link.send`, the planner and the lowering alike): `tiny`
-  at P = 2 (#9) went from -28 % to -15 %, `small` at P = 2 (#3, #4) from -9..-12 % to -2..-4 %.
+  0.05 ms. `[[beside]]`'s `p2p` rows measure it, and where the ranks take every core a
+  hand-off costs that (`Link.send`, the planner and the lowering alike): `tiny` at P = 2
+  (#9) went from -28 % to -3..-24 % (its measured step moved 0.21-0.28 s between sittings),
+  `small` at P = 2 (#3, #4) from -9..-12 % to -1..-13 %.
 
-Same day, earlier: 24.1 %, 56.9 %, tau 0.24 (06:50); 18.1 %, 40.9 %, 0.89 (10:01, with the
-changes above it); cold starts and chained collectives alone gave 12.9 %, 27.8 %, 0.80
-(10:44, load 1.4-1.7), with the hand-offs 6.8 %, 15.4 %, 1.00 (10:52, load 1.1-1.4).
+Sittings of the same day (planner mean, max error, tau; the VM the same each time): 24.1 %,
+56.9 %, 0.24 (06:50); 18.1 %, 40.9 %, 0.89 (10:01, with the changes before these); cold starts
+and chained collectives 12.9 %, 27.8 %, 0.80 (10:44, load 1.4-1.7); with the hand-offs 6.8 %,
+15.4 %, 1.00 (10:52, load 1.1-1.4) and 4.8 %, 17.0 %, 0.74 (11:04, load 1.2-1.4: #8 ordered
+below three configurations it ran slower than); with the `[[beside]]` table 10.6 %, 24.3 %,
+1.00 (11:10, load 1.2-1.5: #9 measured 0.280 s, 0.209 s an hour before); with the runtime's
+copies, three rounds, 9.1 %, 16.8 %, 1.00 (11:17, load 1.0-1.6). The sittings move by several
+points with the machine's other load: the targets (mean 10 %, max 20 %, tau 0.8) hold in most
+sittings, not in every one.
 
-What the host model still leaves out (every prediction is still low, by 0.5-15 %):
+What the host model still leaves out (every prediction is still low, by 0-17 %):
 
 - **`tiny`'s Forwards** at one rank run 1.15-1.2x the planner's figure (its Backwards 1.0):
   a layer's Forward runs more kinds of operators than the synthetic units, and which part of
@@ -389,9 +402,11 @@ What the host model still leaves out (every prediction is still low, by 0.5-15 %
   the reuse distance of each task's own data.
 - **Waits for a late rank.** `tiny`'s ZeRO-3 step (#8) issues about 190 collectives a step; in
   its trace a rank waited 50-100 ms a step for gathers its peer joined late (single waits of
-  up to 6.6 ms, a scheduler slice), more than the chained `beside_*` fit's mean says; and the
-  executor spends about 50 us between two of its ops (setting a unit's views of the gathered
-  parameters, freeing values, recording times: 20 ms of its step), which no figure prices.
+  up to 6.6 ms, a scheduler slice), more than the chained `[[beside]]` rows' mean says.
+- **The executor's loop.** Between two ops a rank spends 10 us (`tiny` at P = 2) to 50 us
+  (ZeRO-3, where the runtime's copies around the collectives, now priced, are part of it):
+  looking up operands, freeing values, recording times; 1-3 % of a step, which no figure
+  prices.
 - **An update's fixed cost.** The update is priced per byte from its measured row; the
   executor's AdamW step also runs a dozen torch operators per unit whatever its size, which
   `tiny`'s small units (181 K elements a layer) show: their updates ran 1.3-2.3x the figure,
