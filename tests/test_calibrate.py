@@ -254,10 +254,10 @@ def test_every_call_of_a_cold_row_runs_after_its_eviction():
     times = compute.cold_sequences(units, lambda: None, (4096, 8192), rounds=2)
     assert set(times) == {("cold", n, k, way) for n in (4096, 8192) for k in units for way in ("forward", "backward")}
     assert len(calls) == 2 * 2 * 4     # two sizes, two rounds of two Forwards and two Backwards
-    # with an eviction before each call: record where it ran
-    log = []
-    compute.sequence_repeat(units, lambda: None, rounds=1, before=lambda: log.append("evict"))
-    assert len(log) == 4
+    # the eviction runs before every call, Forward and Backward alike
+    calls.clear()
+    compute.sequence_repeat(units, lambda: None, rounds=1, before=lambda: calls.append("evict"))
+    assert calls == ["evict", ("F", "a"), "evict", ("F", "b"), "evict", ("B", "b"), "evict", ("B", "a")]
 
 
 def test_the_cold_rows_evict_from_the_private_cache_to_four_times_the_last_level():

@@ -270,7 +270,7 @@ def fixed_cost_units(device: torch.device) -> dict:
 def sequence_repeat(units: dict, sync, rounds: int = SEQUENCE_ROUNDS, before=None) -> dict:
     """{(key, "forward" | "backward"): seconds}, one repeat's figures: the units run as a step
     runs a micro-batch's units, every Forward in order and then every Backward in reverse, each
-    call timed alone, for SEQUENCE_ROUNDS rounds (each starting at another unit), a figure the
+    call timed alone, for `rounds` rounds (each starting at another unit), a figure the
     fastest of its rounds: every round runs after other tasks, so the fastest keeps what that
     costs and leaves out the rounds the scheduler preempted, which [sharing].tasks prices
     apart (a median carried a burst of other load into the figure itself, and two calibrations
@@ -302,8 +302,8 @@ def sequence_repeat(units: dict, sync, rounds: int = SEQUENCE_ROUNDS, before=Non
 
 
 def cold_sequences(units: dict, sync, evictions: tuple, rounds: int) -> dict:
-    """{("cold", evicted bytes, key, way): seconds}: sequence_repeat again for each size, every call
-    after a read of that many bytes of a CPU buffer (the caches a step's other tasks take: its
+    """{("cold", evicted bytes, key, way): seconds}: sequence_repeat again for each size, every
+    call after a read of that many bytes of a CPU buffer (the caches a step's other tasks take: its
     weights, gradients and activations pass through them between two runs of one unit's task;
     on an idle 2-core EPYC a one-operator Forward took 47 us warm, 55 after 2 MiB, 70 after 16,
     132 after 32, the last level's size, 152 after 64 and 312 after 128, 2026-12-05)."""
