@@ -198,7 +198,7 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", help="a host profile to use instead of calibrating")
     ap.add_argument("--quick-calibration", action="store_true", help="calibrate with --quick (seconds, rougher)")
     ap.add_argument("--steps", type=int, default=5, help="measured steps per run (K of --measure K)")
-    ap.add_argument("--rounds", type=int, default=2, help="interleaved runs of every configuration")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved runs of every configuration")
     ap.add_argument("--only", type=int, nargs="*", help="configuration indices to run (default: all)")
     ap.add_argument("--write-docs", action="store_true", help=f"write {DOC.relative_to(ROOT)}")
     ap.add_argument("--json", help="also write every configuration's samples, predictions and task kinds here")
