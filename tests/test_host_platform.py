@@ -99,6 +99,10 @@ RATE_2 = 'rate = { median = "40G MAC/s", q1 = "36G MAC/s", q3 = "44G MAC/s" }'
     (lambda t: t.replace("m = 64\n", ""), "[[matmul]] entry 1: missing key 'm'", lambda t: _line_of(t, "[[matmul]]")),
     (lambda t: t.replace("ranks = 2\nlatency", "ranks = 3\nlatency"),
      "[[collectives]] entry 1: ranks: must be 2 to [host].ranks = 2, got 3", lambda t: _line_of(t, "ranks = 3")),
+    (lambda t: t.replace('op = "p2p"\nranks = 2', 'op = "p2p"\nranks = 3', 1),
+     "[[beside]] entry 3: ranks: must be 2 to [host].ranks = 2, got 3", lambda t: _line_of(t, "ranks = 3")),
+    (lambda t: t.replace("bytes = 10000000", "bytes = 1000"),
+     "[[beside]] entry 2: the same op, ranks, bytes as entry 1 (all_reduce, 2, 1000)", lambda t: _line_of(t, "[[beside]]", nth=2)),
     (lambda t: t.replace("[[memory]]", "[[mem]]"), "unknown section [mem]", lambda t: 1),
     (lambda t: t.replace('operator_forward = { median = "2us"', 'operator_forward = { median = "2 parsecs"'),
      "[compute].operator_forward: expected a time in h, min, s, ms, us or ns", lambda t: _line_of(t, "operator_forward = ")),
@@ -133,6 +137,9 @@ def test_a_missing_host_table_is_an_error_naming_it():
     text = HOST[:HOST.index("[[memory]]")] + HOST[HOST.index("[[collectives]]"):]
     with pytest.raises(PlatformError, match="missing \\[\\[memory\\]\\] entries"):
         parse_platform(text, "host.toml")
+    # a table a newer calibrate measures: measure the machine again
+    with pytest.raises(PlatformError, match="missing \\[\\[beside\\]\\] entries .*older `ratc calibrate`"):
+        parse_platform(HOST[:HOST.index("[[beside]]")], "host.toml")
 
 
 def test_a_dsp_profile_with_host_sections_or_an_unknown_kind_is_refused():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from ratc.calibrate.stats import CalibrationError, figure, fit_line, latency_bandwidth, percentile
+from ratc.calibrate.stats import figure, latency_bandwidth, percentile
 
 TAIL = 90       # the percentile a collective's tail is
 FAST = 10       # the percentile of a size's calls the line is fitted through
