@@ -8,6 +8,7 @@ at 2 ranks).
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -459,6 +460,12 @@ def test_a_rank_holding_less_of_the_model_pays_less_for_its_tasks_cold_start(hos
     # HOST's rows put a task's fixed costs lower at the second
     layer = model.layers[0]
     share = model.param_count
+    # by hand: 32 B a parameter, in log-bytes between HOST's 1 MiB (45 us) and 64 MiB (120 us) rows
+    for params in (share, share / 2):
+        evicted = 32 * params
+        assert 2**20 < evicted < 2**26
+        assert HostExecProfile(host).for_program(2, 1, params).fixed("task_forward") == pytest.approx(
+            45e-6 + 75e-6 * math.log(evicted / 2**20) / math.log(64))
     one = HostExecProfile(host).for_program(2, 1, share).unit_overhead(layer)
     two = HostExecProfile(host).for_program(2, 1, share / 2).unit_overhead(layer)
     assert two[0] < one[0] and two[1] < one[1]

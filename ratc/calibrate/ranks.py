@@ -91,65 +91,59 @@ class _Rank:
             return time.perf_counter() - begin
         return run, size
 
-    def beside(self, op: str, nbytes: int, ranks: int, compute, calls: int) -> tuple:
-        """(buffer bytes, [extra seconds per call]): how much longer every rank of the group
-        takes, per call, to run a chain of `calls` collectives each issued before a run of
-        `compute` and waited for after it, as a step issues them (no barrier between calls:
-        a rank late to one call makes the others wait at it), than `calls` runs of `compute`
-        alone; after a warm-up call. Where the ranks' threads take every core, gloo's threads
-        get the cores only as the scheduler hands them over: a `tiny` layer's reduce-scatter
-        issued before 1.5 ms of compute ended 2.5 ms after it, where it took 0.63 ms alone;
-        a 0.7 MB all-gather beside 2.7 ms of compute cost 0.51 ms more after a barrier each
-        time, 0.79 ms in a chain (2026-12-05)."""
-        start, size, what = self._issue(op, nbytes, ranks)
-        group = self.groups[ranks]
-        self.wait(start(), f"{what} (warm-up)")
-        self.wait(dist.barrier(group=group, async_op=True), f"a barrier before {what} beside compute")
+    def _chained(self, group, what: str, step, compute, calls: int) -> float:
+        """Extra seconds per call of a chain of `calls` calls of `step()` (each running `compute`
+        between a message's issue and its wait, no barrier between calls: a rank late to one
+        makes the others wait at it, as in a step) over `calls` runs of `compute` alone, every
+        rank of `group` running both after a barrier; a warm-up call first."""
+        step()
+        self.wait(dist.barrier(group=group, async_op=True), f"a barrier before {what}")
         begin = time.perf_counter()
         for _ in range(calls):
             compute()
         self.sync()
         alone = time.perf_counter() - begin
-        self.wait(dist.barrier(group=group, async_op=True), f"a barrier before {what} beside compute")
+        self.wait(dist.barrier(group=group, async_op=True), f"a barrier before {what}")
         begin = time.perf_counter()
         for _ in range(calls):
+            step()
+        return (time.perf_counter() - begin - alone) / calls
+
+    def beside(self, op: str, nbytes: int, ranks: int, compute, calls: int) -> tuple:
+        """(buffer bytes, [extra seconds per call]) of the collective issued before a run of
+        `compute` and waited for after it, in a chain (_chained). Where the ranks' threads take
+        every core, gloo's threads get the cores only as the scheduler hands them over: a
+        `tiny` layer's reduce-scatter issued before 1.5 ms of compute ended 2.5 ms after it,
+        where it took 0.63 ms alone; a 0.7 MB all-gather beside 2.7 ms of compute cost 0.51 ms
+        more after a barrier each time, 0.79 ms in a chain (2026-12-05)."""
+        start, size, what = self._issue(op, nbytes, ranks)
+
+        def step() -> None:
             work = start()
             compute()
             self.wait(work, f"{what} beside compute")
-        return size, [(time.perf_counter() - begin - alone) / calls]
+        return size, [self._chained(self.groups[ranks], f"{what} beside compute", step, compute, calls)]
 
     def exchange_beside(self, nbytes: int, compute, calls: int) -> float:
-        """Extra seconds per exchange of ranks 0 and 1 each running a chain of `calls`: post
-        the receive of the other's message of nbytes, run `compute`, send its own, wait for
-        the other's (a 1F1B steady state's hand-offs: each stage sends one value and waits
-        for one a micro-batch), over `calls` runs of `compute` alone; after a warm-up one.
-        With the ranks' threads on every core, gloo moves a message only as the scheduler
-        hands its threads a core: a 32 KB exchange beside 2.7 ms of compute cost 2.1 ms more
-        per exchange (the same beside 7.7 ms), where a ping-pong's one way took 0.05 ms
-        (2026-12-05)."""
+        """Extra seconds per exchange of ranks 0 and 1 in a chain (_chained), each posting the
+        receive of the other's message of nbytes, running `compute`, sending its own and waiting
+        for the other's (a 1F1B steady state's hand-offs: each stage sends one value and waits
+        for one a micro-batch). With the ranks' threads on every core, gloo moves a message
+        only as the scheduler hands its threads a core: a 32 KB exchange beside 2.7 ms of
+        compute cost 2.1 ms more per exchange (the same beside 7.7 ms), where a ping-pong's
+        one way took 0.05 ms (2026-12-05)."""
         peer = 1 - self.rank
         mine = torch.ones(max(1, nbytes // FP32), device=self.device)
         theirs = torch.empty_like(mine)
         what = f"an exchange of {mine.numel() * FP32} B with rank {peer} beside compute"
 
-        def chain(n: int) -> None:
-            for _ in range(n):
-                receive = dist.irecv(theirs, peer)
-                compute()
-                send = dist.isend(mine, peer)
-                self.wait(receive, what)
-                self.wait(send, what)
-        chain(1)
-        self.wait(dist.barrier(group=self.groups[2], async_op=True), f"a barrier before {what}")
-        begin = time.perf_counter()
-        for _ in range(calls):
+        def step() -> None:
+            receive = dist.irecv(theirs, peer)
             compute()
-        self.sync()
-        alone = time.perf_counter() - begin
-        self.wait(dist.barrier(group=self.groups[2], async_op=True), f"a barrier before {what}")
-        begin = time.perf_counter()
-        chain(calls)
-        return (time.perf_counter() - begin - alone) / calls
+            send = dist.isend(mine, peer)
+            self.wait(receive, what)
+            self.wait(send, what)
+        return self._chained(self.groups[2], what, step, compute, calls)
 
     def messages(self) -> dict:
         """{("p2p", 2) or (collective, ranks): [[(bytes, [seconds per call]) per size] per repeat]}."""

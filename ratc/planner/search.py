@@ -137,31 +137,27 @@ class Planner:
         profile's ranks share its cores, its tasks pay fixed costs once per micro-batch, and
         those grow with the bytes a rank's step moves, its share of the model; a DSP profile's
         units depend on none of these), with the attention kernels `attn`."""
-        profile = self._for_program(T, ranks, b, pipeline)
-        key = (T, (ranks, b, pipeline) if profile is not self.exec_profile else None, attn)
+        key = (T, (ranks, b, pipeline) if self._shaped else None, attn)
         if key not in self._units:
+            # (each rank holding 1 / (pipeline x T) of the model)
+            profile = self.exec_profile.for_program(ranks, b, self.model.param_count / (pipeline * T))
             self._units[key] = UnitTable.of(model_units(self.model, profile, self.platform, T, attn))
         return self._units[key]
 
-    def _for_program(self, T: int, ranks: int, b: int, pipeline: int):
-        """The execution profile of such a program (each rank holding 1 / (pipeline x T) of the model)."""
-        return self.exec_profile.for_program(ranks, b, self._param_count / (pipeline * T))
-
     @functools.cached_property
-    def _param_count(self) -> int:
-        """The model's parameters (summed over its layers once)."""
-        return self.model.param_count
+    def _shaped(self) -> bool:
+        """Whether the execution profile depends on the program (a host's: its ranks, micro-batch
+        and share of the model; a DSP profile's never does)."""
+        return self.exec_profile.for_program(2, 2, 1.0) is not self.exec_profile
 
     def stages(self, P: int, T: int, balance: str, ranks: int = 1, b: int = 1, keep: str = "",
                attn: str = "paper", layout: tuple = ()):
         """The stage tables of (P, T, balance) of a program of `ranks` processes running
         micro-batches of `b` sequences, the decoder layers keeping what `keep` says; with
         v > 1, P counts virtual stages and `layout` gives each one's rank (partition.stage_layout)."""
-        pipeline = layout[0] if layout else P
-        shaped = self._for_program(T, ranks, b, pipeline) is not self.exec_profile
-        key = (P, T, balance, (ranks, b) if shaped else None, keep, attn, layout)
+        key = (P, T, balance, (ranks, b) if self._shaped else None, keep, attn, layout)
         if key not in self._stages:
-            table = self.units(T, ranks, b, attn, pipeline)
+            table = self.units(T, ranks, b, attn, layout[0] if layout else P)
             if keep:        # (what layers keep changes no partition: the default's)
                 self._stages[key] = stage_costs(table.with_choices(unit_choices(table.units, keep)), P, T, balance,
                                                 self.recipe, self.stages(P, T, balance, ranks, b, "", attn, layout).ranges)
