@@ -80,6 +80,11 @@ def test_quick_calibration_figures_are_physically_sane(calibrated):
     assert len(p.cold) == 3 and p.cold[0].evicted < p.cold[1].evicted and p.cold[2].evicted == 4 * p.cold[1].evicted
     assert p.cold[-1].task_forward.median > c.task_forward.median
     assert p.cold[-1].task_backward.median > c.task_backward.median
+    # the executor's loop between tasks: microseconds after a Forward, more after a Backward
+    # (which releases its autograd graph), and a release faster than memory's stream (it frees,
+    # it does not read, what was saved)
+    assert 0 < c.loop_forward.median < c.loop_backward.median < 1e-3
+    assert c.release_bandwidth.median > c.memory_bandwidth.median
     # another rank cannot make a rank much faster (a ratio under 1 is the load's noise), nor
     # slow it by more than every rank and as much other load again on its core
     assert all(0.25 < f.median < 4 * p.host.ranks for f in (p.sharing.matmul, p.sharing.memory, p.sharing.load,

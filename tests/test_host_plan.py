@@ -71,7 +71,8 @@ def test_two_ranks_sharing_the_cores_slow_a_gemm_by_the_larger_of_busy_and_its_c
 def test_two_ranks_slow_the_interpreter_by_busy_and_never_by_less_than_the_load(host):
     layer = _decoder_layer()
     params = len(layer.params)
-    fwd, bwd = 28e-6 + params * 10e-6, 57e-6 + params * 4e-6     # unit_overhead's hand-worked figures
+    # unit_overhead's hand-worked figures, the executor's loop after each task included (6 and 20 us)
+    fwd, bwd = 28e-6 + params * 10e-6 + 6e-6, 57e-6 + params * 4e-6 + 20e-6
     assert interpreter(HostExecProfile(host).for_program(2, 1), layer) == pytest.approx((1.4 * fwd, 1.4 * bwd))
     add = next(op for op in layer.ops if op.name == "add")
     moved = (add.bytes_read + add.bytes_written) * 4 / 2
@@ -201,15 +202,39 @@ def test_a_unit_pays_its_task_and_each_parameter_once_per_micro_batch(host):
     layer = _decoder_layer()
     params = len(layer.params)
     assert params == 9 and not layer.frozen     # 7 projections and 2 norm weights
-    # the one-operator task less its operator, and each parameter: 30 - 2 + 9 x 10 us forward,
-    # 60 - 3 + 9 x 4 us backward (tests/test_host_platform.py's FIGURES)
+    # the one-operator task less its operator, each parameter, and the executor's loop after the
+    # task: 30 - 2 + 9 x 10 + 6 us forward, 60 - 3 + 9 x 4 + 20 us backward (tests/test_host_platform.py's FIGURES)
     tasks = host.sharing.tasks.median   # a lone rank's interpreter work, slowed by the machine's other load
     # and its gradient's bytes (test_a_backward_pays_its_gradients_bytes_...)
     grad = HostExecProfile(host).gradient_time(layer)
-    fwd, bwd = tasks * (28e-6 + params * 10e-6), tasks * (57e-6 + params * 4e-6) + grad
+    fwd, bwd = tasks * (28e-6 + params * 10e-6 + 6e-6), tasks * (57e-6 + params * 4e-6 + 20e-6) + grad
     assert HostExecProfile(host).unit_overhead(layer) == pytest.approx((fwd, bwd))
     # a micro-batch of 4 sequences is one task: per sequence, a quarter
     assert HostExecProfile(host).for_program(1, 4).unit_overhead(layer) == pytest.approx((fwd / 4, bwd / 4))
+
+
+def test_the_loop_after_a_backward_releases_what_its_forward_saved_per_sequence(host):
+    layer = _decoder_layer()
+    prof = HostExecProfile(host)
+    tasks = host.sharing.tasks.median
+    base = prof.unit_overhead(layer)
+    # 50 KB of fp16 saved per sequence is 100 KB in the host's fp32: 1 us at 100 GB/s, for each
+    # sequence of a micro-batch (not shared by them as the task's fixed costs are)
+    got = prof.unit_overhead(layer, 50e3, 2)
+    assert got[0] == base[0] and got[1] == pytest.approx(base[1] + tasks * 1e-6)
+    four = prof.for_program(1, 4)
+    assert four.unit_overhead(layer, 50e3, 2)[1] == pytest.approx(four.unit_overhead(layer)[1] + tasks * 1e-6)
+    # the planner passes the unit's saved bytes: a tiny layer's Backward pays their release, 2 x
+    # its fp16 saved bytes at 100 GB/s, over a host whose release is free
+    from ratc.frontend.presets import trace_preset
+    from ratc.planner.opcost import unit_cost
+    model = trace_preset("tiny", 64)
+    free = {**FIGURES, "compute": {**FIGURES["compute"], "release_bandwidth": fig(1e30)}}
+    free_host = parse_platform(render("free", "ratc calibrate", FACTS, free), "free.toml")
+    paid, unpaid = (unit_cost(layer, model, HostExecProfile(h), h, 1, True) for h in (host, free_host))
+    assert paid.fwd == unpaid.fwd
+    assert paid.bwd - unpaid.bwd == pytest.approx(tasks * 2 * paid.saved_bytes / 100e9)
+    assert paid.saved_bytes > 100e3
 
 
 def test_a_backward_pays_its_gradients_bytes_flattened_accumulated_and_an_embeddings_dense_table(host):

@@ -1,5 +1,6 @@
 """One rank's operators: the GEMM grid, memory-bound operators, the fixed costs of a compute
-task, an operator and a parameter, and the optimizer's step, in fp32 as `ratc launch` runs them."""
+task, an operator and a parameter, the executor's loop between tasks, and the optimizer's
+step, in fp32 as `ratc launch` runs them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import time
 import torch
 
 from ratc.calibrate import machine
+from ratc.calibrate.loop import SIZES as LOOP_SIZES
+from ratc.calibrate.loop import loop_executor, loop_figures, loop_repeat
 from ratc.calibrate.settings import Settings
 from ratc.calibrate.stats import CalibrationError, figure, per_call
 from ratc.planner.host_exec import UPDATE_TRAFFIC
@@ -419,8 +422,12 @@ def measure_compute(settings: Settings, cache_bytes: int, private_bytes: int, pr
         # be forked: on GPUs the repeats run in this process.
         def one():
             units = fixed_cost_units(device)
-            return {**sequence_repeat(units, sync), **cold_sequences(units, sync, evictions, settings.cold_rounds)}
+            return {**sequence_repeat(units, sync), **cold_sequences(units, sync, evictions, settings.cold_rounds),
+                    **loop_repeat(loops)}
         return one() if device.type == "cuda" else forked(one, settings.timeout_s, "the fixed costs")
+    # the executor's loop runs on the CPU whatever the device: it is the interpreter's
+    progress("operators: compiling the executor-loop programs")
+    loops = [loop_executor(width, seq) for width, seq in LOOP_SIZES]
     # (the CPU's caches, on a GPU machine too: a task's fixed costs are its interpreter's)
     evictions = settings.evictions(machine.private_cache(), machine.last_level_cache()[0])
     times = run_repeats(calls, settings, sync, progress, renew=gemms, sequence=sequence)
@@ -429,6 +436,7 @@ def measure_compute(settings: Settings, cache_bytes: int, private_bytes: int, pr
         "matmul": [(s, figure(s[0] * s[1] * s[2] / t for t in times[s])) for s in shapes],
         "memory": [(key[0], moved[key], figure(times[key])) for key in moved],
         **fixed_costs(times),
+        **loop_figures(times),
         "cold": [(n, fixed_costs({k[2:]: v for k, v in times.items() if k[:2] == ("cold", n)}))
                  for n in evictions],
         "cache_bandwidth": figure(moved[add_small] / t for t in times[add_small]),

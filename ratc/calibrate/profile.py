@@ -117,6 +117,8 @@ def _host_sections(facts: dict, figures: dict) -> list[str]:
              "[compute]",
              f"matmul_peak = {measured(comp['matmul_peak'], 'mac_rate')}",
              *(f"{key} = {measured(comp[key], 'time')}" for key in FIXED_COSTS),
+             *(f"{key} = {measured(comp[key], 'time')}" for key in ("loop_forward", "loop_backward")),
+             f"release_bandwidth = {measured(comp['release_bandwidth'], 'bandwidth')}",
              f"cache_bandwidth = {measured(comp['cache_bandwidth'], 'bandwidth')}",
              f"memory_bandwidth = {measured(comp['memory_bandwidth'], 'bandwidth')}", "",
              "[p2p]",

@@ -43,8 +43,9 @@ class ExecutionProfile:
         cores, its tasks' fixed costs are per task and grow with what its step moves)."""
         return self
 
-    def unit_overhead(self, layer) -> tuple:
-        """(forward, backward) seconds per sequence a layer's unit's tasks pay beyond their ops."""
+    def unit_overhead(self, layer, saved: float = 0.0, dtype_bytes: int = 2) -> tuple:
+        """(forward, backward) seconds per sequence a layer's unit's tasks pay beyond their ops
+        (`saved`: bytes per sequence its Forward keeps, in elements of `dtype_bytes`)."""
         return 0.0, 0.0
 
     def kernel(self, kind: str, shape: tuple) -> dict:  # pragma: no cover - interface

@@ -155,18 +155,24 @@ class HostExecProfile(ExecutionProfile):
             return 0.0
         return streamed_seconds(self._memory_rows(op), nbytes) * self._sharing[1]
 
-    def unit_overhead(self, layer) -> tuple:
+    def unit_overhead(self, layer, saved: float = 0.0, dtype_bytes: int = FP32) -> tuple:
         """(forward, backward) seconds per sequence a unit's tasks pay beyond their operators: a
-        one-operator unit's task less its operator, and each parameter tensor's work (the
-        backward's of those that train), once per micro-batch of `batch` sequences, with the
-        interpreter's slow-down by the ranks sharing the cores and the machine's other load."""
-        f = self.fixed
+        one-operator unit's task less its operator, each parameter tensor's work (the
+        backward's of those that train), and the executor's loop after the task, once per
+        micro-batch of `batch` sequences; after a Backward the loop also releases what the
+        Forward saved (`saved` bytes per sequence in the trace's dtype, fp32 here). All of it
+        with the interpreter's slow-down by the ranks sharing the cores and the machine's load."""
+        f, comp = self.fixed, self.platform.compute
         params = len(layer.params)
         trained = params - len(layer.frozen)
-        fwd = max(0.0, f("task_forward") - f("operator_forward")) + params * f("parameter_forward")
-        bwd = max(0.0, f("task_backward") - f("operator_backward")) + trained * f("parameter_backward")
+        fwd = (max(0.0, f("task_forward") - f("operator_forward")) + params * f("parameter_forward")
+               + comp.loop_forward.median)
+        bwd = (max(0.0, f("task_backward") - f("operator_backward")) + trained * f("parameter_backward")
+               + comp.loop_backward.median)
+        released = saved * FP32 / dtype_bytes / comp.release_bandwidth.median
         slow = self._sharing[2] / self.batch
-        return fwd * slow, bwd * slow + self.gradient_time(layer) / self.batch
+        return fwd * slow, (bwd * slow + released * self._sharing[2]
+                            + self.gradient_time(layer) / self.batch)
 
     def gradient_time(self, layer) -> float:
         """Seconds a unit's Backward spends on its weight gradient's bytes beyond its operators:

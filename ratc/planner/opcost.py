@@ -240,7 +240,7 @@ def unit_cost(layer: LayerProfile, model: ModelProfile, exec_profile, platform, 
             # The attention backward keeps its score-gradient tiles in AM/SM (paper Alg. 1),
             # so only other ops need DDR scratch of their output size.
             workspace = max(workspace, op.bytes_written / div)
-    over_f, over_b = exec_profile.unit_overhead(layer)
+    over_f, over_b = exec_profile.unit_overhead(layer, saved, eb)
     f, fc, b, bc = f + over_f, fc + over_f, b + over_b, bc + over_b
     # (a host's per-task cost runs in its compute stream, after the ops)
     tail_f, tail_b = ([(over_f, 0.0)], [(over_b, 0.0)]) if over_f or over_b else ([], [])

@@ -249,6 +249,12 @@ class ComputeSpec:
     parameter_forward: "Figure" = quantity(FIGURE + "time", "one more parameter tensor, held by its own submodule, "
                                                             "in a unit's Forward: its view, leaf and module call")
     parameter_backward: "Figure" = quantity(FIGURE + "time", "... in its Backward: its gradient, flattened")
+    loop_forward: "Figure" = quantity(FIGURE + "time", "the executor's loop after a Forward or a Recover, to the "
+                                                       "next task's start (ratc.calibrate.loop)")
+    loop_backward: "Figure" = quantity(FIGURE + "time", "... after a Backward, less the release of what its "
+                                                        "Forward saved")
+    release_bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "saved activations (fp32 bytes) a Backward's "
+                                                                 "autograd graph releases per second, in the loop")
     cache_bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "memory-bound operators on tensors that "
                                                                "fit in the cache")
     memory_bandwidth: "Figure" = quantity(FIGURE + "bandwidth", "memory-bound operators on tensors far "
