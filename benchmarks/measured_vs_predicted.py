@@ -38,6 +38,8 @@ DOC = ROOT / "docs" / "measured.md"
 # batch counts chosen so that every step takes at least 200 ms on 2 cores (about 250 ms or more
 # on an idle machine, 2026-12-05).
 MIN_STEP_S = 0.2        # each configuration's step, measured (issue 29)
+QUIET = 0.10            # a run (or a calibration) in which other processes took more of the CPUs is repeated
+ATTEMPTS = 3            # ... up to this many times in all, the quietest kept
 CONFIGS = (
     ("small", "P=1,D=1,Z=0,b=1,A=6,Full,deadline"),
     ("small", "P=1,D=2,Z=0,b=1,A=4,Full,deadline"),
@@ -64,6 +66,8 @@ class Row:
     vms: list = field(default_factory=list)           # the system VM's, per round
     kinds: dict = field(default_factory=dict)         # (kind, stage) -> [measured s], [planner s], [VM s] per round
     load: list = field(default_factory=list)          # 1-minute load average before each run
+    others: list = field(default_factory=list)        # other processes' share of the CPUs in each kept run
+    repeated: int = 0                                 # runs measured again (others_share over QUIET)
 
     @property
     def name(self) -> str:
@@ -109,12 +113,55 @@ def load_average() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0]) if Path("/proc/loadavg").exists() else float("nan")
 
 
-def calibrate(path: Path, quick: bool) -> float:
-    """Write a host profile of this machine; the seconds it took."""
-    start = time.perf_counter()
-    progress(f"calibrating this machine -> {path}{' (quick)' if quick else ''}")
-    ratc("calibrate", "-o", str(path), "--ranks", "2", "--threads", "1", *(["--quick"] if quick else []))
-    return time.perf_counter() - start
+def _cpu_seconds() -> tuple:
+    """(every CPU's busy seconds since boot, this process's and its waited-for descendants'
+    CPU seconds): /proc/stat's user, nice, system, irq, softirq and steal; os.times()."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    busy = sum(fields[i] for i in (0, 1, 2, 5, 6, 7) if i < len(fields))
+    t = os.times()
+    return busy / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system
+
+
+def others_share(run) -> tuple:
+    """(run()'s result, the share of the machine's CPU time other processes took while it ran;
+    NaN where /proc/stat is missing)."""
+    if not Path("/proc/stat").exists():
+        return run(), float("nan")
+    start, (busy0, own0) = time.perf_counter(), _cpu_seconds()
+    result = run()
+    wall, (busy1, own1) = time.perf_counter() - start, _cpu_seconds()
+    return result, max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall * (os.cpu_count() or 1))
+
+
+def quietest(run, what: str) -> tuple:
+    """(result, others' share, runs repeated) of the quietest of up to ATTEMPTS runs of
+    run(attempt): a run is measured again while other processes took more than QUIET of the
+    machine's CPU time (another session's test suite takes half of a 2-core machine, and
+    slowed every step of the runs it overlapped by 10-60 %, 2026-12-05 13:11)."""
+    best = None
+    for attempt in range(ATTEMPTS):
+        result, share = others_share(lambda: run(attempt))
+        if best is None or share < best[1]:
+            best = (result, share)
+        if not share > QUIET:       # (NaN: nothing to judge by)
+            return best[0], best[1], attempt
+        progress(f"{what}: other processes took {share * 100:.0f} % of the CPUs; measuring again")
+    return best[0], best[1], ATTEMPTS - 1
+
+
+def calibrate(path: Path, quick: bool) -> tuple:
+    """Write a host profile of this machine, the quietest of up to ATTEMPTS calibrations (its
+    [sharing] figures would price other sessions' load into every prediction of the round);
+    (the seconds it took, other processes' share of the CPUs then)."""
+    def run(attempt: int) -> tuple:
+        start = time.perf_counter()
+        out = path.with_name(f"{path.stem}.{attempt}{path.suffix}")
+        progress(f"calibrating this machine -> {out}{' (quick)' if quick else ''}")
+        ratc("calibrate", "-o", str(out), "--ranks", "2", "--threads", "1", *(["--quick"] if quick else []))
+        return out, time.perf_counter() - start
+    (out, seconds), share, _ = quietest(run, "calibration")
+    os.replace(out, path)
+    return seconds, share
 
 
 def compile_all(rows: list, profile: Path) -> None:
@@ -125,10 +172,17 @@ def compile_all(rows: list, profile: Path) -> None:
 
 
 def measure(row: Row, steps: int, scratch: Path) -> None:
-    """One `ratc launch --measure` of the row's program: its steps and the predictions."""
-    out = scratch / "measure.json"
+    """One `ratc launch --measure` of the row's program (the quietest of up to ATTEMPTS): its
+    steps and the predictions."""
     row.load.append(load_average())
-    ratc("launch", str(row.outdir), "--measure", str(steps), "--measure-json", str(out), "--threads", "1")
+
+    def run(attempt: int) -> Path:
+        out = scratch / f"measure.{attempt}.json"
+        ratc("launch", str(row.outdir), "--measure", str(steps), "--measure-json", str(out), "--threads", "1")
+        return out
+    out, share, again = quietest(run, row.name)
+    row.others.append(share)
+    row.repeated += again
     got = json.loads(out.read_text())
     step = got["step_time_s"]
     if not got["predicts_this_machine"]:
@@ -208,17 +262,19 @@ def main(argv=None) -> int:
         chosen = [CONFIGS[i] for i in args.only] if args.only else list(CONFIGS)
         rows = [Row(m, c, scratch / f"prog{i}") for i, (m, c) in enumerate(chosen)]
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        calib_s = []
+        calib_s, calib_others = [], []
         for r in range(args.rounds):
             # Each round calibrates anew, so that its predictions are of the machine as loaded then.
             profile = Path(args.profile) if args.profile else scratch / "host.toml"
             if not args.profile:
-                calib_s.append(calibrate(profile, args.quick_calibration))
+                seconds, share = calibrate(profile, args.quick_calibration)
+                calib_s.append(seconds)
+                calib_others.append(share)
             compile_all(rows, profile)
             for i, row in enumerate(rows):
                 progress(f"round {r + 1}/{args.rounds}, {i + 1}/{len(rows)}: {row.name} (load {load_average():.2f})")
                 measure(row, args.steps, scratch)
-        text = report(rows, args, calib_s, started)
+        text = report(rows, args, calib_s, calib_others, started)
     print(text)
     if args.json:
         Path(args.json).write_text(json.dumps([as_json(r) for r in rows], indent=1, sort_keys=True) + "\n")
@@ -231,7 +287,7 @@ def main(argv=None) -> int:
 
 def as_json(row: Row) -> dict:
     return {"model": row.model, "config": row.config, "samples": row.samples, "planner": row.planners,
-            "vm": row.vms, "load": row.load,
+            "vm": row.vms, "load": row.load, "others": row.others, "repeated": row.repeated,
             "kinds": [{"kind": k, "stage": s, "measured": m, "planner": p, "vm": v}
                       for (k, s), (m, p, v) in sorted(row.kinds.items())]}
 
@@ -383,6 +439,30 @@ configuration given micro-batches enough for a step of at least 200 ms, 0.23-0.3
   (#9) went from -28 % to -3..-24 % (its measured step moved 0.21-0.28 s between sittings),
   `small` at P = 2 (#3, #4) from -9..-12 % to -1..-13 %.
 
+What changed on 2026-12-05 12:40-13:40:
+
+- **The executor's loop between tasks is priced.** Between two tasks a rank's one thread
+  looks up the next op and its operands, records the task's times, stores its results and
+  drops the values it read last; after a Backward it drops the micro-batch's autograd graph
+  of the unit. In a `ratc train` step of `tiny` (A = 24) that was 16 us an op on average, 5 ms
+  of a 260 ms step, outside every task's handler and so in no figure: after a Forward 7-8 us,
+  after a layer's Backward 28 us (`small`: 9.5 and 49 us; measured as the runtime's trace
+  shows it, each task's end to the next's start). `ratc calibrate` now runs a small synthetic
+  model (an embedding, 4 decoder-shaped layers, a head; widths 32 and 160, neither a preset's)
+  through the real executor and writes `[compute].loop_forward`, `loop_backward` and
+  `release_bandwidth` (the Backward's gap grows with what its Forward saved: 22 us plus 15 us a
+  MB here); the planner adds them to each unit's task. `tiny`'s one-rank steps rose by 2-3 %,
+  `small`'s by 0.5 %.
+- **A run that other processes disturbed is measured again.** Another session's test suite
+  takes half of this 2-core machine for minutes at a time, and the 1-minute load average
+  before a run does not see it coming: at 13:11 two of three rounds ran every configuration
+  10-60 % slower than the round between them (planner mean error 11.8 %, max 25.3 %, one pair
+  of 45 ordered beyond the spreads). The benchmark now reads /proc/stat around each run and
+  each calibration: where other processes took more than 10 % of the machine's CPU time, it
+  runs it again (up to 3 times in all) and keeps the quietest; the header says how quiet the
+  kept runs were and which were repeated. A quiet calibration matters as much: its `[sharing]`
+  figures would price the other session's load into the round's predictions.
+
 Sittings of the same day (planner mean, max error, tau; the VM the same each time): 24.1 %,
 56.9 %, 0.24 (06:50); 18.1 %, 40.9 %, 0.89 (10:01, with the changes before these); cold starts
 and chained collectives 12.9 %, 27.8 %, 0.80 (10:44, load 1.4-1.7); with the hand-offs 6.8 %,
@@ -394,9 +474,13 @@ copies, three rounds, 9.1 %, 16.8 %, 1.00 (11:17, load 1.0-1.6) and the table ab
 below #7, 4 % high). The sittings move by several points with the machine's other load and
 with what each calibration's chained collectives saw (#7's prediction 0.226-0.254 s): of the
 five sittings since the hand-offs were priced, the error targets (mean 10 %, max 20 %) held
-in four, the rank agreement (0.8) in three.
+in four, the rank agreement (0.8) in three. Then 6.4 %, 15.4 %, 1.00 (12:40, load 1.0-1.4,
+before the loop was priced); with the loop 2.6 %, 8.5 %, 1.00 (13:03, load 1.2-1.8) and
+11.8 %, 25.3 %, 1.00 over one pair (13:11, two rounds of three overlapped by another
+session's tests, above); with disturbed runs measured again, the table above.
 
-What the host model still leaves out (every prediction is still low, by 0-17 %):
+What the host model still leaves out (most predictions are still low, `tiny`'s one-rank
+ones by 5-15 %):
 
 - **`tiny`'s Forwards** at one rank run 1.15-1.2x the planner's figure (its Backwards 1.0):
   a layer's Forward runs more kinds of operators than the synthetic units, and which part of
@@ -406,10 +490,10 @@ What the host model still leaves out (every prediction is still low, by 0-17 %):
 - **Waits for a late rank.** `tiny`'s ZeRO-3 step (#8) issues about 190 collectives a step; in
   its trace a rank waited 50-100 ms a step for gathers its peer joined late (single waits of
   up to 6.6 ms, a scheduler slice), more than the chained `[[beside]]` rows' mean says.
-- **The executor's loop.** Between two ops a rank spends 10 us (`tiny` at P = 2) to 50 us
-  (ZeRO-3, where the runtime's copies around the collectives, now priced, are part of it):
-  looking up operands, freeing values, recording times; 1-3 % of a step, which no figure
-  prices.
+- **The executor's loop, by size.** The synthetic model's line through its two sizes puts a
+  layer's Backward gap at 31 us for `tiny` (28 measured) and 64 us for `small` (49): the
+  release is not linear in the saved bytes alone. After collectives and updates the loop is
+  not priced (a dozen ops a step outside ZeRO-3; ZeRO-3's 190 a step at 10-50 us each).
 - **An update's fixed cost.** The update is priced per byte from its measured row; the
   executor's AdamW step also runs a dozen torch operators per unit whatever its size, which
   `tiny`'s small units (181 K elements a layer) show: their updates ran 1.3-2.3x the figure,
@@ -430,7 +514,19 @@ What the host model still leaves out (every prediction is still low, by 0-17 %):
 """
 
 
-def report(rows: list, args, calib_s: list, started: str) -> str:
+def quiet_line(rows: list, calib_others: list) -> str:
+    """What other processes took of the CPUs during the kept runs, and which runs were repeated."""
+    def pct(xs) -> str:
+        xs = [x for x in xs if x == x]
+        return f"median {statistics.median(xs) * 100:.0f} %, max {max(xs) * 100:.0f} %" if xs else "not measured"
+    again = [f"#{i} {r.repeated}x" for i, r in enumerate(rows) if r.repeated]
+    return (f"Other processes' share of the CPUs during each kept run: {pct(x for r in rows for x in r.others)}"
+            f"{'' if not calib_others else f'; during the calibrations: {pct(calib_others)}'}. A run in which they "
+            f"took more than {QUIET * 100:.0f} % was measured again, up to {ATTEMPTS} times in all, the quietest "
+            f"kept: {', '.join(again) if again else 'none was'}.")
+
+
+def report(rows: list, args, calib_s: list, calib_others: list, started: str) -> str:
     """docs/measured.md's text."""
     errs = [(r.planner - r.median) / r.median for r in rows]
     vm_errs = [(r.vm - r.median) / r.median for r in rows]
@@ -444,7 +540,8 @@ def report(rows: list, args, calib_s: list, started: str) -> str:
             f"{', '.join(f'{s:.0f}' for s in calib_s)} s); the predictions are the rounds' mean"
             if calib_s else f"Host profile: {args.profile}") + "; one thread per rank, gloo.",
            f"Load (1-minute average before each run, other sessions' work included): "
-           f"median {statistics.median(loads):.2f}, range {min(loads):.2f} .. {max(loads):.2f}.", "",
+           f"median {statistics.median(loads):.2f}, range {min(loads):.2f} .. {max(loads):.2f}.",
+           quiet_line(rows, calib_others), "",
            "| # | model | configuration | measured s [q1 .. q3] | planner s | error | VM s | error | kind most off (measured / planner ms) |",
            "|---|---|---|---|---|---|---|---|---|"]
     for i, (r, e, v) in enumerate(zip(rows, errs, vm_errs)):

@@ -35,8 +35,11 @@ def test_a_script_that_names_a_tracked_doc_writes_it_only_with_write_docs():
 def _script(name: str):
     import importlib.util
 
+    import sys
+
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module      # (a dataclass looks its module up there)
     spec.loader.exec_module(module)
     return module
 
@@ -79,3 +82,39 @@ def test_interleaved_agreement_runs_selective_as_fsr_keeping_the_choice_and_refu
                     "--act", "fsr", "selective"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[4] for line in out[:-1]] == ["fsr", "selective"] and out[-1].startswith("worst ")
+
+
+def test_measured_vs_predicted_counts_other_processes_cpu_and_keeps_the_quietest_run(monkeypatch):
+    import subprocess
+    import sys
+    import time
+
+    mvp = _script("measured_vs_predicted")
+    # a waited-for child's CPU seconds are this process's own; a process beside it, not waited
+    # for, is another's (CPU seconds, not wall time: other sessions' load cannot fail this)
+    busy0, own0 = mvp._cpu_seconds()
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"],
+                   timeout=60)
+    busy1, own1 = mvp._cpu_seconds()
+    assert own1 - own0 >= 0.25 and busy1 - busy0 >= 0.25
+    neighbour = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                                  "while time.process_time() - t < 0.5: pass"])
+    neighbour.wait(timeout=60)      # (waited by this test, but after the window below was read)
+    busy2, own2 = mvp._cpu_seconds()
+    assert own2 - own1 >= 0.45      # its CPU joins this process's once waited for
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.1)
+        busy3, own3 = mvp._cpu_seconds()
+        time.sleep(1.0)
+        busy4, own4 = mvp._cpu_seconds()
+    finally:
+        neighbour.kill()
+        neighbour.wait(timeout=10)
+    assert own4 - own3 < 0.1 and (busy4 - busy3) - (own4 - own3) >= 0.3
+    # runs measured again while others took over QUIET of the CPUs, the quietest kept
+    shares = iter([0.5, 0.3, 0.4])
+    monkeypatch.setattr(mvp, "others_share", lambda run: (run(), next(shares)))
+    assert mvp.quietest(lambda attempt: attempt, "a run") == (1, 0.3, 2)
+    shares = iter([0.5, 0.02, 0.01])
+    assert mvp.quietest(lambda attempt: attempt, "a run") == (1, 0.02, 1)
