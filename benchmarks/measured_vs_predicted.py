@@ -469,15 +469,16 @@ and chained collectives 12.9 %, 27.8 %, 0.80 (10:44, load 1.4-1.7); with the han
 15.4 %, 1.00 (10:52, load 1.1-1.4) and 4.8 %, 17.0 %, 0.74 (11:04, load 1.2-1.4: #8 ordered
 below three configurations it ran slower than); with the `[[beside]]` table 10.6 %, 24.3 %,
 1.00 (11:10, load 1.2-1.5: #9 measured 0.280 s, 0.209 s an hour before); with the runtime's
-copies, three rounds, 9.1 %, 16.8 %, 1.00 (11:17, load 1.0-1.6) and the table above, 6.9 %,
-13.3 %, 0.75 (11:34, load 1.3-1.6: `tiny`'s one-rank steps #5 and #6, 12-13 % low, ordered
+copies, three rounds, 9.1 %, 16.8 %, 1.00 (11:17, load 1.0-1.6) and 6.9 %, 13.3 %, 0.75
+(11:34, load 1.3-1.6: `tiny`'s one-rank steps #5 and #6, 12-13 % low, ordered
 below #7, 4 % high). The sittings move by several points with the machine's other load and
 with what each calibration's chained collectives saw (#7's prediction 0.226-0.254 s): of the
 five sittings since the hand-offs were priced, the error targets (mean 10 %, max 20 %) held
 in four, the rank agreement (0.8) in three. Then 6.4 %, 15.4 %, 1.00 (12:40, load 1.0-1.4,
 before the loop was priced); with the loop 2.6 %, 8.5 %, 1.00 (13:03, load 1.2-1.8) and
 11.8 %, 25.3 %, 1.00 over one pair (13:11, two rounds of three overlapped by another
-session's tests, above); with disturbed runs measured again, the table above.
+session's tests, above); with disturbed runs measured again 6.8 %, 16.9 %, 1.00 (13:21, no run
+disturbed: `tiny` at P = 2, #9, measured 0.272 s, 0.234 s at 13:03) and the table above.
 
 What the host model still leaves out (most predictions are still low, `tiny`'s one-rank
 ones by 5-15 %):
