@@ -488,6 +488,18 @@ ones by 5-15 %):
   a task's cold start grows with what (code, the allocator's lists, autograd's graph of the
   micro-batches in flight) is not measured apart; 32 B a parameter is the step's traffic, not
   the reuse distance of each task's own data.
+- **Two stages of `tiny` (#9, `P=2,D=1,Z=0,b=1,A=24,Ckpt`).** Its measured step moved between
+  0.21 and 0.31 s from one sitting to the next (0.266 s at 13:29, 20.5 % above the planner,
+  the largest error of that sitting, while its prediction moved 0.20-0.23 s with each round's
+  calibration). In the 13:29 sitting both ranks' tasks ran 1.14-1.23x the planner's figures
+  (Forward, Backward and Recover alike), where one rank's ran 0.98-1.16x in the same sitting:
+  two ranks of `tiny` slow each other more than `[sharing].busy` says (the synthetic units
+  both ranks run for it keep little data and pass no messages, while these ranks each move
+  their half of the model through the one shared last-level cache and hand a value over every
+  2-3 ms). Counting every rank's traffic as evicting the shared cache (the rows read at twice
+  the bytes) moved #9 from -13 % to -8 % against one calibration and the two-replica
+  configurations (#7, #8) 7 points higher, which the measurements did not ask for: not
+  adopted.
 - **Waits for a late rank.** `tiny`'s ZeRO-3 step (#8) issues about 190 collectives a step; in
   its trace a rank waited 50-100 ms a step for gathers its peer joined late (single waits of
   up to 6.6 ms, a scheduler slice), more than the chained `[[beside]]` rows' mean says.
