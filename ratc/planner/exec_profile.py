@@ -43,7 +43,7 @@ class ExecutionProfile:
         cores, its tasks' fixed costs are per task and grow with what its step moves)."""
         return self
 
-    def unit_overhead(self, layer, saved: float = 0.0, dtype_bytes: int = 2) -> tuple:
+    def unit_overhead(self, layer, saved: float = 0.0, dtype_bytes: int = 4) -> tuple:
         """(forward, backward) seconds per sequence a layer's unit's tasks pay beyond their ops
         (`saved`: bytes per sequence its Forward keeps, in elements of `dtype_bytes`)."""
         return 0.0, 0.0
