@@ -42,3 +42,20 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def calibrated(tmp_path_factory):
+    """Two quick calibrations of this machine, one after the other, through the command
+    ([(profile path, seconds)]; ~20 s each: the suite's tests that need a measured host share them)."""
+    import time
+
+    from ratc.cli.main import main
+
+    out = []
+    for i in (1, 2):
+        path = tmp_path_factory.mktemp("calibrate") / f"host{i}.toml"
+        start = time.monotonic()
+        assert main(["calibrate", "-o", str(path), "--quick", "--ranks", "2", "--threads", "1"]) == 0
+        out.append((path, time.monotonic() - start))
+    return out

@@ -24,18 +24,6 @@ from ratc.platform.schema import Figure
 MAX_MACS_PER_CORE = 32 * 6e9
 
 
-@pytest.fixture(scope="module")
-def calibrated(tmp_path_factory):
-    """Two quick calibrations of this machine, one after the other, through the command."""
-    out = []
-    for i in (1, 2):
-        path = tmp_path_factory.mktemp("calibrate") / f"host{i}.toml"
-        start = time.monotonic()
-        assert main(["calibrate", "-o", str(path), "--quick", "--ranks", "2", "--threads", "1"]) == 0
-        out.append((path, time.monotonic() - start))
-    return out
-
-
 def test_a_quick_calibration_writes_a_host_profile_that_loads(calibrated):
     path, seconds = calibrated[0]
     p = load_platform(path)

@@ -178,9 +178,8 @@ def test_compile_on_a_host_profile_writes_the_same_program_twice_and_the_vm_runs
     assert sim["results"]["step_time_s"] == pytest.approx(sim["predicted_step_time_s"], rel=0.05)
 
 
-def test_measure_on_a_host_program_compares_with_this_machine_without_a_note(tmp_path, capfd):
-    profile, out, js = tmp_path / "host.toml", tmp_path / "prog", tmp_path / "m.json"
-    assert main(["calibrate", "-o", str(profile), "--quick", "--ranks", "2", "--threads", "1"]) == 0
+def test_measure_on_a_host_program_compares_with_this_machine_without_a_note(tmp_path, capfd, calibrated):
+    (profile, _), out, js = calibrated[0], tmp_path / "prog", tmp_path / "m.json"
     assert main(["compile", EXAMPLE, "--preset", "tiny", "--platform", str(profile),
                  "--plan", "P=2,D=1,Z=0,b=1,A=2,Full,deadline", "--no-run", "-o", str(out)]) == 0
     capfd.readouterr()
@@ -188,7 +187,7 @@ def test_measure_on_a_host_program_compares_with_this_machine_without_a_note(tmp
     printed = capfd.readouterr().out
     assert "step time: measured" in printed and "note:" not in printed
     got = json.loads(js.read_text())
-    assert got["predicts_this_machine"] and got["platform"] == "host"
+    assert got["predicts_this_machine"] and got["platform"] == profile.stem     # (the profile is named for its file)
     assert got["step_time_s"]["planner"] > 0 and got["step_time_s"]["vm"] > 0
 
 
@@ -464,38 +463,44 @@ def test_a_fixed_cost_is_read_at_the_bytes_a_step_moves_between_two_runs_of_a_ta
     assert dataclasses.replace(HostExecProfile(host), evicted=2**26).fixed("parameter_backward") == pytest.approx(8e-6)
 
 
-def test_a_rank_s_eviction_is_what_its_share_of_the_model_moves_per_micro_batch(host):
+def test_a_task_s_eviction_is_what_every_rank_s_share_of_the_model_moves_per_micro_batch(host):
     from ratc.planner.host_exec import STEP_TRAFFIC
 
     # the weight read forward (4 B) and backward (4), its gradient written (4), flattened (8), accumulated (12)
     assert STEP_TRAFFIC == 32
-    assert HostExecProfile(host).for_program(2, 1, params=1000).evicted == 32_000
+    assert HostExecProfile(host).for_program(1, 1, params=1000).evicted == 32_000
+    # two ranks each move their share through the one last-level cache in the same interval
+    assert HostExecProfile(host).for_program(2, 1, params=1000).evicted == 64_000
     prof = HostExecProfile(host)
     assert prof.for_program(1, 1) is prof and prof.for_program(1, 1, params=1000) is not prof
 
 
-def test_a_rank_holding_less_of_the_model_pays_less_for_its_tasks_cold_start(host):
+def test_ranks_sharing_the_last_level_cache_see_each_other_s_eviction(host):
     from ratc.frontend.presets import trace_preset
     from ratc.planner.search import Planner
 
     model = trace_preset("tiny", 64)
     planner = Planner(model, host)
-    whole, half = planner.units(1, 2, 1, pipeline=1).units, planner.units(1, 2, 1, pipeline=2).units
-    # tiny's 0.86 M parameters move 27.5 MB a micro-batch on one rank, 13.8 MB on each of two:
-    # HOST's rows put a task's fixed costs lower at the second
-    layer = model.layers[0]
     share = model.param_count
+    # tiny's 0.86 M parameters move 27.5 MB a micro-batch on one rank; two pipeline stages move
+    # half each, through the same cache in the same interval: 27.5 MB again; two replicas twice it
+    stages2, replicas2 = (planner.units(1, 2, 1, pipeline=pipeline).units for pipeline in (2, 1))
     # by hand: 32 B a parameter, in log-bytes between HOST's 1 MiB (45 us) and 64 MiB (120 us) rows
-    for params in (share, share / 2):
-        evicted = 32 * params
+    for ranks, params in ((1, share), (2, share / 2), (2, share)):
+        evicted = 32 * params * ranks
         assert 2**20 < evicted < 2**26
-        assert HostExecProfile(host).for_program(2, 1, params).fixed("task_forward") == pytest.approx(
+        assert HostExecProfile(host).for_program(ranks, 1, params).fixed("task_forward") == pytest.approx(
             45e-6 + 75e-6 * math.log(evicted / 2**20) / math.log(64))
-    one = HostExecProfile(host).for_program(2, 1, share).unit_overhead(layer)
-    two = HostExecProfile(host).for_program(2, 1, share / 2).unit_overhead(layer)
-    assert two[0] < one[0] and two[1] < one[1]
+    layer = model.layers[0]
+    fixed = [HostExecProfile(host).for_program(r, 1, p)._fixed for r, p in ((1, share), (2, share / 2))]
+    assert fixed[0] == pytest.approx(fixed[1])
+    # two replicas, each moving the whole model: colder than two stages, their tasks' fixed costs higher
+    two = HostExecProfile(host).for_program(2, 1, share).unit_overhead(layer)
+    half = HostExecProfile(host).for_program(2, 1, share / 2).unit_overhead(layer)
+    assert two[0] > half[0] and two[1] > half[1]
     # (its operators' fixed costs grow with the eviction too)
-    assert whole[1].fwd - half[1].fwd >= 0.999 * (one[0] - two[0]) > 0
+    assert replicas2[1].fwd - stages2[1].fwd >= 0.999 * (two[0] - half[0]) > 0
     # a P = 2 program's stages are built on the units of a rank holding half the model
+    half = stages2
     stages = planner.stages(2, 1, "time", 2, 1)
     assert list(stages.fwd) == pytest.approx([sum(u.fwd for u in half[s:e]) for s, e in stages.ranges])

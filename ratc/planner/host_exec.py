@@ -61,7 +61,7 @@ class HostExecProfile(ExecutionProfile):
     platform: object
     ranks: int = 1             # processes running at once (P x D x T): [sharing] between them
     batch: int = 1             # sequences per micro-batch: a task of them pays its fixed costs once
-    evicted: float = 0.0       # bytes a rank's step moves between two runs of one unit's task
+    evicted: float = 0.0       # bytes the ranks' steps move through the shared cache between two runs of a task
     cost_source = "this host's measured tables (ratc calibrate)"
     element_bytes = FP32
     prices_ops = True
@@ -69,8 +69,12 @@ class HostExecProfile(ExecutionProfile):
     def for_program(self, ranks: int, b: int, params: float = 0.0) -> "HostExecProfile":
         """This profile for a program of `ranks` processes running micro-batches of `b`
         sequences, each rank holding `params` parameter elements (its stages' share of the
-        model: what its step moves through the caches between two runs of a unit's task)."""
-        evicted = STEP_TRAFFIC * params
+        model: what its step moves through the caches between two runs of a unit's task).
+        Every rank moves its share in that interval, and the ranks of one machine share its
+        last-level cache: a task finds the eviction of all of theirs (two pipeline stages of
+        half the model each, the whole model's; two replicas, twice it). Its own share alone
+        would already empty the core's private cache at any size the [[cold]] rows cover."""
+        evicted = STEP_TRAFFIC * params * ranks
         same = (ranks, b, evicted) == (self.ranks, self.batch, self.evicted)
         return self if same else dataclasses.replace(self, ranks=ranks, batch=b, evicted=evicted)
 
