@@ -488,10 +488,13 @@ before the loop was priced); with the loop 2.6 %, 8.5 %, 1.00 (13:03, load 1.2-1
 11.8 %, 25.3 %, 1.00 over one pair (13:11, two rounds of three overlapped by another
 session's tests, above); with disturbed runs measured again 6.8 %, 16.9 %, 1.00 (13:21, no run
 disturbed: `tiny` at P = 2, #9, measured 0.272 s, 0.234 s at 13:03); 7.6 %, 20.5 %, 1.00
-(13:29, #9 20.5 % low); with the shared cache's eviction, the table above (14:03).
+(13:29, #9 20.5 % low); with the shared cache's eviction 7.2 %, 12.4 %, 1.00 (14:03, load
+1.1-1.8) and the table above (14:11: no run disturbed by other processes, yet every
+configuration of `tiny` but #7 ran 2-9 % slower than at 14:03; only 3 of 45 pairs ordered
+beyond their spreads).
 
 What the host model still leaves out (most predictions are still low, `tiny`'s one-rank
-ones by 5-15 %, two ranks of `tiny` by 12-20 %):
+ones by 5-17 %, two ranks of `tiny` by 12-20 %):
 
 - **`tiny`'s Forwards** at one rank run 1.15-1.2x the planner's figure (its Backwards 1.0):
   a layer's Forward runs more kinds of operators than the synthetic units, and which part of
