@@ -490,7 +490,7 @@ session's tests, above); with disturbed runs measured again 6.8 %, 16.9 %, 1.00 
 disturbed: `tiny` at P = 2, #9, measured 0.272 s, 0.234 s at 13:03); 7.6 %, 20.5 %, 1.00
 (13:29, #9 20.5 % low); with the shared cache's eviction 7.2 %, 12.4 %, 1.00 (14:03, load
 1.1-1.8) and the table above (14:11: no run disturbed by other processes, yet every
-configuration of `tiny` but #7 ran 2-9 % slower than at 14:03; only 3 of 45 pairs ordered
+configuration of `tiny` but #7 ran 5-9 % slower than at 14:03; only 3 of 45 pairs ordered
 beyond their spreads).
 
 What the host model still leaves out (most predictions are still low, `tiny`'s one-rank
