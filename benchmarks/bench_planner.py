@@ -7,12 +7,17 @@ Profiles are traced once beforehand (tracing is the frontend's cost, not the pla
 (the end-to-end planning time); "warm" plans again on the same Planner, which measures the
 candidate costing alone (what --min-clusters and repeated queries pay per cluster count).
 Times are process CPU seconds (time.process_time), so other jobs sharing the machine do
-not inflate them; --wall reports wall-clock seconds instead.
+not inflate them; --wall reports wall-clock seconds instead. The collector runs with the
+thresholds the `ratc` command sets (ratc.cli.main.run): every row runs in this one process,
+and with CPython's defaults a later row's cold plan paid for full collections scanning the
+earlier rows' caches (llama2-7b `selective` 0.049 s alone, 0.114 s after three llama2-70b
+plans, 2026-12-05), which a user's `ratc plan` never does.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -21,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ratc.frontend.presets import trace_preset  # noqa: E402
+from ratc.gcpause import LAZY_THRESHOLDS  # noqa: E402
 from ratc.planner.search import Planner  # noqa: E402
 from ratc.platform import load_platform  # noqa: E402
 
@@ -42,6 +48,7 @@ def main(argv=None) -> int:
     ap.add_argument("--wall", action="store_true", help="measure wall-clock instead of CPU time")
     args = ap.parse_args(argv)
     clock = time.perf_counter if args.wall else time.process_time
+    gc.set_threshold(*LAZY_THRESHOLDS)      # as the ratc command runs
     platform = load_platform("mt3000")
     profiles = {name: trace_preset(name) for name in {c[0] for c in CASES}}
     print(f"{'model':12s} {'clusters':>8s} {'batch':>6s} {'strategy':10s} {'candidates':>10s} "
