@@ -99,7 +99,7 @@ def test_measured_vs_predicted_counts_other_processes_cpu_and_keeps_the_quietest
     assert own1 - own0 >= 0.25 and busy1 - busy0 >= 0.25
     neighbour = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
                                   "while time.process_time() - t < 0.5: pass"])
-    neighbour.wait(timeout=60)      # (waited by this test, but after the window below was read)
+    neighbour.wait(timeout=60)      # waited for: from here on its CPU seconds are this process's
     busy2, own2 = mvp._cpu_seconds()
     assert own2 - own1 >= 0.45      # its CPU joins this process's once waited for
     neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])

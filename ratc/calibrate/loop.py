@@ -27,7 +27,6 @@ SIZES = ((32, 32), (160, 96))
 MICRO_BATCHES = 8
 STEPS = 3                   # measured steps per repeat, after one unmeasured
 FORWARD_KINDS = ("life.fwd", "life.recover")
-FP32 = 4
 
 
 class _Norm(torch.nn.Module):
@@ -82,6 +81,7 @@ def loop_executor(width: int, seq: int) -> tuple:
     the fp32 bytes a layer's Backward releases: what its Forward saved, as the planner counts it)."""
     from ratc.frontend.trace import trace_model
     from ratc.lifecycle.compile import CompileOptions, compile_program
+    from ratc.planner.host_exec import host_bytes
     from ratc.planner.opcost import elem_bytes, saved_by
     from ratc.platform import load_platform
     from ratc.step.config import Candidate
@@ -92,7 +92,7 @@ def loop_executor(width: int, seq: int) -> tuple:
     model = LoopModel(width)
     profile = trace_model(model, seq, name="executor-loop")
     eb = elem_bytes(profile.dtype)
-    saved = sum(saved_by(op, eb, "paper") for op in profile.layers[0].ops) * FP32 / eb
+    saved = host_bytes(sum(saved_by(op, eb, "paper") for op in profile.layers[0].ops), eb)
     cand = Candidate(P=1, D=1, T=1, Z=0, b=1, A=MICRO_BATCHES, act="full", pref="deadline")
     # (the platform only places the program's state tasks; no figure of it is read here)
     program = compile_program(profile, cand, load_platform("mt3000"), CompileOptions(memory_limit=False))

@@ -53,6 +53,11 @@ MEMORY_OP = {"softmax": "softmax", "loss": "softmax", "embedding": "copy", "othe
 FORWARD, INPUT_GRAD, WEIGHT_GRAD = "nt", "nn", "tn"
 
 
+def host_bytes(nbytes: float, dtype_bytes: int) -> float:
+    """A trace's bytes (in the model's dtype) as the host moves them: it runs fp32."""
+    return nbytes * FP32 / dtype_bytes
+
+
 @dataclass(frozen=True)
 class HostExecProfile(ExecutionProfile):
     """Operator times of a host profile's measured tables for a program of `ranks` processes
@@ -173,7 +178,7 @@ class HostExecProfile(ExecutionProfile):
                + comp.loop_forward.median)
         bwd = (max(0.0, f("task_backward") - f("operator_backward")) + trained * f("parameter_backward")
                + comp.loop_backward.median)
-        released = saved * FP32 / dtype_bytes / comp.release_bandwidth.median
+        released = host_bytes(saved, dtype_bytes) / comp.release_bandwidth.median
         slow = self._sharing[2] / self.batch
         return fwd * slow, (bwd * slow + released * self._sharing[2]
                             + self.gradient_time(layer) / self.batch)
@@ -212,8 +217,7 @@ class HostExecProfile(ExecutionProfile):
         """(forward, backward) seconds per sequence of a non-GEMM op: its bytes as memory-bound
         work over the whole micro-batch, and attention's products and scores."""
         b = self.batch
-        scale = FP32 / dtype_bytes              # the trace's bytes are in its dtype; the host runs fp32
-        moved = (op.bytes_read + op.bytes_written) * scale / div * b
+        moved = host_bytes(op.bytes_read + op.bytes_written, dtype_bytes) / div * b
         kind = MEMORY_OP.get(op.kind, "silu" if "silu" in op.name else "add")
         fwd, bwd = self.memory_time(kind, moved), self.memory_time(kind, 2 * moved)
         if op.kind == "attention" and op.attention is not None:
